@@ -1,0 +1,137 @@
+"""PPO update: clipped surrogate and value losses, entropy bonus, KL-adaptive learning rate."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from syncfree.algo.storage import Batch, RolloutStorage
+from syncfree.config import PerfConfig, PPOConfig
+from syncfree.policy.actor_critic import ActorCritic
+
+UPDATE_STATS = ("surrogate_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
+"""Means over the iteration's minibatches; followed by `skipped_steps` (a count) and `learning_rate`."""
+
+_MIN_LR, _MAX_LR = 1e-5, 1e-2
+
+
+class PPO:
+    def __init__(self, policy: ActorCritic, cfg: PPOConfig, perf: PerfConfig, device: torch.device) -> None:
+        self.policy, self.cfg, self.perf = policy, cfg, perf
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+        self.adaptive = cfg.schedule == "adaptive"
+        self.lr_on_device = self.adaptive and perf.device_adaptive_lr
+        self.learning_rate = cfg.learning_rate
+        """Host-side learning rate (the conventional adaptive schedule and the fixed one)."""
+        self.lr = torch.tensor(cfg.learning_rate, dtype=torch.float64, device=device)
+        """Device-side learning rate (float64, so each step rounds exactly like the host schedule)."""
+        optimizer_lr: float | Tensor = cfg.learning_rate
+        if self.lr_on_device:
+            # The fused kernel reads a float32 tensor; the for-loop AdamW takes the float64 one as it is.
+            optimizer_lr = self.lr.float() if perf.fused_adamw else self.lr
+        self.optimizer_lr = optimizer_lr
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=optimizer_lr, weight_decay=cfg.weight_decay, fused=perf.fused_adamw or None,
+            foreach=False if isinstance(optimizer_lr, Tensor) and not perf.fused_adamw else None,
+        )
+        self.found_inf = torch.zeros((), dtype=torch.float32, device=device)
+        if perf.grad_finite_from_norm and perf.fused_adamw:
+            self.optimizer.found_inf = self.found_inf  # read by the fused kernel: skips the step when 1
+        self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
+        self.stats = torch.zeros(len(UPDATE_STATS), device=device)
+
+    def update(self, storage: RolloutStorage) -> Tensor:
+        """Epochs x minibatches over the rollout; returns [*UPDATE_STATS, skipped_steps, learning_rate] on the device."""
+        cfg = self.cfg
+        data = storage.flat()
+        batch_size = data.returns.shape[0]
+        minibatch_size = batch_size // cfg.num_minibatches
+        device = data.returns.device
+        self.stats.zero_()
+        skipped_before = self.skipped_steps.clone()
+        for _ in range(cfg.num_epochs):
+            order = torch.randperm(batch_size, device=device)
+            for start in range(0, batch_size, minibatch_size):
+                idx = order[start : start + minibatch_size]
+                self.minibatch_update(Batch(*(x[idx] for x in data)))
+        num_updates = cfg.num_epochs * cfg.num_minibatches
+        lr = self.lr if self.lr_on_device else torch.tensor(self.learning_rate, device=device)
+        skipped = (self.skipped_steps - skipped_before).float()
+        return torch.cat((self.stats / num_updates, skipped.view(1), lr.float().view(1)))
+
+    def minibatch_update(self, mb: Batch) -> None:
+        cfg = self.cfg
+        ev = self.policy.evaluate(mb.actor_obs, mb.critic_obs, mb.actions)
+        with torch.no_grad():
+            kl_mean = self.policy.head.kl(mb.old_dist_params, ev.dist_params).mean()
+        if self.adaptive:
+            self.adapt_learning_rate(kl_mean)
+
+        ratio = torch.exp(ev.log_prob - mb.old_log_prob)
+        surrogate = torch.max(-mb.advantages * ratio,
+                              -mb.advantages * ratio.clamp(1.0 - cfg.clip_param, 1.0 + cfg.clip_param)).mean()
+        if cfg.clipped_value_loss:
+            clipped = mb.old_values + (ev.value - mb.old_values).clamp(-cfg.clip_param, cfg.clip_param)
+            value_loss = torch.max((ev.value - mb.returns).square(), (clipped - mb.returns).square()).mean()
+        else:
+            value_loss = (ev.value - mb.returns).square().mean()
+        entropy = ev.entropy.mean()
+        loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
+
+        self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)
+        loss.backward()
+        grad_norm = self.clip_and_step()
+        with torch.no_grad():
+            clip_fraction = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
+            self.stats.add_(torch.stack((surrogate, value_loss, entropy, kl_mean, clip_fraction, grad_norm)).detach())
+
+    def clip_and_step(self) -> Tensor:
+        """Clip the global gradient norm and step, skipping (and counting) steps with non-finite gradients."""
+        if not self.perf.grad_finite_from_norm:
+            finite = all(bool(torch.isfinite(p.grad).all()) for p in self.params if p.grad is not None)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+            if finite:
+                self.optimizer.step()
+            else:
+                self.skipped_steps.add_(1)
+            return grad_norm
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        torch.logical_not(torch.isfinite(grad_norm), out=self.found_inf)
+        self.skipped_steps.add_(self.found_inf.long())
+        if self.perf.fused_adamw:
+            self.optimizer.step()  # the fused kernel leaves parameters and state untouched when found_inf is 1
+        elif not bool(self.found_inf):  # one host read: the for-loop AdamW cannot skip on the device
+            self.optimizer.step()
+        return grad_norm
+
+    def adapt_learning_rate(self, kl_mean: Tensor) -> None:
+        """Divide the learning rate by 1.5 when the KL is above twice its target, multiply below half of it."""
+        target = self.cfg.desired_kl
+        if not self.lr_on_device:
+            if kl_mean > target * 2.0:
+                self.learning_rate = max(_MIN_LR, self.learning_rate / 1.5)
+            elif kl_mean < target / 2.0 and kl_mean > 0.0:
+                self.learning_rate = min(_MAX_LR, self.learning_rate * 1.5)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.learning_rate
+            return
+        lower = (self.lr / 1.5).clamp_(min=_MIN_LR)
+        higher = (self.lr * 1.5).clamp_(max=_MAX_LR)
+        raise_lr = (kl_mean < target / 2.0) & (kl_mean > 0.0)
+        self.lr.copy_(torch.where(kl_mean > target * 2.0, lower, torch.where(raise_lr, higher, self.lr)))
+        if self.optimizer_lr is not self.lr:
+            self.optimizer_lr.copy_(self.lr)
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "lr": self.lr.clone(), "learning_rate": self.learning_rate,
+                "skipped_steps": self.skipped_steps.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr.copy_(state["lr"])
+        if isinstance(self.optimizer_lr, Tensor) and self.optimizer_lr is not self.lr:
+            self.optimizer_lr.copy_(self.lr)
+        self.learning_rate = state["learning_rate"]
+        self.skipped_steps.copy_(state["skipped_steps"])
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.optimizer_lr if isinstance(self.optimizer_lr, Tensor) else self.learning_rate

@@ -1,0 +1,68 @@
+"""Preallocated rollout storage: every step writes into it with `copy_`, nothing is allocated."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from syncfree.envs.api import ActionSpec
+from syncfree.policy.actor_critic import Act
+
+
+class Batch(NamedTuple):
+    actor_obs: Tensor
+    critic_obs: Tensor
+    actions: Tensor
+    old_log_prob: Tensor
+    old_values: Tensor
+    old_dist_params: Tensor
+    advantages: Tensor
+    returns: Tensor
+
+
+class RolloutStorage:
+    def __init__(self, steps: int, num_envs: int, actor_obs_dim: int, critic_obs_dim: int,
+                 action_spec: ActionSpec, num_dist_params: int, device: torch.device) -> None:
+        self.steps, self.num_envs = steps, num_envs
+
+        def zeros(*shape: int, dtype: torch.dtype = torch.float32) -> Tensor:
+            return torch.zeros(steps, num_envs, *shape, dtype=dtype, device=device)
+
+        self.actor_obs = zeros(actor_obs_dim)
+        self.critic_obs = zeros(critic_obs_dim)
+        if action_spec.kind == "continuous":
+            self.actions = zeros(action_spec.size)
+        else:
+            self.actions = zeros(dtype=torch.int64)
+        self.log_probs = zeros()
+        self.values = zeros()
+        self.dist_params = zeros(num_dist_params)
+        self.rewards = zeros()
+        self.dones = zeros()
+        self.advantages = zeros()
+        self.returns = zeros()
+
+    def store_policy_step(self, t: int, actor_obs: Tensor, critic_obs: Tensor, act: Act) -> None:
+        self.actor_obs[t].copy_(actor_obs)
+        self.critic_obs[t].copy_(critic_obs)
+        self.actions[t].copy_(act.actions)
+        self.log_probs[t].copy_(act.log_prob)
+        self.values[t].copy_(act.value)
+        self.dist_params[t].copy_(act.dist_params)
+
+    def store_env_step(self, t: int, reward: Tensor, done: Tensor, time_out: Tensor, gamma: float) -> None:
+        """Rewards of time-outs are bootstrapped with the value estimate, as rsl_rl does."""
+        torch.addcmul(reward, self.values[t], time_out, value=gamma, out=self.rewards[t])
+        self.dones[t].copy_(done)
+
+    def flat(self) -> Batch:
+        """Views of the whole rollout with time and envs merged into one batch dimension."""
+        b = self.steps * self.num_envs
+        return Batch(self.actor_obs.view(b, -1), self.critic_obs.view(b, -1), self.actions.view(b, *self.actions.shape[2:]),
+                     self.log_probs.view(b), self.values.view(b), self.dist_params.view(b, -1),
+                     self.advantages.view(b), self.returns.view(b))
+
+    def state_tensors(self) -> dict[str, Tensor]:
+        return {k: v for k, v in vars(self).items() if isinstance(v, Tensor)}

@@ -1,0 +1,165 @@
+"""Command line: `syncfree train | eval | tasks | switches`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from syncfree.errors import UserError
+
+log = logging.getLogger("syncfree")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    commands = {"train": cmd_train, "eval": cmd_eval, "tasks": cmd_tasks, "switches": cmd_switches}
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: syncfree {train,eval,tasks,switches} [--help]\n\n"
+              "  train     train PPO on a task (default: cartpole, on CPU unless CUDA is available)\n"
+              "  eval      run a checkpoint's deterministic policy for N episodes and print the mean return\n"
+              "  tasks     list the built-in tasks\n"
+              "  switches  list the performance switches with their baseline and optimized values")
+        return 0
+    if argv[0] not in commands:
+        print(f"syncfree: unknown command {argv[0]!r}; choose from {', '.join(commands)}", file=sys.stderr)
+        return 2
+    try:
+        return commands[argv[0]](argv[1:])
+    except UserError as e:
+        print(f"syncfree: error: {e}", file=sys.stderr)
+        return 2
+
+
+def parse_train_config(argv: Sequence[str]):
+    """Defaults come from the task's preset (or the resumed checkpoint's config); arguments override them."""
+    from jsonargparse import ArgumentParser, set_parsing_settings
+
+    from syncfree.config import TrainConfig, from_dict, preset, validate
+    from syncfree.envs.tasks import TASKS
+    from syncfree.train import checkpoint
+
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--task")
+    pre.add_argument("--resume")
+    known, _ = pre.parse_known_args(argv)
+    if known.resume:
+        base = from_dict(TrainConfig, checkpoint.load(known.resume)["config"])
+        base.resume = known.resume
+    else:
+        task = known.task or TrainConfig.task
+        if task not in TASKS:
+            raise UserError(f"config: task={task!r} is invalid; allowed: {', '.join(sorted(TASKS))}")
+        base = preset(task)
+    parser = ArgumentParser(prog="syncfree train", exit_on_error=False,
+                            description="Train PPO on a built-in task. Defaults shown are the task's preset.")
+    parser.add_argument("--config", action="config", help="YAML file with any of the options below.")
+    parser.add_class_arguments(TrainConfig, as_group=False, default=base)
+    try:
+        ns = parser.parse_args(list(argv))
+    except Exception as e:  # noqa: BLE001 - jsonargparse reports bad input as ArgumentError/TypeError
+        raise UserError("config: " + " ".join(line.strip() for line in str(e).splitlines() if line.strip())) from None
+    ns.pop("config", None)
+    return validate(from_dict(TrainConfig, ns.as_dict()))
+
+
+def cmd_train(argv: Sequence[str]) -> int:
+    from syncfree.train import checkpoint
+    from syncfree.train.trainer import Trainer
+
+    if any(a in ("-h", "--help") for a in argv):
+        parse_train_config(argv)  # prints the help and exits
+    cfg = parse_train_config(argv)
+    if cfg.resume:
+        run_dir = Path(cfg.resume).parent
+    else:
+        run_dir = Path(cfg.log.dir) / (cfg.log.run_name or f"{cfg.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+    trainer = Trainer(cfg, run_dir=run_dir)
+    if cfg.resume:
+        trainer.load_state_dict(checkpoint.load(cfg.resume), source=f"checkpoint {cfg.resume}")
+        log.info("resumed %s at iteration %d", cfg.resume, trainer.iteration)
+    log.info("training %s on %s: %d envs x %d steps per iteration, %d iterations -> %s", cfg.task, trainer.device,
+             trainer.env.num_envs, cfg.ppo.steps_per_env, cfg.iterations, run_dir)
+
+    def request_stop(signum, frame):  # noqa: ARG001 - signal handler signature
+        if trainer.stop_requested:
+            raise KeyboardInterrupt
+        trainer.stop_requested = True
+        print("\nstopping after this iteration (Ctrl-C again to abort without saving)", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, request_stop)
+    try:
+        record = trainer.learn()
+    except KeyboardInterrupt:
+        log.info("aborted; last checkpoint kept in %s", run_dir)
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        trainer.close()
+    summary = ", ".join(f"{k}={record[k]:.1f}" for k in ("mean_return", "mean_length") if k in record)
+    log.info("%s at iteration %d (%d env steps): %s; checkpoint %s",
+             "stopped" if trainer.stop_requested else "done", trainer.iteration, trainer.env_steps, summary,
+             run_dir / "latest.pt")
+    return 0
+
+
+def cmd_eval(argv: Sequence[str]) -> int:
+    from syncfree.config import TrainConfig, from_dict
+    from syncfree.envs import make_env
+    from syncfree.train import checkpoint
+    from syncfree.train.evaluate import evaluate
+    from syncfree.train.trainer import Trainer
+
+    parser = argparse.ArgumentParser(prog="syncfree eval",
+                                     description="Run a checkpoint's deterministic policy and print the mean return.")
+    parser.add_argument("--checkpoint", required=True, help="checkpoint file (e.g. runs/<run>/latest.pt)")
+    parser.add_argument("--episodes", type=int, default=20, help="episodes to run, in parallel (default 20)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    parser.add_argument("--seed", type=int, default=12345, help="environment seed (default 12345)")
+    args = parser.parse_args(argv)
+    if args.episodes < 1:
+        raise UserError(f"--episodes={args.episodes} is invalid; allowed: an integer >= 1")
+    state = checkpoint.load(args.checkpoint)
+    cfg = from_dict(TrainConfig, state["config"])
+    cfg.device, cfg.log.progress = args.device, False
+    trainer = Trainer(cfg)
+    trainer.load_state_dict(state, source=f"checkpoint {args.checkpoint}")
+    env = make_env(cfg.task, args.episodes, trainer.device, args.seed, cfg.env.max_episode_length)
+    returns = evaluate(trainer.policy, env)
+    print(f"{cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over {args.episodes} episodes "
+          f"(min {returns.min():.2f}, max {returns.max():.2f}; checkpoint at iteration {trainer.iteration})")
+    return 0
+
+
+def cmd_tasks(argv: Sequence[str]) -> int:
+    from syncfree.envs.tasks import TASKS
+
+    argparse.ArgumentParser(prog="syncfree tasks", description="List the built-in tasks.").parse_args(argv)
+    width = max(map(len, TASKS))
+    for task in TASKS.values():
+        print(f"{task.name:<{width}}  {task.description}")
+    return 0
+
+
+def cmd_switches(argv: Sequence[str]) -> int:
+    import docstring_parser
+
+    from syncfree.config import PerfConfig
+
+    argparse.ArgumentParser(prog="syncfree switches",
+                            description="List the performance switches (set them with --perf.NAME).").parse_args(argv)
+    docs = {p.arg_name: p.description for p in docstring_parser.parse_from_object(PerfConfig).params}
+    for f in PerfConfig.switches():
+        print(f"{f.name}: baseline={f.metadata['baseline']} optimized={f.metadata['optimized']}  "
+              f"[{f.metadata['seed']}]\n    {' '.join((docs.get(f.name) or '').split())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

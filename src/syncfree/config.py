@@ -1,0 +1,217 @@
+"""Typed configuration. Every performance switch lives in `PerfConfig`, in this file."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from syncfree.errors import UserError
+
+
+def switch(*, baseline: Any, optimized: Any, seed: str) -> Any:
+    """A perf switch: defaults to its optimized value and records both polarities and its origin."""
+    return field(default=optimized, metadata={"baseline": baseline, "optimized": optimized, "seed": seed})
+
+
+@dataclass
+class PerfConfig:
+    """Performance switches. Each one's off path is the conventional (rsl_rl-style) implementation."""
+
+    deferred_episode_stats: bool = switch(baseline=False, optimized=True, seed="humanoid: defer_episode_buffer_updates")
+    """Keep finished-episode returns and lengths on the device and move them to the host once per
+    iteration. Off: read them with `nonzero()` + `.cpu()` at every step where an episode ends."""
+
+    deferred_nonfinite_check: bool = switch(baseline=False, optimized=True, seed="rsl_rl check_for_nan, deferred")
+    """Accumulate a per-env non-finite flag on the device and read it once per iteration. Off: test
+    observations and rewards with `isfinite(...).all()` on the host at every step."""
+
+    grad_finite_from_norm: bool = switch(baseline=False, optimized=True, seed="humanoid: fast_gradient_finite_check")
+    """Judge gradient finiteness from the clipped global norm and skip a bad step without a host read
+    (fused AdamW's `found_inf`; one read with the plain optimizer). Off: per-parameter `isfinite` checks
+    read on the host."""
+
+    fused_adamw: bool = switch(baseline=False, optimized=True, seed="humanoid: optim adamw_torch_fused")
+    """Use PyTorch's fused AdamW kernel. Off: AdamW with PyTorch's default (foreach/for-loop) implementation."""
+
+    device_adaptive_lr: bool = switch(baseline=False, optimized=True, seed="rsl_rl adaptive schedule, on device")
+    """Keep the KL-adaptive learning rate in a float64 device tensor updated with `torch.where`. Off: compare
+    the KL on the host every minibatch and write a Python float into the optimizer."""
+
+    validate_distributions: bool = switch(baseline=True, optimized=False, seed="torch.distributions validation")
+    """Sample through `torch.distributions` with argument validation (host reads). Off: the same formulas as
+    pure tensor functions."""
+
+    zero_grad_set_to_none: bool = switch(baseline=False, optimized=True, seed="gridworld: zero_grad(set_to_none=True)")
+    """Free gradients between minibatches instead of filling them with zeros."""
+
+    deterministic: bool = switch(baseline=True, optimized=False, seed="gridworld: deterministic mode off")
+    """`torch.use_deterministic_algorithms(True)`; costs speed on GPUs, needed only for bit-exact GPU reruns."""
+
+    @classmethod
+    def preset(cls, which: Literal["baseline", "optimized"]) -> PerfConfig:
+        """All switches at their `baseline` or `optimized` value."""
+        return cls(**{f.name: f.metadata[which] for f in dataclasses.fields(cls)})
+
+    @classmethod
+    def switches(cls) -> list[dataclasses.Field]:
+        return list(dataclasses.fields(cls))
+
+
+@dataclass
+class EnvConfig:
+    num_envs: int = 256
+    """Parallel environments (per process)."""
+    max_episode_length: int = 0
+    """Time limit in env steps; 0 keeps the task's own (500 for CartPole, 200 for Pendulum)."""
+
+
+@dataclass
+class PolicyConfig:
+    actor_hidden: list[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer sizes of the actor MLP."""
+    critic_hidden: list[int] = field(default_factory=lambda: [64, 64])
+    """Hidden layer sizes of the critic MLP."""
+    activation: Literal["elu", "tanh", "relu"] = "elu"
+    """Hidden activation."""
+    init_std: float = 1.0
+    """Initial standard deviation of the Gaussian head (continuous actions)."""
+    normalize_obs: bool = True
+    """Running mean/std normalization of actor and critic observations, updated during rollouts."""
+
+
+@dataclass
+class PPOConfig:
+    steps_per_env: int = 16
+    """Rollout length per environment and iteration."""
+    num_epochs: int = 4
+    """Passes over each rollout."""
+    num_minibatches: int = 4
+    """Minibatches per epoch."""
+    learning_rate: float = 1e-3
+    """Initial learning rate."""
+    schedule: Literal["fixed", "adaptive"] = "adaptive"
+    """`adaptive` scales the learning rate by 1.5 to keep the KL near `desired_kl`."""
+    desired_kl: float = 0.01
+    """Target KL for the adaptive schedule."""
+    gamma: float = 0.99
+    """Discount."""
+    lam: float = 0.95
+    """GAE lambda."""
+    clip_param: float = 0.2
+    """PPO ratio clip (also the value clip)."""
+    value_loss_coef: float = 1.0
+    """Weight of the value loss."""
+    clipped_value_loss: bool = True
+    """Clip value updates like the policy ratio."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 1.0
+    """Global gradient-norm clip."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+
+
+@dataclass
+class LogConfig:
+    dir: str = "runs"
+    """Root folder; each run writes `<dir>/<run_name>/` (metrics.jsonl, checkpoints, config)."""
+    run_name: str = ""
+    """Run folder name; empty means `<task>-<timestamp>`."""
+    tensorboard: bool = False
+    """Also write TensorBoard event files."""
+    wandb: bool = False
+    """Also log to Weights & Biases (needs the `wandb` extra)."""
+    progress: bool = True
+    """Show a progress bar."""
+
+
+@dataclass
+class TrainConfig:
+    """Train a PPO policy on a built-in task."""
+
+    task: str = "cartpole"
+    """Task name (see `syncfree tasks`)."""
+    seed: int = 0
+    """Seeds torch, numpy, Python and the environment."""
+    device: str = "auto"
+    """`cpu`, `cuda`, `cuda:N`, or `auto` (CUDA when available)."""
+    iterations: int = 100
+    """Training iterations (rollout + update)."""
+    save_every: int = 50
+    """Checkpoint every K iterations (and always at the end)."""
+    resume: str = ""
+    """Checkpoint to continue from; the run continues exactly where it stopped."""
+    env: EnvConfig = field(default_factory=EnvConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    perf: PerfConfig = field(default_factory=PerfConfig)
+
+
+def _check(ok: bool, key: str, allowed: str, value: Any) -> None:
+    if not ok:
+        raise UserError(f"config: {key}={value!r} is invalid; allowed: {allowed}")
+
+
+def validate(cfg: TrainConfig) -> TrainConfig:
+    """Reject values that parse but make no sense, naming the key."""
+    from syncfree.envs.tasks import TASKS
+
+    _check(cfg.task in TASKS, "task", ", ".join(sorted(TASKS)), cfg.task)
+    _check(cfg.device == "auto" or cfg.device == "cpu" or cfg.device.startswith("cuda"), "device",
+           "auto, cpu, cuda, cuda:N", cfg.device)
+    _check(cfg.iterations >= 0, "iterations", "an integer >= 0", cfg.iterations)
+    _check(cfg.save_every >= 1, "save_every", "an integer >= 1", cfg.save_every)
+    _check(cfg.env.num_envs >= 1, "env.num_envs", "an integer >= 1", cfg.env.num_envs)
+    _check(cfg.env.max_episode_length >= 0, "env.max_episode_length", "an integer >= 0", cfg.env.max_episode_length)
+    for key in ("actor_hidden", "critic_hidden"):
+        sizes = getattr(cfg.policy, key)
+        _check(len(sizes) > 0 and all(s >= 1 for s in sizes), f"policy.{key}", "a non-empty list of integers >= 1", sizes)
+    _check(cfg.policy.init_std > 0, "policy.init_std", "a number > 0", cfg.policy.init_std)
+    p = cfg.ppo
+    _check(p.steps_per_env >= 1, "ppo.steps_per_env", "an integer >= 1", p.steps_per_env)
+    _check(p.num_epochs >= 1, "ppo.num_epochs", "an integer >= 1", p.num_epochs)
+    batch = cfg.env.num_envs * p.steps_per_env
+    _check(1 <= p.num_minibatches <= batch and batch % p.num_minibatches == 0, "ppo.num_minibatches",
+           f"a divisor of env.num_envs * ppo.steps_per_env = {batch}", p.num_minibatches)
+    _check(p.learning_rate > 0, "ppo.learning_rate", "a number > 0", p.learning_rate)
+    _check(p.desired_kl > 0, "ppo.desired_kl", "a number > 0", p.desired_kl)
+    _check(0 <= p.gamma <= 1, "ppo.gamma", "a number in [0, 1]", p.gamma)
+    _check(0 <= p.lam <= 1, "ppo.lam", "a number in [0, 1]", p.lam)
+    _check(p.clip_param > 0, "ppo.clip_param", "a number > 0", p.clip_param)
+    _check(p.max_grad_norm > 0, "ppo.max_grad_norm", "a number > 0", p.max_grad_norm)
+    _check(p.weight_decay >= 0, "ppo.weight_decay", "a number >= 0", p.weight_decay)
+    return cfg
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """Build a nested config dataclass from a plain dict (as stored in checkpoints), rejecting unknown keys."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if key not in fields:
+            raise UserError(f"config: unknown key {prefix + key!r}; allowed: {', '.join(fields)}")
+        sub = fields[key].default_factory if fields[key].default_factory is not dataclasses.MISSING else None
+        if sub is not None and dataclasses.is_dataclass(sub) and isinstance(value, dict):
+            value = from_dict(sub, value, prefix=f"{prefix}{key}.")
+        kwargs[key] = value
+    return cls(**kwargs)
+
+
+def preset(task: str) -> TrainConfig:
+    """Default hyperparameters per task."""
+    cfg = TrainConfig(task=task)
+    if task.startswith("cartpole"):
+        cfg.env.num_envs = 64
+        cfg.ppo = PPOConfig(steps_per_env=32, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.99)
+        cfg.iterations = 150
+    elif task == "pendulum":
+        cfg.env.num_envs = 256
+        cfg.ppo = PPOConfig(steps_per_env=32, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.95)
+        cfg.iterations = 300
+    return cfg

@@ -1,0 +1,138 @@
+"""Batched, device-resident environment protocol.
+
+`step(actions)` returns device tensors only and resets finished environments itself, without a host
+branch. Observation tensors are owned by the environment and stay valid until the next `step()` or
+`reset()`: copy them if you need them longer.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class ActionSpec:
+    kind: Literal["continuous", "discrete"]
+    size: int
+    """Action dimension (continuous, values in [-1, 1]) or number of choices (discrete)."""
+
+
+class StepResult(NamedTuple):
+    obs: dict[str, Tensor]
+    """Observation groups, name -> [num_envs, dim]; at least `policy` and `critic`."""
+    reward: Tensor
+    """[num_envs] float32."""
+    terminated: Tensor
+    """[num_envs] bool: the episode ended in a terminal state (no bootstrapping)."""
+    truncated: Tensor
+    """[num_envs] bool: the episode hit its time limit (bootstrap from the value)."""
+    info: dict[str, Tensor]
+    """`episode_return` and `episode_length` hold the finished episode's totals where an episode ended."""
+
+
+class VecEnv(ABC):
+    num_envs: int
+    device: torch.device
+    obs_shapes: dict[str, tuple[int, ...]]
+    action_spec: ActionSpec
+    max_episode_length: int
+    saveable: bool = True
+    """Whether `state_dict()` captures everything needed to continue exactly."""
+
+    @abstractmethod
+    def reset(self) -> dict[str, Tensor]: ...
+
+    @abstractmethod
+    def step(self, actions: Tensor) -> StepResult: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+
+class TorchVecEnv(VecEnv):
+    """Base of the torch-native tasks: episode bookkeeping and branchless auto-reset.
+
+    Subclasses keep their physical state in tensors named in `state_names`, updated in place, and
+    implement `_advance`, `_initial_state` and `_observe`.
+    """
+
+    state_names: tuple[str, ...] = ()
+    default_max_episode_length: int = 1000
+
+    def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: int = 0,
+                 max_episode_length: int = 0) -> None:
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.max_episode_length = max_episode_length or self.default_max_episode_length
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        zeros = lambda dtype: torch.zeros(num_envs, dtype=dtype, device=self.device)  # noqa: E731
+        self.episode_return = zeros(torch.float32)
+        self.episode_length = zeros(torch.int64)
+        self._final_return = zeros(torch.float32)
+        self._final_length = zeros(torch.int64)
+
+    @abstractmethod
+    def _advance(self, actions: Tensor) -> tuple[Tensor, Tensor]:
+        """Integrate one control step in place; return (reward, terminated)."""
+
+    @abstractmethod
+    def _initial_state(self) -> dict[str, Tensor]:
+        """Fresh initial states for all envs (drawn for all N so that every path consumes the same numbers)."""
+
+    @abstractmethod
+    def _observe(self) -> dict[str, Tensor]: ...
+
+    def _uniform(self, low: Tensor | float, high: Tensor | float, *shape: int) -> Tensor:
+        u = torch.rand(self.num_envs, *shape, generator=self.generator, device=self.device)
+        return low + (high - low) * u
+
+    def reset(self) -> dict[str, Tensor]:
+        for name, value in self._initial_state().items():
+            getattr(self, name).copy_(value)
+        self.episode_return.zero_()
+        self.episode_length.zero_()
+        return self._observe()
+
+    def step(self, actions: Tensor) -> StepResult:
+        reward, terminated = self._advance(actions)
+        self.episode_return.add_(reward)
+        self.episode_length.add_(1)
+        truncated = (self.episode_length >= self.max_episode_length) & ~terminated
+        done = terminated | truncated
+        self._final_return.copy_(self.episode_return)
+        self._final_length.copy_(self.episode_length)
+        self._reset_where(done)
+        info = {"episode_return": self._final_return, "episode_length": self._final_length}
+        return StepResult(self._observe(), reward, terminated, truncated, info)
+
+    def _reset_where(self, done: Tensor) -> None:
+        for name, fresh in self._initial_state().items():
+            current = getattr(self, name)
+            mask = done.view(-1, *([1] * (current.dim() - 1)))
+            current.copy_(torch.where(mask, fresh, current))
+        self.episode_return.masked_fill_(done, 0.0)
+        self.episode_length.masked_fill_(done, 0)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = {name: getattr(self, name).clone() for name in self.state_names}
+        state.update(episode_return=self.episode_return.clone(), episode_length=self.episode_length.clone(),
+                     generator=self.generator.get_state())
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in (*self.state_names, "episode_return", "episode_length"):
+            target = getattr(self, name)
+            if name not in state or state[name].shape != target.shape:
+                got = tuple(state[name].shape) if name in state else "missing"
+                raise ValueError(f"env state {name!r}: expected shape {tuple(target.shape)}, got {got}")
+            target.copy_(state[name])
+        self.generator.set_state(state["generator"])

@@ -1,0 +1,9 @@
+"""Errors a user can cause. The CLI prints them as one line and exits with code 2."""
+
+
+class UserError(Exception):
+    """Bad config, checkpoint or environment output: the message names the culprit."""
+
+
+class NonFiniteError(UserError):
+    """The environment produced NaN or Inf observations or rewards."""

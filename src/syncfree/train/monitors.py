@@ -1,0 +1,108 @@
+"""Per-step bookkeeping that the trainer reads once per iteration: finished episodes and non-finite env output.
+
+Each monitor has a deferred path (device buffers, moved to the host inside the iteration's single transfer)
+and the conventional path (host reads at every step). Both produce the same values in the same order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+class EpisodeStats:
+    """Returns and lengths of finished episodes, in (step, env) order."""
+
+    def __init__(self, steps: int, num_envs: int, device: torch.device, deferred: bool, window: int = 100) -> None:
+        self.deferred = deferred
+        self.recent_returns: deque[float] = deque(maxlen=window)
+        self.recent_lengths: deque[float] = deque(maxlen=window)
+        self.iteration_episodes: list[tuple[float, float]] = []
+        """(return, length) of every episode that ended in the last completed iteration."""
+        self._steps, self._num_envs = steps, num_envs
+        if deferred:
+            self._buffer = torch.zeros(3, steps, num_envs, device=device)  # done, return, length
+        else:
+            self._pending: list[tuple[float, float]] = []
+
+    def record(self, t: int, done: Tensor, episode_return: Tensor, episode_length: Tensor) -> None:
+        if self.deferred:
+            self._buffer[0, t].copy_(done)
+            self._buffer[1, t].copy_(episode_return)
+            self._buffer[2, t].copy_(episode_length)
+            return
+        ids = done.nonzero().squeeze(-1)
+        self._pending.extend(zip(episode_return[ids].cpu().tolist(), episode_length[ids].float().cpu().tolist(),
+                                 strict=True))
+
+    def device_payload(self) -> Tensor | None:
+        return self._buffer.view(-1) if self.deferred else None
+
+    def payload_size(self) -> int:
+        return 3 * self._steps * self._num_envs if self.deferred else 0
+
+    def end_iteration(self, payload: np.ndarray | None) -> None:
+        if self.deferred:
+            done, returns, lengths = payload.reshape(3, -1)
+            mask = done > 0.5
+            episodes = list(zip(returns[mask].tolist(), lengths[mask].tolist(), strict=True))
+        else:
+            episodes, self._pending = self._pending, []
+        self.iteration_episodes = episodes
+        for ret, length in episodes:
+            self.recent_returns.append(ret)
+            self.recent_lengths.append(length)
+
+    def summary(self) -> dict[str, float]:
+        if not self.recent_returns:
+            return {}
+        return {"mean_return": float(np.mean(self.recent_returns)), "mean_length": float(np.mean(self.recent_lengths))}
+
+    def state_dict(self) -> dict:
+        return {"recent_returns": list(self.recent_returns), "recent_lengths": list(self.recent_lengths)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.recent_returns.extend(state["recent_returns"])
+        self.recent_lengths.extend(state["recent_lengths"])
+
+
+class NonFiniteMonitor:
+    """Which envs produced NaN or Inf in an observation group or the reward during this iteration."""
+
+    def __init__(self, num_envs: int, device: torch.device, deferred: bool) -> None:
+        self.deferred = deferred
+        self.num_envs = num_envs
+        if deferred:
+            self._flags = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        else:
+            self._bad: set[int] = set()
+
+    def check(self, obs: dict[str, Tensor], reward: Tensor) -> None:
+        tensors = [reward, *{id(x): x for x in obs.values()}.values()]  # a group shared by two names counts once
+        if self.deferred:
+            for x in tensors:
+                finite = torch.isfinite(x) if x.dim() == 1 else torch.isfinite(x).flatten(1).all(-1)
+                self._flags.logical_or_(finite.logical_not_())
+            return
+        for x in tensors:
+            if not torch.isfinite(x).all():
+                bad = ~torch.isfinite(x) if x.dim() == 1 else ~torch.isfinite(x).flatten(1).all(-1)
+                self._bad.update(bad.nonzero().squeeze(-1).tolist())
+
+    def device_payload(self) -> Tensor | None:
+        return self._flags.float() if self.deferred else None
+
+    def payload_size(self) -> int:
+        return self.num_envs if self.deferred else 0
+
+    def end_iteration(self, payload: np.ndarray | None) -> list[int]:
+        """Sorted ids of the envs with non-finite output since the last call."""
+        if self.deferred:
+            bad = np.flatnonzero(payload > 0.5).tolist()
+            self._flags.zero_()
+            return bad
+        bad, self._bad = sorted(self._bad), set()
+        return bad

@@ -1,0 +1,209 @@
+"""The training loop: rollout into preallocated storage, PPO update, one host transfer per iteration."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from syncfree.algo.advantages import compute_gae
+from syncfree.algo.ppo import PPO, UPDATE_STATS
+from syncfree.algo.storage import RolloutStorage
+from syncfree.config import TrainConfig, to_dict, validate
+from syncfree.envs import VecEnv, make_env
+from syncfree.errors import NonFiniteError, UserError
+from syncfree.policy import ActorCritic
+from syncfree.train import checkpoint
+from syncfree.train.logger import RunLogger
+from syncfree.train.monitors import EpisodeStats, NonFiniteMonitor
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, run_dir: Path | None = None, env: VecEnv | None = None) -> None:
+        self.cfg = validate(cfg)
+        self.device = resolve_device(cfg.device)
+        set_deterministic(cfg.perf.deterministic)
+        checkpoint.seed_everything(cfg.seed)
+        self.env = env or make_env(cfg.task, cfg.env.num_envs, self.device, cfg.seed, cfg.env.max_episode_length)
+        self.actor_dim, self.critic_dim = obs_dim(self.env, "policy"), obs_dim(self.env, "critic")
+        self.policy = ActorCritic(self.actor_dim, self.critic_dim, self.env.action_spec, cfg.policy,
+                                  validate_distributions=cfg.perf.validate_distributions).to(self.device)
+        self.ppo = PPO(self.policy, cfg.ppo, cfg.perf, self.device)
+        steps, n = cfg.ppo.steps_per_env, self.env.num_envs
+        self.storage = RolloutStorage(steps, n, self.actor_dim, self.critic_dim, self.env.action_spec,
+                                      self.policy.head.num_params, self.device)
+        self.episodes = EpisodeStats(steps, n, self.device, deferred=cfg.perf.deferred_episode_stats)
+        self.nonfinite = NonFiniteMonitor(n, self.device, deferred=cfg.perf.deferred_nonfinite_check)
+        self.obs = self.env.reset()
+        self.iteration = 0
+        self.env_steps = 0
+        self.run_dir = run_dir
+        self.stop_requested = False
+        """Set from a signal handler: the loop finishes the current iteration, saves, and returns."""
+        self.logger = (RunLogger(run_dir, cfg.log.tensorboard, cfg.log.wandb, to_dict(cfg))
+                       if run_dir is not None else None)
+
+    def learn(self) -> dict[str, Any]:
+        """Train until `cfg.iterations`; returns the last iteration's record."""
+        cfg, record = self.cfg, {}
+        bar = tqdm(total=cfg.iterations, initial=self.iteration, disable=not cfg.log.progress, unit="it",
+                   dynamic_ncols=True)
+        while self.iteration < cfg.iterations and not self.stop_requested:
+            start = time.perf_counter()
+            with torch.inference_mode():
+                for t in range(cfg.ppo.steps_per_env):
+                    self.rollout_step(t)
+                self.compute_advantages()
+            update_stats = self.ppo.update(self.storage)
+            host = self.read_iteration(update_stats)  # the iteration's only host transfer
+            self.iteration += 1
+            self.env_steps += cfg.ppo.steps_per_env * self.env.num_envs
+            record = self.finish_iteration(host, time.perf_counter() - start)
+            bar.set_postfix(steps_per_s=f"{record['steps_per_s']:.0f}",
+                            mean_return=f"{record.get('mean_return', float('nan')):.1f}", refresh=False)
+            bar.update(1)
+            if self.iteration % cfg.save_every == 0 or self.iteration == cfg.iterations or self.stop_requested:
+                self.save()
+        bar.close()
+        return record
+
+    def rollout_step(self, t: int) -> None:
+        """Act, step the environment, store: device tensors only."""
+        obs = self.obs
+        act = self.policy.act(obs["policy"], obs["critic"])
+        self.storage.store_policy_step(t, obs["policy"], obs["critic"], act)
+        step = self.env.step(act.actions)
+        done = step.terminated | step.truncated
+        self.policy.update_normalizers(step.obs["policy"], step.obs["critic"])
+        self.storage.store_env_step(t, step.reward, done, step.truncated, self.cfg.ppo.gamma)
+        self.episodes.record(t, done, step.info["episode_return"], step.info["episode_length"])
+        self.nonfinite.check(step.obs, step.reward)
+        self.obs = step.obs
+
+    def compute_advantages(self) -> None:
+        s = self.storage
+        last_values = self.policy.value(self.obs["critic"])
+        compute_gae(s.rewards, s.values, s.dones, last_values, self.cfg.ppo.gamma, self.cfg.ppo.lam,
+                    s.advantages, s.returns)
+
+    def read_iteration(self, update_stats: torch.Tensor) -> np.ndarray:
+        parts = [update_stats, self.nonfinite.device_payload(), self.episodes.device_payload()]
+        return torch.cat([p for p in parts if p is not None]).cpu().numpy()
+
+    def finish_iteration(self, host: np.ndarray, seconds: float) -> dict[str, Any]:
+        """Unpack the host transfer, stop on non-finite env output, log."""
+        n_update = len(UPDATE_STATS) + 2
+        n_flags = self.nonfinite.payload_size()
+        bad_envs = self.nonfinite.end_iteration(host[n_update : n_update + n_flags] if n_flags else None)
+        if bad_envs:
+            shown = ", ".join(map(str, bad_envs[:8])) + (", ..." if len(bad_envs) > 8 else "")
+            raise NonFiniteError(f"iteration {self.iteration}: non-finite observation or reward from env ids "
+                                 f"[{shown}] ({len(bad_envs)} envs); last good checkpoint kept")
+        self.episodes.end_iteration(host[n_update + n_flags :] if self.episodes.deferred else None)
+        record: dict[str, Any] = {"iteration": self.iteration, "env_steps": self.env_steps,
+                                  "steps_per_s": self.cfg.ppo.steps_per_env * self.env.num_envs / seconds,
+                                  "iteration_seconds": seconds, "episodes": len(self.episodes.iteration_episodes)}
+        record.update(self.episodes.summary())
+        record.update(zip(UPDATE_STATS, host[: len(UPDATE_STATS)].tolist(), strict=True))
+        record["skipped_steps"] = int(host[len(UPDATE_STATS)])
+        record["learning_rate"] = float(host[len(UPDATE_STATS) + 1])
+        if self.logger is not None:
+            self.logger.log(record)
+        return record
+
+    # -- checkpoints -------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": checkpoint.FORMAT_VERSION,
+            "config": to_dict(self.cfg),
+            "task": self.cfg.task,
+            "obs_dims": {"policy": self.actor_dim, "critic": self.critic_dim},
+            "action_spec": (self.env.action_spec.kind, self.env.action_spec.size),
+            "num_envs": self.env.num_envs,
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "policy": self.policy.state_dict(),
+            "ppo": self.ppo.state_dict(),
+            "env": self.env.state_dict() if self.env.saveable else None,
+            "obs": {k: v.clone() for k, v in self.obs.items()},
+            "episodes": self.episodes.state_dict(),
+            "rng": checkpoint.rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], source: str = "checkpoint") -> None:
+        check_compatible(state, self, source)
+        try:
+            self.policy.load_state_dict(state["policy"])
+        except RuntimeError as e:
+            lines = str(e).strip().splitlines()
+            detail = lines[1].strip() if len(lines) > 1 else lines[0]
+            raise UserError(f"{source}: policy does not fit this config ({detail})") from None
+        self.ppo.load_state_dict(state["ppo"])
+        self.iteration, self.env_steps = state["iteration"], state["env_steps"]
+        self.episodes.load_state_dict(state["episodes"])
+        if state["env"] is not None and self.env.saveable:
+            with torch.inference_mode(False):
+                self.env.load_state_dict(state["env"])
+            self.obs = {k: v.to(self.device) for k, v in state["obs"].items()}
+        else:
+            self.obs = self.env.reset()  # external envs cannot be saved: they start new episodes
+        checkpoint.set_rng_state(state["rng"])
+
+    def save(self) -> Path | None:
+        if self.run_dir is None:
+            return None
+        path = checkpoint.save_atomic(self.state_dict(), self.run_dir / f"checkpoint_{self.iteration:06d}.pt")
+        tmp = self.run_dir / ".latest.pt.tmp"
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, self.run_dir / "latest.pt")
+        return path
+
+    def close(self) -> None:
+        if self.logger is not None:
+            self.logger.close()
+
+
+def check_compatible(state: dict[str, Any], trainer: Trainer, source: str) -> None:
+    """A checkpoint must match the task's observation and action shapes and the env count."""
+    expected = {"task": trainer.cfg.task, "obs_dims": {"policy": trainer.actor_dim, "critic": trainer.critic_dim},
+                "action_spec": (trainer.env.action_spec.kind, trainer.env.action_spec.size),
+                "num_envs": trainer.env.num_envs}
+    for key, value in expected.items():
+        got = state.get(key)
+        if isinstance(got, list):
+            got = tuple(got)
+        if got != value:
+            raise UserError(f"{source}: {key} is {got!r} but this run has {value!r}")
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device={name!r}: CUDA is not available on this machine (use device=cpu)")
+    return device
+
+
+def set_deterministic(on: bool) -> None:
+    if on:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(on)
+    torch.backends.cudnn.deterministic = on
+    torch.backends.cudnn.benchmark = not on
+
+
+def obs_dim(env: VecEnv, group: str) -> int:
+    if group not in env.obs_shapes:
+        raise UserError(f"env: observation group {group!r} missing (has {', '.join(env.obs_shapes)})")
+    shape = env.obs_shapes[group]
+    if len(shape) != 1:
+        raise UserError(f"env: observation group {group!r} has shape {shape}; the MLP policy needs 1-D observations")
+    return shape[0]
