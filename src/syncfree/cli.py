@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import signal
 import sys
 import time
@@ -57,16 +58,37 @@ def parse_train_config(argv: Sequence[str]):
         if task not in TASKS:
             raise UserError(f"config: task={task!r} is invalid; allowed: {', '.join(sorted(TASKS))}")
         base = preset(task)
-    parser = ArgumentParser(prog="syncfree train", exit_on_error=False,
+    parser = ArgumentParser(prog="syncfree train", exit_on_error=False, allow_abbrev=False,
                             description="Train PPO on a built-in task. Defaults shown are the task's preset.")
     parser.add_argument("--config", action="config", help="YAML file with any of the options below.")
     parser.add_class_arguments(TrainConfig, as_group=False, default=base)
     try:
         ns = parser.parse_args(list(argv))
     except Exception as e:  # noqa: BLE001 - jsonargparse reports bad input as ArgumentError/TypeError
-        raise UserError("config: " + " ".join(line.strip() for line in str(e).splitlines() if line.strip())) from None
+        message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        raise UserError(f"config: {message}{allowed_keys_hint(message)}") from None
     ns.pop("config", None)
     return validate(from_dict(TrainConfig, ns.as_dict()))
+
+
+def allowed_keys_hint(message: str) -> str:
+    """For an unrecognized `--section.key`, name the keys that section does have."""
+    import dataclasses
+
+    from syncfree.config import TrainConfig
+
+    match = re.search(r"unrecognized arguments: --([\w.]+)", message)
+    if not match:
+        return ""
+    *sections, _ = match.group(1).split(".")
+    cls = TrainConfig
+    for name in sections:
+        field = {f.name: f for f in dataclasses.fields(cls)}.get(name)
+        if field is None or not dataclasses.is_dataclass(field.default_factory):
+            return ""
+        cls = field.default_factory
+    prefix = "".join(f"{s}." for s in sections)
+    return "; allowed: " + ", ".join(prefix + f.name for f in dataclasses.fields(cls))
 
 
 def cmd_train(argv: Sequence[str]) -> int:

@@ -57,6 +57,10 @@ class PerfConfig:
     def switches(cls) -> list[dataclasses.Field]:
         return list(dataclasses.fields(cls))
 
+    @classmethod
+    def switches_by_name(cls) -> dict[str, dataclasses.Field]:
+        return {f.name: f for f in dataclasses.fields(cls)}
+
 
 @dataclass
 class EnvConfig:

@@ -27,8 +27,9 @@ class PPO:
         """Device-side learning rate (float64, so each step rounds exactly like the host schedule)."""
         optimizer_lr: float | Tensor = cfg.learning_rate
         if self.lr_on_device:
-            # The fused kernel reads a float32 tensor; the for-loop AdamW takes the float64 one as it is.
-            optimizer_lr = self.lr.float() if perf.fused_adamw else self.lr
+            # The CUDA fused kernel reads a float32 lr tensor; the CPU kernels use the float64 one, which rounds
+            # each step exactly like a Python float learning rate.
+            optimizer_lr = self.lr.float() if perf.fused_adamw and device.type != "cpu" else self.lr
         self.optimizer_lr = optimizer_lr
         self.optimizer = torch.optim.AdamW(
             self.params, lr=optimizer_lr, weight_decay=cfg.weight_decay, fused=perf.fused_adamw or None,
@@ -127,7 +128,7 @@ class PPO:
                 "skipped_steps": self.skipped_steps.clone()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.load_optimizer_state(state["optimizer"])
         self.lr.copy_(state["lr"])
         if isinstance(self.optimizer_lr, Tensor) and self.optimizer_lr is not self.lr:
             self.optimizer_lr.copy_(self.lr)
@@ -135,3 +136,8 @@ class PPO:
         self.skipped_steps.copy_(state["skipped_steps"])
         for group in self.optimizer.param_groups:
             group["lr"] = self.optimizer_lr if isinstance(self.optimizer_lr, Tensor) else self.learning_rate
+
+    def load_optimizer_state(self, state: dict) -> None:
+        """Load moments and step counts but keep this run's optimizer options (fused, foreach, lr object)."""
+        own_groups = self.optimizer.state_dict()["param_groups"]
+        self.optimizer.load_state_dict({"state": state["state"], "param_groups": own_groups})

@@ -70,39 +70,51 @@ class EpisodeStats:
 
 
 class NonFiniteMonitor:
-    """Which envs produced NaN or Inf in an observation group or the reward during this iteration."""
+    """The first step of the iteration at which an env produced NaN or Inf (observation group or reward), and
+    which envs did so then: a NaN spreads to every env through the normalizer, so only the first ones matter."""
 
     def __init__(self, num_envs: int, device: torch.device, deferred: bool) -> None:
         self.deferred = deferred
         self.num_envs = num_envs
         if deferred:
-            self._flags = torch.zeros(num_envs, dtype=torch.bool, device=device)
+            self._first_step = torch.full((num_envs,), float("inf"), device=device)
         else:
-            self._bad: set[int] = set()
+            self._first: tuple[int, list[int]] | None = None
 
-    def check(self, obs: dict[str, Tensor], reward: Tensor) -> None:
+    def check(self, t: int, obs: dict[str, Tensor], reward: Tensor) -> None:
         tensors = [reward, *{id(x): x for x in obs.values()}.values()]  # a group shared by two names counts once
         if self.deferred:
+            bad = torch.zeros_like(self._first_step, dtype=torch.bool)
             for x in tensors:
-                finite = torch.isfinite(x) if x.dim() == 1 else torch.isfinite(x).flatten(1).all(-1)
-                self._flags.logical_or_(finite.logical_not_())
+                bad.logical_or_(_row_not_finite(x))
+            torch.minimum(self._first_step, torch.where(bad, float(t), float("inf")), out=self._first_step)
+            return
+        if self._first is not None:
             return
         for x in tensors:
             if not torch.isfinite(x).all():
-                bad = ~torch.isfinite(x) if x.dim() == 1 else ~torch.isfinite(x).flatten(1).all(-1)
-                self._bad.update(bad.nonzero().squeeze(-1).tolist())
+                bad = torch.zeros(self.num_envs, dtype=torch.bool, device=x.device)
+                for y in tensors:
+                    bad |= _row_not_finite(y)
+                self._first = (t, bad.nonzero().squeeze(-1).tolist())
+                return
 
     def device_payload(self) -> Tensor | None:
-        return self._flags.float() if self.deferred else None
+        return self._first_step if self.deferred else None
 
     def payload_size(self) -> int:
         return self.num_envs if self.deferred else 0
 
-    def end_iteration(self, payload: np.ndarray | None) -> list[int]:
-        """Sorted ids of the envs with non-finite output since the last call."""
+    def end_iteration(self, payload: np.ndarray | None) -> tuple[int, list[int]] | None:
+        """(step, env ids) of the first non-finite output since the last call, or None."""
         if self.deferred:
-            bad = np.flatnonzero(payload > 0.5).tolist()
-            self._flags.zero_()
-            return bad
-        bad, self._bad = sorted(self._bad), set()
-        return bad
+            self._first_step.fill_(float("inf"))
+            first = payload.min()
+            return None if np.isinf(first) else (int(first), np.flatnonzero(payload == first).tolist())
+        first, self._first = self._first, None
+        return first
+
+
+def _row_not_finite(x: Tensor) -> Tensor:
+    finite = torch.isfinite(x)
+    return ~(finite if x.dim() == 1 else finite.flatten(1).all(-1))

@@ -83,7 +83,7 @@ class Trainer:
         self.policy.update_normalizers(step.obs["policy"], step.obs["critic"])
         self.storage.store_env_step(t, step.reward, done, step.truncated, self.cfg.ppo.gamma)
         self.episodes.record(t, done, step.info["episode_return"], step.info["episode_length"])
-        self.nonfinite.check(step.obs, step.reward)
+        self.nonfinite.check(t, step.obs, step.reward)
         self.obs = step.obs
 
     def compute_advantages(self) -> None:
@@ -100,11 +100,12 @@ class Trainer:
         """Unpack the host transfer, stop on non-finite env output, log."""
         n_update = len(UPDATE_STATS) + 2
         n_flags = self.nonfinite.payload_size()
-        bad_envs = self.nonfinite.end_iteration(host[n_update : n_update + n_flags] if n_flags else None)
-        if bad_envs:
-            shown = ", ".join(map(str, bad_envs[:8])) + (", ..." if len(bad_envs) > 8 else "")
+        first_bad = self.nonfinite.end_iteration(host[n_update : n_update + n_flags] if n_flags else None)
+        if first_bad is not None:
+            step, envs = first_bad
+            shown = ", ".join(map(str, envs[:8])) + (f", ... ({len(envs)} envs)" if len(envs) > 8 else "")
             raise NonFiniteError(f"iteration {self.iteration}: non-finite observation or reward from env ids "
-                                 f"[{shown}] ({len(bad_envs)} envs); last good checkpoint kept")
+                                 f"[{shown}] at rollout step {step}; stopped, last good checkpoint kept")
         self.episodes.end_iteration(host[n_update + n_flags :] if self.episodes.deferred else None)
         record: dict[str, Any] = {"iteration": self.iteration, "env_steps": self.env_steps,
                                   "steps_per_s": self.cfg.ppo.steps_per_env * self.env.num_envs / seconds,

@@ -1,0 +1,25 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from syncfree.config import PerfConfig, PolicyConfig, PPOConfig, TrainConfig
+
+
+def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
+    """The small preset of the equivalence tests: 32 envs x 8 steps, 2 epochs x 2 minibatches."""
+    cfg = TrainConfig(task=task, seed=3, device="cpu", iterations=3)
+    cfg.env.num_envs = 32
+    cfg.env.max_episode_length = 10  # episodes end by time-out as well as by failure
+    cfg.policy = PolicyConfig(actor_hidden=[32, 32], critic_hidden=[32, 32])
+    cfg.ppo = PPOConfig(steps_per_env=8, num_epochs=2, num_minibatches=2)
+    cfg.log.progress = False
+    cfg.perf = PerfConfig(**perf)
+    return cfg
+
+
+@pytest.fixture(autouse=True)
+def _restore_torch_global_state():
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    yield
+    torch.use_deterministic_algorithms(deterministic)

@@ -1,0 +1,137 @@
+"""Bad input ends in one clear line naming the culprit and exit code 2; no data is lost."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import small_config
+from syncfree.cli import main
+from syncfree.envs.tasks import TASKS, Task
+from syncfree.envs.tasks.classic import Pendulum
+from syncfree.errors import NonFiniteError
+from syncfree.train import checkpoint
+from syncfree.train.trainer import Trainer
+
+
+def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+def one_line(err: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip() and "%|" not in line]
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv,culprit", [
+    (["--ppo.foo", "3"], "ppo.foo"),
+    (["--nope", "1"], "nope"),
+    (["--env.num_envs", "abc"], "env.num_envs"),
+    (["--env.num_envs", "0"], "env.num_envs"),
+    (["--ppo.schedule", "sometimes"], "ppo.schedule"),
+    (["--ppo.gamma", "1.5"], "ppo.gamma"),
+    (["--ppo.num_minibatches", "7"], "ppo.num_minibatches"),
+    (["--task", "walker"], "task"),
+    (["--device", "tpu"], "device"),
+    (["--perf.fused_adamw", "maybe"], "perf.fused_adamw"),
+    (["--policy.actor_hidden", "[]"], "policy.actor_hidden"),
+])
+def test_bad_config_is_one_line_naming_the_key(capsys, argv: list[str], culprit: str) -> None:
+    code, err = run_cli(capsys, "train", *argv)
+    assert code == 2
+    assert culprit in one_line(err)
+
+
+def test_unknown_key_lists_what_is_allowed(capsys) -> None:
+    code, err = run_cli(capsys, "train", "--ppo.learning_rat", "1e-3")
+    assert code == 2 and "learning_rate" in one_line(err)
+
+
+def test_missing_checkpoint(capsys, tmp_path: Path) -> None:
+    for command in (["eval", "--checkpoint"], ["train", "--resume"]):
+        code, err = run_cli(capsys, *command, str(tmp_path / "missing.pt"))
+        assert code == 2 and "missing.pt" in one_line(err)
+
+
+def test_corrupt_checkpoint(capsys, tmp_path: Path) -> None:
+    path = tmp_path / "junk.pt"
+    path.write_bytes(b"not a checkpoint")
+    code, err = run_cli(capsys, "eval", "--checkpoint", str(path))
+    assert code == 2 and "junk.pt" in one_line(err)
+
+
+@pytest.fixture
+def pendulum_checkpoint(tmp_path: Path) -> Path:
+    trainer = Trainer(small_config("pendulum"), run_dir=tmp_path / "run")
+    trainer.cfg.iterations = 1
+    trainer.learn()
+    return tmp_path / "run" / "latest.pt"
+
+
+@pytest.mark.parametrize("change,culprit", [
+    (lambda c: setattr(c, "task", "cartpole"), "task"),
+    (lambda c: setattr(c.policy, "actor_hidden", [8]), "policy"),
+    (lambda c: setattr(c.env, "num_envs", 16), "num_envs"),
+])
+def test_incompatible_checkpoint(pendulum_checkpoint: Path, change, culprit: str) -> None:
+    cfg = small_config("pendulum")
+    change(cfg)
+    trainer = Trainer(cfg)
+    with pytest.raises(Exception) as info:
+        trainer.load_state_dict(checkpoint.load(pendulum_checkpoint), source=f"checkpoint {pendulum_checkpoint}")
+    assert type(info.value).__name__ == "UserError"
+    message = str(info.value)
+    assert culprit in message and "latest.pt" in message and "\n" not in message
+
+
+def test_resume_with_incompatible_override_exits_2(capsys, pendulum_checkpoint: Path) -> None:
+    code, err = run_cli(capsys, "train", "--resume", str(pendulum_checkpoint), "--policy.actor_hidden", "[8]")
+    assert code == 2 and "policy" in one_line(err)
+
+
+class NaNPendulum(Pendulum):
+    """Emits a NaN observation from envs 3 and 5 once `steps` steps have passed."""
+
+    def __init__(self, *args, nan_after: int = 20, **kwargs) -> None:
+        self.steps, self.nan_after = 0, nan_after
+        super().__init__(*args, **kwargs)
+
+    def _observe(self):
+        obs = super()._observe()
+        self.steps += 1
+        if self.steps > self.nan_after:
+            self._obs[[3, 5], 1] = float("nan")
+        return obs
+
+
+@pytest.mark.parametrize("deferred", [True, False])
+def test_non_finite_env_output_stops_at_iteration_end_naming_envs(tmp_path: Path, deferred: bool) -> None:
+    cfg = small_config("pendulum", deferred_nonfinite_check=deferred)
+    cfg.iterations, cfg.save_every = 5, 1
+    env = NaNPendulum(cfg.env.num_envs, seed=cfg.seed, max_episode_length=10, nan_after=20)
+    trainer = Trainer(cfg, run_dir=tmp_path, env=env)
+    with pytest.raises(NonFiniteError) as info:
+        trainer.learn()
+    assert str(info.value).startswith("iteration 3: non-finite observation or reward from env ids [3, 5]")
+    assert checkpoint.load(tmp_path / "latest.pt")["iteration"] == 2  # the last good checkpoint is kept
+    assert not (tmp_path / "checkpoint_000003.pt").exists()
+
+
+def test_non_finite_via_cli_is_one_line_exit_2(capsys, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setitem(TASKS, "nan-pendulum", Task("nan-pendulum", "test", NaNPendulum))
+    code, err = run_cli(capsys, "train", "--task", "nan-pendulum", "--iterations", "3", "--env.num_envs", "16",
+                        "--ppo.steps_per_env", "8", "--log.dir", str(tmp_path), "--log.progress", "false")
+    assert code == 2
+    assert "iteration 3: non-finite observation or reward from env ids [3, 5]" in one_line(err)
+
+
+def test_cuda_requested_without_cuda(capsys) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    code, err = run_cli(capsys, "train", "--device", "cuda", "--iterations", "1")
+    assert code == 2 and "CUDA is not available" in one_line(err)

@@ -1,0 +1,140 @@
+"""Every perf switch: on == off. Bitwise where the arithmetic is the same, a stated tolerance where kernels differ."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from conftest import small_config
+from syncfree.algo.storage import Batch
+from syncfree.config import PerfConfig
+from syncfree.train.trainer import Trainer
+
+SAME_ARITHMETIC = ["deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm",
+                   "device_adaptive_lr", "validate_distributions", "zero_grad_set_to_none"]
+
+
+def train(task: str, **perf: bool) -> tuple[Trainer, list[tuple[float, float]], list[dict]]:
+    trainer = Trainer(small_config(task, **perf))
+    episodes, records = [], []
+    for it in range(1, trainer.cfg.iterations + 1):
+        trainer.cfg.iterations = it
+        records.append(trainer.learn())
+        episodes += trainer.episodes.iteration_episodes
+    return trainer, episodes, records
+
+
+def assert_same_run(a: tuple, b: tuple) -> None:
+    (ta, ea, ra), (tb, eb, rb) = a, b
+    for (name, pa), pb in zip(ta.policy.state_dict().items(), tb.policy.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb), name
+    for name, x in ta.storage.state_tensors().items():
+        assert torch.equal(x, getattr(tb.storage, name)), name
+    assert ea == eb and len(ea) > 0
+    drop = ("steps_per_s", "iteration_seconds")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in ra] == \
+           [{k: v for k, v in r.items() if k not in drop} for r in rb]
+
+
+def test_switch_catalogue_declares_both_polarities() -> None:
+    for f in PerfConfig.switches():
+        assert {"baseline", "optimized", "seed"} <= set(f.metadata), f.name
+        assert f.default == f.metadata["optimized"], f"{f.name}: optimized must be the default"
+        assert f.metadata["baseline"] != f.metadata["optimized"], f.name
+    assert PerfConfig() == PerfConfig.preset("optimized")
+
+
+@pytest.mark.parametrize("task", ["cartpole", "pendulum"])
+@pytest.mark.parametrize("switch", SAME_ARITHMETIC)
+def test_switch_is_bitwise_equivalent(task: str, switch: str) -> None:
+    baseline = PerfConfig.switches_by_name()[switch].metadata["baseline"]
+    assert_same_run(train(task), train(task, **{switch: baseline}))
+
+
+def test_all_baseline_equals_all_optimized_except_the_fused_kernel() -> None:
+    """Everything but the optimizer kernel at its baseline value reproduces the optimized run bit for bit."""
+    perf = PerfConfig.preset("baseline")
+    perf.fused_adamw = True
+    perf.deterministic = False
+    assert_same_run(train("pendulum"), train("pendulum", **vars(perf)))
+
+
+@pytest.mark.parametrize("lr_on_device", [False, True])
+def test_fused_adamw_matches_plain_adamw_for_one_step(lr_on_device: bool) -> None:
+    """Kernels differ: one step from identical parameters and gradients agrees within 1e-6 (float32 rounding)."""
+    results = []
+    for fused in (False, True):
+        trainer = Trainer(small_config("pendulum", fused_adamw=fused, device_adaptive_lr=lr_on_device))
+        trainer.cfg.iterations = 1
+        trainer.learn()  # fills storage and optimizer state
+        results.append(trainer)
+    plain, fused = results
+    fused.policy.load_state_dict(plain.policy.state_dict())
+    fused.ppo.load_state_dict(copy.deepcopy(plain.ppo.state_dict()))  # no shared moment tensors
+    assert fused.ppo.optimizer.param_groups[0]["fused"]
+    mb = Batch(*(x[:64] for x in plain.storage.flat()))
+    before = [p.detach().clone() for p in plain.policy.parameters()]
+    torch.manual_seed(0)
+    plain.ppo.minibatch_update(mb)
+    torch.manual_seed(0)
+    fused.ppo.minibatch_update(mb)
+    for (name, a), b in zip(plain.policy.named_parameters(), fused.policy.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+    assert all(not torch.equal(b, a) for b, a in zip(before, plain.policy.parameters(), strict=True))
+
+
+def test_set_to_none_every_parameter_gets_a_gradient_each_minibatch() -> None:
+    """`zero_grad(set_to_none=True)` equals zeroing only if no parameter is ever left without a gradient."""
+    trainer = Trainer(small_config("pendulum"))
+    trainer.cfg.iterations = 1
+    trainer.learn()
+    data = trainer.storage.flat()
+    for start in (0, 64, 128):
+        trainer.ppo.minibatch_update(Batch(*(x[start : start + 64] for x in data)))
+        missing = [n for n, p in trainer.policy.named_parameters() if p.grad is None]
+        assert not missing
+
+
+def test_deterministic_mode_reruns_identically() -> None:
+    a = train("pendulum", deterministic=True)
+    assert torch.are_deterministic_algorithms_enabled()
+    b = train("pendulum", deterministic=True)
+    assert_same_run(a, b)
+
+
+@pytest.mark.parametrize("perf", [
+    dict(grad_finite_from_norm=True, fused_adamw=True),
+    dict(grad_finite_from_norm=True, fused_adamw=False),
+    dict(grad_finite_from_norm=False, fused_adamw=True),
+    dict(grad_finite_from_norm=False, fused_adamw=False),
+])
+def test_non_finite_gradient_skips_the_step_and_counts_it(perf: dict) -> None:
+    trainer = Trainer(small_config("pendulum", **perf))
+    trainer.cfg.iterations = 1
+    trainer.learn()
+    params = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
+    opt_state = copy.deepcopy(trainer.ppo.optimizer.state_dict()["state"])
+    skipped = int(trainer.ppo.skipped_steps)
+    hook = trainer.policy.critic[0].weight.register_hook(lambda g: torch.full_like(g, float("nan")))
+    trainer.ppo.minibatch_update(Batch(*(x[:64] for x in trainer.storage.flat())))
+    hook.remove()
+    assert int(trainer.ppo.skipped_steps) == skipped + 1
+    for n, p in trainer.policy.named_parameters():
+        assert torch.equal(p, params[n]), n
+    for key, state in trainer.ppo.optimizer.state_dict()["state"].items():
+        for name, value in state.items():
+            assert torch.equal(value, opt_state[key][name]), (key, name)
+    # a finite step afterwards goes through and moves the parameters
+    trainer.ppo.minibatch_update(Batch(*(x[:64] for x in trainer.storage.flat())))
+    assert int(trainer.ppo.skipped_steps) == skipped + 1
+    assert not torch.equal(trainer.policy.critic[0].weight, params["critic.0.weight"])
+
+
+def test_skipped_steps_are_reported_in_the_iteration_record() -> None:
+    trainer = Trainer(small_config("pendulum"))
+    trainer.policy.actor[0].weight.register_hook(lambda g: torch.full_like(g, float("inf")))
+    trainer.cfg.iterations = 1
+    record = trainer.learn()
+    assert record["skipped_steps"] == trainer.cfg.ppo.num_epochs * trainer.cfg.ppo.num_minibatches
