@@ -87,7 +87,7 @@ def test_ctrl_c_saves_the_last_completed_iteration(tmp_path: Path) -> None:
     while time.monotonic() < deadline and (not metrics.exists() or len(metrics.read_text().splitlines()) < 3):
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    _out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     done = len(metrics.read_text().splitlines())
     state = checkpoint.load(tmp_path / "run" / "latest.pt")

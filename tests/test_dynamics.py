@@ -16,7 +16,7 @@ N = 64
 def gym_step(env: gym.Env, state: np.ndarray, action) -> tuple[np.ndarray, float, bool]:
     env.unwrapped.state = state.astype(np.float64).copy()
     env.unwrapped.steps_beyond_terminated = None
-    obs, reward, terminated, _, _ = env.step(action)
+    _obs, reward, terminated, _, _ = env.step(action)
     return np.asarray(env.unwrapped.state, dtype=np.float64), float(reward), bool(terminated)
 
 

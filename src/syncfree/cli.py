@@ -64,7 +64,7 @@ def parse_train_config(argv: Sequence[str]):
     parser.add_class_arguments(TrainConfig, as_group=False, default=base)
     try:
         ns = parser.parse_args(list(argv))
-    except Exception as e:  # noqa: BLE001 - jsonargparse reports bad input as ArgumentError/TypeError
+    except Exception as e:
         message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
         raise UserError(f"config: {message}{allowed_keys_hint(message)}") from None
     ns.pop("config", None)
@@ -109,7 +109,7 @@ def cmd_train(argv: Sequence[str]) -> int:
     log.info("training %s on %s: %d envs x %d steps per iteration, %d iterations -> %s", cfg.task, trainer.device,
              trainer.env.num_envs, cfg.ppo.steps_per_env, cfg.iterations, run_dir)
 
-    def request_stop(signum, frame):  # noqa: ARG001 - signal handler signature
+    def request_stop(signum, frame):
         if trainer.stop_requested:
             raise KeyboardInterrupt
         trainer.stop_requested = True

@@ -33,7 +33,7 @@ def load(path: str | Path) -> dict[str, Any]:
         raise UserError(f"checkpoint {path}: no such file")
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:  # noqa: BLE001 - any unpickling failure means the file is not a checkpoint
+    except Exception as e:
         raise UserError(f"checkpoint {path}: not a readable checkpoint ({type(e).__name__})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
         raise UserError(f"checkpoint {path}: not a syncfree checkpoint (format {FORMAT_VERSION})")

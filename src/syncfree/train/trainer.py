@@ -198,7 +198,6 @@ def set_deterministic(on: bool) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(on)
     torch.backends.cudnn.deterministic = on
-    torch.backends.cudnn.benchmark = not on
 
 
 def obs_dim(env: VecEnv, group: str) -> int:

@@ -1,0 +1,74 @@
+"""The commands a user runs: train, eval, tasks, switches, --help; logs and TensorBoard files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from syncfree.cli import main
+from syncfree.config import PerfConfig
+
+
+def test_train_then_eval(capsys, tmp_path: Path) -> None:
+    code = main(["train", "--task", "pendulum", "--iterations", "3", "--save_every", "2", "--env.num_envs", "16",
+                 "--env.max_episode_length", "10",
+                 "--ppo.steps_per_env", "8", "--log.dir", str(tmp_path), "--log.run_name", "run",
+                 "--log.tensorboard", "true", "--log.progress", "false"])
+    assert code == 0
+    run = tmp_path / "run"
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [1, 2, 3]
+    assert {"env_steps", "steps_per_s", "mean_return", "surrogate_loss", "value_loss", "learning_rate"} <= set(records[-1])
+    assert records[-1]["env_steps"] == 3 * 16 * 8
+    assert sorted(p.name for p in run.glob("checkpoint_*.pt")) == ["checkpoint_000002.pt", "checkpoint_000003.pt"]
+    assert list((run / "tensorboard").glob("events.out.tfevents.*"))
+    capsys.readouterr()
+
+    assert main(["eval", "--checkpoint", str(run / "latest.pt"), "--episodes", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("pendulum: mean return -") and "over 5 episodes" in out and "iteration 3" in out
+
+
+def test_resume_from_cli_continues_the_run(tmp_path: Path) -> None:
+    args = ["--task", "cartpole", "--env.num_envs", "16", "--ppo.steps_per_env", "8", "--log.dir", str(tmp_path),
+            "--log.run_name", "run", "--log.progress", "false"]
+    assert main(["train", "--iterations", "2", *args]) == 0
+    assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--iterations", "4"]) == 0
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3, 4]
+
+
+def test_tasks_lists_every_task(capsys) -> None:
+    assert main(["tasks"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("cartpole", "cartpole-continuous", "pendulum"))
+
+
+def test_switches_lists_both_polarities(capsys) -> None:
+    assert main(["switches"]) == 0
+    out = capsys.readouterr().out
+    for f in PerfConfig.switches():
+        assert f"{f.name}: baseline={f.metadata['baseline']} optimized={f.metadata['optimized']}" in out
+
+
+def test_help_documents_every_field(capsys) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for name in ("--ppo.learning_rate", "--env.num_envs", "--perf.fused_adamw", "--log.tensorboard", "--resume"):
+        assert name in out
+    assert "Use PyTorch's fused AdamW kernel" in out
+
+
+def test_preset_shows_in_help(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["train", "--task", "pendulum", "--help"])
+    assert "default: 300" in capsys.readouterr().out  # pendulum's preset iteration count
+
+
+def test_unknown_command(capsys) -> None:
+    assert main(["fly"]) == 2
+    assert "unknown command 'fly'" in capsys.readouterr().err
