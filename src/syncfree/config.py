@@ -218,4 +218,9 @@ def preset(task: str) -> TrainConfig:
         cfg.env.num_envs = 256
         cfg.ppo = PPOConfig(steps_per_env=32, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.95)
         cfg.iterations = 300
+    elif task == "point-mass":
+        cfg.env.num_envs = 4096
+        cfg.policy.actor_hidden, cfg.policy.critic_hidden = [128, 128], [128, 128]
+        cfg.ppo = PPOConfig(steps_per_env=24, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.99)
+        cfg.iterations = 50
     return cfg

@@ -7,6 +7,7 @@ from torch import Tensor
 
 from syncfree.algo.storage import Batch, RolloutStorage
 from syncfree.config import PerfConfig, PPOConfig
+from syncfree.perf.phases import Phases
 from syncfree.policy.actor_critic import ActorCritic
 
 UPDATE_STATS = ("surrogate_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
@@ -16,8 +17,10 @@ _MIN_LR, _MAX_LR = 1e-5, 1e-2
 
 
 class PPO:
-    def __init__(self, policy: ActorCritic, cfg: PPOConfig, perf: PerfConfig, device: torch.device) -> None:
+    def __init__(self, policy: ActorCritic, cfg: PPOConfig, perf: PerfConfig, device: torch.device,
+                 phases: Phases | None = None) -> None:
         self.policy, self.cfg, self.perf = policy, cfg, perf
+        self.phases = phases or Phases()
         self.params = [p for p in policy.parameters() if p.requires_grad]
         self.adaptive = cfg.schedule == "adaptive"
         self.lr_on_device = self.adaptive and perf.device_adaptive_lr
@@ -61,30 +64,32 @@ class PPO:
         return torch.cat((self.stats / num_updates, skipped.view(1), lr.float().view(1)))
 
     def minibatch_update(self, mb: Batch) -> None:
-        cfg = self.cfg
-        ev = self.policy.evaluate(mb.actor_obs, mb.critic_obs, mb.actions)
-        with torch.no_grad():
-            kl_mean = self.policy.head.kl(mb.old_dist_params, ev.dist_params).mean()
-        if self.adaptive:
-            self.adapt_learning_rate(kl_mean)
-
-        ratio = torch.exp(ev.log_prob - mb.old_log_prob)
-        surrogate = torch.max(-mb.advantages * ratio,
-                              -mb.advantages * ratio.clamp(1.0 - cfg.clip_param, 1.0 + cfg.clip_param)).mean()
-        if cfg.clipped_value_loss:
-            clipped = mb.old_values + (ev.value - mb.old_values).clamp(-cfg.clip_param, cfg.clip_param)
-            value_loss = torch.max((ev.value - mb.returns).square(), (clipped - mb.returns).square()).mean()
-        else:
-            value_loss = (ev.value - mb.returns).square().mean()
-        entropy = ev.entropy.mean()
-        loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
-
-        self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)
-        loss.backward()
-        grad_norm = self.clip_and_step()
-        with torch.no_grad():
-            clip_fraction = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
-            self.stats.add_(torch.stack((surrogate, value_loss, entropy, kl_mean, clip_fraction, grad_norm)).detach())
+        cfg, phase = self.cfg, self.phases
+        with phase("update.forward"):
+            ev = self.policy.evaluate(mb.actor_obs, mb.critic_obs, mb.actions)
+            with torch.no_grad():
+                kl_mean = self.policy.head.kl(mb.old_dist_params, ev.dist_params).mean()
+            if self.adaptive:
+                self.adapt_learning_rate(kl_mean)
+            ratio = torch.exp(ev.log_prob - mb.old_log_prob)
+            surrogate = torch.max(-mb.advantages * ratio,
+                                  -mb.advantages * ratio.clamp(1.0 - cfg.clip_param, 1.0 + cfg.clip_param)).mean()
+            if cfg.clipped_value_loss:
+                clipped = mb.old_values + (ev.value - mb.old_values).clamp(-cfg.clip_param, cfg.clip_param)
+                value_loss = torch.max((ev.value - mb.returns).square(), (clipped - mb.returns).square()).mean()
+            else:
+                value_loss = (ev.value - mb.returns).square().mean()
+            entropy = ev.entropy.mean()
+            loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
+        with phase("update.backward"):
+            self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)
+            loss.backward()
+        with phase("update.optimizer"):
+            grad_norm = self.clip_and_step()
+            with torch.no_grad():
+                clip_fraction = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
+                stats = torch.stack((surrogate, value_loss, entropy, kl_mean, clip_fraction, grad_norm))
+                self.stats.add_(stats)
 
     def clip_and_step(self) -> Tensor:
         """Clip the global gradient norm and step, skipping (and counting) steps with non-finite gradients."""

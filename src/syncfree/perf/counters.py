@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 HOST_READ_METHODS = frozenset({"item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"})
@@ -45,6 +46,9 @@ class Counts:
     not counting those dispatched by a Python read already in `host_reads`."""
     ops: Counter = field(default_factory=Counter)
     """Every dispatched aten op (a proxy for kernel launches)."""
+    allocations: int = 0
+    """New tensor storages created by dispatched ops (views, in-place and `out=` writes create none)."""
+    allocated_bytes: int = 0
     in_read: int = 0
 
     @property
@@ -95,7 +99,19 @@ class _DispatchCounter(TorchDispatchMode):
         self.counts.ops[name] += 1
         if not self.counts.in_read and _is_sync_op(func, args):
             self.counts.sync_ops[name] += 1
-        return func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        inputs = {_storage_ptr(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        out = func(*args, **kwargs)
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and _storage_ptr(t) not in inputs and t.untyped_storage().nbytes() > 0:
+                inputs.add(_storage_ptr(t))
+                self.counts.allocations += 1
+                self.counts.allocated_bytes += t.untyped_storage().nbytes()
+        return out
+
+
+def _storage_ptr(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
 
 
 class count_syncs:

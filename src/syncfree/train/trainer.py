@@ -18,6 +18,7 @@ from syncfree.algo.storage import RolloutStorage
 from syncfree.config import TrainConfig, to_dict, validate
 from syncfree.envs import VecEnv, make_env
 from syncfree.errors import NonFiniteError, UserError
+from syncfree.perf.phases import Phases
 from syncfree.policy import ActorCritic
 from syncfree.train import checkpoint
 from syncfree.train.logger import RunLogger
@@ -34,7 +35,9 @@ class Trainer:
         self.actor_dim, self.critic_dim = obs_dim(self.env, "policy"), obs_dim(self.env, "critic")
         self.policy = ActorCritic(self.actor_dim, self.critic_dim, self.env.action_spec, cfg.policy,
                                   validate_distributions=cfg.perf.validate_distributions).to(self.device)
-        self.ppo = PPO(self.policy, cfg.ppo, cfg.perf, self.device)
+        self.phases = Phases()
+        """Attach a recorder (`perf.phases`) to time or count each phase of the hot loop."""
+        self.ppo = PPO(self.policy, cfg.ppo, cfg.perf, self.device, self.phases)
         steps, n = cfg.ppo.steps_per_env, self.env.num_envs
         self.storage = RolloutStorage(steps, n, self.actor_dim, self.critic_dim, self.env.action_spec,
                                       self.policy.head.num_params, self.device)
@@ -52,6 +55,7 @@ class Trainer:
     def learn(self) -> dict[str, Any]:
         """Train until `cfg.iterations`; returns the last iteration's record."""
         cfg, record = self.cfg, {}
+        set_deterministic(cfg.perf.deterministic)  # a process-wide setting: other trainers may have changed it
         bar = tqdm(total=cfg.iterations, initial=self.iteration, disable=not cfg.log.progress, unit="it",
                    dynamic_ncols=True)
         while self.iteration < cfg.iterations and not self.stop_requested:
@@ -59,12 +63,14 @@ class Trainer:
             with torch.inference_mode():
                 for t in range(cfg.ppo.steps_per_env):
                     self.rollout_step(t)
-                self.compute_advantages()
+                with self.phases("advantages"):
+                    self.compute_advantages()
             update_stats = self.ppo.update(self.storage)
-            host = self.read_iteration(update_stats)  # the iteration's only host transfer
-            self.iteration += 1
-            self.env_steps += cfg.ppo.steps_per_env * self.env.num_envs
-            record = self.finish_iteration(host, time.perf_counter() - start)
+            with self.phases("logging"):
+                host = self.read_iteration(update_stats)  # the iteration's only host transfer
+                self.iteration += 1
+                self.env_steps += cfg.ppo.steps_per_env * self.env.num_envs
+                record = self.finish_iteration(host, time.perf_counter() - start)
             bar.set_postfix(steps_per_s=f"{record['steps_per_s']:.0f}",
                             mean_return=f"{record.get('mean_return', float('nan')):.1f}", refresh=False)
             bar.update(1)
@@ -75,15 +81,21 @@ class Trainer:
 
     def rollout_step(self, t: int) -> None:
         """Act, step the environment, store: device tensors only."""
-        obs = self.obs
-        act = self.policy.act(obs["policy"], obs["critic"])
-        self.storage.store_policy_step(t, obs["policy"], obs["critic"], act)
-        step = self.env.step(act.actions)
-        done = step.terminated | step.truncated
-        self.policy.update_normalizers(step.obs["policy"], step.obs["critic"])
-        self.storage.store_env_step(t, step.reward, done, step.truncated, self.cfg.ppo.gamma)
-        self.episodes.record(t, done, step.info["episode_return"], step.info["episode_length"])
-        self.nonfinite.check(t, step.obs, step.reward)
+        obs, phase = self.obs, self.phases
+        with phase("act"):
+            act = self.policy.act(obs["policy"], obs["critic"])
+        with phase("store"):
+            self.storage.store_policy_step(t, obs["policy"], obs["critic"], act)
+        with phase("env"):
+            step = self.env.step(act.actions)
+        with phase("normalizer"):
+            self.policy.update_normalizers(step.obs["policy"], step.obs["critic"])
+        with phase("store"):
+            done = step.terminated | step.truncated
+            self.storage.store_env_step(t, step.reward, done, step.truncated, self.cfg.ppo.gamma)
+        with phase("stats"):
+            self.episodes.record(t, done, step.info["episode_return"], step.info["episode_length"])
+            self.nonfinite.check(t, step.obs, step.reward)
         self.obs = step.obs
 
     def compute_advantages(self) -> None:

@@ -9,6 +9,7 @@ import torch
 
 from syncfree.envs.api import VecEnv
 from syncfree.envs.tasks.classic import CartPole, Pendulum
+from syncfree.envs.tasks.point_mass import PointMass
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ TASKS: dict[str, Task] = {
         Task("cartpole-continuous", "CartPole-v1 dynamics, force in [-10, 10] N, 500-step limit",
              lambda *a, **k: CartPole(*a, **k, continuous=True)),
         Task("pendulum", "Pendulum-v1 swing-up, torque in [-2, 2] N·m, 200-step limit", Pendulum),
+        Task("point-mass", "2-D point mass pushed to the origin, 2 continuous actions, 200-step limit "
+             "(the benchmark's toy task)", PointMass),
     )
 }
 

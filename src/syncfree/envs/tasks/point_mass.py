@@ -1,0 +1,42 @@
+"""A toy 2-D point mass driven to the origin: nearly free to simulate, so a benchmark measures the trainer."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from syncfree.envs.api import ActionSpec, TorchVecEnv
+
+
+class PointMass(TorchVecEnv):
+    """State (x, y, vx, vy); action = force in [-1, 1]^2; reward = 1 - distance / 4 - 0.01 |a|^2 per step alive.
+    Leaving the 4 m box terminates the episode."""
+
+    state_names = ("state",)
+    default_max_episode_length = 200
+    dt = 0.05
+    box = 4.0
+
+    def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: int = 0,
+                 max_episode_length: int = 0) -> None:
+        super().__init__(num_envs, device, seed, max_episode_length)
+        self.action_spec = ActionSpec("continuous", 2)
+        self.obs_shapes = {"policy": (4,), "critic": (4,)}
+        self.state = torch.zeros(num_envs, 4, device=self.device)
+        self.reset()
+
+    def _initial_state(self) -> dict[str, Tensor]:
+        position = self._uniform(-1.0, 1.0, 2)
+        return {"state": torch.cat((position, torch.zeros_like(position)), dim=-1)}
+
+    def _advance(self, actions: Tensor) -> tuple[Tensor, Tensor]:
+        force = actions.clamp(-1.0, 1.0)
+        velocity = self.state[:, 2:] + self.dt * force
+        position = self.state[:, :2] + self.dt * velocity
+        torch.cat((position, velocity), dim=-1, out=self.state)
+        distance = position.norm(dim=-1)
+        reward = 1.0 - distance / self.box - 0.01 * force.square().sum(-1)
+        return reward, distance > self.box
+
+    def _observe(self) -> dict[str, Tensor]:
+        return {"policy": self.state, "critic": self.state}

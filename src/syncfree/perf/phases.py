@@ -1,0 +1,97 @@
+"""Named phases of the hot loop, with optional recorders: timers (CUDA events or perf_counter) and counters.
+
+With no recorder attached a phase is a shared `nullcontext`: no op is dispatched and nothing is allocated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Protocol
+
+import torch
+
+from syncfree.perf.counters import Counts, count_syncs
+
+ROLLOUT_PHASES = ("act", "store", "env", "normalizer", "stats")
+"""Once per rollout step."""
+UPDATE_PHASES = ("update.forward", "update.backward", "update.optimizer")
+"""Once per minibatch."""
+ITERATION_PHASES = ("advantages", "logging")
+"""Once per iteration."""
+ALL_PHASES = ROLLOUT_PHASES + ITERATION_PHASES[:1] + UPDATE_PHASES + ITERATION_PHASES[1:]
+
+_NULL = contextlib.nullcontext()
+
+
+class Recorder(Protocol):
+    def phase(self, name: str) -> contextlib.AbstractContextManager: ...
+
+
+class Phases:
+    """Callable that returns the context manager of a phase; free unless a recorder is attached."""
+
+    __slots__ = ("recorder",)
+
+    def __init__(self) -> None:
+        self.recorder: Recorder | None = None
+
+    def __call__(self, name: str) -> contextlib.AbstractContextManager:
+        return _NULL if self.recorder is None else self.recorder.phase(name)
+
+    @contextlib.contextmanager
+    def attached(self, recorder: Recorder) -> Iterator[Recorder]:
+        previous, self.recorder = self.recorder, recorder
+        try:
+            yield recorder
+        finally:
+            self.recorder = previous
+
+
+class PhaseTimer:
+    """Wall time per phase: CUDA events on a GPU (read once, in `seconds()`), perf_counter on the CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self._cpu: dict[str, float] = defaultdict(float)
+        self._events: dict[str, list[tuple[torch.cuda.Event, torch.cuda.Event]]] = defaultdict(list)
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            yield
+            end.record()
+            self._events[name].append((start, end))
+        else:
+            t0 = time.perf_counter()
+            yield
+            self._cpu[name] += time.perf_counter() - t0
+
+    def seconds(self) -> dict[str, float]:
+        if not self.cuda:
+            return dict(self._cpu)
+        torch.cuda.synchronize()
+        return {name: sum(s.elapsed_time(e) for s, e in pairs) / 1000.0 for name, pairs in self._events.items()}
+
+
+class PhaseCounter:
+    """Host syncs, ops and allocations per phase (eager code only)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, Counts] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        counter = count_syncs()
+        with counter:
+            yield
+        total = self.counts.setdefault(name, Counts())
+        total.host_reads.update(counter.counts.host_reads)
+        total.sync_ops.update(counter.counts.sync_ops)
+        total.ops.update(counter.counts.ops)
+        total.allocations += counter.counts.allocations
+        total.allocated_bytes += counter.counts.allocated_bytes
