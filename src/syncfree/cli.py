@@ -19,11 +19,12 @@ log = logging.getLogger("syncfree")
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    commands = {"train": cmd_train, "eval": cmd_eval, "tasks": cmd_tasks, "switches": cmd_switches}
+    commands = {"train": cmd_train, "eval": cmd_eval, "bench": cmd_bench, "tasks": cmd_tasks, "switches": cmd_switches}
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: syncfree {train,eval,tasks,switches} [--help]\n\n"
+        print("usage: syncfree {train,eval,bench,tasks,switches} [--help]\n\n"
               "  train     train PPO on a task (default: cartpole, on CPU unless CUDA is available)\n"
               "  eval      run a checkpoint's deterministic policy for N episodes and print the mean return\n"
+              "  bench     time, count and compare configurations of the perf switches\n"
               "  tasks     list the built-in tasks\n"
               "  switches  list the performance switches with their baseline and optimized values")
         return 0
@@ -156,6 +157,40 @@ def cmd_eval(argv: Sequence[str]) -> int:
     returns = evaluate(trainer.policy, env)
     print(f"{cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over {args.episodes} episodes "
           f"(min {returns.min():.2f}, max {returns.max():.2f}; checkpoint at iteration {trainer.iteration})")
+    return 0
+
+
+def cmd_bench(argv: Sequence[str]) -> int:
+    from jsonargparse import ArgumentParser, set_parsing_settings
+
+    from syncfree.envs.tasks import TASKS
+    from syncfree.perf import bench, report
+
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)
+    parser = ArgumentParser(prog="syncfree bench", exit_on_error=False, allow_abbrev=False,
+                            description="Time baseline, optimized and ablated configurations side by side.")
+    parser.add_class_arguments(bench.BenchConfig, as_group=False)
+    parser.add_argument("--out", default="", help="Output folder (default: benchmarks/results/<task>-<profile>-<device>).")
+    try:
+        ns = parser.parse_args(list(argv))
+    except Exception as e:  # noqa: BLE001 - jsonargparse reports bad input as ArgumentError/TypeError
+        message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+        raise UserError(f"bench: {message}") from None
+    out = ns.pop("out")
+    cfg = bench.BenchConfig(**ns.as_dict())
+    if cfg.task not in TASKS:
+        raise UserError(f"bench: task={cfg.task!r} is invalid; allowed: {', '.join(sorted(TASKS))}")
+    for key in ("num_envs", "scaling"):
+        if any(n < 1 for n in getattr(cfg, key)):
+            raise UserError(f"bench: {key}={getattr(cfg, key)} is invalid; allowed: integers >= 1")
+    if cfg.repeats < 0 or cfg.iterations < 0 or cfg.warmup < 0:
+        raise UserError("bench: repeats, iterations and warmup must be >= 0")
+    result = bench.run(cfg)
+    device = result["machine"]["device"].replace(":", "")
+    out_dir = Path(out or f"benchmarks/results/{cfg.task}-{cfg.profile}-{device}")
+    for path in report.write(result, out_dir):
+        log.info("wrote %s", path)
+    print(report.markdown(result))
     return 0
 
 

@@ -41,6 +41,7 @@ class RolloutStorage:
         self.dist_params = zeros(num_dist_params)
         self.rewards = zeros()
         self.dones = zeros()
+        self.time_outs = zeros()
         self.advantages = zeros()
         self.returns = zeros()
 
@@ -54,7 +55,8 @@ class RolloutStorage:
 
     def store_env_step(self, t: int, reward: Tensor, done: Tensor, time_out: Tensor, gamma: float) -> None:
         """Rewards of time-outs are bootstrapped with the value estimate, as rsl_rl does."""
-        torch.addcmul(reward, self.values[t], time_out, value=gamma, out=self.rewards[t])
+        self.time_outs[t].copy_(time_out)
+        torch.addcmul(reward, self.values[t], self.time_outs[t], value=gamma, out=self.rewards[t])
         self.dones[t].copy_(done)
 
     def flat(self) -> Batch:

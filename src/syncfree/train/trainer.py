@@ -88,10 +88,10 @@ class Trainer:
             self.storage.store_policy_step(t, obs["policy"], obs["critic"], act)
         with phase("env"):
             step = self.env.step(act.actions)
+            done = step.terminated | step.truncated
         with phase("normalizer"):
             self.policy.update_normalizers(step.obs["policy"], step.obs["critic"])
         with phase("store"):
-            done = step.terminated | step.truncated
             self.storage.store_env_step(t, step.reward, done, step.truncated, self.cfg.ppo.gamma)
         with phase("stats"):
             self.episodes.record(t, done, step.info["episode_return"], step.info["episode_length"])

@@ -1,0 +1,1 @@
+"""Adapters between syncfree environments and other libraries' environment interfaces."""

@@ -1,0 +1,45 @@
+"""syncfree env -> rsl_rl `VecEnv` (rsl-rl-lib >= 5): lets rsl_rl's `OnPolicyRunner` train on a syncfree task.
+
+Needs the `bench` extra (`pip install 'syncfree[bench]'`).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from syncfree.envs.api import VecEnv
+from syncfree.errors import UserError
+
+try:
+    from rsl_rl.env import VecEnv as RslRlVecEnv
+    from tensordict import TensorDict
+except ImportError as e:  # pragma: no cover - exercised only without the extra
+    raise ImportError("the rsl_rl adapter needs rsl-rl-lib: pip install 'syncfree[bench]'") from e
+
+
+class SyncfreeToRslRl(RslRlVecEnv):
+    """Observation groups become a TensorDict and time-outs `extras["time_outs"]`; rsl_rl's own logger sums
+    rewards into episode returns."""
+
+    def __init__(self, env: VecEnv) -> None:
+        if env.action_spec.kind != "continuous":
+            raise UserError(f"rsl_rl adapter: {type(env).__name__} has discrete actions; rsl_rl 5 samples continuous "
+                            "actions only")
+        self.env = env
+        self.num_envs = env.num_envs
+        self.num_actions = env.action_spec.size
+        self.max_episode_length = env.max_episode_length
+        self.device = env.device
+        self.cfg: dict = {}
+        self.episode_length_buf = getattr(env, "episode_length", torch.zeros(env.num_envs, dtype=torch.int64))
+        self._obs = env.reset()
+
+    def get_observations(self) -> TensorDict:
+        return TensorDict(dict(self._obs), batch_size=[self.num_envs], device=self.device)
+
+    def step(self, actions: Tensor) -> tuple[TensorDict, Tensor, Tensor, dict]:
+        result = self.env.step(actions)
+        self._obs = result.obs
+        dones = result.terminated | result.truncated
+        return self.get_observations(), result.reward, dones, {"time_outs": result.truncated}
