@@ -7,12 +7,12 @@ import torch
 
 pytest.importorskip("rsl_rl")
 
-from rsl_rl.env import VecEnv as RslRlVecEnv  # noqa: E402
-from rsl_rl.runners import OnPolicyRunner  # noqa: E402
+from rsl_rl.env import VecEnv as RslRlVecEnv
+from rsl_rl.runners import OnPolicyRunner
 
-from syncfree.envs import make_env  # noqa: E402
-from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl  # noqa: E402
-from syncfree.errors import UserError  # noqa: E402
+from syncfree.envs import make_env
+from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
+from syncfree.errors import UserError
 
 
 def rsl_rl_config(hidden: list[int]) -> dict:

@@ -173,7 +173,7 @@ def cmd_bench(argv: Sequence[str]) -> int:
     parser.add_argument("--out", default="", help="Output folder (default: benchmarks/results/<task>-<profile>-<device>).")
     try:
         ns = parser.parse_args(list(argv))
-    except Exception as e:  # noqa: BLE001 - jsonargparse reports bad input as ArgumentError/TypeError
+    except Exception as e:
         message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
         raise UserError(f"bench: {message}") from None
     out = ns.pop("out")

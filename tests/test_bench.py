@@ -1,0 +1,47 @@
+"""`syncfree bench` runs every configuration, counts each, and writes JSON, markdown and plots."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from syncfree.cli import main
+from syncfree.config import PerfConfig
+from syncfree.perf import bench
+
+
+def test_configurations_cover_every_switch_both_ways() -> None:
+    names = [name for name, _ in bench.configurations(ablations=True)]
+    assert names[:2] == ["baseline", "optimized"]
+    for f in PerfConfig.switches():
+        assert f"optimized - {f.name}" in names and f"baseline + {f.name}" in names
+    configs = dict(bench.configurations(ablations=True))
+    assert configs["optimized - fused_adamw"] == PerfConfig(fused_adamw=False)
+    assert configs["baseline + fused_adamw"].fused_adamw and not configs["baseline + fused_adamw"].deferred_episode_stats
+
+
+def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
+    code = main(["bench", "--task", "pendulum", "--profile", "full", "--num_envs", "[16]", "--scaling", "[8, 16]",
+                 "--repeats", "2", "--iterations", "1", "--out", str(tmp_path)])
+    assert code == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert {p.name for p in tmp_path.iterdir()} >= {"results.json", "results.md", "steps_per_s.png", "phases.png",
+                                                    "scaling.png"}
+    size = result["sizes"][0]
+    assert len(size["configs"]) == 2 + 2 * len(PerfConfig.switches())
+    base, opt = size["configs"]["baseline"], size["configs"]["optimized"]
+    assert opt["counts"]["syncs_per_step"] == 0 and opt["counts"]["syncs_per_minibatch"] == 0
+    assert base["counts"]["syncs_per_step"] > 0 and base["counts"]["syncs_per_minibatch"] > 0
+    assert len(opt["seconds_per_iteration"]) == 2 and opt["steps_per_s"]["min"] <= opt["steps_per_s"]["median"]
+    assert base["ratio_to_baseline"]["median"] == 1.0
+    assert opt["efficiency"] > 0 and size["floor_seconds"]["total"] > 0
+    assert set(opt["phase_seconds"]) >= {"act", "env", "store", "update.backward", "update.optimizer"}
+    assert [p["num_envs"] for p in result["scaling"]] == [8, 16]
+    report = (tmp_path / "results.md").read_text()
+    assert "| optimized - fused_adamw |" in report and "Seeds' view" in report
+    assert "# syncfree bench: pendulum" in capsys.readouterr().out
+
+
+def test_bench_rejects_bad_sizes(capsys) -> None:
+    assert main(["bench", "--num_envs", "[0]"]) == 2
+    assert "num_envs" in capsys.readouterr().err
