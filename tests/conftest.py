@@ -1,14 +1,19 @@
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 from syncfree.config import PerfConfig, PolicyConfig, PPOConfig, TrainConfig
 
+TEST_DEVICE = os.environ.get("SYNCFREE_TEST_DEVICE", "cpu")
+"""Set to `cuda` to run the small-preset tests on a GPU (budgets then also run under sync-debug mode "error")."""
+
 
 def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
     """The small preset of the equivalence tests: 32 envs x 8 steps, 2 epochs x 2 minibatches."""
-    cfg = TrainConfig(task=task, seed=3, device="cpu", iterations=3)
+    cfg = TrainConfig(task=task, seed=3, device=TEST_DEVICE, iterations=3)
     cfg.env.num_envs = 32
     cfg.env.max_episode_length = 10  # episodes end by time-out as well as by failure
     cfg.policy = PolicyConfig(actor_hidden=[32, 32], critic_hidden=[32, 32])

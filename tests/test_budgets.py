@@ -6,13 +6,11 @@ exceeds them and must say why (or lower them when it removes work).
 
 from __future__ import annotations
 
-import gc
-
 import pytest
-import torch
 
 from conftest import small_config
 from syncfree.perf.bench import count_iteration
+from syncfree.perf.memory import live_tensor_storages
 from syncfree.train.trainer import Trainer
 
 BUDGETS = {
@@ -56,17 +54,6 @@ def test_allocations_and_ops_are_constant_after_warm_up_and_within_budget(task: 
     assert first["allocations_per_step"] <= step_allocs
     assert first["allocations_per_minibatch"] <= minibatch_allocs
     assert first["trainer_ops_per_step"] <= trainer_ops
-
-
-def live_tensor_storages() -> tuple[int, int]:
-    """(count, bytes) of distinct tensor storages reachable from Python."""
-    gc.collect()
-    seen: dict[int, int] = {}
-    for obj in gc.get_objects():
-        if issubclass(type(obj), torch.Tensor) and obj.device.type != "meta":
-            storage = obj.untyped_storage()
-            seen[storage.data_ptr()] = storage.nbytes()
-    return len(seen), sum(seen.values())
 
 
 def test_live_memory_does_not_grow_after_warm_up() -> None:

@@ -1,5 +1,5 @@
 """Measurement: host-sync and op counters."""
 
-from syncfree.perf.counters import Counts, count_syncs
+from syncfree.perf.counters import Counts, count_syncs, cuda_sync_errors
 
-__all__ = ["Counts", "count_syncs"]
+__all__ = ["Counts", "count_syncs", "cuda_sync_errors"]

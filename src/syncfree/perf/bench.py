@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import platform
-import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ import torch
 from tqdm import tqdm
 
 from syncfree.config import PerfConfig, TrainConfig, preset
+from syncfree.perf.memory import live_bytes, peak_resident_bytes
 from syncfree.perf.phases import ALL_PHASES, ROLLOUT_PHASES, UPDATE_PHASES, PhaseCounter, PhaseTimer
 from syncfree.train.trainer import Trainer, resolve_device
 
@@ -202,11 +202,13 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
         if trainer.device.type == "cuda":
             memory[name]["cuda_max_allocated"] = torch.cuda.max_memory_allocated(trainer.device)
         progress.update(1)
+    live_after_warmup = live_bytes(trainers["optimized"].device)
     times: dict[str, list[float]] = {name: [] for name in trainers}
     for _ in range(bench.repeats):
         for name, trainer in trainers.items():
             times[name].append(time_iterations(trainer, bench.iterations))
             progress.update(1)
+    live_after_timing = live_bytes(trainers["optimized"].device)
     steps_per_iteration = next(iter(trainers.values())).cfg.ppo.steps_per_env * num_envs
     floor = floor_seconds(trainers["optimized"], bench.repeats)
     progress.update(1)
@@ -220,6 +222,8 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
         rows[name] = row
         progress.update(1)
     return {"num_envs": num_envs, "steps_per_iteration": steps_per_iteration, "floor_seconds": floor,
+            "live_bytes": {"after_warmup": live_after_warmup, "after_timing": live_after_timing,
+                           "timed_iterations_per_config": bench.repeats * bench.iterations},
             "floor_steps_per_s": steps_per_iteration / floor["total"], "configs": rows}
 
 
@@ -264,7 +268,7 @@ def run(bench: BenchConfig) -> dict[str, Any]:
         "train": dataclasses.asdict(train_config(bench, bench.num_envs[0], PerfConfig()).ppo),
         "sizes": sizes,
         "scaling": scaling,
-        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "peak_rss_bytes": peak_resident_bytes(),
         "wall_seconds": time.time() - started,
         "notes": "Counts see eager code only (a dispatch mode stops dynamo from compiling what it watches).",
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
@@ -15,8 +16,11 @@ HOST_READ_METHODS = frozenset({"item", "tolist", "cpu", "numpy", "__bool__", "__
 """Tensor methods that read device memory on the host (seen by a TorchFunctionMode)."""
 
 SYNC_OPS = frozenset({"aten::_local_scalar_dense", "aten::nonzero"})
-"""Aten ops that make the host wait for the device. `_is_all_true` only reduces on the device: the wait comes
-with the `_local_scalar_dense` or Python read that follows it, and is counted there."""
+"""Aten ops that make the host wait for the device. `_is_all_true` (argument checks in C++) only reduces on the
+device: the wait comes with the `_local_scalar_dense` that follows it, and is counted there, once."""
+
+COPY_OPS = frozenset({"aten::_to_copy", "aten::copy_"})
+"""A sync when they copy from an accelerator to the host (never on a CPU-only run)."""
 
 INDEX_OPS = frozenset({"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"})
 """Tagged data-dependent, but a sync only with boolean-mask indices."""
@@ -26,10 +30,12 @@ def _name(func: object) -> str:
     return getattr(func, "__name__", str(func))
 
 
-def _is_sync_op(op: torch._ops.OpOverload, args: tuple) -> bool:
+def _is_sync_op(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
     name = op._schema.name
     if name in SYNC_OPS:
         return True
+    if name in COPY_OPS:
+        return _is_device_to_host(name, args, kwargs)
     if name in INDEX_OPS:
         indices = args[1] if len(args) > 1 else ()
         return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices)
@@ -96,10 +102,10 @@ class _DispatchCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._schema.name
-        self.counts.ops[name] += 1
-        if not self.counts.in_read and _is_sync_op(func, args):
-            self.counts.sync_ops[name] += 1
         kwargs = kwargs or {}
+        self.counts.ops[name] += 1
+        if not self.counts.in_read and _is_sync_op(func, args, kwargs):
+            self.counts.sync_ops[name] += 1
         inputs = {_storage_ptr(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
         out = func(*args, **kwargs)
         for t in pytree.tree_leaves(out):
@@ -108,6 +114,14 @@ class _DispatchCounter(TorchDispatchMode):
                 self.counts.allocations += 1
                 self.counts.allocated_bytes += t.untyped_storage().nbytes()
         return out
+
+
+def _is_device_to_host(name: str, args: tuple, kwargs: dict) -> bool:
+    if name == "aten::copy_":
+        dst, src = args[0], args[1]
+        return src.device.type != "cpu" and dst.device.type == "cpu"
+    target = kwargs.get("device")
+    return args[0].device.type != "cpu" and target is not None and torch.device(target).type == "cpu"
 
 
 def _storage_ptr(t: torch.Tensor) -> int:
@@ -134,3 +148,18 @@ class count_syncs:
     def __exit__(self, *exc) -> None:
         for mode in reversed(self._modes):
             mode.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def cuda_sync_errors(device: torch.device):
+    """On CUDA, make every synchronizing call raise (`torch.cuda.set_sync_debug_mode("error")`), which also
+    covers compiled code the counters cannot see. A no-op on other devices, where that mode is unavailable."""
+    if device.type != "cuda":
+        yield
+        return
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)

@@ -32,6 +32,14 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 86400:.2f} d" if seconds >= 86400 else f"{seconds / 3600:.2f} h"
 
 
+def _live_bytes(size: dict[str, Any]) -> str:
+    live = size.get("live_bytes")
+    if live is None:
+        return ""
+    return (f" Live tensor bytes of all trainers: {live['after_warmup']:,} after warm-up, {live['after_timing']:,} "
+            f"after {live['timed_iterations_per_config']} timed iterations each.")
+
+
 def markdown(result: dict[str, Any]) -> str:
     m, b, t = result["machine"], result["bench"], result["train"]
     lines = [
@@ -43,6 +51,8 @@ def markdown(result: dict[str, Any]) -> str:
         f"minibatches. {b['repeats']} interleaved repeats of {b['iterations']} iterations after {b['warmup']} "
         f"warm-up; bench wall time {result['wall_seconds']:.0f} s.",
         "",
+        f"Peak resident set of the bench process: {result.get('peak_rss_bytes', 0) / 2**20:,.0f} MiB.",
+        "",
         "Counts (host syncs, aten ops, new storages) come from one untimed iteration; they see eager code only.",
         "Efficiency = compute floor time / measured time, the floor being env-only + policy-forward-only + "
         "update-only loops at the same sizes with the optimized kernels.",
@@ -51,7 +61,8 @@ def markdown(result: dict[str, Any]) -> str:
         floor = size["floor_seconds"]
         lines += ["", f"## {size['num_envs']} envs", "",
                   f"Floor: env {floor['env'] * 1e3:.1f} ms + policy forward {floor['policy_forward'] * 1e3:.1f} ms + "
-                  f"update {floor['update'] * 1e3:.1f} ms per iteration = {_fmt(size['floor_steps_per_s'])} steps/s.",
+                  f"update {floor['update'] * 1e3:.1f} ms per iteration = {_fmt(size['floor_steps_per_s'])} steps/s."
+                  + _live_bytes(size),
                   "",
                   "| configuration | steps/s median (min–max) | × baseline (min–max) | efficiency | syncs/step | "
                   "ops/step | allocs/step | syncs/minibatch | ops/minibatch | allocs/minibatch | syncs/iteration | "

@@ -31,6 +31,8 @@ class Trainer:
         self.device = resolve_device(cfg.device)
         set_deterministic(cfg.perf.deterministic)
         checkpoint.seed_everything(cfg.seed)
+        if env is not None and env.num_envs != cfg.env.num_envs:
+            raise UserError(f"env: {type(env).__name__} has {env.num_envs} envs but env.num_envs={cfg.env.num_envs}")
         self.env = env or make_env(cfg.task, cfg.env.num_envs, self.device, cfg.seed, cfg.env.max_episode_length)
         self.actor_dim, self.critic_dim = obs_dim(self.env, "policy"), obs_dim(self.env, "critic")
         self.policy = ActorCritic(self.actor_dim, self.critic_dim, self.env.action_spec, cfg.policy,
