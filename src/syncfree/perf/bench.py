@@ -8,6 +8,7 @@ separate, untimed iteration: a dispatch mode slows everything it watches.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import platform
 import statistics
@@ -45,6 +46,8 @@ class BenchConfig:
     """Timed training iterations per configuration and repeat (0: the profile's)."""
     warmup: int = 1
     """Untimed iterations per configuration before the first repeat."""
+    min_seconds: float = 1.0
+    """Each measurement runs at least this long (more iterations at small sizes, where one is short)."""
     device: str = "auto"
     threads: int = 0
     """torch intra-op threads (0: leave torch's default)."""
@@ -101,42 +104,64 @@ def time_iterations(trainer: Trainer, iterations: int) -> float:
     return (time.perf_counter() - start) / iterations
 
 
-def floor_seconds(trainer: Trainer, repeats: int) -> dict[str, float]:
-    """The compute floor of one iteration: env-only, policy-forward-only and update-only loops at the same sizes."""
-    steps, env, policy = trainer.cfg.ppo.steps_per_env, trainer.env, trainer.policy
-    obs = {k: v.clone() for k, v in trainer.obs.items()}
-    with torch.inference_mode():
-        actions = torch.stack([policy.act(obs["policy"], obs["critic"]).actions for _ in range(steps)])
+class Floor:
+    """The compute floor of one iteration: env-only, policy-forward-only and update-only loops at the same sizes,
+    with the optimized kernels, on a trainer of its own (its rollout storage filled by one real iteration)."""
 
-    def env_loop() -> None:
+    def __init__(self, bench: BenchConfig, num_envs: int) -> None:
+        self.trainer = Trainer(train_config(bench, num_envs, PerfConfig()))
+        time_iterations(self.trainer, 1)
+        steps, policy, obs = self.trainer.cfg.ppo.steps_per_env, self.trainer.policy, self.trainer.obs
         with torch.inference_mode():
-            for t in range(steps):
-                env.step(actions[t])
+            self.obs = {k: v.clone() for k, v in obs.items()}
+            self.actions = torch.stack([policy.act(self.obs["policy"], self.obs["critic"]).actions
+                                        for _ in range(steps)])
 
-    def policy_loop() -> None:
-        with torch.inference_mode():
-            for _ in range(steps):
-                policy.act(obs["policy"], obs["critic"])
+    def measure(self) -> dict[str, float]:
+        trainer, steps = self.trainer, self.trainer.cfg.ppo.steps_per_env
 
-    def update_loop() -> None:
-        trainer.ppo.update(trainer.storage)
+        def env_loop() -> None:
+            with torch.inference_mode():
+                for t in range(steps):
+                    trainer.env.step(self.actions[t])
 
-    def best(fn: Callable[[], None]) -> float:
-        times = []
-        for _ in range(repeats):
+        def policy_loop() -> None:
+            with torch.inference_mode():
+                for _ in range(steps):
+                    trainer.policy.act(self.obs["policy"], self.obs["critic"])
+
+        def timed(fn: Callable[[], None]) -> float:
             sync(trainer.device)
             start = time.perf_counter()
             fn()
             sync(trainer.device)
-            times.append(time.perf_counter() - start)
-        return min(times)
+            return time.perf_counter() - start
 
-    state = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
-    result = {"env": best(env_loop), "policy_forward": best(policy_loop), "update": best(update_loop)}
-    trainer.policy.load_state_dict(state)
-    trainer.obs = trainer.env.reset()
-    result["total"] = result["env"] + result["policy_forward"] + result["update"]
-    return result
+        result = {"env": timed(env_loop), "policy_forward": timed(policy_loop),
+                  "update": timed(lambda: trainer.ppo.update(trainer.storage))}
+        result["total"] = sum(result.values())
+        return result
+
+
+def interleave(trainers: dict[str, Trainer], floor: Floor, bench: BenchConfig,
+               progress: tqdm | None = None) -> tuple[dict[str, list[float]], dict[str, float], int]:
+    """Seconds per iteration of every trainer, repeat by repeat (A B C ... A B C ...), and the median floor.
+
+    Each measurement runs enough iterations to last `min_seconds` (at least `iterations`), judged from the
+    optimized trainer's speed so every configuration runs the same count.
+    """
+    per_iteration = time_iterations(trainers["optimized"], 1)
+    iterations = max(bench.iterations, math.ceil(bench.min_seconds / per_iteration))
+    times: dict[str, list[float]] = {name: [] for name in trainers}
+    floors = []
+    for _ in range(bench.repeats):
+        for name, trainer in trainers.items():
+            times[name].append(time_iterations(trainer, iterations))
+            if progress is not None:
+                progress.update(1)
+        floors.append(floor.measure())
+    floor_median = {key: statistics.median(f[key] for f in floors) for key in floors[0]}
+    return times, floor_median, iterations
 
 
 def count_iteration(trainer: Trainer) -> dict[str, Any]:
@@ -202,29 +227,25 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
         if trainer.device.type == "cuda":
             memory[name]["cuda_max_allocated"] = torch.cuda.max_memory_allocated(trainer.device)
         progress.update(1)
+    floor = Floor(bench, num_envs)
     live_after_warmup = live_bytes(trainers["optimized"].device)
-    times: dict[str, list[float]] = {name: [] for name in trainers}
-    for _ in range(bench.repeats):
-        for name, trainer in trainers.items():
-            times[name].append(time_iterations(trainer, bench.iterations))
-            progress.update(1)
+    times, floor_time, iterations = interleave(trainers, floor, bench, progress)
     live_after_timing = live_bytes(trainers["optimized"].device)
     steps_per_iteration = next(iter(trainers.values())).cfg.ppo.steps_per_env * num_envs
-    floor = floor_seconds(trainers["optimized"], bench.repeats)
-    progress.update(1)
     rows = {}
     for name, trainer in trainers.items():
         row = summarize(times[name], times["baseline"], steps_per_iteration)
-        row["efficiency"] = floor["total"] / statistics.median(times[name])
+        row["efficiency"] = floor_time["total"] / statistics.median(times[name])
         row["counts"] = count_iteration(trainer)
         row["phase_seconds"] = time_phases(trainer)
         row["memory"] = memory[name]
         rows[name] = row
         progress.update(1)
-    return {"num_envs": num_envs, "steps_per_iteration": steps_per_iteration, "floor_seconds": floor,
+    return {"num_envs": num_envs, "steps_per_iteration": steps_per_iteration, "floor_seconds": floor_time,
+            "iterations_per_measurement": iterations,
             "live_bytes": {"after_warmup": live_after_warmup, "after_timing": live_after_timing,
-                           "timed_iterations_per_config": bench.repeats * bench.iterations},
-            "floor_steps_per_s": steps_per_iteration / floor["total"], "configs": rows}
+                           "timed_iterations_per_config": bench.repeats * iterations},
+            "floor_steps_per_s": steps_per_iteration / floor_time["total"], "configs": rows}
 
 
 def bench_scaling(bench: BenchConfig, progress: tqdm) -> list[dict[str, Any]]:
@@ -234,18 +255,14 @@ def bench_scaling(bench: BenchConfig, progress: tqdm) -> list[dict[str, Any]]:
         trainers = {name: Trainer(train_config(bench, num_envs, perf)) for name, perf in configurations(False)}
         for trainer in trainers.values():
             time_iterations(trainer, bench.warmup)
-        times: dict[str, list[float]] = {name: [] for name in trainers}
-        for _ in range(bench.repeats):
-            for name, trainer in trainers.items():
-                times[name].append(time_iterations(trainer, 1))
+        times, floor_time, _ = interleave(trainers, Floor(bench, num_envs), bench)
         steps = trainers["optimized"].cfg.ppo.steps_per_env * num_envs
-        floor = floor_seconds(trainers["optimized"], bench.repeats)
-        point = {"num_envs": num_envs, "floor_steps_per_s": steps / floor["total"]}
+        point = {"num_envs": num_envs, "floor_steps_per_s": steps / floor_time["total"]}
         for name, ts in times.items():
-            point[name] = {"steps_per_s": steps / statistics.median(ts), "efficiency": floor["total"] / statistics.median(ts)}
+            median = statistics.median(ts)
+            point[name] = {"steps_per_s": steps / median, "efficiency": floor_time["total"] / median}
         points.append(point)
         progress.update(1)
-        del trainers
     return points
 
 
@@ -254,7 +271,7 @@ def run(bench: BenchConfig) -> dict[str, Any]:
     if bench.threads:
         torch.set_num_threads(bench.threads)
     configs = configurations(bench.ablations)
-    per_size = 2 * len(configs) + bench.repeats * len(configs) + 1
+    per_size = 2 * len(configs) + bench.repeats * len(configs)
     progress = tqdm(total=per_size * len(bench.num_envs) + len(bench.scaling), unit="step", desc="bench",
                     dynamic_ncols=True)
     started = time.time()

@@ -48,18 +48,21 @@ def markdown(result: dict[str, Any]) -> str:
         f"Machine: {m['device']}{' (' + m['gpu'] + ')' if 'gpu' in m else ''}, {m['processor']}, "
         f"{m['cpu_count']} cores, torch {m['torch']} ({m['torch_threads']} threads), Python {m['python']}. "
         f"Per iteration: {t['steps_per_env']} steps per env, {t['num_epochs']} epochs x {t['num_minibatches']} "
-        f"minibatches. {b['repeats']} interleaved repeats of {b['iterations']} iterations after {b['warmup']} "
-        f"warm-up; bench wall time {result['wall_seconds']:.0f} s.",
+        f"minibatches. {b['repeats']} interleaved repeats, each measurement at least {b['iterations']} iterations "
+        f"and {b.get('min_seconds', 0):g} s, after {b['warmup']} warm-up; bench wall time "
+        f"{result['wall_seconds']:.0f} s.",
         "",
         f"Peak resident set of the bench process: {result.get('peak_rss_bytes', 0) / 2**20:,.0f} MiB.",
         "",
         "Counts (host syncs, aten ops, new storages) come from one untimed iteration; they see eager code only.",
         "Efficiency = compute floor time / measured time, the floor being env-only + policy-forward-only + "
-        "update-only loops at the same sizes with the optimized kernels.",
+        "update-only loops at the same sizes with the optimized kernels, measured in every repeat alongside the "
+        "configurations (median).",
     ]
     for size in result["sizes"]:
         floor = size["floor_seconds"]
-        lines += ["", f"## {size['num_envs']} envs", "",
+        lines += ["", f"## {size['num_envs']} envs ({size.get('iterations_per_measurement', b['iterations'])} "
+                  "iterations per measurement)", "",
                   f"Floor: env {floor['env'] * 1e3:.1f} ms + policy forward {floor['policy_forward'] * 1e3:.1f} ms + "
                   f"update {floor['update'] * 1e3:.1f} ms per iteration = {_fmt(size['floor_steps_per_s'])} steps/s."
                   + _live_bytes(size),
