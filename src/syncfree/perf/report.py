@@ -106,18 +106,20 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
-    size = result["sizes"][-1]
-    names = list(size["configs"])
-    med = [size["configs"][n]["steps_per_s"]["median"] for n in names]
-    err = [[m - size["configs"][n]["steps_per_s"]["min"] for n, m in zip(names, med, strict=True)],
-           [size["configs"][n]["steps_per_s"]["max"] - m for n, m in zip(names, med, strict=True)]]
-    fig, ax = plt.subplots(figsize=(8, 0.35 * len(names) + 1.5))
-    ax.barh(names, med, xerr=err, color=["#888" if n == "baseline" else "#2a7" for n in names])
-    ax.axvline(size["floor_steps_per_s"], color="k", ls="--", lw=1, label="compute floor")
-    ax.invert_yaxis()
-    ax.set_xlabel("env steps / s (median, min–max)")
-    ax.set_title(f"{result['bench']['task']}, {size['num_envs']} envs, {result['machine']['device']}")
-    ax.legend(loc="lower right")
+    sizes = result["sizes"]
+    names = list(sizes[0]["configs"])
+    fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes) + 3, 0.35 * len(names) + 1.5), sharey=True,
+                             squeeze=False)
+    for ax, size in zip(axes[0], sizes, strict=True):
+        rows = [size["configs"][n]["steps_per_s"] for n in names]
+        med = [r["median"] for r in rows]
+        err = [[m - r["min"] for m, r in zip(med, rows, strict=True)], [r["max"] - m for m, r in zip(med, rows, strict=True)]]
+        ax.barh(names, med, xerr=err, color=["#888" if n == "baseline" else "#2a7" for n in names])
+        ax.axvline(size["floor_steps_per_s"], color="k", ls="--", lw=1, label="compute floor")
+        ax.set_xlabel("env steps / s (median, min–max)")
+        ax.set_title(f"{result['bench']['task']}, {size['num_envs']} envs, {result['machine']['device']}")
+        ax.legend(loc="lower right")
+    axes[0][0].invert_yaxis()
     fig.tight_layout()
     paths.append(out_dir / "steps_per_s.png")
     fig.savefig(paths[-1], dpi=110)
@@ -127,16 +129,16 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     labels = []
     bars = {p: [] for p in ALL_PHASES}
     for s in result["sizes"]:
+        baseline_total = sum(s["configs"]["baseline"]["phase_seconds"].values()) or 1.0
         for name in ("baseline", "optimized"):
             labels.append(f"{name}\n{s['num_envs']} envs")
-            total = sum(s["configs"][name]["phase_seconds"].values()) or 1.0
             for p in ALL_PHASES:
-                bars[p].append(s["configs"][name]["phase_seconds"].get(p, 0.0) / total)
+                bars[p].append(s["configs"][name]["phase_seconds"].get(p, 0.0) / baseline_total)
     bottoms = [0.0] * len(labels)
     for p in ALL_PHASES:
         ax.bar(labels, bars[p], bottom=bottoms, label=p)
         bottoms = [b + v for b, v in zip(bottoms, bars[p], strict=True)]
-    ax.set_ylabel("share of iteration time")
+    ax.set_ylabel("iteration time / baseline's at the same size")
     ax.legend(fontsize=7, ncol=2, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     paths.append(out_dir / "phases.png")
