@@ -94,3 +94,18 @@ def test_ctrl_c_saves_the_last_completed_iteration(tmp_path: Path) -> None:
     assert state["iteration"] == done >= 3
     assert "stopping after this iteration" in err
     assert os.path.exists(tmp_path / "run" / f"checkpoint_{done:06d}.pt")
+
+
+@pytest.mark.parametrize("saved_on_device", [False, True])
+def test_resume_keeps_the_adapted_learning_rate_when_the_lr_switch_changes(tmp_path: Path,
+                                                                           saved_on_device: bool) -> None:
+    cfg = small_config("pendulum", device_adaptive_lr=saved_on_device)
+    cfg.iterations = 2
+    first = Trainer(cfg, run_dir=tmp_path)
+    record = first.learn()
+    assert record["learning_rate"] != pytest.approx(cfg.ppo.learning_rate)  # the schedule moved it
+    resumed = Trainer(small_config("pendulum", device_adaptive_lr=not saved_on_device))
+    resumed.load_state_dict(checkpoint.load(tmp_path / "latest.pt"))
+    assert resumed.ppo.learning_rate == pytest.approx(record["learning_rate"], rel=1e-6)
+    assert float(resumed.ppo.lr) == pytest.approx(record["learning_rate"], rel=1e-6)
+    assert resumed.ppo.optimizer.param_groups[0]["lr"] == pytest.approx(record["learning_rate"], rel=1e-6)

@@ -129,15 +129,17 @@ class PPO:
             self.optimizer_lr.copy_(self.lr)
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "lr": self.lr.clone(), "learning_rate": self.learning_rate,
-                "skipped_steps": self.skipped_steps.clone()}
+        """The learning rate is saved as one float64 tensor whichever path kept it, so a run may resume with
+        `device_adaptive_lr` switched."""
+        lr = self.lr if self.lr_on_device else torch.tensor(self.learning_rate, dtype=torch.float64)
+        return {"optimizer": self.optimizer.state_dict(), "lr": lr.clone(), "skipped_steps": self.skipped_steps.clone()}
 
     def load_state_dict(self, state: dict) -> None:
         self.load_optimizer_state(state["optimizer"])
         self.lr.copy_(state["lr"])
         if isinstance(self.optimizer_lr, Tensor) and self.optimizer_lr is not self.lr:
             self.optimizer_lr.copy_(self.lr)
-        self.learning_rate = state["learning_rate"]
+        self.learning_rate = float(state["lr"])
         self.skipped_steps.copy_(state["skipped_steps"])
         for group in self.optimizer.param_groups:
             group["lr"] = self.optimizer_lr if isinstance(self.optimizer_lr, Tensor) else self.learning_rate
