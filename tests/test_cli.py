@@ -72,3 +72,18 @@ def test_preset_shows_in_help(capsys) -> None:
 def test_unknown_command(capsys) -> None:
     assert main(["fly"]) == 2
     assert "unknown command 'fly'" in capsys.readouterr().err
+
+
+def test_config_file_task_selects_its_preset(tmp_path: Path) -> None:
+    from syncfree.cli import parse_train_config
+
+    path = tmp_path / "run.yaml"
+    path.write_text("task: pendulum\nenv:\n  num_envs: 16\n")
+    cfg = parse_train_config(["--config", str(path), "--iterations", "7"])
+    assert (cfg.task, cfg.env.num_envs, cfg.iterations) == ("pendulum", 16, 7)
+    assert cfg.ppo.gamma == 0.95  # from the pendulum preset, not cartpole's
+
+
+def test_unreadable_config_file(capsys, tmp_path: Path) -> None:
+    assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err

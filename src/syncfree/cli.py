@@ -50,12 +50,13 @@ def parse_train_config(argv: Sequence[str]):
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--task")
     pre.add_argument("--resume")
+    pre.add_argument("--config")
     known, _ = pre.parse_known_args(argv)
     if known.resume:
         base = from_dict(TrainConfig, checkpoint.load(known.resume)["config"])
         base.resume = known.resume
     else:
-        task = known.task or TrainConfig.task
+        task = known.task or task_in_config_file(known.config) or TrainConfig.task
         if task not in TASKS:
             raise UserError(f"config: task={task!r} is invalid; allowed: {', '.join(sorted(TASKS))}")
         base = preset(task)
@@ -70,6 +71,20 @@ def parse_train_config(argv: Sequence[str]):
         raise UserError(f"config: {message}{allowed_keys_hint(message)}") from None
     ns.pop("config", None)
     return validate(from_dict(TrainConfig, ns.as_dict()))
+
+
+def task_in_config_file(path: str | None) -> str | None:
+    """The `task` a YAML config file names, so that its preset supplies the defaults."""
+    if not path:
+        return None
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"config: cannot read {path} ({type(e).__name__})") from None
+    return data.get("task") if isinstance(data, dict) else None
 
 
 def allowed_keys_hint(message: str) -> str:
@@ -126,6 +141,7 @@ def cmd_train(argv: Sequence[str]) -> int:
         signal.signal(signal.SIGINT, previous)
         trainer.close()
     summary = ", ".join(f"{k}={record[k]:.1f}" for k in ("mean_return", "mean_length") if k in record)
+    summary = summary or "no episode finished yet"
     log.info("%s at iteration %d (%d env steps): %s; checkpoint %s",
              "stopped" if trainer.stop_requested else "done", trainer.iteration, trainer.env_steps, summary,
              run_dir / "latest.pt")
