@@ -23,6 +23,22 @@ def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
     return cfg
 
 
+def assert_same_state(a: object, b: object, path: str = "state") -> None:
+    """Bitwise equality of nested checkpoint-like structures (dicts, lists, tensors, plain values)."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and a.shape == b.shape and torch.equal(a, b), path
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys(), path
+        for key in a:
+            assert_same_state(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_state(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
 @pytest.fixture(autouse=True)
 def _restore_torch_global_state():
     deterministic = torch.are_deterministic_algorithms_enabled()

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import small_config
+from conftest import assert_same_state, small_config
 from syncfree.train import checkpoint
 from syncfree.train.trainer import Trainer
 
 
-@pytest.mark.parametrize("task", ["cartpole", "pendulum"])
+@pytest.mark.parametrize("task", ["cartpole", "pendulum", "g1-track"])
 def test_resume_continues_exactly(task: str, tmp_path: Path) -> None:
     cfg = small_config(task)
     cfg.iterations = 4
@@ -41,9 +41,7 @@ def test_resume_continues_exactly(task: str, tmp_path: Path) -> None:
 
     for (name, a), b in zip(straight.policy.state_dict().items(), second.policy.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
-    for name, a in straight.env.state_dict().items():
-        b = second.env.state_dict()[name]
-        assert torch.equal(a, b) if isinstance(a, torch.Tensor) else a == b, name
+    assert_same_state(straight.env.state_dict(), second.env.state_dict(), "env")
     sa, sb = straight.ppo.optimizer.state_dict()["state"], second.ppo.optimizer.state_dict()["state"]
     assert all(torch.equal(sa[k][n], sb[k][n]) for k in sa for n in sa[k])
     assert straight.env_steps == second.env_steps

@@ -67,7 +67,11 @@ class EnvConfig:
     num_envs: int = 256
     """Parallel environments (per process)."""
     max_episode_length: int = 0
-    """Time limit in env steps; 0 keeps the task's own (500 for CartPole, 200 for Pendulum)."""
+    """Time limit in env steps; 0 keeps the task's own (500 for CartPole, 200 for Pendulum, 500 for g1-track)."""
+    robot: str = ""
+    """g1-track: MJCF file of the robot; empty: the G1 29-DoF description shipped with syncfree."""
+    motions: list[str] = field(default_factory=list)
+    """g1-track: motion clips (.npz files or folders of them); empty: syncfree's generated clip set."""
 
 
 @dataclass
@@ -207,8 +211,8 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     return cls(**kwargs)
 
 
-def preset(task: str) -> TrainConfig:
-    """Default hyperparameters per task."""
+def preset(task: str, size: Literal["default", "small"] = "default") -> TrainConfig:
+    """Default hyperparameters per task; `small` is the quick preset tests use (g1-track)."""
     cfg = TrainConfig(task=task)
     if task.startswith("cartpole"):
         cfg.env.num_envs = 64
@@ -223,4 +227,16 @@ def preset(task: str) -> TrainConfig:
         cfg.policy.actor_hidden, cfg.policy.critic_hidden = [128, 128], [128, 128]
         cfg.ppo = PPOConfig(steps_per_env=24, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.99)
         cfg.iterations = 50
+    elif task == "g1-track":
+        cfg.env.num_envs = 4096
+        cfg.policy.actor_hidden, cfg.policy.critic_hidden = [512, 256, 128], [512, 256, 128]
+        cfg.policy.init_std = 0.5  # at 1.0 the action-rate penalty outweighs tracking and ending episodes pays
+        cfg.ppo = PPOConfig(steps_per_env=24, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.99,
+                            entropy_coef=0.005)
+        cfg.iterations = 1000
+        if size == "small":
+            cfg.env.num_envs = 32
+            cfg.policy.actor_hidden, cfg.policy.critic_hidden = [64, 64], [64, 64]
+            cfg.ppo.steps_per_env, cfg.ppo.num_epochs, cfg.ppo.num_minibatches = 8, 1, 2
+            cfg.iterations = 4
     return cfg

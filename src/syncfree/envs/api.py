@@ -56,6 +56,13 @@ class VecEnv(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         return None
 
+    def end_iteration(self) -> None:  # noqa: B027
+        """Called by the trainer once per iteration, after the rollout (e.g. to refresh sampling weights)."""
+
+    def pop_log(self) -> dict[str, float]:
+        """Task-specific statistics gathered since the last call, as host floats (read once per iteration)."""
+        return {}
+
 
 class TorchVecEnv(VecEnv):
     """Base of the torch-native tasks: episode bookkeeping and branchless auto-reset.

@@ -33,7 +33,8 @@ class Trainer:
         checkpoint.seed_everything(cfg.seed)
         if env is not None and env.num_envs != cfg.env.num_envs:
             raise UserError(f"env: {type(env).__name__} has {env.num_envs} envs but env.num_envs={cfg.env.num_envs}")
-        self.env = env or make_env(cfg.task, cfg.env.num_envs, self.device, cfg.seed, cfg.env.max_episode_length)
+        self.env = env or make_env(cfg.task, cfg.env.num_envs, self.device, cfg.seed, cfg.env.max_episode_length,
+                                   robot=cfg.env.robot, motions=cfg.env.motions)
         self.actor_dim, self.critic_dim = obs_dim(self.env, "policy"), obs_dim(self.env, "critic")
         self.policy = ActorCritic(self.actor_dim, self.critic_dim, self.env.action_spec, cfg.policy,
                                   validate_distributions=cfg.perf.validate_distributions).to(self.device)
@@ -67,6 +68,7 @@ class Trainer:
                     self.rollout_step(t)
                 with self.phases("advantages"):
                     self.compute_advantages()
+            self.env.end_iteration()
             update_stats = self.ppo.update(self.storage)
             with self.phases("logging"):
                 host = self.read_iteration(update_stats)  # the iteration's only host transfer
@@ -125,6 +127,7 @@ class Trainer:
                                   "steps_per_s": self.cfg.ppo.steps_per_env * self.env.num_envs / seconds,
                                   "iteration_seconds": seconds, "episodes": len(self.episodes.iteration_episodes)}
         record.update(self.episodes.summary())
+        record.update(self.env.pop_log())
         record.update(zip(UPDATE_STATS, host[: len(UPDATE_STATS)].tolist(), strict=True))
         record["skipped_steps"] = int(host[len(UPDATE_STATS)])
         record["learning_rate"] = float(host[len(UPDATE_STATS) + 1])

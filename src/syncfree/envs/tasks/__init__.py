@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from syncfree.envs.api import VecEnv
 from syncfree.envs.tasks.classic import CartPole, Pendulum
 from syncfree.envs.tasks.point_mass import PointMass
+from syncfree.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,15 @@ class Task:
     name: str
     description: str
     make: Callable[..., VecEnv]
-    """`make(num_envs, device, seed, max_episode_length)`."""
+    """`make(num_envs, device, seed, max_episode_length, **options)`."""
+    options: tuple[str, ...] = ()
+    """`EnvConfig` fields this task reads (e.g. `robot`, `motions`)."""
+
+
+def _g1_track(*args: Any, **kwargs: Any) -> VecEnv:
+    from syncfree.envs.tasks.g1_track import make_g1_track  # imports mujoco: only when asked for
+
+    return make_g1_track(*args, **kwargs)
 
 
 TASKS: dict[str, Task] = {
@@ -29,10 +39,19 @@ TASKS: dict[str, Task] = {
         Task("pendulum", "Pendulum-v1 swing-up, torque in [-2, 2] N·m, 200-step limit", Pendulum),
         Task("point-mass", "2-D point mass pushed to the origin, 2 continuous actions, 200-step limit "
              "(the benchmark's toy task)", PointMass),
+        Task("g1-track", "Unitree G1 (29 joints) tracks whole-body reference motions; torch PD joints, root "
+             "driven along the reference, adaptive start sampling", _g1_track, options=("robot", "motions")),
     )
 }
 
 
 def make_env(task: str, num_envs: int, device: torch.device | str = "cpu", seed: int = 0,
-             max_episode_length: int = 0) -> VecEnv:
-    return TASKS[task].make(num_envs, device, seed, max_episode_length)
+             max_episode_length: int = 0, **options: Any) -> VecEnv:
+    """Options left at their empty defaults are dropped; a set option the task does not read is an error."""
+    spec = TASKS[task]
+    options = {k: v for k, v in options.items() if v}
+    for key in options:
+        if key not in spec.options:
+            raise UserError(f"env.{key}: task {task!r} does not use it"
+                            + (f" (it reads {', '.join('env.' + o for o in spec.options)})" if spec.options else ""))
+    return spec.make(num_envs, device, seed, max_episode_length, **options)

@@ -1,0 +1,60 @@
+"""The small interface between a task and the physics that moves the robot.
+
+A backend owns the robot's state as device tensors, updated in place. Tasks read them, write reset states
+through `write_state`, and set joint position targets; they never see how the backend integrates.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from syncfree.envs.robots import RobotModel
+
+
+class Physics(ABC):
+    robot: RobotModel
+    num_envs: int
+    device: torch.device
+    sim_dt: float
+    # robot state, [num_envs, ...], world frame, updated in place
+    joint_pos: Tensor
+    joint_vel: Tensor
+    root_pos: Tensor
+    root_quat: Tensor
+    root_lin_vel: Tensor
+    root_ang_vel: Tensor
+    body_pos_w: Tensor
+    """[num_envs, num_bodies, 3], every body of `robot` in its order."""
+    body_quat_w: Tensor
+    body_lin_vel_w: Tensor
+    body_ang_vel_w: Tensor
+
+    @abstractmethod
+    def set_joint_targets(self, targets: Tensor) -> None:
+        """PD position targets [num_envs, num_joints] for the following `step()` calls."""
+
+    @abstractmethod
+    def step(self) -> None:
+        """Advance by `sim_dt`."""
+
+    @abstractmethod
+    def update_kinematics(self) -> None:
+        """Recompute body poses and velocities from the root and joint state."""
+
+    @abstractmethod
+    def write_state(self, env_ids: Tensor, root_pos: Tensor, root_quat: Tensor, root_lin_vel: Tensor,
+                    root_ang_vel: Tensor, joint_pos: Tensor, joint_vel: Tensor) -> None:
+        """Put `env_ids` in the given state (each argument has one row per id)."""
+
+    def follow_root(self, root_pos: Tensor, root_quat: Tensor, root_lin_vel: Tensor, root_ang_vel: Tensor) -> None:  # noqa: B027
+        """Backends without contacts drive the root along a reference; real-physics backends ignore this."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...

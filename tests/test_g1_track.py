@@ -1,0 +1,128 @@
+"""g1-track: observation terms, seeded resets, env state round trips, and that tracking is rewarded."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from conftest import assert_same_state
+from syncfree.envs.tasks.g1_track import G1TrackConfig, G1TrackEnv
+
+ALL_GROUPS = ("policy", "critic", "tokenizer")
+
+
+def make(num_envs: int = 8, seed: int = 0, **cfg) -> G1TrackEnv:
+    return G1TrackEnv(num_envs, "cpu", seed, cfg=G1TrackConfig(**cfg))
+
+
+def run(env: G1TrackEnv, steps: int, seed: int = 0) -> list:
+    g = torch.Generator().manual_seed(seed)
+    results = []
+    for _ in range(steps):
+        results.append(env.step(torch.randn(env.num_envs, 29, generator=g)))
+    return results
+
+
+def test_every_term_has_its_documented_shape():
+    env = make(observation_groups=ALL_GROUPS)
+    joints, bodies, h = 29, 14, 10
+    expected = {
+        "policy": {"command": 3 * 2 * joints, "motion_anchor_ori_b": 6, "projected_gravity": 3 * h,
+                   "base_ang_vel": 3 * h, "joint_pos": joints * h, "joint_vel": joints * h, "actions": joints * h},
+        "critic": {"command": 5 * 2 * joints, "motion_anchor_pos_b": 3, "motion_anchor_ori_b": 6,
+                   "body_pos": 3 * bodies, "body_ori": 6 * bodies, "base_lin_vel": 3, "base_ang_vel": 3,
+                   "projected_gravity": 3, "joint_pos": joints, "joint_vel": joints, "actions": joints},
+        "tokenizer": {"encoder_index": 1, "future_joint_pos": 10 * joints, "future_joint_vel": 10 * joints,
+                      "future_keypoints": 10 * 5 * 3},
+    }
+    terms = env.observations._terms
+    for group, dims in expected.items():
+        got = {name: s.dim * max(s.spec.history, 1) for name, s in terms[group].items()}
+        assert got == dims, group
+    obs = env.reset()
+    assert obs["policy"].shape == (8, sum(expected["policy"].values()))
+    assert obs["critic"].shape == (8, sum(expected["critic"].values()))
+    for name, dim in expected["tokenizer"].items():
+        assert obs[f"tokenizer/{name}"].shape == (8, dim)
+    assert env.obs_shapes == {k: tuple(v.shape[1:]) for k, v in obs.items()}
+    step = run(env, 1)[0]
+    assert step.reward.shape == (8,) and step.terminated.dtype == torch.bool
+    assert all(torch.isfinite(v).all() for v in step.obs.values())
+    assert set(obs["tokenizer/encoder_index"].flatten().tolist()) <= {0.0, 1.0}
+
+
+def test_resets_are_seeded():
+    a, b, c = make(seed=4), make(seed=4), make(seed=5)
+    obs_a, obs_b, obs_c = a.reset(), b.reset(), c.reset()
+    assert torch.equal(obs_a["policy"], obs_b["policy"])
+    assert not torch.equal(a.command.time_steps, c.command.time_steps)
+    for ra, rb in zip(run(a, 30), run(b, 30), strict=True):
+        assert torch.equal(ra.obs["policy"], rb.obs["policy"]) and torch.equal(ra.reward, rb.reward)
+    assert not torch.equal(obs_a["policy"], obs_c["policy"])
+
+
+def test_env_state_round_trips():
+    a = make(num_envs=16, seed=1)
+    a.reset()
+    run(a, 20, seed=1)
+    a.end_iteration()  # sampling weights leave their uniform start
+    state = copy.deepcopy(a.state_dict())
+    b = make(num_envs=16, seed=99)
+    b.reset()
+    b.load_state_dict(state)
+    assert_same_state(a.state_dict(), b.state_dict())
+    for ra, rb in zip(run(a, 30, seed=2), run(b, 30, seed=2), strict=True):
+        assert torch.equal(ra.obs["policy"], rb.obs["policy"])
+        assert torch.equal(ra.obs["critic"], rb.obs["critic"])
+        assert torch.equal(ra.reward, rb.reward) and torch.equal(ra.terminated, rb.terminated)
+
+
+def test_state_of_another_env_count_is_refused():
+    a, b = make(num_envs=4), make(num_envs=8)
+    with pytest.raises(ValueError, match="4 envs saved"):
+        b.load_state_dict(a.state_dict())
+
+
+def tracking_run(env: G1TrackEnv, steps: int, oracle: bool) -> tuple[float, float]:
+    """Mean reward and mean joint error with reference-following or random actions."""
+    env.reset()
+    g = torch.Generator().manual_seed(0)
+    rewards, errors = [], []
+    for _ in range(steps):
+        if oracle:
+            actions = (env.command.joint_pos - env.default_joint_pos) / env.action.scale
+        else:
+            actions = torch.randn(env.num_envs, 29, generator=g)
+        step = env.step(actions)
+        rewards.append(step.reward.mean())
+        errors.append((env.command.joint_pos - env.physics.joint_pos).norm(dim=-1).mean())
+    return float(torch.stack(rewards).mean()), float(torch.stack(errors).mean())
+
+
+def test_following_the_reference_is_rewarded():
+    oracle = tracking_run(make(num_envs=32, seed=2), 100, oracle=True)
+    random = tracking_run(make(num_envs=32, seed=2), 100, oracle=False)
+    assert oracle[0] > random[0] + 0.02
+    assert oracle[1] < 0.5 * random[1]
+
+
+def test_conventional_env_side_logging():
+    env = make(num_envs=4)
+    env.reset()
+    actions = torch.randn(4, 29)
+    env.step(actions)
+    assert torch.equal(env.extras["env_actions"], actions) and env.extras["env_actions"].device.type == "cpu"
+    log = env.pop_log()
+    assert {"sampling/min_prob", "sampling/max_prob", "sampling/mean_prob"} <= set(log)
+    assert {"metrics/error_joint_pos", "episode_reward/body_pos", "episode_termination/time_out"} <= set(log)
+    quiet = make(num_envs=4, store_env_actions=False, sampling_diagnostics=False)
+    quiet.reset()
+    quiet.step(actions)
+    assert "env_actions" not in quiet.extras and "sampling/min_prob" not in quiet.pop_log()
+
+
+def test_unknown_observation_group_is_named():
+    with pytest.raises(ValueError, match="unknown observation group"):
+        make(observation_groups=("policy", "vision"))
