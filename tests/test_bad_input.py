@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -135,3 +136,37 @@ def test_cuda_requested_without_cuda(capsys) -> None:
         pytest.skip("this machine has CUDA")
     code, err = run_cli(capsys, "train", "--device", "cuda", "--iterations", "1")
     assert code == 2 and "CUDA is not available" in one_line(err)
+
+
+G1_SMALL = ["--task", "g1-track", "--env.num_envs", "4", "--iterations", "1", "--ppo.steps_per_env", "2",
+            "--log.progress", "false"]
+
+
+def test_malformed_robot_file_is_one_line_naming_it(capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "robot.xml"
+    bad.write_text("<mujoco><worldbody><body name='a'><geom size='0.1'/></body></worldbody>")  # unclosed root
+    code, err = run_cli(capsys, "train", *G1_SMALL, "--env.robot", str(bad), "--log.dir", str(tmp_path))
+    assert code == 2 and "robot.xml" in one_line(err)
+
+
+@pytest.mark.parametrize("field", ["joint_pos", "fps"])
+def test_malformed_motion_file_is_one_line_naming_file_and_field(capsys, tmp_path: Path, field: str) -> None:
+    from syncfree.envs.motion import generate_clips, save_clip
+    from syncfree.envs.robots import load_robot
+
+    path = tmp_path / "clip.npz"
+    save_clip(path, generate_clips(load_robot(), num_clips=1, seconds=1.0)[0])
+    data = dict(np.load(path))
+    if field == "joint_pos":
+        data["joint_pos"][5, 10] = np.nan
+    else:
+        del data["fps"]
+    np.savez(path, **data)
+    code, err = run_cli(capsys, "train", *G1_SMALL, "--env.motions", f"[{path}]", "--log.dir", str(tmp_path))
+    line = one_line(err)
+    assert code == 2 and "clip.npz" in line and field in line
+
+
+def test_task_option_the_task_does_not_read_is_refused(capsys, tmp_path: Path) -> None:
+    code, err = run_cli(capsys, "train", "--task", "cartpole", "--env.motions", "[a.npz]", "--log.dir", str(tmp_path))
+    assert code == 2 and "env.motions" in one_line(err)

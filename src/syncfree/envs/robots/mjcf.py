@@ -132,7 +132,7 @@ def _load_cached(path: str, mtime_ns: int, size: int) -> RobotModel:
         model = mujoco.MjModel.from_xml_path(path)
     except ValueError as error:
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-        message = lines[0] if lines else type(error).__name__
+        message = "; ".join(line.rstrip(":") for line in lines[:2]) if lines else type(error).__name__  # MuJoCo's summary, then its detail
         raise UserError(f"{path}: MuJoCo cannot compile it: {message}") from None
     return _read_model(path, model)
 
