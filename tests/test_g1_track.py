@@ -8,13 +8,14 @@ import pytest
 import torch
 
 from conftest import assert_same_state
+from syncfree.config import PerfConfig
 from syncfree.envs.tasks.g1_track import G1TrackConfig, G1TrackEnv
 
 ALL_GROUPS = ("policy", "critic", "tokenizer")
 
 
-def make(num_envs: int = 8, seed: int = 0, **cfg) -> G1TrackEnv:
-    return G1TrackEnv(num_envs, "cpu", seed, cfg=G1TrackConfig(**cfg))
+def make(num_envs: int = 8, seed: int = 0, perf: PerfConfig | None = None, **cfg) -> G1TrackEnv:
+    return G1TrackEnv(num_envs, "cpu", seed, cfg=G1TrackConfig(**cfg), perf=perf)
 
 
 def run(env: G1TrackEnv, steps: int, seed: int = 0) -> list:
@@ -109,7 +110,7 @@ def test_following_the_reference_is_rewarded():
 
 
 def test_conventional_env_side_logging():
-    env = make(num_envs=4)
+    env = make(num_envs=4, perf=PerfConfig.preset("baseline"))
     env.reset()
     actions = torch.randn(4, 29)
     env.step(actions)
@@ -117,7 +118,7 @@ def test_conventional_env_side_logging():
     log = env.pop_log()
     assert {"sampling/min_prob", "sampling/max_prob", "sampling/mean_prob"} <= set(log)
     assert {"metrics/error_joint_pos", "episode_reward/body_pos", "episode_termination/time_out"} <= set(log)
-    quiet = make(num_envs=4, store_env_actions=False, sampling_diagnostics=False)
+    quiet = make(num_envs=4)  # the optimized defaults
     quiet.reset()
     quiet.step(actions)
     assert "env_actions" not in quiet.extras and "sampling/min_prob" not in quiet.pop_log()

@@ -96,3 +96,15 @@ def test_adaptive_sampler_draws_stay_inside_clips():
     assert set(clips.tolist()) == {0, 1, 2}
     share = torch.bincount(clips, minlength=3).float() / 4096
     assert torch.allclose(share, torch.full((3,), 1 / 3), atol=0.03)  # every clip weighs the same
+
+
+def test_adaptive_sampler_keeps_rare_failures_from_taking_over():
+    lengths = torch.tensor([300, 300])
+    sampler = AdaptiveSampler(lengths, num_envs=256, generator=torch.Generator().manual_seed(0))
+    failed = torch.zeros(256, dtype=torch.bool)
+    failed[0] = True  # one failure in 256 · 3 visits of bin 0
+    for _ in range(3):
+        sampler.record(torch.zeros(256, dtype=torch.int64), torch.arange(256) % 50, failed)
+    sampler.update_probabilities()
+    assert sampler.probabilities[0] > sampler.probabilities[1]
+    assert sampler.probabilities.max() < 0.2

@@ -110,8 +110,9 @@ def test_deterministic_mode_reruns_identically() -> None:
     dict(grad_finite_from_norm=False, fused_adamw=True),
     dict(grad_finite_from_norm=False, fused_adamw=False),
 ])
-def test_non_finite_gradient_skips_the_step_and_counts_it(perf: dict) -> None:
-    trainer = Trainer(small_config("pendulum", **perf))
+@pytest.mark.parametrize("task", ["pendulum", "g1-track"])
+def test_non_finite_gradient_skips_the_step_and_counts_it(perf: dict, task: str) -> None:
+    trainer = Trainer(small_config(task, **perf))
     trainer.cfg.iterations = 1
     trainer.learn()
     params = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}

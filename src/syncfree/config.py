@@ -48,6 +48,45 @@ class PerfConfig:
     deterministic: bool = switch(baseline=True, optimized=False, seed="gridworld: deterministic mode off")
     """`torch.use_deterministic_algorithms(True)`; costs speed on GPUs, needed only for bit-exact GPU reruns."""
 
+    # -- env side and model (the humanoid tracking task; inert for the classic tasks) --------------------
+
+    shared_obs_terms: bool = switch(baseline=False, optimized=True, seed="humanoid: sonic_shared_observation_cache")
+    """Compute a deterministic observation term once per step when several groups use it (cache cleared after
+    every observation compute). Off: each group computes its own terms."""
+
+    critic_chunk_size: int = switch(baseline=1024, optimized=4096, seed="humanoid: value_evaluate_chunk_size")
+    """Rows per critic forward when values are evaluated (rollout and update); larger batches are split into
+    chunks of this size and concatenated."""
+
+    log_env_actions: bool = switch(baseline=True, optimized=False, seed="humanoid: store_env_actions")
+    """Copy the actions to the host every step into the env's `extras["env_actions"]` (for callbacks)."""
+
+    sampling_diagnostics: bool = switch(baseline=True, optimized=False,
+                                        seed="humanoid: collect_adaptive_sampling_diagnostics")
+    """Read the min/max/mean of the adaptive-sampling distribution on the host every step."""
+
+    reset_without_sync: bool = switch(baseline=False, optimized=True, seed="humanoid: avoid reset synchronization")
+    """Reset finished envs with masks (`torch.where`) and keep reset statistics on the device. Off: pick them with
+    `nonzero()` behind a host `if len(ids) > 0`, read termination counts with `.item()`."""
+
+    fast_history: bool = switch(baseline=False, optimized=True, seed="humanoid: sonic_fast_circular_buffer")
+    """History buffers with the length as a Python int, a branchless first-push back-fill and no clone before the
+    roll. Off: Isaac Lab 2.x's CircularBuffer (length read from a device tensor, `any()` branch, clone + roll)."""
+
+    batched_command_metrics: bool = switch(baseline=False, optimized=True, seed="humanoid: sonic_fast_command_reset")
+    """Stack the command's reset metrics and keep them on the device until the iteration's transfer. Off: one
+    `.item()` per metric at every reset."""
+
+    physics_partitions: int = switch(baseline=8, optimized=1, seed="humanoid: gpu_max_num_partitions")
+    """PhysX GPU partitions, applied to Isaac Lab env configs by `syncfree.envs.adapters.isaaclab`. Inert for
+    syncfree's torch physics, which has no partitions."""
+
+    cache_encoded_outputs: bool = switch(baseline=True, optimized=False, seed="humanoid: cache_encoded_outputs")
+    """Token-encoder policy: keep host copies of tokens and latents of every forward for diagnostics."""
+
+    cache_full_latent: bool = switch(baseline=True, optimized=False, seed="humanoid: cache_full_latent")
+    """Token-encoder policy: keep a device copy of the full latent of every forward."""
+
     @classmethod
     def preset(cls, which: Literal["baseline", "optimized"]) -> PerfConfig:
         """All switches at their `baseline` or `optimized` value."""
@@ -75,6 +114,46 @@ class EnvConfig:
 
 
 @dataclass
+class TokenEncoderConfig:
+    """The universal-token policy (`policy.kind=token`): its encoders, quantizer, decoder and critic."""
+
+    encoders: dict[str, list[str]] = field(default_factory=lambda: {
+        "motion": ["tokenizer/future_joint_pos", "tokenizer/future_joint_vel"],
+        "keypoints": ["tokenizer/future_keypoints"],
+    })
+    """Encoder name -> the layout parts it reads, in order. Encoder k (in dict order) serves the envs whose
+    `tokenizer/encoder_index` is k; an index with no encoder falls back to encoder 0."""
+    encoder_hidden: list[int] = field(default_factory=lambda: [256, 256])
+    """Hidden layer sizes of every encoder MLP."""
+    num_tokens: int = 4
+    """Tokens per sample."""
+    fsq_levels: list[int] = field(default_factory=lambda: [8, 5, 5, 5])
+    """Quantization levels per token dimension (each >= 2); the token dimension is their count and the
+    codebook size their product."""
+    decoder_hidden: list[int] = field(default_factory=lambda: [512, 256, 128])
+    """Hidden layer sizes of the action decoder (input: flattened tokens and the normalized `policy` part)."""
+    critic_hidden: list[int] = field(default_factory=lambda: [512, 256, 128])
+    """Hidden layer sizes of the critic MLP."""
+    activation: Literal["elu", "tanh", "relu"] = "elu"
+    """Hidden activation of every MLP."""
+    init_std: float = 0.5
+    """Initial action standard deviation (state-independent, learned)."""
+    min_std: float = 0.05
+    """Lower clamp of the learned standard deviation."""
+    max_std: float = 2.0
+    """Upper clamp of the learned standard deviation."""
+    reconstruction_target: str = "motion"
+    """Encoder whose normalized input the auxiliary decoder reconstructs from the tokens."""
+    reconstruction_hidden: list[int] = field(default_factory=lambda: [256])
+    """Hidden layer sizes of the auxiliary reconstruction MLP."""
+    reconstruction_weight: float = 0.1
+    """Factor applied by `auxiliary_loss` (the loss PPO adds to its own)."""
+    normalize_obs: bool = True
+    """Running mean/std normalization of the `policy` part, of each encoder's input and of the critic
+    observation, updated by `update_normalizers`."""
+
+
+@dataclass
 class PolicyConfig:
     actor_hidden: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the actor MLP."""
@@ -86,6 +165,10 @@ class PolicyConfig:
     """Initial standard deviation of the Gaussian head (continuous actions)."""
     normalize_obs: bool = True
     """Running mean/std normalization of actor and critic observations, updated during rollouts."""
+    kind: Literal["mlp", "token"] = "mlp"
+    """`mlp`: the MLP actor-critic above. `token`: the universal-token policy configured by `policy.token` (its
+    own sizes; the fields above then do not apply). Needs a task with a `tokenizer` group (g1-track)."""
+    token: TokenEncoderConfig = field(default_factory=TokenEncoderConfig)
 
 
 @dataclass
@@ -190,6 +273,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _check(p.clip_param > 0, "ppo.clip_param", "a number > 0", p.clip_param)
     _check(p.max_grad_norm > 0, "ppo.max_grad_norm", "a number > 0", p.max_grad_norm)
     _check(p.weight_decay >= 0, "ppo.weight_decay", "a number >= 0", p.weight_decay)
+    _check(cfg.perf.critic_chunk_size >= 1, "perf.critic_chunk_size", "an integer >= 1", cfg.perf.critic_chunk_size)
+    _check(cfg.perf.physics_partitions >= 1, "perf.physics_partitions", "an integer >= 1", cfg.perf.physics_partitions)
     return cfg
 
 

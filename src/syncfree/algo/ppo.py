@@ -43,6 +43,9 @@ class PPO:
             self.optimizer.found_inf = self.found_inf  # read by the fused kernel: skips the step when 1
         self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
         self.stats = torch.zeros(len(UPDATE_STATS), device=device)
+        aux = getattr(policy, "auxiliary_loss", None)
+        self.auxiliary_loss = aux if aux is not None and policy.cfg.reconstruction_weight > 0 else None
+        """The policy's own extra loss (the token policy's reconstruction), added to PPO's."""
 
     def update(self, storage: RolloutStorage) -> Tensor:
         """Epochs x minibatches over the rollout; returns [*UPDATE_STATS, skipped_steps, learning_rate] on the device."""
@@ -81,6 +84,8 @@ class PPO:
                 value_loss = (ev.value - mb.returns).square().mean()
             entropy = ev.entropy.mean()
             loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
+            if self.auxiliary_loss is not None:
+                loss = loss + self.auxiliary_loss(mb.actor_obs)
         with phase("update.backward"):
             self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)
             loss.backward()

@@ -40,6 +40,8 @@ class BenchConfig:
     """Sizes for the scaling sweep (empty: the profile's; the quick and gpu-smoke profiles have none)."""
     ablations: bool | None = None
     """Leave-one-out and add-one-in rows for every switch (default: only in the full profile)."""
+    add_one_in: bool = True
+    """With ablations: the add-one-in rows too (false: leave-one-out only, half the trainers and memory)."""
     repeats: int = 0
     """Interleaved repeats (0: the profile's)."""
     iterations: int = 0
@@ -67,13 +69,13 @@ class BenchConfig:
         return out
 
 
-def configurations(ablations: bool) -> list[tuple[str, PerfConfig]]:
+def configurations(ablations: bool, add_one_in: bool = True) -> list[tuple[str, PerfConfig]]:
     """baseline, optimized, and per switch: optimized without it (leave-one-out), baseline with it (add-one-in)."""
     configs = [("baseline", PerfConfig.preset("baseline")), ("optimized", PerfConfig.preset("optimized"))]
     if ablations:
         for f in PerfConfig.switches():
             configs.append((f"optimized - {f.name}", dataclasses.replace(PerfConfig(), **{f.name: f.metadata["baseline"]})))
-        for f in PerfConfig.switches():
+        for f in PerfConfig.switches() if add_one_in else ():
             configs.append((f"baseline + {f.name}",
                             dataclasses.replace(PerfConfig.preset("baseline"), **{f.name: f.metadata["optimized"]})))
     return configs
@@ -270,7 +272,7 @@ def run(bench: BenchConfig) -> dict[str, Any]:
     bench = bench.resolved()
     if bench.threads:
         torch.set_num_threads(bench.threads)
-    configs = configurations(bench.ablations)
+    configs = configurations(bench.ablations, bench.add_one_in)
     per_size = 2 * len(configs) + bench.repeats * len(configs)
     progress = tqdm(total=per_size * len(bench.num_envs) + len(bench.scaling), unit="step", desc="bench",
                     dynamic_ncols=True)

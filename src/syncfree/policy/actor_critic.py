@@ -38,10 +38,20 @@ def mlp(in_dim: int, hidden: list[int], out_dim: int, activation: str) -> nn.Seq
     return nn.Sequential(*layers)
 
 
+def chunked_value(critic: nn.Module, norm: nn.Module, critic_obs: Tensor, chunk_size: int) -> Tensor:
+    """Critic values, evaluated `chunk_size` rows at a time when the batch is larger (0: all at once)."""
+    if chunk_size <= 0 or critic_obs.shape[0] <= chunk_size:
+        return critic(norm(critic_obs)).squeeze(-1)
+    return torch.cat([critic(norm(part)).squeeze(-1) for part in critic_obs.split(chunk_size)])
+
+
 class ActorCritic(nn.Module):
     def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
-                 validate_distributions: bool = False) -> None:
+                 validate_distributions: bool = False, critic_chunk_size: int = 0) -> None:
         super().__init__()
+        self.actor_obs_dim, self.critic_obs_dim = actor_obs_dim, critic_obs_dim
+        self.critic_chunk_size = critic_chunk_size
+        """Rows per critic forward (0: all at once); see `PerfConfig.critic_chunk_size`."""
         self.action_spec = action_spec
         if action_spec.kind == "continuous":
             self.head: GaussianHead | CategoricalHead = GaussianHead(action_spec.size, cfg.init_std,
@@ -59,7 +69,11 @@ class ActorCritic(nn.Module):
         return self.head.params(self.actor(self.actor_norm(actor_obs)))
 
     def value(self, critic_obs: Tensor) -> Tensor:
-        return self.critic(self.critic_norm(critic_obs)).squeeze(-1)
+        return chunked_value(self.critic, self.critic_norm, critic_obs, self.critic_chunk_size)
+
+    def actor_input(self, obs: dict[str, Tensor], out: Tensor | None = None) -> Tensor:
+        """The actor's observation from the env's groups (`out`: a buffer policies that assemble it may fill)."""
+        return obs["policy"]
 
     def act(self, actor_obs: Tensor, critic_obs: Tensor) -> Act:
         params = self.dist_params(actor_obs)

@@ -13,14 +13,13 @@ order). `concat_observations` builds it from an observation dict.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
+from syncfree.config import TokenEncoderConfig
 from syncfree.envs.api import ActionSpec
-from syncfree.policy.actor_critic import Act, Evaluation, mlp
+from syncfree.policy.actor_critic import Act, Evaluation, chunked_value, mlp
 from syncfree.policy.heads import GaussianHead
 from syncfree.policy.normalizer import RunningNorm
 
@@ -28,44 +27,6 @@ POLICY_PART = "policy"
 """Layout part read by the decoder (proprioception with history and command)."""
 ENCODER_INDEX_PART = "tokenizer/encoder_index"
 """Layout part holding each env's encoder number as a float ([N, 1], values 0, 1, ...)."""
-
-
-@dataclass
-class TokenEncoderConfig:
-    encoders: dict[str, list[str]] = field(default_factory=lambda: {
-        "motion": ["tokenizer/future_joint_pos", "tokenizer/future_joint_vel"],
-        "keypoints": ["tokenizer/future_keypoints"],
-    })
-    """Encoder name -> the layout parts it reads, in order. Encoder k (in dict order) serves the envs whose
-    `tokenizer/encoder_index` is k; an index with no encoder falls back to encoder 0."""
-    encoder_hidden: list[int] = field(default_factory=lambda: [256, 256])
-    """Hidden layer sizes of every encoder MLP."""
-    num_tokens: int = 4
-    """Tokens per sample."""
-    fsq_levels: list[int] = field(default_factory=lambda: [8, 5, 5, 5])
-    """Quantization levels per token dimension (each >= 2); the token dimension is their count and the
-    codebook size their product."""
-    decoder_hidden: list[int] = field(default_factory=lambda: [512, 256, 128])
-    """Hidden layer sizes of the action decoder (input: flattened tokens and the normalized `policy` part)."""
-    critic_hidden: list[int] = field(default_factory=lambda: [512, 256, 128])
-    """Hidden layer sizes of the critic MLP."""
-    activation: Literal["elu", "tanh", "relu"] = "elu"
-    """Hidden activation of every MLP."""
-    init_std: float = 0.5
-    """Initial action standard deviation (state-independent, learned)."""
-    min_std: float = 0.05
-    """Lower clamp of the learned standard deviation."""
-    max_std: float = 2.0
-    """Upper clamp of the learned standard deviation."""
-    reconstruction_target: str = "motion"
-    """Encoder whose normalized input the auxiliary decoder reconstructs from the tokens."""
-    reconstruction_hidden: list[int] = field(default_factory=lambda: [256])
-    """Hidden layer sizes of the auxiliary reconstruction MLP."""
-    reconstruction_weight: float = 0.1
-    """Factor applied by `auxiliary_loss` (the loss PPO adds to its own)."""
-    normalize_obs: bool = True
-    """Running mean/std normalization of the `policy` part, of each encoder's input and of the critic
-    observation, updated by `update_normalizers`."""
 
 
 def round_ste(x: Tensor) -> Tensor:
@@ -177,8 +138,10 @@ class TokenActorCritic(nn.Module):
 
     def __init__(self, layout: dict[str, int], critic_obs_dim: int, action_spec: ActionSpec,
                  cfg: TokenEncoderConfig | None = None, validate_distributions: bool = False,
-                 cache_encoded_outputs: bool = False, cache_full_latent: bool = False) -> None:
+                 cache_encoded_outputs: bool = False, cache_full_latent: bool = False,
+                 critic_chunk_size: int = 0) -> None:
         super().__init__()
+        self.critic_chunk_size = critic_chunk_size
         cfg = cfg or TokenEncoderConfig()
         if action_spec.kind != "continuous":
             raise ValueError(f"token policy: needs continuous actions, got {action_spec.kind}")
@@ -318,7 +281,11 @@ class TokenActorCritic(nn.Module):
         return self.head.params(self.decode(self.encode(actor_obs), actor_obs))
 
     def value(self, critic_obs: Tensor) -> Tensor:
-        return self.critic(self.critic_norm(critic_obs)).squeeze(-1)
+        return chunked_value(self.critic, self.critic_norm, critic_obs, self.critic_chunk_size)
+
+    def actor_input(self, obs: dict[str, Tensor], out: Tensor | None = None) -> Tensor:
+        """The flat actor observation assembled from the env's groups (into `out` when given)."""
+        return concat_observations(obs, self.layout, out)
 
     def act(self, actor_obs: Tensor, critic_obs: Tensor) -> Act:
         params = self.dist_params(actor_obs)

@@ -16,7 +16,7 @@ def evaluate(policy: ActorCritic, env: VecEnv) -> np.ndarray:
     first_return = torch.full((env.num_envs,), float("nan"), device=env.device)
     finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     for _ in range(env.max_episode_length):  # every episode ends by its time limit
-        step = env.step(policy.act_deterministic(obs["policy"]))
+        step = env.step(policy.act_deterministic(policy.actor_input(obs)))
         done = step.terminated | step.truncated
         first_return = torch.where(done & ~finished, step.info["episode_return"], first_return)
         finished |= done

@@ -20,6 +20,7 @@ from syncfree.envs import VecEnv, make_env
 from syncfree.errors import NonFiniteError, UserError
 from syncfree.perf.phases import Phases
 from syncfree.policy import ActorCritic
+from syncfree.policy.token_encoder import TokenActorCritic, default_layout
 from syncfree.train import checkpoint
 from syncfree.train.logger import RunLogger
 from syncfree.train.monitors import EpisodeStats, NonFiniteMonitor
@@ -34,10 +35,10 @@ class Trainer:
         if env is not None and env.num_envs != cfg.env.num_envs:
             raise UserError(f"env: {type(env).__name__} has {env.num_envs} envs but env.num_envs={cfg.env.num_envs}")
         self.env = env or make_env(cfg.task, cfg.env.num_envs, self.device, cfg.seed, cfg.env.max_episode_length,
-                                   robot=cfg.env.robot, motions=cfg.env.motions)
-        self.actor_dim, self.critic_dim = obs_dim(self.env, "policy"), obs_dim(self.env, "critic")
-        self.policy = ActorCritic(self.actor_dim, self.critic_dim, self.env.action_spec, cfg.policy,
-                                  validate_distributions=cfg.perf.validate_distributions).to(self.device)
+                                   robot=cfg.env.robot, motions=cfg.env.motions,
+                                   tokenizer=cfg.policy.kind == "token", perf=cfg.perf)
+        self.policy = build_policy(cfg, self.env).to(self.device)
+        self.actor_dim, self.critic_dim = self.policy.actor_obs_dim, obs_dim(self.env, "critic")
         self.phases = Phases()
         """Attach a recorder (`perf.phases`) to time or count each phase of the hot loop."""
         self.ppo = PPO(self.policy, cfg.ppo, cfg.perf, self.device, self.phases)
@@ -46,6 +47,9 @@ class Trainer:
                                       self.policy.head.num_params, self.device)
         self.episodes = EpisodeStats(steps, n, self.device, deferred=cfg.perf.deferred_episode_stats)
         self.nonfinite = NonFiniteMonitor(n, self.device, deferred=cfg.perf.deferred_nonfinite_check)
+        self._next_actor_obs = (torch.zeros(n, self.actor_dim, device=self.device)
+                                if cfg.policy.kind == "token" else None)
+        """Where the token policy assembles the next observation for its normalizers."""
         self.obs = self.env.reset()
         self.iteration = 0
         self.env_steps = 0
@@ -87,14 +91,17 @@ class Trainer:
         """Act, step the environment, store: device tensors only."""
         obs, phase = self.obs, self.phases
         with phase("act"):
-            act = self.policy.act(obs["policy"], obs["critic"])
+            out = self.storage.actor_obs[t] if self._next_actor_obs is not None else None
+            actor_obs = self.policy.actor_input(obs, out=out)
+            act = self.policy.act(actor_obs, obs["critic"])
         with phase("store"):
-            self.storage.store_policy_step(t, obs["policy"], obs["critic"], act)
+            self.storage.store_policy_step(t, actor_obs, obs["critic"], act)
         with phase("env"):
             step = self.env.step(act.actions)
             done = step.terminated | step.truncated
         with phase("normalizer"):
-            self.policy.update_normalizers(step.obs["policy"], step.obs["critic"])
+            self.policy.update_normalizers(self.policy.actor_input(step.obs, out=self._next_actor_obs),
+                                           step.obs["critic"])
         with phase("store"):
             self.storage.store_env_step(t, step.reward, done, step.truncated, self.cfg.ppo.gamma)
         with phase("stats"):
@@ -199,6 +206,26 @@ def check_compatible(state: dict[str, Any], trainer: Trainer, source: str) -> No
             got = tuple(got)
         if got != value:
             raise UserError(f"{source}: {key} is {got!r} but this run has {value!r}")
+
+
+def build_policy(cfg: TrainConfig, env: VecEnv) -> ActorCritic | TokenActorCritic:
+    critic_dim = obs_dim(env, "critic")
+    if cfg.policy.kind == "mlp":
+        return ActorCritic(obs_dim(env, "policy"), critic_dim, env.action_spec, cfg.policy,
+                           validate_distributions=cfg.perf.validate_distributions,
+                           critic_chunk_size=cfg.perf.critic_chunk_size)
+    if env.action_spec.kind != "continuous" or not any(k.startswith("tokenizer/") for k in env.obs_shapes):
+        raise UserError(f"policy.kind=token: task {cfg.task!r} has no tokenizer observations or no continuous "
+                        "actions (use it with g1-track)")
+    try:
+        layout = default_layout(env.obs_shapes, cfg.policy.token)
+        return TokenActorCritic(layout, critic_dim, env.action_spec, cfg.policy.token,
+                                validate_distributions=cfg.perf.validate_distributions,
+                                cache_encoded_outputs=cfg.perf.cache_encoded_outputs,
+                                cache_full_latent=cfg.perf.cache_full_latent,
+                                critic_chunk_size=cfg.perf.critic_chunk_size)
+    except ValueError as e:
+        raise UserError(f"policy.token: {e}") from None
 
 
 def resolve_device(name: str) -> torch.device:

@@ -8,12 +8,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from syncfree.envs.managers.log import EnvLog
+from syncfree.envs.managers.select import fill_, is_mask, selected_mean
+
 
 class CommandTerm(ABC):
     """A command with per-env error metrics accumulated over the episode.
 
     Conventional reset (Isaac Lab's `CommandTerm.reset`): each metric's mean over the reset envs is read on
-    the host with its own `.item()`.
+    the host with its own `.item()`; the batched path keeps them on the device.
     """
 
     metric_names: tuple[str, ...] = ()
@@ -21,6 +24,7 @@ class CommandTerm(ABC):
     def __init__(self, env: Any) -> None:
         self.env = env
         self.metrics = {name: torch.zeros(env.num_envs, device=env.device) for name in self.metric_names}
+        self.log_names = tuple(f"metrics/{name}" for name in self.metric_names)
 
     @property
     @abstractmethod
@@ -28,8 +32,13 @@ class CommandTerm(ABC):
         """[num_envs, dim]."""
 
     @abstractmethod
-    def resample(self, env_ids: Tensor) -> None:
-        """Draw new commands for `env_ids` (and put those envs in the command's initial state)."""
+    def draw(self) -> None:
+        """Draw this step's fresh commands for every env (every step, so that all reset paths consume the same
+        random stream); `resample` applies them to the envs being reset."""
+
+    @abstractmethod
+    def resample(self, selection: Tensor) -> None:
+        """Draw new commands for the selected envs (ids or mask) and put them in the command's initial state."""
 
     @abstractmethod
     def update(self) -> None:
@@ -39,15 +48,21 @@ class CommandTerm(ABC):
     def update_metrics(self) -> None:
         """Add this step's errors to `self.metrics` (per-env sums over the episode)."""
 
-    def reset(self, env_ids: Tensor, episode_length: Tensor) -> dict[str, float]:
-        """Per-step mean of each metric over the finished episodes of `env_ids`, then resample them."""
-        steps = episode_length[env_ids].clamp(min=1)
-        log = {}
-        for name, value in self.metrics.items():
-            log[f"metrics/{name}"] = torch.mean(value[env_ids] / steps).item()
-            value[env_ids] = 0.0
-        self.resample(env_ids)
-        return log
+    def reset(self, selection: Tensor, episode_length: Tensor, log: EnvLog, batched: bool) -> None:
+        """Log each metric's per-step mean over the finished episodes, clear the metrics, resample.
+
+        `batched`: the metric means stay stacked on the device until the iteration's transfer. Otherwise each is
+        read with its own `.item()` (with a mask, one more read tells whether any env was reset).
+        """
+        steps = episode_length.clamp(min=1).unsqueeze(-1)
+        means, count = selected_mean(torch.stack(list(self.metrics.values()), dim=-1) / steps, selection)
+        if batched:
+            log.add_device(self.log_names, means, count > 0 if is_mask(selection) else True)
+        elif not is_mask(selection) or count.item() > 0:
+            log.add_host({name: means[i].item() for i, name in enumerate(self.log_names)})
+        for value in self.metrics.values():
+            fill_(value, selection, 0.0)
+        self.resample(selection)
 
     def compute(self) -> None:
         self.update_metrics()

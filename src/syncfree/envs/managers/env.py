@@ -2,23 +2,26 @@
 
 One control step: process actions → `decimation` physics steps → terminations → rewards → reset finished
 envs → advance the command → interval events → observations. The conventional reset picks the finished
-envs with `nonzero()` and skips the reset on the host when there are none.
+envs with `nonzero()` and skips the reset on the host when there are none; with `perf.reset_without_sync`
+every manager resets by mask instead.
 """
 
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections import defaultdict
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from syncfree.config import PerfConfig
 from syncfree.envs.api import StepResult, VecEnv
 from syncfree.envs.managers.commands import CommandTerm
 from syncfree.envs.managers.events import EventManager, EventTerm
+from syncfree.envs.managers.log import EnvLog
 from syncfree.envs.managers.observations import ObservationManager, ObsGroup
 from syncfree.envs.managers.rewards import RewardManager, RewardTerm, TerminationManager, TerminationTerm
+from syncfree.envs.managers.select import fill_
 from syncfree.envs.physics import Physics
 
 
@@ -40,9 +43,9 @@ class JointPositionAction:
     def apply(self) -> None:
         self.physics.set_joint_targets(self.targets)
 
-    def reset(self, env_ids: Tensor) -> None:
-        self.raw[env_ids] = 0.0
-        self.previous[env_ids] = 0.0
+    def reset(self, selection: Tensor) -> None:
+        fill_(self.raw, selection, 0.0)
+        fill_(self.previous, selection, 0.0)
 
 
 class ManagerBasedEnv(VecEnv):
@@ -54,7 +57,10 @@ class ManagerBasedEnv(VecEnv):
     command: CommandTerm
     decimation: int = 4
 
-    def __init__(self, num_envs: int, device: torch.device | str, seed: int, max_episode_length: int) -> None:
+    def __init__(self, num_envs: int, device: torch.device | str, seed: int, max_episode_length: int,
+                 perf: PerfConfig | None = None) -> None:
+        self.perf = perf or PerfConfig()
+        """The env-side switches (`shared_obs_terms`, `reset_without_sync`, `fast_history`, ...)."""
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.max_episode_length = max_episode_length
@@ -66,7 +72,7 @@ class ManagerBasedEnv(VecEnv):
         self._final_return = zeros(torch.float32)
         self._final_length = zeros(torch.int64)
         self.extras: dict[str, Any] = {}
-        self._log: dict[str, list[Any]] = defaultdict(list)
+        self.log = EnvLog(self.device)
 
     @property
     def step_dt(self) -> float:
@@ -77,7 +83,9 @@ class ManagerBasedEnv(VecEnv):
         self.rewards = RewardManager(self, rewards, self.step_dt)
         self.terminations = TerminationManager(self, terminations)
         self.events = EventManager(self, events, self.generator)
-        self.observations = ObservationManager(self, observations, self.generator)
+        self.observations = ObservationManager(self, observations, self.generator,
+                                               shared_terms=self.perf.shared_obs_terms,
+                                               fast_history=self.perf.fast_history)
         self.obs_shapes = self.observations.shapes
 
     @abstractmethod
@@ -87,17 +95,20 @@ class ManagerBasedEnv(VecEnv):
     # -- stepping ----------------------------------------------------------------------------------------
 
     def reset(self) -> dict[str, Tensor]:
-        self.reset_envs(torch.arange(self.num_envs, device=self.device))
+        self.draw_reset_randomness()
+        self.reset_envs(torch.ones(self.num_envs, dtype=torch.bool, device=self.device))
         self.command.update()
         return self.observations.compute()
 
     def step(self, actions: Tensor) -> StepResult:
+        if self.perf.log_env_actions:
+            self.extras["env_actions"] = actions.detach().cpu()
         self.action.process(actions)
         self.before_physics()
         for _ in range(self.decimation):
             self.action.apply()
             self.physics.step()
-        self.physics.update_kinematics()
+        self.update_kinematics()
         self.episode_length += 1
         terminated, truncated = self.terminations.compute()
         reward = self.rewards.compute()
@@ -105,46 +116,50 @@ class ManagerBasedEnv(VecEnv):
         self.after_rewards(terminated)
         self._final_return.copy_(self.episode_return)
         self._final_length.copy_(self.episode_length)
-        reset_ids = (terminated | truncated).nonzero(as_tuple=False).squeeze(-1)
-        if len(reset_ids) > 0:
-            self.reset_envs(reset_ids)
+        done = terminated | truncated
+        self.draw_reset_randomness()
+        if self.perf.reset_without_sync:
+            self.reset_envs(done)
+        else:
+            reset_ids = done.nonzero(as_tuple=False).squeeze(-1)
+            if len(reset_ids) > 0:
+                self.reset_envs(reset_ids)
         self.command.compute()
-        self.events.apply_interval(self.step_dt)
+        self.events.apply_interval(self.step_dt, without_sync=self.perf.reset_without_sync)
+        self.after_step()
         info = {"episode_return": self._final_return, "episode_length": self._final_length}
         return StepResult(self.observations.compute(), reward, terminated, truncated, info)
+
+    def update_kinematics(self) -> None:
+        """Body poses and velocities from the current joint and root state (after stepping or writing state)."""
+        self.physics.update_kinematics()
+
+    def draw_reset_randomness(self) -> None:
+        """Every step, for all envs: what a reset would draw (commands, events), used by the envs that reset."""
+        self.command.draw()
+        self.events.draw()
 
     def after_rewards(self, terminated: Tensor) -> None:
         """Task hook between rewards and resets (e.g. failure statistics)."""
 
-    def reset_envs(self, env_ids: Tensor) -> None:
+    def after_step(self) -> None:
+        """Task hook after the command and events, before observations."""
+
+    def reset_envs(self, selection: Tensor) -> None:
+        """Reset the selected envs: int64 ids (conventional path) or a bool mask (sync-free path)."""
         seconds = self.max_episode_length * self.step_dt
-        self.log(self.rewards.reset(env_ids, seconds))
-        self.log(self.terminations.reset(env_ids))
-        self.log(self.command.reset(env_ids, self.episode_length))
-        self.events.apply_reset(env_ids)
-        self.physics.update_kinematics()
-        self.observations.reset(env_ids)
-        self.action.reset(env_ids)
-        self.episode_length[env_ids] = 0
-        self.episode_return[env_ids] = 0.0
-
-    # -- logging -----------------------------------------------------------------------------------------
-
-    def log(self, values: dict[str, Any]) -> None:
-        """Queue values (floats or device scalars) for this iteration's means; see `pop_log`."""
-        for key, value in values.items():
-            self._log[key].append(value)
+        self.rewards.reset(selection, seconds, self.log)
+        self.terminations.reset(selection, self.log)
+        self.command.reset(selection, self.episode_length, self.log, batched=self.perf.batched_command_metrics)
+        self.events.apply_reset(selection)
+        self.update_kinematics()
+        self.observations.reset(selection)
+        self.action.reset(selection)
+        fill_(self.episode_length, selection, 0)
+        fill_(self.episode_return, selection, 0.0)
 
     def pop_log(self) -> dict[str, float]:
-        """Means of everything logged since the last call (one host read per key)."""
-        means = {}
-        for key, values in self._log.items():
-            if isinstance(values[0], Tensor):
-                means[key] = torch.stack(values).float().mean().item()
-            else:
-                means[key] = float(sum(values) / len(values))
-        self._log.clear()
-        return means
+        return self.log.pop()
 
     # -- checkpoints -------------------------------------------------------------------------------------
 
@@ -169,6 +184,7 @@ class ManagerBasedEnv(VecEnv):
         self.episode_length.copy_(state["episode_length"])
         self.episode_return.copy_(state["episode_return"])
         self.physics.load_state_dict(state["physics"])
+        self.update_kinematics()
         self.action.raw.copy_(state["action"]["raw"])
         self.action.previous.copy_(state["action"]["previous"])
         self.command.load_state_dict(state["command"])

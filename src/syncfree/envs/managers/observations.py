@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -9,7 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from syncfree.envs.managers.history import HistoryBuffer
+from syncfree.envs.managers.history import FastHistoryBuffer, HistoryBuffer
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,8 @@ class ObsTerm:
     scale: float = 1.0
     history: int = 0
     """Keep the last `history` values (0: no history); the group sees them flattened, oldest first."""
+    deterministic: bool = True
+    """The function's output depends only on env state (no random draws), so groups may share one evaluation."""
 
 
 @dataclass(frozen=True)
@@ -37,14 +40,20 @@ class ObsGroup:
 class _TermState:
     spec: ObsTerm
     dim: int
-    history: HistoryBuffer | None = field(default=None)
+    history: HistoryBuffer | FastHistoryBuffer | None = field(default=None)
 
 
 class ObservationManager:
-    """Computes every group from its terms; each group computes its terms independently."""
+    """Computes every group from its terms. Conventionally each group computes its terms independently; with
+    `shared_terms`, a deterministic term function used by several groups runs once per `compute()`."""
 
-    def __init__(self, env: Any, groups: dict[str, ObsGroup], generator: torch.Generator) -> None:
+    def __init__(self, env: Any, groups: dict[str, ObsGroup], generator: torch.Generator,
+                 shared_terms: bool = False, fast_history: bool = False) -> None:
         self.env, self.groups, self.generator = env, groups, generator
+        self.shared_terms = shared_terms
+        self._shared: dict[Callable, Tensor] = {}
+        """Within one `compute()`: raw outputs of term functions used by more than one group."""
+        history_cls = FastHistoryBuffer if fast_history else HistoryBuffer
         self._terms: dict[str, dict[str, _TermState]] = {}
         for group_name, group in groups.items():
             states = {}
@@ -53,9 +62,11 @@ class ObservationManager:
                 if value.dim() != 2 or value.shape[0] != env.num_envs:
                     raise ValueError(f"observation term {group_name}/{name}: expected [num_envs, dim], "
                                      f"got {tuple(value.shape)}")
-                history = HistoryBuffer(term.history, env.num_envs, env.device) if term.history else None
+                history = history_cls(term.history, env.num_envs, env.device) if term.history else None
                 states[name] = _TermState(term, value.shape[1], history)
             self._terms[group_name] = states
+        uses = Counter(s.spec.func for states in self._terms.values() for s in states.values())
+        self._shareable = {func for func, n in uses.items() if n > 1}
 
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -76,11 +87,12 @@ class ObservationManager:
                 obs[group_name] = torch.cat(list(values.values()), dim=-1)
             else:
                 obs.update({f"{group_name}/{name}": v for name, v in values.items()})
+        self._shared.clear()
         return obs
 
     def _compute_term(self, state: _TermState, noise: bool) -> Tensor:
         spec = state.spec
-        value = spec.func(self.env).clone()
+        value = self._term_output(spec).clone()
         if noise and spec.noise:
             u = torch.rand(value.shape, generator=self.generator, device=value.device)
             value = value + (2.0 * u - 1.0) * spec.noise
@@ -93,13 +105,21 @@ class ObservationManager:
         state.history.append(value)
         return state.history.buffer.reshape(value.shape[0], -1)
 
-    def reset(self, env_ids: Tensor) -> None:
+    def _term_output(self, spec: ObsTerm) -> Tensor:
+        """The term function's output; with shared terms, computed once per `compute()` for all groups."""
+        if not (self.shared_terms and spec.deterministic and spec.func in self._shareable):
+            return spec.func(self.env)
+        if spec.func not in self._shared:
+            self._shared[spec.func] = spec.func(self.env)
+        return self._shared[spec.func]
+
+    def reset(self, selection: Tensor) -> None:
         for states in self._terms.values():
             for state in states.values():
                 if state.history is not None:
-                    state.history.reset(env_ids)
+                    state.history.reset(selection)
 
-    def histories(self) -> dict[str, HistoryBuffer]:
+    def histories(self) -> dict[str, HistoryBuffer | FastHistoryBuffer]:
         return {f"{g}/{n}": s.history for g, states in self._terms.items() for n, s in states.items()
                 if s.history is not None}
 

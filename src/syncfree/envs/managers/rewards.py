@@ -9,6 +9,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from syncfree.envs.managers.log import EnvLog
+from syncfree.envs.managers.select import fill_, is_mask, selected_mean
+
 
 @dataclass(frozen=True)
 class RewardTerm:
@@ -24,6 +27,7 @@ class RewardManager:
         self.env, self.terms, self.dt = env, terms, dt
         self.reward = torch.zeros(env.num_envs, device=env.device)
         self.episode_sums = {name: torch.zeros(env.num_envs, device=env.device) for name in terms}
+        self.log_names = tuple(f"episode_reward/{name}" for name in terms)
 
     def compute(self) -> Tensor:
         self.reward.zero_()
@@ -33,13 +37,13 @@ class RewardManager:
             self.episode_sums[name] += value
         return self.reward
 
-    def reset(self, env_ids: Tensor, episode_seconds: float) -> dict[str, Tensor]:
-        """Mean per-second episode reward of each term over `env_ids` (device scalars), then clear them."""
-        log = {}
-        for name, sums in self.episode_sums.items():
-            log[f"episode_reward/{name}"] = torch.mean(sums[env_ids]) / episode_seconds
-            sums[env_ids] = 0.0
-        return log
+    def reset(self, selection: Tensor, episode_seconds: float, log: EnvLog) -> None:
+        """Log the mean per-second episode reward of each term over the reset envs (device values), clear them."""
+        sums = torch.stack(list(self.episode_sums.values()), dim=-1)
+        means, count = selected_mean(sums, selection)
+        log.add_device(self.log_names, means / episode_seconds, count > 0 if is_mask(selection) else True)
+        for value in self.episode_sums.values():
+            fill_(value, selection, 0.0)
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class TerminationManager:
         self.term_dones = {name: torch.zeros(env.num_envs, dtype=torch.bool, device=env.device) for name in terms}
         self.terminated = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
         self.time_outs = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+        self.log_names = tuple(f"episode_termination/{name}" for name in terms)
 
     def compute(self) -> tuple[Tensor, Tensor]:
         self.terminated.zero_()
@@ -67,7 +72,12 @@ class TerminationManager:
         self.time_outs.logical_and_(~self.terminated)
         return self.terminated, self.time_outs
 
-    def reset(self, env_ids: Tensor) -> dict[str, float]:
-        """How many of `env_ids` each term ended, one host read per term."""
-        return {f"episode_termination/{name}": torch.count_nonzero(done[env_ids]).item()
-                for name, done in self.term_dones.items()}
+    def reset(self, selection: Tensor, log: EnvLog) -> None:
+        """How many of the reset envs each term ended: one `.item()` per term with env ids (Isaac Lab's way),
+        device counts with a mask."""
+        if is_mask(selection):
+            counts = torch.stack([torch.count_nonzero(done & selection) for done in self.term_dones.values()])
+            log.add_device(self.log_names, counts.float(), selection.any())
+        else:
+            log.add_host({name: torch.count_nonzero(done[selection]).item()
+                          for name, done in zip(self.log_names, self.term_dones.values(), strict=True)})

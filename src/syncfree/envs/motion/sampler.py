@@ -4,7 +4,9 @@ Clips are cut into bins of `bin_frames` frames. Every control step each env adds
 and, if its episode failed there, a failure (device tensors, no host reads). Once per iteration
 `update_probabilities` turns the failure rates into sampling probabilities: each rate is capped at `cap` times
 the mean rate, normalized, and mixed with a uniform distribution in which every clip weighs the same whatever
-its length. A start is drawn as (clip, bin) from that distribution, a frame uniformly within the bin, then
+its length. The failure-driven share grows with how often the policy fails: it is (1 - uniform_ratio) once the
+capped rates average `rate_floor` failures per step, and proportionally less below that, so that a rare failure
+does not send every episode to one bin. A start is drawn as (clip, bin) from that distribution, a frame uniformly within the bin, then
 moved back by up to `lookback_frames` so that the policy approaches the hard part from before it.
 """
 
@@ -18,10 +20,12 @@ from torch import Tensor
 
 class AdaptiveSampler:
     def __init__(self, clip_length: Tensor, num_envs: int, generator: torch.Generator, bin_frames: int = 50,
-                 uniform_ratio: float = 0.1, cap: float = 5.0, decay: float = 0.9, lookback_frames: int = 25) -> None:
+                 uniform_ratio: float = 0.1, cap: float = 5.0, decay: float = 0.9, lookback_frames: int = 25,
+                 rate_floor: float = 0.01) -> None:
         device = clip_length.device
         self.num_envs, self.generator = num_envs, generator
         self.bin_frames, self.uniform_ratio, self.cap, self.decay = bin_frames, uniform_ratio, cap, decay
+        self.rate_floor = rate_floor
         self.lookback_frames = lookback_frames
         self.clip_length = clip_length
         bins_per_clip = (clip_length + bin_frames - 1) // bin_frames
@@ -49,10 +53,12 @@ class AdaptiveSampler:
     def update_probabilities(self) -> None:
         """Once per iteration: failure rates → probabilities; older counts fade by `decay`."""
         rate = self.failures / self.visits.clamp(min=1.0)
-        rate = torch.minimum(rate, self.cap * rate.mean())
-        total = rate.sum()
-        adaptive = torch.where(total > 0, rate / total.clamp(min=1e-12), self.uniform)
-        self.probabilities.copy_((1.0 - self.uniform_ratio) * adaptive + self.uniform_ratio * self.uniform)
+        score = torch.minimum(rate, self.cap * rate.mean())
+        total = score.sum()
+        # rare failures move little mass: the adaptive share reaches (1 - uniform_ratio) only once the capped
+        # rates average `rate_floor` per step
+        share = (1.0 - self.uniform_ratio) * torch.clamp(total / (self.num_bins * self.rate_floor), max=1.0)
+        self.probabilities.copy_(share * score / total.clamp(min=1e-12) + (1.0 - share) * self.uniform)
         self.visits.mul_(self.decay)
         self.failures.mul_(self.decay)
 

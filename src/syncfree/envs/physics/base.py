@@ -46,9 +46,10 @@ class Physics(ABC):
         """Recompute body poses and velocities from the root and joint state."""
 
     @abstractmethod
-    def write_state(self, env_ids: Tensor, root_pos: Tensor, root_quat: Tensor, root_lin_vel: Tensor,
+    def write_state(self, selection: Tensor, root_pos: Tensor, root_quat: Tensor, root_lin_vel: Tensor,
                     root_ang_vel: Tensor, joint_pos: Tensor, joint_vel: Tensor) -> None:
-        """Put `env_ids` in the given state (each argument has one row per id)."""
+        """Put the selected envs in the given state: `selection` holds int64 env ids (one argument row per id)
+        or a bool mask over all envs (one argument row per env)."""
 
     def follow_root(self, root_pos: Tensor, root_quat: Tensor, root_lin_vel: Tensor, root_ang_vel: Tensor) -> None:  # noqa: B027
         """Backends without contacts drive the root along a reference; real-physics backends ignore this."""

@@ -21,7 +21,8 @@ class Task:
     make: Callable[..., VecEnv]
     """`make(num_envs, device, seed, max_episode_length, **options)`."""
     options: tuple[str, ...] = ()
-    """`EnvConfig` fields this task reads (e.g. `robot`, `motions`)."""
+    """Options this task reads: `EnvConfig` fields (e.g. `robot`, `motions`), `tokenizer` (compute the token
+    policy's observation group) and `perf` (the env-side switches)."""
 
 
 def _g1_track(*args: Any, **kwargs: Any) -> VecEnv:
@@ -40,7 +41,7 @@ TASKS: dict[str, Task] = {
         Task("point-mass", "2-D point mass pushed to the origin, 2 continuous actions, 200-step limit "
              "(the benchmark's toy task)", PointMass),
         Task("g1-track", "Unitree G1 (29 joints) tracks whole-body reference motions; torch PD joints, root "
-             "driven along the reference, adaptive start sampling", _g1_track, options=("robot", "motions")),
+             "driven along the reference, adaptive start sampling", _g1_track, options=("robot", "motions", "tokenizer", "perf")),
     )
 }
 
@@ -49,7 +50,7 @@ def make_env(task: str, num_envs: int, device: torch.device | str = "cpu", seed:
              max_episode_length: int = 0, **options: Any) -> VecEnv:
     """Options left at their empty defaults are dropped; a set option the task does not read is an error."""
     spec = TASKS[task]
-    options = {k: v for k, v in options.items() if v}
+    options = {k: v for k, v in options.items() if v and (k != "perf" or "perf" in spec.options)}
     for key in options:
         if key not in spec.options:
             raise UserError(f"env.{key}: task {task!r} does not use it"

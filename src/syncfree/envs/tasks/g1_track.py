@@ -16,12 +16,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from syncfree.envs.api import ActionSpec, StepResult
+from syncfree.config import PerfConfig
+from syncfree.envs.api import ActionSpec
 from syncfree.envs.managers.commands import CommandTerm
 from syncfree.envs.managers.env import JointPositionAction, ManagerBasedEnv
 from syncfree.envs.managers.events import EventTerm
 from syncfree.envs.managers.observations import ObsGroup, ObsTerm
 from syncfree.envs.managers.rewards import RewardTerm, TerminationTerm
+from syncfree.envs.managers.select import assign_, is_mask
 from syncfree.envs.math import (
     matrix_first_two_columns,
     quat_apply,
@@ -75,10 +77,6 @@ class G1TrackConfig:
     reset_joint_noise: float = 0.1
     push_joint_velocity: float = 0.5
     push_interval_s: tuple[float, float] = (1.0, 3.0)
-    store_env_actions: bool = True
-    """Copy the actions to the host every step into `extras["env_actions"]` for callbacks."""
-    sampling_diagnostics: bool = True
-    """Read min/max/mean of the sampling distribution on the host every step."""
 
 
 class MotionCommand(CommandTerm):
@@ -134,16 +132,21 @@ class MotionCommand(CommandTerm):
                                               torch.tensor(offsets, device=self.env.device))
         return getattr(self.motions, field_name)[idx].reshape(self.env.num_envs, -1)
 
-    def resample(self, env_ids: Tensor) -> None:
+    def draw(self) -> None:
         clips, frames = self.sampler.sample()
         encoders = torch.randint(0, self.env.cfg.num_encoders, (self.env.num_envs,), generator=self.env.generator,
                                  device=self.env.device)
-        self.clip_ids[env_ids] = clips[env_ids]
-        self.time_steps[env_ids] = frames[env_ids]
-        self.encoder_index[env_ids] = encoders[env_ids]
+        self._fresh = (clips, frames, encoders)
+
+    def resample(self, selection: Tensor) -> None:
+        clips, frames, encoders = self._fresh
+        assign_(self.clip_ids, selection, clips)
+        assign_(self.time_steps, selection, frames)
+        assign_(self.encoder_index, selection, encoders)
         self.frame.copy_(self.motions.frame_index(self.clip_ids, self.time_steps))
-        m, rows = self.motions, self.frame[env_ids]
-        self.env.physics.write_state(env_ids, m.root_pos[rows], m.root_quat[rows], m.root_lin_vel[rows],
+        m = self.motions
+        rows = self.frame if is_mask(selection) else self.frame[selection]
+        self.env.physics.write_state(selection, m.root_pos[rows], m.root_quat[rows], m.root_lin_vel[rows],
                                      m.root_ang_vel[rows], m.joint_pos[rows], m.joint_vel[rows])
 
     def update(self) -> None:
@@ -360,31 +363,32 @@ def end_effector_height(threshold: float) -> Term:
 
 # -- events ---------------------------------------------------------------------------------------------
 
-def reset_joint_noise(env: G1TrackEnv, env_ids: Tensor) -> None:
-    noise = env.cfg.reset_joint_noise
+def uniform_per_joint(env: G1TrackEnv) -> Tensor:
+    """[num_envs, joints] uniform in [-1, 1]."""
     u = torch.rand(env.num_envs, len(env.robot.joint_names), generator=env.generator, device=env.device)
-    offset = (2.0 * u - 1.0) * noise
-    q = env.physics.joint_pos
-    q[env_ids] = torch.maximum(torch.minimum(q[env_ids] + offset[env_ids], env.soft_upper), env.soft_lower)
+    return 2.0 * u - 1.0
 
 
-def push_joints(env: G1TrackEnv, env_ids: Tensor) -> None:
+def reset_joint_noise(env: G1TrackEnv, selection: Tensor, drawn: Tensor) -> None:
+    noisy = env.physics.joint_pos + drawn * env.cfg.reset_joint_noise
+    assign_(env.physics.joint_pos, selection, torch.maximum(torch.minimum(noisy, env.soft_upper), env.soft_lower))
+
+
+def push_joints(env: G1TrackEnv, selection: Tensor, drawn: Tensor) -> None:
     """A random joint-velocity kick (this backend's root follows the reference, so pushes act on joints)."""
-    u = torch.rand(env.num_envs, len(env.robot.joint_names), generator=env.generator, device=env.device)
-    kick = (2.0 * u - 1.0) * env.cfg.push_joint_velocity
-    env.physics.joint_vel[env_ids] += kick[env_ids]
+    assign_(env.physics.joint_vel, selection, env.physics.joint_vel + drawn * env.cfg.push_joint_velocity)
 
 
 # -- the env ----------------------------------------------------------------------------------------------
 
 class G1TrackEnv(ManagerBasedEnv):
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: int = 0, max_episode_length: int = 0,
-                 cfg: G1TrackConfig | None = None) -> None:
+                 cfg: G1TrackConfig | None = None, perf: PerfConfig | None = None) -> None:
         cfg = cfg or G1TrackConfig()
         self.cfg = cfg
         self.decimation = cfg.decimation
         step_dt = cfg.sim_dt * cfg.decimation
-        super().__init__(num_envs, device, seed, max_episode_length or round(cfg.episode_seconds / step_dt))
+        super().__init__(num_envs, device, seed, max_episode_length or round(cfg.episode_seconds / step_dt), perf)
         self.robot: RobotModel = load_robot(cfg.robot or None)
         self.physics = TorchPDPhysics(self.robot, num_envs, self.device, cfg.sim_dt)
         robot, device = self.robot, self.device
@@ -405,16 +409,14 @@ class G1TrackEnv(ManagerBasedEnv):
                                recompute_bodies=True)
         sampler = AdaptiveSampler(motions.clip_length, num_envs, self.generator)
         self.command = MotionCommand(self, motions, sampler)
+        self.update_kinematics()
         self.build_managers(self._observation_groups(), self._rewards(), self._terminations(), self._events())
 
-    # views of the tracked bodies' state
-    @property
-    def body_pos(self) -> Tensor:
-        return self.physics.body_pos_w[:, self.tracked_ids]
-
-    @property
-    def body_quat(self) -> Tensor:
-        return self.physics.body_quat_w[:, self.tracked_ids]
+    def update_kinematics(self) -> None:
+        super().update_kinematics()
+        self.body_pos = self.physics.body_pos_w[:, self.tracked_ids]
+        """Tracked bodies' world positions [num_envs, bodies, 3] (gathered once per kinematics update)."""
+        self.body_quat = self.physics.body_quat_w[:, self.tracked_ids]
 
     def _observation_groups(self) -> dict[str, ObsGroup]:
         cfg, h = self.cfg, self.cfg.history
@@ -477,8 +479,8 @@ class G1TrackEnv(ManagerBasedEnv):
 
     def _events(self) -> dict[str, EventTerm]:
         return {
-            "reset_joint_noise": EventTerm(reset_joint_noise, "reset"),
-            "push_joints": EventTerm(push_joints, "interval", self.cfg.push_interval_s),
+            "reset_joint_noise": EventTerm(uniform_per_joint, reset_joint_noise, "reset"),
+            "push_joints": EventTerm(uniform_per_joint, push_joints, "interval", self.cfg.push_interval_s),
         }
 
     # -- hooks ------------------------------------------------------------------------------------------
@@ -490,19 +492,17 @@ class G1TrackEnv(ManagerBasedEnv):
     def after_rewards(self, terminated: Tensor) -> None:
         self.command.sampler.record(self.command.clip_ids, self.command.time_steps, terminated)
 
-    def step(self, actions: Tensor) -> StepResult:
-        if self.cfg.store_env_actions:
-            self.extras["env_actions"] = actions.detach().cpu()
-        result = super().step(actions)
-        if self.cfg.sampling_diagnostics:
-            self.log(self.command.sampler.diagnostics())
-        return result
+    def after_step(self) -> None:
+        if self.perf.sampling_diagnostics:
+            self.log.add_host(self.command.sampler.diagnostics())
 
     def end_iteration(self) -> None:
         self.command.sampler.update_probabilities()
 
 
 def make_g1_track(num_envs: int, device: torch.device | str = "cpu", seed: int = 0, max_episode_length: int = 0,
-                  robot: str = "", motions: list[str] | None = None) -> G1TrackEnv:
-    cfg = G1TrackConfig(robot=robot, motions=[str(Path(m)) for m in motions or []])
-    return G1TrackEnv(num_envs, device, seed, max_episode_length, cfg)
+                  robot: str = "", motions: list[str] | None = None, tokenizer: bool = False,
+                  perf: PerfConfig | None = None) -> G1TrackEnv:
+    groups = ("policy", "critic", "tokenizer") if tokenizer else ("policy", "critic")
+    cfg = G1TrackConfig(robot=robot, motions=[str(Path(m)) for m in motions or []], observation_groups=groups)
+    return G1TrackEnv(num_envs, device, seed, max_episode_length, cfg, perf)

@@ -1,0 +1,1 @@
+"""The manager layer: tasks declared as term tables (observations, rewards, terminations, events, commands)."""

@@ -1,0 +1,26 @@
+"""The physics-partition switch reaches an Isaac Lab env config (a stand-in with the same attribute path)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from syncfree.config import PerfConfig
+from syncfree.envs.adapters.isaaclab import apply_perf_settings
+from syncfree.errors import UserError
+
+
+def isaaclab_like_cfg(partitions: int = 8) -> SimpleNamespace:
+    return SimpleNamespace(sim=SimpleNamespace(dt=0.005, physx=SimpleNamespace(gpu_max_num_partitions=partitions)))
+
+
+@pytest.mark.parametrize("which,expected", [("optimized", 1), ("baseline", 8)])
+def test_partitions_follow_the_switch(which: str, expected: int) -> None:
+    cfg = apply_perf_settings(isaaclab_like_cfg(partitions=4), PerfConfig.preset(which))
+    assert cfg.sim.physx.gpu_max_num_partitions == expected
+
+
+def test_a_config_without_physx_settings_is_named() -> None:
+    with pytest.raises(UserError, match="SimpleNamespace.*gpu_max_num_partitions"):
+        apply_perf_settings(SimpleNamespace(sim=SimpleNamespace()), PerfConfig())
