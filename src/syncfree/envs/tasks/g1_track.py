@@ -144,6 +144,10 @@ class MotionCommand(CommandTerm):
         assign_(self.time_steps, selection, frames)
         assign_(self.encoder_index, selection, encoders)
         self.frame.copy_(self.motions.frame_index(self.clip_ids, self.time_steps))
+        # until `update` re-anchors them, a fresh episode's targets are its reference frame itself (the robot was
+        # just put there), not the previous episode's
+        assign_(self.body_pos_relative, selection, self.body_pos_w)
+        assign_(self.body_quat_relative, selection, self.body_quat_w)
         m = self.motions
         rows = self.frame if is_mask(selection) else self.frame[selection]
         self.env.physics.write_state(selection, m.root_pos[rows], m.root_quat[rows], m.root_lin_vel[rows],
