@@ -22,5 +22,5 @@ def test_partitions_follow_the_switch(which: str, expected: int) -> None:
 
 
 def test_a_config_without_physx_settings_is_named() -> None:
-    with pytest.raises(UserError, match="SimpleNamespace.*gpu_max_num_partitions"):
+    with pytest.raises(UserError, match=r"SimpleNamespace.*gpu_max_num_partitions"):
         apply_perf_settings(SimpleNamespace(sim=SimpleNamespace()), PerfConfig())

@@ -1,4 +1,4 @@
-"""Command line: `syncfree train | eval | tasks | switches`."""
+"""Command line: `syncfree train | eval | export | tasks | switches`."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ log = logging.getLogger("syncfree")
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    commands = {"train": cmd_train, "eval": cmd_eval, "bench": cmd_bench, "tasks": cmd_tasks, "switches": cmd_switches}
+    commands = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "bench": cmd_bench, "tasks": cmd_tasks,
+                "switches": cmd_switches}
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: syncfree {train,eval,bench,tasks,switches} [--help]\n\n"
+        print("usage: syncfree {train,eval,export,bench,tasks,switches} [--help]\n\n"
               "  train     train PPO on a task (default: cartpole, on CPU unless CUDA is available)\n"
               "  eval      run a checkpoint's deterministic policy for N episodes and print the mean return\n"
+              "  export    write a checkpoint's deterministic actor as ONNX graphs (normalizer included)\n"
               "  bench     time, count and compare configurations of the perf switches\n"
               "  tasks     list the built-in tasks\n"
               "  switches  list the performance switches with their baseline and optimized values")
@@ -174,6 +176,21 @@ def cmd_eval(argv: Sequence[str]) -> int:
     returns = evaluate(trainer.policy, env)
     print(f"{cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over {args.episodes} episodes "
           f"(min {returns.min():.2f}, max {returns.max():.2f}; checkpoint at iteration {trainer.iteration})")
+    return 0
+
+
+def cmd_export(argv: Sequence[str]) -> int:
+    from syncfree.export import FORMATS, export_checkpoint
+
+    parser = argparse.ArgumentParser(prog="syncfree export",
+                                     description="Write a checkpoint's deterministic actor, observation normalizer "
+                                                 "included, as ONNX graphs with a JSON sidecar.")
+    parser.add_argument("--checkpoint", required=True, help="checkpoint file (e.g. runs/<run>/latest.pt)")
+    parser.add_argument("--format", default="onnx", help=f"output format: {', '.join(FORMATS)} (default onnx)")
+    parser.add_argument("--out", default=None, help="output folder (default: the checkpoint's folder)")
+    args = parser.parse_args(argv)
+    for path in export_checkpoint(args.checkpoint, args.out, format=args.format):
+        print(f"wrote {path}")
     return 0
 
 

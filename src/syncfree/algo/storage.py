@@ -53,10 +53,13 @@ class RolloutStorage:
         self.values[t].copy_(act.value)
         self.dist_params[t].copy_(act.dist_params)
 
-    def store_env_step(self, t: int, reward: Tensor, done: Tensor, time_out: Tensor, gamma: float) -> None:
-        """Rewards of time-outs are bootstrapped with the value estimate, as rsl_rl does."""
+    def store_env_step(self, t: int, reward: Tensor, done: Tensor, time_out: Tensor, gamma: float,
+                       bootstrap_values: Tensor | None = None) -> None:
+        """Rewards of time-outs are bootstrapped with the value estimate: of the episode's final observation when
+        the env provides it (`bootstrap_values`), else of the step's observation, as rsl_rl does."""
         self.time_outs[t].copy_(time_out)
-        torch.addcmul(reward, self.values[t], self.time_outs[t], value=gamma, out=self.rewards[t])
+        values = self.values[t] if bootstrap_values is None else bootstrap_values
+        torch.addcmul(reward, values, self.time_outs[t], value=gamma, out=self.rewards[t])
         self.dones[t].copy_(done)
 
     def flat(self) -> Batch:

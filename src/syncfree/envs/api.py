@@ -31,8 +31,11 @@ class StepResult(NamedTuple):
     """[num_envs] bool: the episode ended in a terminal state (no bootstrapping)."""
     truncated: Tensor
     """[num_envs] bool: the episode hit its time limit (bootstrap from the value)."""
-    info: dict[str, Tensor]
-    """`episode_return` and `episode_length` hold the finished episode's totals where an episode ended."""
+    info: dict[str, Any]
+    """`episode_return` and `episode_length` hold the finished episode's totals where an episode ended. Envs that
+    reset to a new observation in the same step may add `final_obs` (`{"critic": [num_envs, dim]}`, the last
+    observation of the finished episodes): the trainer then bootstraps time-outs from its value instead of the
+    pre-step value."""
 
 
 class VecEnv(ABC):

@@ -99,11 +99,15 @@ class Trainer:
         with phase("env"):
             step = self.env.step(act.actions)
             done = step.terminated | step.truncated
+        bootstrap_values = None
+        if "final_obs" in step.info:  # time-outs bootstrap from the value of the episode's last observation
+            with phase("act"), torch.inference_mode():
+                bootstrap_values = self.policy.value(step.info["final_obs"]["critic"])
         with phase("normalizer"):
             self.policy.update_normalizers(self.policy.actor_input(step.obs, out=self._next_actor_obs),
                                            step.obs["critic"])
         with phase("store"):
-            self.storage.store_env_step(t, step.reward, done, step.truncated, self.cfg.ppo.gamma)
+            self.storage.store_env_step(t, step.reward, done, step.truncated, self.cfg.ppo.gamma, bootstrap_values)
         with phase("stats"):
             self.episodes.record(t, done, step.info["episode_return"], step.info["episode_length"])
             self.nonfinite.check(t, step.obs, step.reward)

@@ -1,0 +1,180 @@
+"""rsl_rl `VecEnv` (rsl-rl-lib >= 5, e.g. Isaac Lab's `RslRlVecEnvWrapper`) -> syncfree `VecEnv`: syncfree's
+trainer on an Isaac Lab task or any other env written for rsl_rl.
+
+Needs tensordict (installed with rsl-rl-lib: `pip install 'syncfree[bench]'`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from syncfree.envs.api import ActionSpec, StepResult, VecEnv
+from syncfree.errors import UserError
+
+
+class RslRlVecEnv(VecEnv):
+    """Wraps an object with rsl_rl 5's `VecEnv` interface: `num_envs`, `num_actions`, `max_episode_length`,
+    `device`, `cfg`, `get_observations() -> TensorDict` of observation groups and
+    `step(actions) -> (observations, rewards, dones, extras)`.
+
+    - Observations: the `policy_group` group becomes syncfree's `policy` observation and the `critic_group` group
+      its `critic` observation; when the env has no `critic_group` group, the critic sees the policy group. Both
+      must be float32 tensors of shape `[num_envs, dim]`.
+    - Episode ends: `extras["time_outs"]` marks time limits, so `truncated = dones & time_outs` and
+      `terminated = dones & ~time_outs` (every done is a termination when the env gives no `time_outs`). The
+      env resets finished episodes itself, as rsl_rl expects. Time-outs bootstrap from the value of the step's
+      observation, as in rsl_rl (such envs do not return the final observation).
+    - Actions: continuous, `num_actions` wide, passed on as the policy outputs them (as rsl_rl's runner does;
+      clip them in the env, e.g. Isaac Lab's `clip_actions`).
+    - `pop_log()`: the mean of each value seen in `extras["episode"]`, or else `extras["log"]`, since the last
+      call (a tensor counts as its mean), as rsl_rl's logger reports them; summed on the device and moved to
+      the host in one transfer.
+    - `reset()` calls the env's own `reset()` when it has one (Isaac Lab's wrapper does) and reads
+      `get_observations()`. Such envs cannot be saved (`saveable = False`): a resumed run restores the trainer
+      state exactly and starts new episodes.
+
+    The first observations and step results are checked: a missing group, a value that is not a tensor or a
+    tensor of the wrong shape is a `UserError` naming it.
+    """
+
+    saveable = False
+
+    def __init__(self, env: Any, policy_group: str = "policy", critic_group: str = "critic") -> None:
+        for name in ("num_envs", "num_actions", "max_episode_length", "device", "get_observations", "step"):
+            if not hasattr(env, name):
+                raise UserError(f"rsl_rl env {type(env).__name__}: no {name!r} (not an rsl_rl VecEnv)")
+        self.env = env
+        self.num_envs = n = int(env.num_envs)
+        self.device = torch.device(env.device)
+        max_len = env.max_episode_length
+        self.max_episode_length = int(max_len.max()) if isinstance(max_len, Tensor) else int(max_len)
+        self.action_spec = ActionSpec("continuous", int(env.num_actions))
+        self.policy_group = policy_group
+        obs = self._check_obs(env.get_observations(), "get_observations()")
+        self.critic_group = critic_group if critic_group in _group_names(obs) else policy_group
+        """The group the critic sees: `critic_group`, or `policy_group` when the env has no such group."""
+        self.obs_shapes = {"policy": tuple(obs[policy_group].shape[1:]),
+                           "critic": tuple(obs[self.critic_group].shape[1:])}
+        zeros = lambda dtype: torch.zeros(n, dtype=dtype, device=self.device)  # noqa: E731
+        self._reward = zeros(torch.float32)
+        self._terminated, self._truncated = zeros(torch.bool), zeros(torch.bool)
+        self.episode_return, self.episode_length = zeros(torch.float32), zeros(torch.int64)
+        self._final_return, self._final_length = zeros(torch.float32), zeros(torch.int64)
+        self._info = {"episode_return": self._final_return, "episode_length": self._final_length}
+        self._log_sums: dict[str, Tensor] = {}
+        self._log_counts: dict[str, int] = {}
+        self._checked_step = False
+        self._obs = self._groups(obs)
+
+    def reset(self) -> dict[str, Tensor]:
+        if callable(getattr(self.env, "reset", None)):
+            self.env.reset()
+            self._obs = self._groups(self._check_obs(self.env.get_observations(), "get_observations()"))
+        self.episode_return.zero_()
+        self.episode_length.zero_()
+        return self._obs
+
+    def step(self, actions: Tensor) -> StepResult:
+        obs, rewards, dones, extras = self.env.step(actions)
+        if not self._checked_step:
+            self._check_step(obs, rewards, dones, extras)
+            self._checked_step = True
+        self._reward.copy_(rewards)
+        done, truncated = self._terminated, self._truncated
+        torch.ne(dones, 0, out=done)
+        time_outs = extras.get("time_outs")
+        if time_outs is None:
+            truncated.zero_()
+        else:
+            torch.ne(time_outs, 0, out=truncated).logical_and_(done)
+        self.episode_return.add_(self._reward)
+        self.episode_length.add_(1)
+        self._final_return.copy_(self.episode_return)
+        self._final_length.copy_(self.episode_length)
+        self.episode_return.masked_fill_(done, 0.0)
+        self.episode_length.masked_fill_(done, 0)
+        done.logical_xor_(truncated)  # terminated = dones & ~time_outs
+        log = extras.get("episode", extras.get("log"))
+        if log:
+            self._accumulate(log)
+        self._obs = self._groups(obs)
+        return StepResult(self._obs, self._reward, self._terminated, self._truncated, self._info)
+
+    def pop_log(self) -> dict[str, float]:
+        if not self._log_sums:
+            return {}
+        sums = torch.stack(list(self._log_sums.values())).cpu().tolist()
+        out = {k: s / self._log_counts[k] for k, s in zip(self._log_sums, sums, strict=True)}
+        self._log_sums, self._log_counts = {}, {}  # new sums: these may be inference tensors of the rollout
+        return out
+
+    # -- internals ---------------------------------------------------------------------------------------
+
+    def _groups(self, obs: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        return {"policy": obs[self.policy_group], "critic": obs[self.critic_group]}
+
+    def _accumulate(self, log: Mapping[str, Any]) -> None:
+        for key, value in log.items():
+            if isinstance(value, Tensor):
+                value = value.detach()
+                value = value if value.dim() == 0 and value.is_floating_point() else value.float().mean()
+            elif not isinstance(value, (int, float)):
+                continue  # strings and other non-numbers are not logged
+            if key not in self._log_sums:
+                self._log_sums[key], self._log_counts[key] = torch.zeros((), device=self.device), 0
+            self._log_sums[key].add_(value)
+            self._log_counts[key] += 1
+
+    def _check_obs(self, obs: Any, source: str) -> Mapping[str, Any]:
+        where = f"rsl_rl env {type(self.env).__name__}: {source}"
+        if not isinstance(obs, Mapping) and not hasattr(obs, "keys"):
+            raise UserError(f"{where} returned {type(obs).__name__}, not a TensorDict of observation groups")
+        keys = _group_names(obs)
+        if self.policy_group not in keys:
+            raise UserError(f"{where} has no observation group {self.policy_group!r} "
+                            f"(has {', '.join(map(str, keys)) or 'none'})")
+        critic = getattr(self, "critic_group", None)
+        for group in dict.fromkeys(g for g in (self.policy_group, critic) if g is not None and g in keys):
+            value = obs[group]
+            if not isinstance(value, Tensor):
+                raise UserError(f"{where}: observation group {group!r} is a {type(value).__name__}, not a tensor "
+                                "(concatenate its terms)")
+            self._check_tensor(value, f"{where}: observation group {group!r}", 2, torch.float32)
+            if hasattr(self, "obs_shapes"):
+                name = "policy" if group == self.policy_group else "critic"
+                if tuple(value.shape[1:]) != self.obs_shapes[name]:
+                    raise UserError(f"{where}: observation group {group!r} has shape {tuple(value.shape)}, "
+                                    f"expected {(self.num_envs, *self.obs_shapes[name])}")
+        return obs
+
+    def _check_step(self, obs: Any, rewards: Any, dones: Any, extras: Any) -> None:
+        where = f"rsl_rl env {type(self.env).__name__}: step()"
+        self._check_obs(obs, "step()")
+        if self.critic_group != self.policy_group and self.critic_group not in _group_names(obs):
+            raise UserError(f"{where} has no observation group {self.critic_group!r}")
+        self._check_tensor(rewards, f"{where} rewards", 1)
+        self._check_tensor(dones, f"{where} dones", 1)
+        if not isinstance(extras, Mapping):
+            raise UserError(f"{where} extras is a {type(extras).__name__}, not a dict")
+        if extras.get("time_outs") is not None:
+            self._check_tensor(extras["time_outs"], f"{where} extras['time_outs']", 1)
+
+    def _check_tensor(self, value: Any, name: str, dims: int, dtype: torch.dtype | None = None) -> None:
+        if not isinstance(value, Tensor):
+            raise UserError(f"{name} is a {type(value).__name__}, not a tensor")
+        expected = "[num_envs, dim]" if dims == 2 else "[num_envs]"
+        if value.dim() != dims or value.shape[0] != self.num_envs:
+            raise UserError(f"{name} has shape {tuple(value.shape)}; expected {expected} with num_envs={self.num_envs}")
+        if dtype is not None and value.dtype != dtype:
+            raise UserError(f"{name} has dtype {value.dtype}; expected {dtype}")
+        if value.device.type != self.device.type:
+            raise UserError(f"{name} is on {value.device}; the env's device is {self.device}")
+
+
+def _group_names(obs: Any) -> list[str]:
+    """Top-level group names of a TensorDict or a dict."""
+    return list(obs.keys())

@@ -1,0 +1,202 @@
+"""Gymnasium vector env -> syncfree `VecEnv`: trains syncfree on any `gymnasium.vector.VectorEnv` (Gymnasium >= 1.0).
+
+The env must use same-step autoreset (`AutoresetMode.SAME_STEP`): a finished episode's last observation then
+comes back in `infos["final_obs"]` (masked by `infos["_final_obs"]`) while the returned observation is already
+the reset one, which is what syncfree's trainer expects. Gymnasium 1.x defaults to next-step autoreset, so build
+the env with `make_gymnasium`, or pass `vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP}`
+to `gymnasium.make_vec`.
+
+Gymnasium envs run on the host: every step moves the actions to the host and the results to `device`, through
+preallocated pinned buffers and non-blocking copies on CUDA, plain copies on the CPU. Gymnasium envs cannot be
+saved (`saveable = False`): a resumed run restores the trainer state exactly and starts new episodes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from syncfree.envs.api import ActionSpec, StepResult, VecEnv
+from syncfree.errors import UserError
+
+try:
+    import gymnasium
+    from gymnasium.spaces import Box, Discrete
+    from gymnasium.vector import AutoresetMode
+except ImportError as e:  # pragma: no cover - exercised only without gymnasium
+    raise ImportError("the Gymnasium adapter needs gymnasium >= 1.0: pip install gymnasium") from e
+
+
+def _one_line(space: Any) -> str:
+    return " ".join(str(space).split())
+
+
+class GymnasiumVecEnv(VecEnv):
+    """A Gymnasium vector env with Box observations and Box or Discrete actions.
+
+    Observations: `obs = {"policy": x, "critic": x}` (the same tensor), float32 `[num_envs, dim]` on `device`,
+    each observation flattened to one dimension.
+
+    Actions: Discrete spaces take the policy's int64 choices (offset by the space's `start`). Box spaces follow
+    syncfree's convention for continuous actions: the policy's unbounded outputs are clipped to [-1, 1] and mapped
+    linearly onto the space's bounds, `low + (a + 1) / 2 * (high - low)`; dimensions with an infinite bound are
+    passed through unclipped and unscaled.
+
+    `info["final_obs"]["critic"]` holds, on the rows where an episode ended, that episode's last observation
+    (elsewhere: the returned observation): the trainer bootstraps time-outs from its value. `info["episode_return"]`
+    and `info["episode_length"]` hold the finished episode's totals, kept in device tensors.
+
+    `seed` seeds the first `reset()` only; later resets (e.g. on resume) continue the envs' random streams.
+    """
+
+    saveable = False
+
+    def __init__(self, vector_env: Any, device: torch.device | str = "cpu", seed: int | None = None) -> None:
+        if not isinstance(vector_env, gymnasium.vector.VectorEnv):
+            raise UserError(f"Gymnasium adapter: {type(vector_env).__name__} is not a gymnasium.vector.VectorEnv")
+        mode = vector_env.metadata.get("autoreset_mode")
+        if isinstance(mode, str) and mode in {m.value for m in AutoresetMode}:
+            mode = AutoresetMode(mode)
+        if mode != AutoresetMode.SAME_STEP:
+            got = mode.value if isinstance(mode, AutoresetMode) else "undeclared"
+            raise UserError(f"Gymnasium adapter: {type(vector_env.unwrapped).__name__} uses autoreset mode {got}; "
+                            "build it with vector_kwargs={'autoreset_mode': AutoresetMode.SAME_STEP} "
+                            "(or use make_gymnasium)")
+        obs_space, act_space = vector_env.single_observation_space, vector_env.single_action_space
+        if not isinstance(obs_space, Box):
+            raise UserError(f"Gymnasium adapter: observation space {_one_line(obs_space)} is not supported "
+                            "(needs a Box)")
+        if isinstance(act_space, Box):
+            self.action_spec = ActionSpec("continuous", math.prod(act_space.shape))
+        elif isinstance(act_space, Discrete):
+            self.action_spec = ActionSpec("discrete", int(act_space.n))
+        else:
+            raise UserError(f"Gymnasium adapter: action space {_one_line(act_space)} is not supported "
+                            "(needs a Box or a Discrete)")
+        self.vector_env = vector_env
+        self.num_envs = n = vector_env.num_envs
+        self.device = torch.device(device)
+        self.max_episode_length = _max_episode_steps(vector_env)
+        """The env spec's `max_episode_steps`, 0 when it declares none."""
+        dim = math.prod(obs_space.shape)
+        self.obs_shapes = {"policy": (dim,), "critic": (dim,)}
+        self._seed = seed
+        self._act_shape = (n, *act_space.shape)
+        cuda = self.device.type == "cuda"
+        self._event = torch.cuda.Event() if cuda else None
+
+        def buffers(*shape: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+            """A device tensor and its host staging tensor (pinned on CUDA, the same tensor on the CPU)."""
+            dev = torch.zeros(*shape, dtype=dtype, device=self.device)
+            return dev, (torch.zeros(*shape, dtype=dtype, pin_memory=True) if cuda else dev)
+
+        self._obs, self._obs_host = buffers(n, dim, dtype=torch.float32)
+        self._final_obs, self._final_obs_host = buffers(n, dim, dtype=torch.float32)
+        self._reward, self._reward_host = buffers(n, dtype=torch.float32)
+        self._terminated, self._terminated_host = buffers(n, dtype=torch.bool)
+        self._truncated, self._truncated_host = buffers(n, dtype=torch.bool)
+        if self.action_spec.kind == "continuous":
+            low, high = (np.broadcast_to(b, act_space.shape).reshape(-1).astype(np.float64)
+                         for b in (act_space.low, act_space.high))
+            finite = np.isfinite(low) & np.isfinite(high)
+            low, high = np.where(finite, low, 0.0), np.where(finite, high, 0.0)
+            as_tensor = lambda x: torch.tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
+            self._clip_low = as_tensor(np.where(finite, -1.0, -np.inf))
+            self._clip_high = as_tensor(np.where(finite, 1.0, np.inf))
+            self._scale = as_tensor(np.where(finite, (high - low) / 2, 1.0))
+            self._offset = as_tensor(np.where(finite, (high + low) / 2, 0.0))
+            act_dtype = torch.from_numpy(np.zeros(0, dtype=act_space.dtype)).dtype
+            self._actions, self._actions_host = buffers(n, self.action_spec.size, dtype=act_dtype)
+        else:
+            self._start = int(act_space.start)
+            self._actions, self._actions_host = buffers(n, dtype=torch.int64)
+        self._obs_np, self._final_obs_np = self._obs_host.numpy(), self._final_obs_host.numpy()
+        self._actions_np = self._actions_host.numpy().reshape(self._act_shape)
+        zeros = lambda dtype: torch.zeros(n, dtype=dtype, device=self.device)  # noqa: E731
+        self.episode_return, self.episode_length = zeros(torch.float32), zeros(torch.int64)
+        self._final_return, self._final_length = zeros(torch.float32), zeros(torch.int64)
+        self._obs_groups = {"policy": self._obs, "critic": self._obs}
+        self._info = {"episode_return": self._final_return, "episode_length": self._final_length,
+                      "final_obs": {"critic": self._final_obs}}
+
+    def reset(self) -> dict[str, Tensor]:
+        self._wait_for_copies()
+        obs, _ = self.vector_env.reset(seed=self._seed)
+        self._seed = None
+        self._obs_np[...] = np.asarray(obs).reshape(self.num_envs, -1)
+        self._upload(self._obs_host, self._obs)
+        self.episode_return.zero_()
+        self.episode_length.zero_()
+        return self._obs_groups
+
+    def step(self, actions: Tensor) -> StepResult:
+        if self.action_spec.kind == "continuous":
+            torch.clamp(actions, self._clip_low, self._clip_high, out=self._actions)
+            self._actions.mul_(self._scale).add_(self._offset)
+        else:
+            torch.add(actions, self._start, out=self._actions)
+        if self._actions_host is not self._actions:
+            self._actions_host.copy_(self._actions, non_blocking=True)
+        self._wait_for_copies()  # the actions are on the host and the previous step's uploads are done
+        obs, reward, terminated, truncated, infos = self.vector_env.step(self._actions_np)
+        self._obs_np[...] = np.asarray(obs).reshape(self.num_envs, -1)
+        self._reward_host.numpy()[...] = reward
+        self._terminated_host.numpy()[...] = terminated
+        self._truncated_host.numpy()[...] = truncated
+        self._final_obs_np[...] = self._obs_np
+        if "_final_obs" in infos:
+            final = infos["final_obs"]
+            for i in np.flatnonzero(infos["_final_obs"]):
+                self._final_obs_np[i] = np.asarray(final[i]).reshape(-1)
+        for host, dev in ((self._obs_host, self._obs), (self._final_obs_host, self._final_obs),
+                          (self._reward_host, self._reward), (self._terminated_host, self._terminated),
+                          (self._truncated_host, self._truncated)):
+            self._upload(host, dev)
+        self.episode_return.add_(self._reward)
+        self.episode_length.add_(1)
+        self._truncated.logical_and_(~self._terminated)
+        done = self._terminated | self._truncated
+        self._final_return.copy_(self.episode_return)
+        self._final_length.copy_(self.episode_length)
+        self.episode_return.masked_fill_(done, 0.0)
+        self.episode_length.masked_fill_(done, 0)
+        return StepResult(self._obs_groups, self._reward, self._terminated, self._truncated, self._info)
+
+    def close(self) -> None:
+        self.vector_env.close()
+
+    def _upload(self, host: Tensor, dev: Tensor) -> None:
+        if host is not dev:
+            dev.copy_(host, non_blocking=True)
+
+    def _wait_for_copies(self) -> None:
+        """Before the host buffers are read or rewritten: wait for the copies queued on the current stream."""
+        if self._event is not None:
+            self._event.record(torch.cuda.current_stream(self.device))
+            self._event.synchronize()
+
+
+def make_gymnasium(env_id: str, num_envs: int, device: torch.device | str = "cpu", seed: int = 0,
+                   vectorization: str = "sync", **kwargs: Any) -> GymnasiumVecEnv:
+    """`gymnasium.make_vec(env_id, num_envs, ...)` with same-step autoreset, wrapped; `kwargs` go to `make_vec`
+    (the env's constructor arguments, or `wrappers`). `seed` seeds the first reset (env i gets `seed + i`)."""
+    if vectorization not in ("sync", "async"):
+        raise UserError(f"make_gymnasium: vectorization={vectorization!r}; use 'sync' or 'async' (an env's own "
+                        "vector entry point cannot be asked for same-step autoreset)")
+    try:
+        vector_env = gymnasium.make_vec(env_id, num_envs, vectorization_mode=vectorization,
+                                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kwargs)
+    except gymnasium.error.Error as e:
+        raise UserError(f"make_gymnasium: {env_id!r}: {_one_line(e)}") from None
+    return GymnasiumVecEnv(vector_env, device, seed)
+
+
+def _max_episode_steps(vector_env: Any) -> int:
+    spec = getattr(vector_env, "spec", None)
+    if spec is None and hasattr(vector_env, "envs"):
+        spec = getattr(vector_env.envs[0], "spec", None)
+    return int(getattr(spec, "max_episode_steps", None) or 0)

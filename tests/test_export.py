@@ -1,0 +1,185 @@
+"""ONNX export of the deterministic actor: graphs run in onnxruntime and match the torch policy; CLI and bad input."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+import syncfree
+from conftest import small_config
+from syncfree.cli import main
+from syncfree.config import TokenEncoderConfig
+from syncfree.errors import UserError
+from syncfree.export import export_checkpoint
+from syncfree.policy.token_encoder import ENCODER_INDEX_PART
+from syncfree.train import checkpoint
+from syncfree.train.trainer import Trainer
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny graphs: intra-op threads only add overhead (and stall when another process holds a core)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def train(run_dir: Path, task: str, token: bool = False) -> Trainer:
+    """One iteration of the small preset (normalizers have seen real observations); writes `latest.pt`."""
+    cfg = small_config(task)
+    cfg.iterations = 1
+    if token:
+        cfg.policy.kind = "token"
+        cfg.policy.token = TokenEncoderConfig(encoder_hidden=[32], decoder_hidden=[32, 32], critic_hidden=[32],
+                                              reconstruction_hidden=[32])
+    trainer = Trainer(cfg, run_dir=run_dir)
+    trainer.learn()
+    trainer.close()
+    return trainer
+
+
+@pytest.fixture(scope="module")
+def pendulum(tmp_path_factory) -> Trainer:
+    return train(tmp_path_factory.mktemp("pendulum"), "pendulum")
+
+
+def run_onnx(file: Path, **inputs: torch.Tensor) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    runner = ort.InferenceSession(str(file), options, providers=["CPUExecutionProvider"])
+    return runner.run(None, {name: t.detach().cpu().numpy() for name, t in inputs.items()})
+
+
+def actor_obs(trainer: Trainer) -> torch.Tensor:
+    return trainer.policy.actor_input(trainer.obs).clone()
+
+
+def test_continuous_mlp_actor_matches_torch(pendulum: Trainer) -> None:
+    policy = pendulum.policy
+    assert int(policy.actor_norm.count) > 0  # the normalizer is not the identity: it must be in the graph
+    files = export_checkpoint(pendulum.run_dir / "latest.pt")  # default: next to the checkpoint
+    assert files == [pendulum.run_dir / "pendulum-actor.onnx", pendulum.run_dir / "pendulum-actor.json"]
+    obs = actor_obs(pendulum)
+    with torch.no_grad():
+        expected = policy.act_deterministic(obs)
+    for rows in (obs, obs[:5]):  # the batch axis is dynamic
+        (actions,) = run_onnx(files[0], actor_obs=rows)
+        assert actions.shape == (rows.shape[0], 1)
+        np.testing.assert_allclose(actions, expected[: rows.shape[0]].numpy(), rtol=0, atol=1e-5)
+
+    meta = json.loads(files[1].read_text())
+    assert meta["syncfree_version"] == syncfree.__version__
+    assert meta["task"] == "pendulum" and meta["policy_kind"] == "mlp"
+    assert meta["observation"]["layout"] == [{"name": "policy", "start": 0, "width": 3}]
+    graph = meta["graphs"]["actor"]
+    assert graph["file"] == "pendulum-actor.onnx" and graph["exporter"] == "dynamo"
+    assert graph["inputs"] == [{"name": "actor_obs", "shape": ["batch", 3], "dtype": "float32"}]
+    assert graph["outputs"] == [{"name": "actions", "shape": ["batch", 1], "dtype": "float32"}]
+
+
+def test_discrete_actor_from_the_cli(capsys, tmp_path: Path) -> None:
+    trainer = train(tmp_path / "run", "cartpole")
+    out = tmp_path / "onnx"
+    code = main(["export", "--checkpoint", str(tmp_path / "run" / "latest.pt"), "--format", "onnx", "--out", str(out)])
+    assert code == 0
+    assert capsys.readouterr().out.splitlines() == [f"wrote {out / 'cartpole-actor.onnx'}",
+                                                    f"wrote {out / 'cartpole-actor.json'}"]
+    obs = actor_obs(trainer)
+    with torch.no_grad():
+        logits = trainer.policy.dist_params(obs)
+    actions, onnx_logits = run_onnx(out / "cartpole-actor.onnx", actor_obs=obs)
+    assert actions.dtype == np.int64 and actions.shape == (obs.shape[0],)
+    np.testing.assert_array_equal(actions, trainer.policy.act_deterministic(obs).numpy())
+    np.testing.assert_allclose(onnx_logits, logits.numpy(), rtol=0, atol=1e-5)
+    outputs = json.loads((out / "cartpole-actor.json").read_text())["graphs"]["actor"]["outputs"]
+    assert [(o["name"], o["dtype"]) for o in outputs] == [("actions", "int64"), ("logits", "float32")]
+
+
+def test_token_policy_encoder_decoder_and_combined_graphs(tmp_path: Path) -> None:
+    trainer = train(tmp_path / "run", "g1-track", token=True)
+    policy = trainer.policy
+    files = export_checkpoint(tmp_path / "run" / "latest.pt", tmp_path / "onnx")
+    assert [f.name for f in files] == ["g1-track-encoder.onnx", "g1-track-decoder.onnx", "g1-track-actor.onnx",
+                                       "g1-track-actor.json"]
+    # real observations, each row once with each encoder index, so that both encoders are checked
+    obs = actor_obs(trainer).repeat(2, 1)
+    policy.part(obs, ENCODER_INDEX_PART).copy_((torch.arange(obs.shape[0]) % 2).float().unsqueeze(-1))
+    with torch.no_grad():
+        tokens = policy.encode(obs)
+        mean = policy.act_deterministic(obs)
+
+    (onnx_tokens,) = run_onnx(files[0], actor_obs=obs)
+    assert onnx_tokens.shape == tuple(tokens.shape)
+    assert torch.equal(policy.fsq.codes_to_indices(torch.from_numpy(onnx_tokens)), policy.fsq.codes_to_indices(tokens))
+    (decoded,) = run_onnx(files[1], tokens=tokens, actor_obs=obs)
+    np.testing.assert_allclose(decoded, mean.numpy(), rtol=0, atol=1e-5)
+    (combined,) = run_onnx(files[2], actor_obs=obs[:7])
+    np.testing.assert_allclose(combined, mean[:7].numpy(), rtol=0, atol=1e-5)
+
+    meta = json.loads(files[3].read_text())
+    assert meta["policy_kind"] == "token"
+    assert [(p["name"], p["width"]) for p in meta["observation"]["layout"]] == list(policy.layout.items())
+    assert meta["graphs"]["decoder"]["inputs"][0] == {"name": "tokens", "shape": ["batch", 4, 4], "dtype": "float32"}
+    assert meta["tokens"]["encoders"] == policy.encoder_names
+
+
+def test_dynamo_failure_falls_back_to_the_torchscript_exporter(pendulum: Trainer, tmp_path: Path,
+                                                                monkeypatch) -> None:
+    export = torch.onnx.export
+
+    def dynamo_fails(*args, dynamo: bool = True, **kwargs):
+        if dynamo:
+            raise RuntimeError("unsupported operator")
+        return export(*args, dynamo=False, **kwargs)
+
+    monkeypatch.setattr(torch.onnx, "export", dynamo_fails)
+    files = export_checkpoint(pendulum.run_dir / "latest.pt", tmp_path)
+    assert json.loads(files[-1].read_text())["graphs"]["actor"]["exporter"] == "torchscript"
+    obs = actor_obs(pendulum)
+    (actions,) = run_onnx(files[0], actor_obs=obs)
+    with torch.no_grad():
+        expected = pendulum.policy.act_deterministic(obs)
+    np.testing.assert_allclose(actions, expected.numpy(), rtol=0, atol=1e-5)
+
+    def both_fail(*args, **kwargs):
+        raise RuntimeError("unsupported operator")
+
+    monkeypatch.setattr(torch.onnx, "export", both_fail)
+    with pytest.raises(UserError, match=r"the actor graph cannot be exported to ONNX .*unsupported operator"):
+        export_checkpoint(pendulum.run_dir / "latest.pt", tmp_path / "failed")
+    assert not list((tmp_path / "failed").glob("*"))
+
+
+def export_error(capsys, *args: str) -> str:
+    assert main(["export", *args]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("syncfree: error: ") and not captured.out, captured.err
+    return lines[0]
+
+
+def test_bad_input_is_one_line_and_exit_2(capsys, pendulum: Trainer, tmp_path: Path, monkeypatch) -> None:
+    good = str(pendulum.run_dir / "latest.pt")
+    assert str(tmp_path / "missing.pt") in export_error(capsys, "--checkpoint", str(tmp_path / "missing.pt"))
+    (tmp_path / "junk.pt").write_text("not a checkpoint")
+    assert "junk.pt: not a readable checkpoint" in export_error(capsys, "--checkpoint", str(tmp_path / "junk.pt"))
+    line = export_error(capsys, "--checkpoint", good, "--format", "tflite")
+    assert "format='tflite'" in line and "allowed: onnx" in line
+
+    state = checkpoint.load(good)
+    state["config"]["policy"]["kind"] = "recurrent"
+    checkpoint.save_atomic(state, tmp_path / "recurrent.pt")
+    line = export_error(capsys, "--checkpoint", str(tmp_path / "recurrent.pt"))
+    assert "policy.kind='recurrent' cannot be exported" in line
+
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # find_spec then reports it missing
+    line = export_error(capsys, "--checkpoint", good)
+    assert "onnxscript not installed" in line and "pip install 'syncfree[export]'" in line
+    assert not list(tmp_path.glob("*.onnx"))

@@ -1,0 +1,186 @@
+"""Gymnasium vector envs behind syncfree's env protocol, and time-outs bootstrapped from the final observation."""
+
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+import pytest
+import torch
+from gymnasium.spaces import Box, Dict, Discrete, MultiBinary
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+
+from conftest import TEST_DEVICE, small_config
+from syncfree.algo.storage import RolloutStorage
+from syncfree.envs.adapters.gymnasium import GymnasiumVecEnv, make_gymnasium
+from syncfree.errors import UserError
+from syncfree.policy.actor_critic import Act
+from syncfree.train.trainer import Trainer
+
+SAME_STEP = AutoresetMode.SAME_STEP
+
+
+class Counter(gymnasium.Env):
+    """Observation = [steps taken in the episode]; reward 1; episodes end only by truncation after `limit` steps."""
+
+    def __init__(self, limit: int = 3, obs_space: gymnasium.Space | None = None,
+                 action_space: gymnasium.Space | None = None) -> None:
+        self.limit = limit
+        self.observation_space = obs_space or Box(-np.inf, np.inf, (1,), np.float32)
+        self.action_space = action_space or Discrete(2)
+        self.k = 0
+        self.last_action = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        self.k = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action: object) -> tuple[np.ndarray, float, bool, bool, dict]:
+        self.last_action = np.array(action, copy=True)
+        self.k += 1
+        return np.array([self.k], np.float32), 1.0, False, self.k >= self.limit, {}
+
+
+def counter_env(num_envs: int, **kwargs: object) -> SyncVectorEnv:
+    return SyncVectorEnv([lambda: Counter(**kwargs) for _ in range(num_envs)], autoreset_mode=SAME_STEP)
+
+
+def test_cartpole_steps_with_discrete_actions_and_resets_in_the_same_step() -> None:
+    env = make_gymnasium("CartPole-v1", 4, seed=0)
+    assert env.action_spec.kind == "discrete" and env.action_spec.size == 2
+    assert env.obs_shapes == {"policy": (4,), "critic": (4,)} and env.max_episode_length == 500
+    assert not env.saveable
+    obs = env.reset()
+    assert obs["policy"].dtype == torch.float32 and obs["policy"].shape == (4, 4)
+    ended = 0
+    for _ in range(60):  # always pushing right topples the pole within a few dozen steps
+        step = env.step(torch.ones(4, dtype=torch.int64))
+        assert step.reward.shape == (4,) and step.reward.dtype == torch.float32
+        assert step.terminated.dtype == torch.bool and step.truncated.dtype == torch.bool
+        final = step.info["final_obs"]["critic"]
+        for i in step.terminated.nonzero().flatten().tolist():
+            ended += 1
+            assert final[i].abs().max() > 0.2  # the fallen pole's state ...
+            assert step.obs["policy"][i].abs().max() <= 0.05  # ... and already a fresh reset state
+            assert step.info["episode_length"][i] > 0
+            assert step.info["episode_return"][i] == step.info["episode_length"][i]
+        alive = ~(step.terminated | step.truncated)
+        assert torch.equal(final[alive], step.obs["critic"][alive])
+    assert ended >= 4
+    env.close()
+
+
+def test_pendulum_maps_unbounded_continuous_actions_onto_the_box() -> None:
+    env = make_gymnasium("Pendulum-v1", 3, seed=1)
+    assert env.action_spec.kind == "continuous" and env.action_spec.size == 1
+    assert env.obs_shapes["policy"] == (3,) and env.max_episode_length == 200
+    env.reset()
+    step = env.step(torch.tensor([[-5.0], [0.25], [0.5]]))
+    assert step.obs["policy"].shape == (3, 3) and step.obs["policy"].dtype == torch.float32
+    # policy units: clip to [-1, 1], then scale onto [-2, 2] N·m
+    assert env._actions_np.tolist() == [[-2.0], [0.5], [1.0]]
+    assert not step.terminated.any() and not step.truncated.any()
+
+
+def test_box_actions_with_infinite_bounds_pass_through() -> None:
+    space = Box(np.array([0.0, -np.inf], np.float32), np.array([4.0, np.inf], np.float32))
+    env = GymnasiumVecEnv(counter_env(2, action_space=space))
+    env.reset()
+    env.step(torch.tensor([[0.0, 7.0], [3.0, -7.0]]))
+    assert env._actions_np.tolist() == [[2.0, 7.0], [4.0, -7.0]]
+    assert env.vector_env.envs[1].last_action.tolist() == [4.0, -7.0]
+
+
+def test_episode_statistics_and_truncation() -> None:
+    env = GymnasiumVecEnv(counter_env(2, limit=3))
+    assert env.max_episode_length == 0  # no spec: no declared limit
+    env.reset()
+    for _ in range(3):
+        step = env.step(torch.zeros(2, dtype=torch.int64))
+    assert step.truncated.all() and not step.terminated.any()
+    assert step.obs["policy"].flatten().tolist() == [0.0, 0.0]
+    assert step.info["final_obs"]["critic"].flatten().tolist() == [3.0, 3.0]
+    assert step.info["episode_return"].tolist() == [3.0, 3.0] and step.info["episode_length"].tolist() == [3, 3]
+    assert env.episode_return.tolist() == [0.0, 0.0]
+
+
+def test_time_outs_bootstrap_from_the_value_of_the_final_observation() -> None:
+    cfg = small_config("cartpole")
+    cfg.env.num_envs = 2
+    trainer = Trainer(cfg, env=GymnasiumVecEnv(counter_env(2, limit=3), TEST_DEVICE))
+    trainer.policy.value = lambda critic_obs: 10.0 * critic_obs[:, 0] + 1.0  # V(x) = 10 x + 1
+    gamma = cfg.ppo.gamma
+    with torch.inference_mode():
+        for t in range(3):
+            trainer.rollout_step(t)
+    s = trainer.storage
+    assert s.values[:3, 0].tolist() == [1.0, 11.0, 21.0]  # V of the observations the policy acted on
+    assert s.time_outs[:3, 0].tolist() == [0.0, 0.0, 1.0]
+    assert s.rewards[:2].flatten().tolist() == [1.0] * 4
+    expected = torch.tensor(1.0 + gamma * 31.0, device=s.rewards.device)  # r + gamma V(final obs = 3), not r + gamma V(obs_t = 2) = 1 + gamma 21
+    assert torch.allclose(s.rewards[2], expected.expand(2))
+    assert trainer.obs["policy"].flatten().tolist() == [0.0, 0.0]
+
+
+def test_storage_keeps_its_own_values_without_bootstrap_values() -> None:
+    from syncfree.envs.api import ActionSpec
+
+    s = RolloutStorage(1, 2, 1, 1, ActionSpec("discrete", 2), 2, torch.device("cpu"))
+    s.store_policy_step(0, torch.zeros(2, 1), torch.zeros(2, 1),
+                        Act(torch.zeros(2, dtype=torch.int64), torch.zeros(2), torch.tensor([5.0, 5.0]), torch.zeros(2, 2)))
+    reward, done, time_out = torch.ones(2), torch.tensor([True, True]), torch.tensor([True, False])
+    s.store_env_step(0, reward, done, time_out, 0.5)
+    assert s.rewards[0].tolist() == [3.5, 1.0]
+    s.store_env_step(0, reward, done, time_out, 0.5, bootstrap_values=torch.tensor([9.0, 9.0]))
+    assert s.rewards[0].tolist() == [5.5, 1.0]
+
+
+def test_trainer_runs_two_iterations_on_cartpole() -> None:
+    cfg = small_config("cartpole")
+    cfg.env.num_envs = 8
+    cfg.iterations = 2
+    env = make_gymnasium("CartPole-v1", 8, TEST_DEVICE, seed=0)
+    trainer = Trainer(cfg, env=env)
+    record = trainer.learn()
+    assert record["iteration"] == 2 and record["env_steps"] == 2 * 8 * cfg.ppo.steps_per_env
+    assert np.isfinite(record["mean_return"]) and record["episodes"] >= 0
+    state = trainer.state_dict()
+    assert state["env"] is None
+    trainer.load_state_dict(state)  # an external env resets instead of restoring
+    env.close()
+
+
+def test_next_step_autoreset_is_refused() -> None:
+    with pytest.raises(UserError, match="autoreset mode NextStep"):
+        GymnasiumVecEnv(gymnasium.make_vec("CartPole-v1", 2, vectorization_mode="sync"))
+    with pytest.raises(UserError, match="autoreset mode NextStep"):
+        GymnasiumVecEnv(gymnasium.make_vec("CartPole-v1", 2, vectorization_mode="vector_entry_point"))
+    with pytest.raises(UserError, match="vectorization="):
+        make_gymnasium("CartPole-v1", 2, vectorization="vector_entry_point")
+
+
+def test_unsupported_spaces_and_envs_are_refused_with_one_line() -> None:
+    obs_space = Dict({"a": Box(-1, 1, (2,)), "b": Discrete(3)})
+    with pytest.raises(UserError, match=r"observation space Dict\(.*needs a Box") as e:
+        GymnasiumVecEnv(counter_env(1, obs_space=obs_space))
+    assert "\n" not in str(e.value)
+    with pytest.raises(UserError, match=r"action space MultiBinary\(3\).*needs a Box or a Discrete"):
+        GymnasiumVecEnv(counter_env(1, action_space=MultiBinary(3)))
+    with pytest.raises(UserError, match=r"not a gymnasium\.vector\.VectorEnv"):
+        GymnasiumVecEnv(Counter())
+    with pytest.raises(UserError, match="NoSuchEnv"):
+        make_gymnasium("NoSuchEnv-v0", 2)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_copies_match_the_cpu_path() -> None:
+    cpu, cuda = make_gymnasium("Pendulum-v1", 4, seed=2), make_gymnasium("Pendulum-v1", 4, "cuda", seed=2)
+    assert torch.equal(cpu.reset()["policy"], cuda.reset()["policy"].cpu())
+    actions = torch.randn(250, 4, 1, generator=torch.Generator().manual_seed(0))
+    for a in actions:
+        x, y = cpu.step(a), cuda.step(a.cuda())
+        assert y.obs["policy"].is_cuda and y.info["final_obs"]["critic"].is_cuda
+        for u, v in ((x.obs["policy"], y.obs["policy"]), (x.reward, y.reward), (x.truncated, y.truncated),
+                     (x.info["final_obs"]["critic"], y.info["final_obs"]["critic"]),
+                     (x.info["episode_return"], y.info["episode_return"])):
+            assert torch.equal(u, v.cpu())
