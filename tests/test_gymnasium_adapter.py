@@ -184,3 +184,26 @@ def test_cuda_copies_match_the_cpu_path() -> None:
                      (x.info["final_obs"]["critic"], y.info["final_obs"]["critic"]),
                      (x.info["episode_return"], y.info["episode_return"])):
             assert torch.equal(u, v.cpu())
+
+
+def test_gym_tasks_train_and_evaluate_from_the_command_line(tmp_path, capsys) -> None:
+    from syncfree.cli import main
+
+    argv = ["train", "--task", "gym:CartPole-v1", "--env.num_envs", "4", "--ppo.steps_per_env", "16",
+            "--iterations", "2", "--log.dir", str(tmp_path), "--log.run_name", "cp", "--log.progress", "false"]
+    assert main(argv) == 0
+    assert main(["eval", "--checkpoint", str(tmp_path / "cp" / "latest.pt"), "--episodes", "2"]) == 0
+    assert "gym:CartPole-v1: mean return" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,culprit", [
+    (["--task", "gym:NoSuchEnv-v0"], "NoSuchEnv-v0"),
+    (["--task", "gym:CartPole-v1", "--env.max_episode_length", "50"], "env.max_episode_length"),
+    (["--task", "gym:"], "task"),
+])
+def test_bad_gym_task_is_one_line(tmp_path, capsys, argv, culprit) -> None:
+    from syncfree.cli import main
+
+    code = main(["train", *argv, "--iterations", "1", "--log.dir", str(tmp_path), "--log.progress", "false"])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and culprit in lines[0]

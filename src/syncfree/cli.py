@@ -45,7 +45,7 @@ def parse_train_config(argv: Sequence[str]):
     from jsonargparse import ArgumentParser, set_parsing_settings
 
     from syncfree.config import TrainConfig, from_dict, preset, validate
-    from syncfree.envs.tasks import TASKS
+    from syncfree.envs.tasks import TASKS, is_task
     from syncfree.train import checkpoint
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
@@ -59,8 +59,8 @@ def parse_train_config(argv: Sequence[str]):
         base.resume = known.resume
     else:
         task = known.task or task_in_config_file(known.config) or TrainConfig.task
-        if task not in TASKS:
-            raise UserError(f"config: task={task!r} is invalid; allowed: {', '.join(sorted(TASKS))}")
+        if not is_task(task):
+            raise UserError(f"config: task={task!r} is invalid; allowed: {', '.join(sorted(TASKS))}, gym:<id>")
         base = preset(task)
     parser = ArgumentParser(prog="syncfree train", exit_on_error=False, allow_abbrev=False,
                             description="Train PPO on a built-in task. Defaults shown are the task's preset.")
@@ -119,7 +119,7 @@ def cmd_train(argv: Sequence[str]) -> int:
     if cfg.resume:
         run_dir = Path(cfg.resume).parent
     else:
-        run_dir = Path(cfg.log.dir) / (cfg.log.run_name or f"{cfg.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+        run_dir = Path(cfg.log.dir) / (cfg.log.run_name or f"{cfg.task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}")
     trainer = Trainer(cfg, run_dir=run_dir)
     if cfg.resume:
         trainer.load_state_dict(checkpoint.load(cfg.resume), source=f"checkpoint {cfg.resume}")

@@ -104,7 +104,8 @@ class PerfConfig:
 @dataclass
 class EnvConfig:
     num_envs: int = 256
-    """Parallel environments (per process)."""
+    """Parallel environments per process: under torchrun each rank steps its own `num_envs` envs, so an
+    iteration collects `world_size x num_envs x ppo.steps_per_env` env steps."""
     max_episode_length: int = 0
     """Time limit in env steps; 0 keeps the task's own (500 for CartPole, 200 for Pendulum, 500 for g1-track)."""
     robot: str = ""
@@ -218,6 +219,17 @@ class LogConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """Multi-process training (`torchrun --nproc_per_node=N -m syncfree train ...`); inert in a single process."""
+
+    timeout: float = 120.0
+    """Seconds a collective waits for the other ranks before it fails: a rank that died or hangs makes the others
+    stop with an error naming the lost peer instead of waiting forever."""
+    backend: Literal["auto", "nccl", "gloo"] = "auto"
+    """Process-group backend; `auto`: NCCL when training on CUDA (each rank on `cuda:LOCAL_RANK`), gloo on CPU."""
+
+
+@dataclass
 class TrainConfig:
     """Train a PPO policy on a built-in task."""
 
@@ -238,6 +250,7 @@ class TrainConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     log: LogConfig = field(default_factory=LogConfig)
     perf: PerfConfig = field(default_factory=PerfConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
 
 def _check(ok: bool, key: str, allowed: str, value: Any) -> None:
@@ -247,9 +260,9 @@ def _check(ok: bool, key: str, allowed: str, value: Any) -> None:
 
 def validate(cfg: TrainConfig) -> TrainConfig:
     """Reject values that parse but make no sense, naming the key."""
-    from syncfree.envs.tasks import TASKS
+    from syncfree.envs.tasks import TASKS, is_task
 
-    _check(cfg.task in TASKS, "task", ", ".join(sorted(TASKS)), cfg.task)
+    _check(is_task(cfg.task), "task", ", ".join(sorted(TASKS)) + ", gym:<id> (a Gymnasium env)", cfg.task)
     _check(cfg.device == "auto" or cfg.device == "cpu" or cfg.device.startswith("cuda"), "device",
            "auto, cpu, cuda, cuda:N", cfg.device)
     _check(cfg.iterations >= 0, "iterations", "an integer >= 0", cfg.iterations)
@@ -273,6 +286,9 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _check(p.clip_param > 0, "ppo.clip_param", "a number > 0", p.clip_param)
     _check(p.max_grad_norm > 0, "ppo.max_grad_norm", "a number > 0", p.max_grad_norm)
     _check(p.weight_decay >= 0, "ppo.weight_decay", "a number >= 0", p.weight_decay)
+    _check(cfg.distributed.timeout > 0, "distributed.timeout", "a number of seconds > 0", cfg.distributed.timeout)
+    _check(cfg.distributed.backend in ("auto", "nccl", "gloo"), "distributed.backend", "auto, nccl, gloo",
+           cfg.distributed.backend)
     _check(cfg.perf.critic_chunk_size >= 1, "perf.critic_chunk_size", "an integer >= 1", cfg.perf.critic_chunk_size)
     _check(cfg.perf.physics_partitions >= 1, "perf.physics_partitions", "an integer >= 1", cfg.perf.physics_partitions)
     return cfg
@@ -312,6 +328,11 @@ def preset(task: str, size: Literal["default", "small"] = "default") -> TrainCon
         cfg.policy.actor_hidden, cfg.policy.critic_hidden = [128, 128], [128, 128]
         cfg.ppo = PPOConfig(steps_per_env=24, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.99)
         cfg.iterations = 50
+    elif task.startswith("gym:"):  # Gymnasium envs step on the host, one core: few envs, longer rollouts
+        cfg.env.num_envs = 16
+        cfg.policy.actor_hidden, cfg.policy.critic_hidden = [256, 256], [256, 256]
+        cfg.ppo = PPOConfig(steps_per_env=64, num_epochs=5, num_minibatches=4, learning_rate=3e-4, gamma=0.99)
+        cfg.iterations = 300
     elif task == "g1-track":
         cfg.env.num_envs = 4096
         cfg.policy.actor_hidden, cfg.policy.critic_hidden = [512, 256, 128], [512, 256, 128]

@@ -115,10 +115,10 @@ def export_checkpoint(path: str | Path, out_dir: str | Path | None = None, forma
         raise UserError(f"export: {out}: cannot create the folder ({type(e).__name__})") from None
     written, exporters = [], {}
     for graph in graphs:
-        file = out / f"{task}-{graph.name}.onnx"
+        file = out / f"{task.replace(':', '-')}-{graph.name}.onnx"
         exporters[graph.name] = export_onnx(graph, file, source=f"checkpoint {path}")
         written.append(file)
-    sidecar = out / f"{task}-actor.json"
+    sidecar = out / f"{task.replace(':', '-')}-actor.json"
     meta = describe(state, policy, graphs, {g.name: f.name for g, f in zip(graphs, written, strict=True)},
                     exporters)
     try:

@@ -192,6 +192,9 @@ def make_gymnasium(env_id: str, num_envs: int, device: torch.device | str = "cpu
                                         vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kwargs)
     except gymnasium.error.Error as e:
         raise UserError(f"make_gymnasium: {env_id!r}: {_one_line(e)}") from None
+    except ImportError as e:
+        raise UserError(f"make_gymnasium: {env_id!r} needs a package that is not installed ({_one_line(e)}; "
+                        "MuJoCo envs: pip install 'gymnasium[mujoco]')") from None
     return GymnasiumVecEnv(vector_env, device, seed)
 
 

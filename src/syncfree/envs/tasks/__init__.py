@@ -46,9 +46,19 @@ TASKS: dict[str, Task] = {
 }
 
 
+GYMNASIUM_PREFIX = "gym:"
+"""`gym:<id>` names a registered Gymnasium env (e.g. `gym:Humanoid-v5`), run as CPU vector envs."""
+
+
+def is_task(name: str) -> bool:
+    return name in TASKS or (name.startswith(GYMNASIUM_PREFIX) and len(name) > len(GYMNASIUM_PREFIX))
+
+
 def make_env(task: str, num_envs: int, device: torch.device | str = "cpu", seed: int = 0,
              max_episode_length: int = 0, **options: Any) -> VecEnv:
     """Options left at their empty defaults are dropped; a set option the task does not read is an error."""
+    if task.startswith(GYMNASIUM_PREFIX):
+        return _make_gymnasium(task, num_envs, device, seed, max_episode_length, options)
     spec = TASKS[task]
     options = {k: v for k, v in options.items() if v and (k != "perf" or "perf" in spec.options)}
     for key in options:
@@ -56,3 +66,16 @@ def make_env(task: str, num_envs: int, device: torch.device | str = "cpu", seed:
             raise UserError(f"env.{key}: task {task!r} does not use it"
                             + (f" (it reads {', '.join('env.' + o for o in spec.options)})" if spec.options else ""))
     return spec.make(num_envs, device, seed, max_episode_length, **options)
+
+
+def _make_gymnasium(task: str, num_envs: int, device: torch.device | str, seed: int, max_episode_length: int,
+                    options: dict[str, Any]) -> VecEnv:
+    from syncfree.envs.adapters.gymnasium import make_gymnasium
+
+    unused = [f"env.{k}" for k, v in options.items() if v and k != "perf"]
+    if max_episode_length:
+        unused.append("env.max_episode_length")
+    if unused:
+        raise UserError(f"{', '.join(unused)}: task {task!r} does not use it (Gymnasium envs keep their own "
+                        "time limit)")
+    return make_gymnasium(task[len(GYMNASIUM_PREFIX):], num_envs, device, seed)
