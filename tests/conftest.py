@@ -23,6 +23,19 @@ def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
     return cfg
 
 
+def train_iterations(cfg: TrainConfig) -> tuple:
+    """Train `cfg.iterations` one at a time: (trainer, every finished episode, every iteration's record)."""
+    from syncfree.train.trainer import Trainer
+
+    trainer = Trainer(cfg)
+    episodes, records = [], []
+    for it in range(1, cfg.iterations + 1):
+        trainer.cfg.iterations = it
+        records.append(trainer.learn())
+        episodes += trainer.episodes.iteration_episodes
+    return trainer, episodes, records
+
+
 def assert_same_state(a: object, b: object, path: str = "state") -> None:
     """Bitwise equality of nested checkpoint-like structures (dicts, lists, tensors, plain values)."""
     if isinstance(a, torch.Tensor):

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from conftest import assert_same_state, small_config
+from conftest import assert_same_state, small_config, train_iterations
 from syncfree.algo.storage import Batch
 from syncfree.config import PerfConfig, TokenEncoderConfig
 from syncfree.perf import count_syncs
@@ -31,14 +31,7 @@ def g1_config(token: bool = False, **perf):
     return cfg
 
 
-def train(cfg) -> tuple[Trainer, list, list[dict]]:
-    trainer = Trainer(cfg)
-    episodes, records = [], []
-    for it in range(1, cfg.iterations + 1):
-        trainer.cfg.iterations = it
-        records.append(trainer.learn())
-        episodes += trainer.episodes.iteration_episodes
-    return trainer, episodes, records
+train = train_iterations
 
 
 def assert_same_run(a: tuple, b: tuple) -> None:

@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from conftest import small_config
+from conftest import small_config, train_iterations
 from syncfree.algo.storage import Batch
 from syncfree.config import PerfConfig
 from syncfree.train.trainer import Trainer
@@ -17,13 +17,7 @@ SAME_ARITHMETIC = ["deferred_episode_stats", "deferred_nonfinite_check", "grad_f
 
 
 def train(task: str, **perf: bool) -> tuple[Trainer, list[tuple[float, float]], list[dict]]:
-    trainer = Trainer(small_config(task, **perf))
-    episodes, records = [], []
-    for it in range(1, trainer.cfg.iterations + 1):
-        trainer.cfg.iterations = it
-        records.append(trainer.learn())
-        episodes += trainer.episodes.iteration_episodes
-    return trainer, episodes, records
+    return train_iterations(small_config(task, **perf))
 
 
 def assert_same_run(a: tuple, b: tuple) -> None:

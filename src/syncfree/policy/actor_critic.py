@@ -45,7 +45,23 @@ def chunked_value(critic: nn.Module, norm: nn.Module, critic_obs: Tensor, chunk_
     return torch.cat([critic(norm(part)).squeeze(-1) for part in critic_obs.split(chunk_size)])
 
 
-class ActorCritic(nn.Module):
+class PolicyBase(nn.Module):
+    """What PPO and the trainer use; subclasses provide `head`, `dist_params`, `value` and `actor_input`."""
+
+    head: GaussianHead | CategoricalHead
+
+    def act(self, actor_obs: Tensor, critic_obs: Tensor) -> Act:
+        params = self.dist_params(actor_obs)
+        actions, log_prob = self.head.sample(params)
+        return Act(actions, log_prob, self.value(critic_obs), params)
+
+    def evaluate(self, actor_obs: Tensor, critic_obs: Tensor, actions: Tensor) -> Evaluation:
+        params = self.dist_params(actor_obs)
+        log_prob, entropy = self.head.log_prob_entropy(params, actions)
+        return Evaluation(log_prob, entropy, self.value(critic_obs), params)
+
+
+class ActorCritic(PolicyBase):
     def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
                  validate_distributions: bool = False, critic_chunk_size: int = 0) -> None:
         super().__init__()
@@ -74,16 +90,6 @@ class ActorCritic(nn.Module):
     def actor_input(self, obs: dict[str, Tensor], out: Tensor | None = None) -> Tensor:
         """The actor's observation from the env's groups (`out`: a buffer policies that assemble it may fill)."""
         return obs["policy"]
-
-    def act(self, actor_obs: Tensor, critic_obs: Tensor) -> Act:
-        params = self.dist_params(actor_obs)
-        actions, log_prob = self.head.sample(params)
-        return Act(actions, log_prob, self.value(critic_obs), params)
-
-    def evaluate(self, actor_obs: Tensor, critic_obs: Tensor, actions: Tensor) -> Evaluation:
-        params = self.dist_params(actor_obs)
-        log_prob, entropy = self.head.log_prob_entropy(params, actions)
-        return Evaluation(log_prob, entropy, self.value(critic_obs), params)
 
     def act_deterministic(self, actor_obs: Tensor) -> Tensor:
         return self.head.deterministic(self.dist_params(actor_obs))

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from syncfree.config import TokenEncoderConfig
 from syncfree.envs.api import ActionSpec
-from syncfree.policy.actor_critic import Act, Evaluation, chunked_value, mlp
+from syncfree.policy.actor_critic import PolicyBase, chunked_value, mlp
 from syncfree.policy.heads import GaussianHead
 from syncfree.policy.normalizer import RunningNorm
 
@@ -117,7 +117,7 @@ def concat_observations(obs: dict[str, Tensor], layout: dict[str, int], out: Ten
     return torch.cat(parts, dim=-1, out=out)
 
 
-class TokenActorCritic(nn.Module):
+class TokenActorCritic(PolicyBase):
     """Drop-in replacement for `ActorCritic` (same methods and return types) with a universal-token actor.
 
     Args:
@@ -286,16 +286,6 @@ class TokenActorCritic(nn.Module):
     def actor_input(self, obs: dict[str, Tensor], out: Tensor | None = None) -> Tensor:
         """The flat actor observation assembled from the env's groups (into `out` when given)."""
         return concat_observations(obs, self.layout, out)
-
-    def act(self, actor_obs: Tensor, critic_obs: Tensor) -> Act:
-        params = self.dist_params(actor_obs)
-        actions, log_prob = self.head.sample(params)
-        return Act(actions, log_prob, self.value(critic_obs), params)
-
-    def evaluate(self, actor_obs: Tensor, critic_obs: Tensor, actions: Tensor) -> Evaluation:
-        params = self.dist_params(actor_obs)
-        log_prob, entropy = self.head.log_prob_entropy(params, actions)
-        return Evaluation(log_prob, entropy, self.value(critic_obs), params)
 
     def act_deterministic(self, actor_obs: Tensor) -> Tensor:
         """The decoder mean."""
