@@ -1,0 +1,395 @@
+"""MettaGrid -> syncfree `VecEnv`: many MettaGrid simulations in one process, each agent one row of the batch.
+
+`num_simulations` simulations of `agents_per_env` agents each are flattened into one batch of
+`num_envs = num_simulations * agents_per_env` rows (the trainer's "envs"). All simulations write into one set of
+host arrays (token observations `[num_envs, tokens, 3]` uint8, rewards, terminals, truncations, actions): each
+simulation is given a contiguous slice of them as its MettaGrid `Buffers`, so stepping copies nothing. The torch
+tensors are views of these arrays, made once; on CUDA the arrays are pinned and copied each way without blocking.
+
+A simulation whose episode ended (all its agents terminal or truncated) is closed and a new one is started on the
+same slice, with seed `seed + k` (k counts the simulations started), in the same `step()`: the returned
+observation is then the new episode's first one. Only the finished simulations cost Python work.
+
+Observations are MettaGrid's tokens, `(packed coordinate, feature id, value)` per token, `0xFF` marking an empty
+token: `obs = {"policy": x, "critic": x}` (the same uint8 tensor), for a token policy. MettaGrid episodes cannot be
+saved (`saveable = False`): a resumed run restores the trainer state exactly and starts new episodes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from syncfree.envs.api import ActionSpec, StepResult, VecEnv
+from syncfree.errors import UserError
+
+_root = logging.getLogger()
+_root_state = (_root.level, list(_root.handlers))
+try:
+    import pydantic
+    from mettagrid import MettaGridConfig, Simulator
+    from mettagrid.builder.envs import make_arena
+    from mettagrid.config.mettagrid_config import ChangeVibeActionConfig
+    from mettagrid.mapgen.mapgen import MapGen
+    from mettagrid.mapgen.scenes.random import Random
+    from mettagrid.mettagrid_c import (
+        dtype_actions,
+        dtype_masks,
+        dtype_observations,
+        dtype_rewards,
+        dtype_terminals,
+        dtype_truncations,
+    )
+    from mettagrid.simulator.simulator import Buffers, Simulation
+except ImportError as e:  # pragma: no cover - exercised only without mettagrid
+    raise ImportError("the MettaGrid adapter needs mettagrid: pip install 'mettagrid==0.26.22'") from e
+finally:  # importing mettagrid sets the root logger to INFO and gives it a handler: undo that
+    _root.setLevel(_root_state[0])
+    _root.handlers[:] = _root_state[1]
+
+MAPS = ("arena", "empty-room")
+ARENA_WALLS = 10
+"""Walls scattered at random in the arena (as in MettaGrid's `make_arena`)."""
+ARENA_BORDER = 6
+"""Wall border around the arena's playable area (as in MettaGrid's `make_arena`)."""
+
+
+@dataclass(frozen=True)
+class MettaGridSpec:
+    """One MettaGrid simulation, built with MettaGrid's own config builders (`to_config`).
+
+    `map`: `"arena"` (`mettagrid.builder.envs.make_arena` on a `width` x `height` area with 10 random walls, inside
+    a 6-cell wall border) or `"empty-room"` (`MettaGridConfig.EmptyRoom`, inside a 1-cell wall border). `width` and
+    `height` give the playable area, without the border. Episodes end by time-out after `max_steps` steps, reported
+    as truncation. Vibe changes are disabled, so the actions are noop and the four moves on both maps.
+
+    Neither map pays any reward in mettagrid 0.26: the arena rewards hearts, but nothing on it makes them (and its
+    attack, triggered by moving onto an agent with a matching vibe, never fires without vibes). Both measure
+    stepping throughput and exercise the token pipeline, not learning.
+    """
+
+    map: Literal["arena", "empty-room"] = "arena"
+    agents_per_env: int = 24
+    width: int = 25
+    height: int = 25
+    max_steps: int = 1000
+
+    def validate(self) -> None:
+        if self.map not in MAPS:
+            raise UserError(f"MettaGrid spec: map={self.map!r} is unknown; use one of {', '.join(map(repr, MAPS))}")
+        for name in ("agents_per_env", "width", "height", "max_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise UserError(f"MettaGrid spec: {name}={value!r} must be an integer >= 1")
+        cells = self.width * self.height
+        needed = self.agents_per_env + (ARENA_WALLS if self.map == "arena" else 0)
+        if needed > cells:
+            walls = f" and its {ARENA_WALLS} walls" if self.map == "arena" else ""
+            raise UserError(f"MettaGrid spec: width x height = {self.width} x {self.height} is too small for "
+                            f"agents_per_env={self.agents_per_env}{walls} on map={self.map!r} "
+                            f"(needs at least {needed} cells)")
+
+    def to_config(self, seed: int = 0) -> MettaGridConfig:
+        """The MettaGrid config of one simulation. Maps are drawn from `seed`: a `Simulator` gives the k-th
+        simulation it starts the map seed `seed + k`."""
+        self.validate()
+        a = self.agents_per_env
+        try:
+            if self.map == "empty-room":
+                cfg = MettaGridConfig.EmptyRoom(num_agents=a, width=self.width + 2, height=self.height + 2,
+                                                border_width=1)
+                cfg.game.actions.change_vibe = ChangeVibeActionConfig(enabled=False)
+            else:
+                builder = MapGen.Config(num_agents=a, width=self.width, height=self.height,
+                                        border_width=ARENA_BORDER, instance_border_width=0,
+                                        instance=Random.Config(agents=a, objects={"wall": ARENA_WALLS}))
+                cfg = make_arena(a, map_builder=builder)
+        except pydantic.ValidationError as e:
+            raise UserError(_validation_message(e)) from None
+        cfg.game.max_steps = self.max_steps
+        cfg.game.episode_truncates = True  # a time-out is a truncation: the trainer bootstraps from the value
+        cfg.game.map_builder.seed = seed
+        return cfg
+
+
+_SPEC_FIELDS = {"num_agents": "agents_per_env", "agents": "agents_per_env", "width": "width", "height": "height",
+                "max_steps": "max_steps"}
+
+
+def _validation_message(e: pydantic.ValidationError) -> str:
+    err = e.errors()[0]
+    loc = [str(part) for part in err.get("loc", ())]
+    field = next((_SPEC_FIELDS[p] for p in reversed(loc) if p in _SPEC_FIELDS), "map")
+    where = ".".join(loc) or e.title
+    return f"MettaGrid spec: {field}: MettaGrid rejects {where}: {' '.join(str(err.get('msg', e)).split())}"
+
+
+class _Simulations:
+    """`num_simulations` MettaGrid simulations stepping into slices of shared host arrays."""
+
+    def __init__(self, config: MettaGridConfig, num_simulations: int, seed: int,
+                 alloc: Callable[[tuple[int, ...], np.dtype], np.ndarray]) -> None:
+        self.config, self.seed = config, seed
+        self.num_simulations = e = num_simulations
+        self.agents = a = config.game.num_agents
+        n = e * a
+        self.obs = alloc((n, config.game.obs.num_tokens, config.game.obs.token_dim), dtype_observations)
+        self.rewards = alloc((n,), dtype_rewards)
+        self.terminals = alloc((n,), dtype_terminals)
+        self.truncations = alloc((n,), dtype_truncations)
+        self.masks = alloc((n,), dtype_masks)
+        self.masks.fill(True)
+        self.actions = alloc((n,), dtype_actions)
+        self.teacher_actions = alloc((n,), dtype_actions)
+        self.vibe_actions = alloc((n,), dtype_actions)  # stays 0: no vibe change
+        self.terminals_2d = self.terminals.reshape(e, a)
+        self.truncations_2d = self.truncations.reshape(e, a)
+        self.buffers = [Buffers(observations=self.obs[s], terminals=self.terminals[s], truncations=self.truncations[s],
+                                rewards=self.rewards[s], masks=self.masks[s], actions=self.actions[s],
+                                teacher_actions=self.teacher_actions[s], vibe_actions=self.vibe_actions[s])
+                        for s in (slice(i * a, (i + 1) * a) for i in range(e))]
+        self.simulator = Simulator()
+        self.started = 0
+        self.sims: list[Simulation] = []
+        self.steppers: list[Callable[[], None]] = []
+        for buffers in self.buffers:
+            sim = self._new(buffers)
+            self.sims.append(sim)
+            self.steppers.append(sim.step)
+        self.action_names = self.sims[0].action_names
+
+    def _new(self, buffers: Buffers) -> Simulation:
+        sim = self.simulator.new_simulation(self.config, self.seed + self.started, buffers=buffers)
+        self.started += 1
+        return sim
+
+    def step(self) -> None:
+        for step in self.steppers:
+            step()
+
+    def finished(self) -> np.ndarray:
+        """[num_simulations] bool: the simulations whose episode ended (MettaGrid's `Simulation.is_done`)."""
+        return self.terminals_2d.all(axis=1) | self.truncations_2d.all(axis=1)
+
+    def restart(self, indices: np.ndarray | list[int]) -> None:
+        """New episodes on the given simulations' slices (rewards, terminals and truncations there are reset)."""
+        for i in indices:
+            self.sims[i].close()
+            sim = self.sims[i] = self._new(self.buffers[i])
+            self.steppers[i] = sim.step
+
+    def close(self) -> None:
+        for sim in self.sims:
+            sim.close()
+        self.sims, self.steppers = [], []
+
+
+class MettaGridVecEnv(VecEnv):
+    """`num_simulations` MettaGrid simulations of `spec`, one row per agent: `num_envs = num_simulations *
+    spec.agents_per_env`, agent j of simulation i on row `i * agents_per_env + j`.
+
+    Actions: one discrete choice per agent among `action_names` (int64 from the policy, copied into MettaGrid's
+    int32 action array; MettaGrid counts a choice outside the range as a failed action, unchecked here).
+    `terminated`/`truncated` are MettaGrid's terminals/truncations on the rows of the simulations that ended in
+    this step (with `spec`'s configs, time-outs: truncated); `info["episode_return"]` and `info["episode_length"]`
+    hold the finished episode's totals per agent. No `final_obs` is given (the new episode overwrites the slice):
+    time-outs bootstrap from the value before the step.
+
+    `teacher_actions` is None: MettaGrid 0.26's simulations never write teacher actions (only its PufferLib env
+    does, from a supervisor policy that needs `mettagrid[train]`). `masks` is MettaGrid's mask array: all True,
+    as MettaGrid does not write it either.
+    """
+
+    saveable = False
+
+    def __init__(self, spec: MettaGridSpec, num_simulations: int, device: torch.device | str = "cpu",
+                 seed: int = 0) -> None:
+        if not isinstance(spec, MettaGridSpec):
+            raise UserError(f"MettaGrid adapter: spec is a {type(spec).__name__}, not a MettaGridSpec")
+        if not isinstance(num_simulations, int) or isinstance(num_simulations, bool) or num_simulations < 1:
+            raise UserError(f"MettaGrid adapter: num_simulations={num_simulations!r} must be an integer >= 1")
+        self.spec = spec
+        self.config = spec.to_config(seed)
+        self.device = torch.device(device)
+        cuda = self.device.type == "cuda"
+        if cuda and not torch.cuda.is_available():
+            raise UserError(f"MettaGrid adapter: device {self.device} requested but CUDA is not available")
+        self._event = torch.cuda.Event() if cuda else None
+
+        def host(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+            if not cuda:
+                return np.zeros(shape, dtype)
+            return torch.zeros(shape, dtype=_torch_dtype(dtype), pin_memory=True).numpy()
+
+        self._sims = sims = _Simulations(self.config, num_simulations, seed, host)
+        self.num_simulations, self.agents_per_env = num_simulations, spec.agents_per_env
+        self.num_envs = self.num_agents_total = n = num_simulations * spec.agents_per_env
+        self.max_episode_length = spec.max_steps
+        self.action_names: list[str] = sims.action_names
+        self.action_spec = ActionSpec("discrete", len(self.action_names))
+        tokens = sims.obs.shape[1:]
+        self.obs_shapes = {"policy": tokens, "critic": tokens}
+
+        # Host views of MettaGrid's arrays, and the step's outputs (copied before finished simulations restart).
+        self._obs_host = torch.from_numpy(sims.obs)
+        self._actions_host = torch.from_numpy(sims.actions)
+        self.masks = torch.from_numpy(sims.masks)
+        self.teacher_actions: Tensor | None = None
+        self._reward_np, self._terminated_np, self._truncated_np = (
+            host((n,), dtype) for dtype in (dtype_rewards, dtype_terminals, dtype_truncations))
+        self._terminated_2d = self._terminated_np.reshape(num_simulations, spec.agents_per_env)
+        self._truncated_2d = self._truncated_np.reshape(num_simulations, spec.agents_per_env)
+        self._reward_host, self._terminated_host, self._truncated_host = (
+            torch.from_numpy(a) for a in (self._reward_np, self._terminated_np, self._truncated_np))
+        if cuda:
+            self._obs = torch.zeros(sims.obs.shape, dtype=torch.uint8, device=self.device)
+            self._reward, self._terminated, self._truncated = (
+                torch.zeros(n, dtype=t.dtype, device=self.device)
+                for t in (self._reward_host, self._terminated_host, self._truncated_host))
+            self._actions = torch.zeros(n, dtype=self._actions_host.dtype, device=self.device)
+        else:
+            self._obs, self._reward, self._terminated, self._truncated = (
+                self._obs_host, self._reward_host, self._terminated_host, self._truncated_host)
+            self._actions = self._actions_host
+        zeros = lambda dtype: torch.zeros(n, dtype=dtype, device=self.device)  # noqa: E731
+        self.episode_return, self.episode_length = zeros(torch.float32), zeros(torch.int64)
+        self._final_return, self._final_length = zeros(torch.float32), zeros(torch.int64)
+        self._done = zeros(torch.bool)
+        self._obs_groups = {"policy": self._obs, "critic": self._obs}
+        self._info = {"episode_return": self._final_return, "episode_length": self._final_length}
+        self._stepped = False  # whether the simulations moved since they started (reset() restarts them then)
+        self._restarts, self._restart_s = 0, 0.0
+        self._upload(self._obs_host, self._obs)
+
+    @property
+    def simulations(self) -> list[Simulation]:
+        """The running MettaGrid simulations, simulation i on rows `i * agents_per_env` onwards."""
+        return self._sims.sims
+
+    def reset(self) -> dict[str, Tensor]:
+        self._wait_for_copies()
+        if self._stepped:
+            self._sims.restart(range(self.num_simulations))
+            self._stepped = False
+        self._upload(self._obs_host, self._obs)
+        self.episode_return.zero_()
+        self.episode_length.zero_()
+        return self._obs_groups
+
+    def step(self, actions: Tensor) -> StepResult:
+        self._actions.copy_(actions.reshape(-1))
+        if self._actions is not self._actions_host:
+            self._actions_host.copy_(self._actions, non_blocking=True)
+        self._wait_for_copies()  # the actions are on the host and the previous step's uploads are done
+        sims = self._sims
+        sims.step()
+        self._stepped = True
+        finished = sims.finished()
+        np.copyto(self._reward_np, sims.rewards)
+        np.logical_and(sims.terminals_2d, finished[:, None], out=self._terminated_2d)
+        np.logical_and(sims.truncations_2d, finished[:, None], out=self._truncated_2d)
+        np.logical_and(self._truncated_np, ~self._terminated_np, out=self._truncated_np)
+        if finished.any():
+            start = time.perf_counter()
+            ended = np.flatnonzero(finished).tolist()
+            sims.restart(ended)
+            self._restarts += len(ended)
+            self._restart_s += time.perf_counter() - start
+        for host, dev in ((self._obs_host, self._obs), (self._reward_host, self._reward),
+                          (self._terminated_host, self._terminated), (self._truncated_host, self._truncated)):
+            self._upload(host, dev)
+        self.episode_return.add_(self._reward)
+        self.episode_length.add_(1)
+        done = torch.logical_or(self._terminated, self._truncated, out=self._done)
+        self._final_return.copy_(self.episode_return)
+        self._final_length.copy_(self.episode_length)
+        self.episode_return.masked_fill_(done, 0.0)
+        self.episode_length.masked_fill_(done, 0)
+        return StepResult(self._obs_groups, self._reward, self._terminated, self._truncated, self._info)
+
+    def pop_log(self) -> dict[str, float]:
+        """Simulations restarted since the last call, and the seconds spent restarting them."""
+        out = {"mettagrid/restarts": float(self._restarts), "mettagrid/restart_s": self._restart_s}
+        self._restarts, self._restart_s = 0, 0.0
+        return out
+
+    def close(self) -> None:
+        self._wait_for_copies()
+        self._sims.close()
+
+    def _upload(self, host: Tensor, dev: Tensor) -> None:
+        if host is not dev:
+            dev.copy_(host, non_blocking=True)
+
+    def _wait_for_copies(self) -> None:
+        """Before MettaGrid reads or rewrites the host arrays: wait for the copies queued on the current stream."""
+        if self._event is not None:
+            self._event.record(torch.cuda.current_stream(self.device))
+            self._event.synchronize()
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return torch.from_numpy(np.zeros(0, dtype)).dtype
+
+
+def env_only_throughput(env: VecEnv, steps: int = 200, warmup: int = 10, seed: int = 0) -> float:
+    """Agent-steps (env rows) per second of stepping `env` with uniformly random actions, drawn beforehand."""
+    if steps < 1:
+        raise UserError(f"env_only_throughput: steps={steps} must be >= 1")
+    gen = torch.Generator(device=env.device)
+    gen.manual_seed(seed)
+    shape = (min(steps, 16), env.num_envs)
+    if env.action_spec.kind == "discrete":
+        actions = torch.randint(0, env.action_spec.size, shape, generator=gen, device=env.device)
+    else:
+        actions = torch.rand(*shape, env.action_spec.size, generator=gen, device=env.device) * 2 - 1
+    env.reset()
+    for t in range(warmup):
+        env.step(actions[t % len(actions)])
+    _sync(env.device)
+    start = time.perf_counter()
+    for t in range(steps):
+        env.step(actions[t % len(actions)])
+    _sync(env.device)
+    return steps * env.num_envs / (time.perf_counter() - start)
+
+
+def mettagrid_raw_throughput(spec: MettaGridSpec, num_simulations: int, steps: int = 200, warmup: int = 10,
+                             seed: int = 0) -> float:
+    """Agent-steps per second of MettaGrid alone at the adapter's settings, without the adapter: the same
+    simulations on shared numpy arrays, random actions (drawn beforehand) copied into the action array, a plain
+    `sim.step()` loop, finished simulations restarted. The gap to `env_only_throughput` is the adapter's cost."""
+    if steps < 1:
+        raise UserError(f"mettagrid_raw_throughput: steps={steps} must be >= 1")
+    sims = _Simulations(spec.to_config(seed), num_simulations, seed, lambda shape, dtype: np.zeros(shape, dtype))
+    rng = np.random.default_rng(seed)
+    actions = rng.integers(0, len(sims.action_names), (min(steps, 16), sims.actions.size)).astype(dtype_actions)
+    try:
+        for t in range(warmup + steps):
+            if t == warmup:
+                start = time.perf_counter()
+            np.copyto(sims.actions, actions[t % len(actions)])
+            for sim in sims.sims:
+                sim.step()
+            finished = sims.finished()
+            if finished.any():
+                sims.restart(np.flatnonzero(finished).tolist())
+        elapsed = time.perf_counter() - start
+    finally:
+        sims.close()
+    return steps * sims.actions.size / elapsed
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+__all__ = ["MAPS", "MettaGridSpec", "MettaGridVecEnv", "env_only_throughput", "mettagrid_raw_throughput"]

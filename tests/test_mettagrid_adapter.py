@@ -1,0 +1,171 @@
+"""MettaGrid simulations behind syncfree's env protocol: one row per agent, shared host arrays, restarts per slice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("mettagrid")
+
+import pydantic
+from mettagrid import MettaGridConfig
+
+from syncfree.envs.adapters import mettagrid as adapter
+from syncfree.envs.adapters.mettagrid import (
+    MettaGridSpec,
+    MettaGridVecEnv,
+    env_only_throughput,
+    mettagrid_raw_throughput,
+)
+from syncfree.envs.api import ActionSpec
+from syncfree.errors import UserError
+
+NOOP, NORTH, SOUTH, WEST, EAST = range(5)
+MOVES = {NORTH: (-1, 0), SOUTH: (1, 0), WEST: (0, -1), EAST: (0, 1)}
+
+
+def room(agents: int = 3, size: int = 9, max_steps: int = 50) -> MettaGridSpec:
+    return MettaGridSpec("empty-room", agents_per_env=agents, width=size, height=size, max_steps=max_steps)
+
+
+def positions(sim) -> dict[int, tuple[int, int]]:
+    return {o["agent_id"]: (o["r"], o["c"]) for o in sim.grid_objects(ignore_types=["wall"]).values()
+            if "agent_id" in o}
+
+
+@pytest.mark.parametrize("spec", [room(), MettaGridSpec("arena", agents_per_env=4, width=8, height=8)])
+def test_shapes_dtypes_and_spec(spec: MettaGridSpec) -> None:
+    env = MettaGridVecEnv(spec, num_simulations=2, seed=1)
+    n = 2 * spec.agents_per_env
+    assert env.num_envs == env.num_agents_total == n and env.num_simulations == 2
+    assert env.action_names[:5] == ["noop", "move_north", "move_south", "move_west", "move_east"]
+    assert env.action_spec == ActionSpec("discrete", len(env.action_names))
+    assert env.obs_shapes == {"policy": (500, 3), "critic": (500, 3)}
+    assert env.max_episode_length == spec.max_steps and not env.saveable and env.teacher_actions is None
+    obs = env.reset()
+    assert obs["policy"] is obs["critic"] and obs["policy"].dtype == torch.uint8 and obs["policy"].shape == (n, 500, 3)
+    assert ((obs["policy"][:, :, 1] != 0xFF).sum(1) > 0).all()  # every agent sees some tokens
+    step = env.step(torch.zeros(n, dtype=torch.int64))
+    assert step.reward.shape == (n,) and step.reward.dtype == torch.float32
+    assert step.terminated.dtype == torch.bool and step.truncated.dtype == torch.bool
+    assert step.info["episode_length"].dtype == torch.int64 and step.info["episode_return"].shape == (n,)
+    assert env.masks.all() and env.masks.shape == (n,)
+    env.close()
+
+
+def test_a_step_changes_observations_and_views_share_memory_with_mettagrid() -> None:
+    env = MettaGridVecEnv(room(agents=4), num_simulations=3, seed=0)
+    obs = env.reset()["policy"]
+    before = obs.clone()
+    ptrs = (obs.data_ptr(), env._reward.data_ptr(), env._actions.data_ptr())
+    for sim, rows in zip(env.simulations, obs.split(4), strict=True):  # MettaGrid writes straight into the view
+        assert np.shares_memory(sim._c_sim.observations(), rows.numpy())
+        assert np.shares_memory(sim._c_sim.actions(), env._actions.numpy())
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(3):
+        step = env.step(torch.randint(1, 5, (12,), generator=gen))
+        assert step.obs["policy"] is obs
+        assert (obs.data_ptr(), step.reward.data_ptr(), env._actions.data_ptr()) == ptrs
+    assert not torch.equal(obs, before)
+    env.close()
+
+
+def test_finished_simulations_restart_on_their_slice_only() -> None:
+    env = MettaGridVecEnv(room(agents=2, max_steps=4), num_simulations=3, seed=10)
+    env.reset()
+    noop = torch.zeros(6, dtype=torch.int64)
+    first = list(env.simulations)
+    env.step(noop)
+    env.simulations[0].end_episode()  # simulation 0 ends early (after 2 steps), the others at max_steps
+    step = env.step(noop)
+    assert step.truncated.tolist() == [True, True, False, False, False, False] and not step.terminated.any()
+    assert step.info["episode_length"][:2].tolist() == [2, 2]
+    assert env.simulations[0] is not first[0] and env.simulations[1:] == first[1:]
+    assert env.simulations[0].seed == 13 and [s.current_step for s in env.simulations] == [0, 2, 2]
+    assert env.episode_length.tolist() == [0, 0, 2, 2, 2, 2]
+    lengths = []
+    for _ in range(4):
+        step = env.step(noop)
+        lengths.append(torch.where(step.truncated, step.info["episode_length"], 0).tolist())
+    assert lengths == [[0] * 6, [0, 0, 4, 4, 4, 4], [0] * 6, [4, 4, 0, 0, 0, 0]]
+    assert [s.seed for s in env.simulations] == [16, 14, 15]  # seed + the count of simulations started before
+    assert env.pop_log()["mettagrid/restarts"] == 4 and env.pop_log()["mettagrid/restarts"] == 0
+    env.close()
+
+
+def test_actions_land_in_their_simulations_slice() -> None:
+    env = MettaGridVecEnv(room(agents=3, size=12), num_simulations=2, seed=3)
+    env.reset()
+    start = [positions(sim) for sim in env.simulations]
+    actions = torch.tensor([NOOP, NOOP, NOOP, NORTH, SOUTH, EAST])  # simulation 0 waits, simulation 1 moves
+    env.step(actions)
+    after = [positions(sim) for sim in env.simulations]
+    assert after[0] == start[0]
+    success = env.simulations[1].action_success
+    moved = 0
+    for agent, action in enumerate(actions[3:].tolist()):
+        dr, dc = MOVES[action] if success[agent] else (0, 0)
+        r, c = start[1][agent]
+        assert after[1][agent] == (r + dr, c + dc)
+        moved += success[agent]
+    assert moved >= 2  # in a 12 x 12 room with 3 agents, at most one move can be blocked
+    env.close()
+
+
+def test_same_seed_same_maps_and_simulations_differ() -> None:
+    spec = MettaGridSpec("arena", agents_per_env=3, width=8, height=8)
+    a, b = (MettaGridVecEnv(spec, num_simulations=2, seed=7).reset()["policy"] for _ in range(2))
+    assert torch.equal(a, b) and not torch.equal(a[:3], a[3:])
+
+
+def test_reset_restarts_every_simulation_after_steps() -> None:
+    env = MettaGridVecEnv(room(agents=2), num_simulations=2, seed=0)
+    first = list(env.simulations)
+    env.reset()
+    assert env.simulations == first  # nothing stepped yet: reset keeps the fresh simulations
+    env.step(torch.ones(4, dtype=torch.int64))
+    env.reset()
+    assert all(s is not f and s.current_step == 0 for s, f in zip(env.simulations, first, strict=True))
+    assert env.episode_length.eq(0).all()
+    env.close()
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"map": "maze"}, "map"),
+    ({"agents_per_env": 0}, "agents_per_env"),
+    ({"agents_per_env": 2.5}, "agents_per_env"),
+    ({"width": 0}, "width"),
+    ({"max_steps": 0}, "max_steps"),
+    ({"map": "empty-room", "agents_per_env": 10, "width": 3, "height": 3}, "width x height"),
+    ({"map": "arena", "agents_per_env": 24, "width": 5, "height": 6}, "width x height"),
+])
+def test_bad_specs_give_one_line_user_errors(kwargs: dict, field: str) -> None:
+    with pytest.raises(UserError) as e:
+        MettaGridVecEnv(MettaGridSpec(**kwargs), num_simulations=1)
+    assert "\n" not in str(e.value) and field in str(e.value)
+
+
+def test_bad_arguments_and_mettagrid_validation_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad in (0, -1, "2"):
+        with pytest.raises(UserError, match="num_simulations"):
+            MettaGridVecEnv(room(), num_simulations=bad)
+    with pytest.raises(UserError, match="MettaGridSpec"):
+        MettaGridVecEnv({"map": "arena"}, num_simulations=1)
+
+    def rejects(**kwargs: object) -> MettaGridConfig:
+        return MettaGridConfig.model_validate({"game": {"num_agents": -kwargs["num_agents"]}})
+
+    monkeypatch.setattr(adapter.MettaGridConfig, "EmptyRoom", rejects)
+    with pytest.raises(UserError) as e:
+        room().to_config()
+    assert "\n" not in str(e.value) and "agents_per_env" in str(e.value) and "num_agents" in str(e.value)
+    assert isinstance(e.value.__context__, pydantic.ValidationError)
+
+
+def test_throughput_of_the_adapter_and_of_mettagrid_alone() -> None:
+    spec = room(agents=4, max_steps=8)  # restarts happen during the measurement
+    env = MettaGridVecEnv(spec, num_simulations=2)
+    assert env_only_throughput(env, steps=20, warmup=2) > 0
+    assert mettagrid_raw_throughput(spec, num_simulations=2, steps=20, warmup=2) > 0
+    env.close()
