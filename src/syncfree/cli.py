@@ -10,8 +10,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from syncfree.errors import UserError
+from syncfree.errors import DistributedError, UserError
+
+if TYPE_CHECKING:
+    from syncfree.config import TrainConfig
+    from syncfree.train.distributed import Distributed
 
 log = logging.getLogger("syncfree")
 
@@ -38,6 +43,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as e:
         print(f"syncfree: error: {e}", file=sys.stderr)
         return 2
+    except DistributedError as e:
+        print(f"syncfree: error: {e}", file=sys.stderr)
+        return 1
 
 
 def parse_train_config(argv: Sequence[str]):
@@ -110,43 +118,60 @@ def allowed_keys_hint(message: str) -> str:
 
 
 def cmd_train(argv: Sequence[str]) -> int:
-    from syncfree.train import checkpoint
-    from syncfree.train.trainer import Trainer
+    from syncfree.train import distributed
 
     if any(a in ("-h", "--help") for a in argv):
         parse_train_config(argv)  # prints the help and exits
     cfg = parse_train_config(argv)
+    # under torchrun (WORLD_SIZE > 1): join the process group, one rank per process
+    dist = distributed.init_from_env(cfg.device, cfg.distributed.backend, cfg.distributed.timeout)
+    try:
+        return train(cfg, dist)
+    finally:
+        if dist is not None:
+            distributed.shutdown()
+
+
+def train(cfg: TrainConfig, dist: Distributed | None) -> int:
+    """`syncfree train` on this process (one rank of several when `dist` is given)."""
+    from syncfree.train import checkpoint
+    from syncfree.train.trainer import Trainer
+
     if cfg.resume:
         run_dir = Path(cfg.resume).parent
     else:
         run_dir = Path(cfg.log.dir) / (cfg.log.run_name or f"{cfg.task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}")
-    trainer = Trainer(cfg, run_dir=run_dir)
+    main_rank = dist is None or dist.is_main
+    info = log.info if main_rank else (lambda *args: None)  # only rank 0 reports
+    trainer = Trainer(cfg, run_dir=run_dir, dist=dist)
     if cfg.resume:
         trainer.load_state_dict(checkpoint.load(cfg.resume), source=f"checkpoint {cfg.resume}")
-        log.info("resumed %s at iteration %d", cfg.resume, trainer.iteration)
-    log.info("training %s on %s: %d envs x %d steps per iteration, %d iterations -> %s", cfg.task, trainer.device,
-             trainer.env.num_envs, cfg.ppo.steps_per_env, cfg.iterations, run_dir)
+        info("resumed %s at iteration %d", cfg.resume, trainer.iteration)
+    ranks = f"{dist.world_size} ranks x " if dist is not None else ""
+    info("training %s on %s: %s%d envs x %d steps per iteration, %d iterations -> %s", cfg.task, trainer.device,
+         ranks, trainer.env.num_envs, cfg.ppo.steps_per_env, cfg.iterations, run_dir)
 
     def request_stop(signum, frame):
         if trainer.stop_requested:
             raise KeyboardInterrupt
         trainer.stop_requested = True
-        print("\nstopping after this iteration (Ctrl-C again to abort without saving)", file=sys.stderr)
+        if main_rank:
+            print("\nstopping after this iteration (Ctrl-C again to abort without saving)", file=sys.stderr)
 
     previous = signal.signal(signal.SIGINT, request_stop)
     try:
         record = trainer.learn()
     except KeyboardInterrupt:
-        log.info("aborted; last checkpoint kept in %s", run_dir)
+        info("aborted; last checkpoint kept in %s", run_dir)
         return 130
     finally:
         signal.signal(signal.SIGINT, previous)
         trainer.close()
     summary = ", ".join(f"{k}={record[k]:.1f}" for k in ("mean_return", "mean_length") if k in record)
     summary = summary or "no episode finished yet"
-    log.info("%s at iteration %d (%d env steps): %s; checkpoint %s",
-             "stopped" if trainer.stop_requested else "done", trainer.iteration, trainer.env_steps, summary,
-             run_dir / "latest.pt")
+    info("%s at iteration %d (%d env steps): %s; checkpoint %s",
+         "stopped" if trainer.stopping() else "done", trainer.iteration, trainer.env_steps, summary,
+         run_dir / "latest.pt")
     return 0
 
 
@@ -170,7 +195,7 @@ def cmd_eval(argv: Sequence[str]) -> int:
     cfg = from_dict(TrainConfig, state["config"])
     cfg.device, cfg.log.progress = args.device, False
     trainer = Trainer(cfg)
-    trainer.load_state_dict(state, source=f"checkpoint {args.checkpoint}")
+    trainer.load_state_dict(state, source=f"checkpoint {args.checkpoint}", resume=False)
     env = make_env(cfg.task, args.episodes, trainer.device, args.seed, cfg.env.max_episode_length,
                    robot=cfg.env.robot, motions=cfg.env.motions)
     returns = evaluate(trainer.policy, env)

@@ -7,3 +7,8 @@ class UserError(Exception):
 
 class NonFiniteError(UserError):
     """The environment produced NaN or Inf observations or rewards."""
+
+
+class DistributedError(RuntimeError):
+    """A collective failed in multi-process training: a peer exited or timed out. The CLI prints it as one line
+    and exits with code 1."""

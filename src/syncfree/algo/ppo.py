@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import Tensor
 
@@ -9,6 +11,9 @@ from syncfree.algo.storage import Batch, RolloutStorage
 from syncfree.config import PerfConfig, PPOConfig
 from syncfree.perf.phases import Phases
 from syncfree.policy.actor_critic import ActorCritic
+
+if TYPE_CHECKING:
+    from syncfree.train.distributed import Distributed
 
 UPDATE_STATS = ("surrogate_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
 """Means over the iteration's minibatches; followed by `skipped_steps` (a count) and `learning_rate`."""
@@ -18,7 +23,7 @@ _MIN_LR, _MAX_LR = 1e-5, 1e-2
 
 class PPO:
     def __init__(self, policy: ActorCritic, cfg: PPOConfig, perf: PerfConfig, device: torch.device,
-                 phases: Phases | None = None) -> None:
+                 phases: Phases | None = None, dist: Distributed | None = None) -> None:
         self.policy, self.cfg, self.perf = policy, cfg, perf
         self.phases = phases or Phases()
         self.params = [p for p in policy.parameters() if p.requires_grad]
@@ -46,6 +51,12 @@ class PPO:
         aux = getattr(policy, "auxiliary_loss", None)
         self.auxiliary_loss = aux if aux is not None and policy.cfg.reconstruction_weight > 0 else None
         """The policy's own extra loss (the token policy's reconstruction), added to PPO's."""
+        self.grad_all_reduce = None
+        """With several processes: averages gradients and the minibatch KL over ranks (one collective)."""
+        if dist is not None:
+            from syncfree.train.distributed import GradientAllReduce
+
+            self.grad_all_reduce = GradientAllReduce(self.params, dist)
 
     def update(self, storage: RolloutStorage) -> Tensor:
         """Epochs x minibatches over the rollout; returns [*UPDATE_STATS, skipped_steps, learning_rate] on the device."""
@@ -57,7 +68,7 @@ class PPO:
         self.stats.zero_()
         skipped_before = self.skipped_steps.clone()
         for _ in range(cfg.num_epochs):
-            order = torch.randperm(batch_size, device=device)
+            order = self.minibatch_order(batch_size, device)
             for start in range(0, batch_size, minibatch_size):
                 idx = order[start : start + minibatch_size]
                 self.minibatch_update(Batch(*(x[idx] for x in data)))
@@ -66,13 +77,21 @@ class PPO:
         skipped = (self.skipped_steps - skipped_before).float()
         return torch.cat((self.stats / num_updates, skipped.view(1), lr.float().view(1)))
 
+    def minibatch_order(self, batch_size: int, device: torch.device) -> Tensor:
+        """The order in which an epoch visits the rollout's samples (consecutive slices are the minibatches).
+
+        With several processes each rank permutes its own rollout, so a minibatch is `world_size` random
+        slices, one per rank, rather than one random slice of the combined rollout: the same distribution
+        of minibatches, not the same draws."""
+        return torch.randperm(batch_size, device=device)
+
     def minibatch_update(self, mb: Batch) -> None:
         cfg, phase = self.cfg, self.phases
         with phase("update.forward"):
             ev = self.policy.evaluate(mb.actor_obs, mb.critic_obs, mb.actions)
             with torch.no_grad():
                 kl_mean = self.policy.head.kl(mb.old_dist_params, ev.dist_params).mean()
-            if self.adaptive:
+            if self.adaptive and self.grad_all_reduce is None:
                 self.adapt_learning_rate(kl_mean)
             ratio = torch.exp(ev.log_prob - mb.old_log_prob)
             surrogate = torch.max(-mb.advantages * ratio,
@@ -89,7 +108,11 @@ class PPO:
         with phase("update.backward"):
             self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)
             loss.backward()
+            if self.grad_all_reduce is not None:
+                kl_mean = self.grad_all_reduce(kl_mean)  # the learning rate only matters at the step, below
         with phase("update.optimizer"):
+            if self.adaptive and self.grad_all_reduce is not None:
+                self.adapt_learning_rate(kl_mean)
             grad_norm = self.clip_and_step()
             with torch.no_grad():
                 clip_fraction = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()

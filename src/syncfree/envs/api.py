@@ -8,6 +8,7 @@ branch. Observation tensors are owned by the environment and stay valid until th
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -59,8 +60,14 @@ class VecEnv(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         return None
 
-    def end_iteration(self) -> None:  # noqa: B027
-        """Called by the trainer once per iteration, after the rollout (e.g. to refresh sampling weights)."""
+    def end_iteration(self, reduce: Callable[[Tensor], Tensor] | None = None) -> None:  # noqa: B027
+        """Called by the trainer once per iteration, after the rollout (e.g. to refresh sampling weights).
+
+        `reduce` is given when training on several processes (each with its own envs): `reduce(t)` sums `t` over
+        all ranks in place and returns it (one collective; every rank must call it equally often). An env whose
+        statistics span envs (the adaptive sampler's visit and failure counts) stacks them into one tensor and
+        reduces it, so that every rank acts on the statistics of all envs. Overrides may leave the argument out:
+        the trainer then calls `end_iteration()` and the statistics stay per rank."""
 
     def pop_log(self) -> dict[str, float]:
         """Task-specific statistics gathered since the last call, as host floats (read once per iteration)."""

@@ -102,6 +102,14 @@ class NonFiniteMonitor:
     def device_payload(self) -> Tensor | None:
         return self._first_step if self.deferred else None
 
+    def any_bad(self, out: Tensor) -> None:
+        """Write 1 into `out` (a 0-dim float tensor) if any env produced non-finite output this iteration, else 0;
+        on the device for the deferred path."""
+        if self.deferred:
+            out.copy_(torch.lt(self._first_step, float("inf")).any())
+        else:
+            out.fill_(float(self._first is not None))
+
     def payload_size(self) -> int:
         return self.num_envs if self.deferred else 0
 

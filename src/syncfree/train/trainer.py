@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import time
@@ -22,26 +23,50 @@ from syncfree.perf.phases import Phases
 from syncfree.policy import ActorCritic
 from syncfree.policy.token_encoder import TokenActorCritic, default_layout
 from syncfree.train import checkpoint
+from syncfree.train.distributed import (
+    Distributed,
+    NormalizerSync,
+    global_mean_std,
+    rank_device,
+    running_norms,
+)
 from syncfree.train.logger import RunLogger
 from syncfree.train.monitors import EpisodeStats, NonFiniteMonitor
 
 
 class Trainer:
-    def __init__(self, cfg: TrainConfig, run_dir: Path | None = None, env: VecEnv | None = None) -> None:
+    """PPO on one process, or on one rank of several (`dist`; by default the initialized process group, if
+    any, see `syncfree.train.distributed`)."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path | None = None, env: VecEnv | None = None,
+                 dist: Distributed | None = None) -> None:
         self.cfg = validate(cfg)
-        self.device = resolve_device(cfg.device)
+        self.dist = dist or Distributed.current()
+        """None in a single process: then no collective runs and nothing below differs from one process."""
+        self.rank = self.dist.rank if self.dist is not None else 0
+        self.world_size = self.dist.world_size if self.dist is not None else 1
+        self.is_main = self.rank == 0
+        self.device = resolve_device(cfg.device, self.dist)
         set_deterministic(cfg.perf.deterministic)
-        checkpoint.seed_everything(cfg.seed)
+        checkpoint.seed_everything(cfg.seed + self.rank)
         if env is not None and env.num_envs != cfg.env.num_envs:
             raise UserError(f"env: {type(env).__name__} has {env.num_envs} envs but env.num_envs={cfg.env.num_envs}")
-        self.env = env or make_env(cfg.task, cfg.env.num_envs, self.device, cfg.seed, cfg.env.max_episode_length,
-                                   robot=cfg.env.robot, motions=cfg.env.motions,
+        self.env = env or make_env(cfg.task, cfg.env.num_envs, self.device, cfg.seed + self.rank,
+                                   cfg.env.max_episode_length, robot=cfg.env.robot, motions=cfg.env.motions,
                                    tokenizer=cfg.policy.kind == "token", perf=cfg.perf)
         self.policy = build_policy(cfg, self.env).to(self.device)
         self.actor_dim, self.critic_dim = self.policy.actor_obs_dim, obs_dim(self.env, "critic")
         self.phases = Phases()
         """Attach a recorder (`perf.phases`) to time or count each phase of the hot loop."""
-        self.ppo = PPO(self.policy, cfg.ppo, cfg.perf, self.device, self.phases)
+        self.norm_sync: NormalizerSync | None = None
+        self._env_takes_reduce = False
+        if self.dist is not None:
+            self.dist.broadcast_module(self.policy)
+            self.norm_sync = NormalizerSync(running_norms(self.policy), self.dist)
+            self._env_takes_reduce = "reduce" in inspect.signature(self.env.end_iteration).parameters
+            self._shared = torch.zeros(len(UPDATE_STATS) + 2, device=self.device)
+            """Per-iteration all-reduce: summed losses, any rank's non-finite flag, any rank's stop request."""
+        self.ppo = PPO(self.policy, cfg.ppo, cfg.perf, self.device, self.phases, dist=self.dist)
         steps, n = cfg.ppo.steps_per_env, self.env.num_envs
         self.storage = RolloutStorage(steps, n, self.actor_dim, self.critic_dim, self.env.action_spec,
                                       self.policy.head.num_params, self.device)
@@ -53,39 +78,57 @@ class Trainer:
         self.obs = self.env.reset()
         self.iteration = 0
         self.env_steps = 0
-        self.run_dir = run_dir
+        """Env steps of all ranks."""
+        self.run_dir = run_dir if self.is_main else None
+        """Only rank 0 writes metrics and checkpoints."""
         self.stop_requested = False
-        """Set from a signal handler: the loop finishes the current iteration, saves, and returns."""
-        self.logger = (RunLogger(run_dir, cfg.log.tensorboard, cfg.log.wandb, to_dict(cfg))
-                       if run_dir is not None else None)
+        """Set from a signal handler: the loop finishes the current iteration, saves, and returns (with several
+        processes: once any rank asked, all stop after the same iteration)."""
+        self._stop_agreed = False
+        self.logger = (RunLogger(self.run_dir, cfg.log.tensorboard, cfg.log.wandb, to_dict(cfg))
+                       if self.run_dir is not None else None)
 
     def learn(self) -> dict[str, Any]:
         """Train until `cfg.iterations`; returns the last iteration's record."""
         cfg, record = self.cfg, {}
         set_deterministic(cfg.perf.deterministic)  # a process-wide setting: other trainers may have changed it
-        bar = tqdm(total=cfg.iterations, initial=self.iteration, disable=not cfg.log.progress, unit="it",
-                   dynamic_ncols=True)
-        while self.iteration < cfg.iterations and not self.stop_requested:
+        bar = tqdm(total=cfg.iterations, initial=self.iteration, disable=not cfg.log.progress or not self.is_main,
+                   unit="it", dynamic_ncols=True)
+        while self.iteration < cfg.iterations and not self.stopping():
             start = time.perf_counter()
             with torch.inference_mode():
                 for t in range(cfg.ppo.steps_per_env):
                     self.rollout_step(t)
+                if self.norm_sync is not None:
+                    self.norm_sync.merge()
                 with self.phases("advantages"):
                     self.compute_advantages()
-            self.env.end_iteration()
+            if self._env_takes_reduce:
+                self.env.end_iteration(reduce=self.reduce_env_statistics)
+            else:
+                self.env.end_iteration()
             update_stats = self.ppo.update(self.storage)
             with self.phases("logging"):
                 host = self.read_iteration(update_stats)  # the iteration's only host transfer
                 self.iteration += 1
-                self.env_steps += cfg.ppo.steps_per_env * self.env.num_envs
+                self.env_steps += cfg.ppo.steps_per_env * self.env.num_envs * self.world_size
                 record = self.finish_iteration(host, time.perf_counter() - start)
             bar.set_postfix(steps_per_s=f"{record['steps_per_s']:.0f}",
                             mean_return=f"{record.get('mean_return', float('nan')):.1f}", refresh=False)
             bar.update(1)
-            if self.iteration % cfg.save_every == 0 or self.iteration == cfg.iterations or self.stop_requested:
+            if self.iteration % cfg.save_every == 0 or self.iteration == cfg.iterations or self.stopping():
                 self.save()
         bar.close()
         return record
+
+    def stopping(self) -> bool:
+        """A stop was requested: on this process, or with several processes on any rank (agreed each iteration,
+        so that all ranks leave the loop after the same iteration)."""
+        return self.stop_requested if self.dist is None else self._stop_agreed
+
+    def reduce_env_statistics(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Passed to `VecEnv.end_iteration` with several processes: sums `tensor` over ranks in place."""
+        return self.dist.all_reduce(tensor, "env statistics (VecEnv.end_iteration)")
 
     def rollout_step(self, t: int) -> None:
         """Act, step the environment, store: device tensors only."""
@@ -116,26 +159,43 @@ class Trainer:
     def compute_advantages(self) -> None:
         s = self.storage
         last_values = self.policy.value(self.obs["critic"])
+        mean_std = None if self.dist is None else (lambda x: global_mean_std(x, self.dist))
         compute_gae(s.rewards, s.values, s.dones, last_values, self.cfg.ppo.gamma, self.cfg.ppo.lam,
-                    s.advantages, s.returns)
+                    s.advantages, s.returns, mean_std=mean_std)
 
     def read_iteration(self, update_stats: torch.Tensor) -> np.ndarray:
         parts = [update_stats, self.nonfinite.device_payload(), self.episodes.device_payload()]
+        if self.dist is not None:  # losses summed over ranks, any rank's non-finite output, any rank's stop request
+            n = len(UPDATE_STATS)
+            self._shared[:n].copy_(update_stats[:n])
+            self.nonfinite.any_bad(out=self._shared[n])
+            self._shared[n + 1].fill_(float(self.stop_requested))
+            parts.append(self.dist.all_reduce(self._shared, "iteration statistics"))
         return torch.cat([p for p in parts if p is not None]).cpu().numpy()
 
     def finish_iteration(self, host: np.ndarray, seconds: float) -> dict[str, Any]:
         """Unpack the host transfer, stop on non-finite env output, log."""
         n_update = len(UPDATE_STATS) + 2
         n_flags = self.nonfinite.payload_size()
+        shared = None
+        if self.dist is not None:
+            host, shared = host[: -len(self._shared)], host[-len(self._shared) :]
+            host[: len(UPDATE_STATS)] = shared[: len(UPDATE_STATS)] / self.world_size  # means over ranks
+            self._stop_agreed = bool(shared[-1] > 0)
         first_bad = self.nonfinite.end_iteration(host[n_update : n_update + n_flags] if n_flags else None)
+        where = f"rank {self.rank}: " if self.dist is not None else ""
         if first_bad is not None:
             step, envs = first_bad
             shown = ", ".join(map(str, envs[:8])) + (f", ... ({len(envs)} envs)" if len(envs) > 8 else "")
-            raise NonFiniteError(f"iteration {self.iteration}: non-finite observation or reward from env ids "
+            raise NonFiniteError(f"{where}iteration {self.iteration}: non-finite observation or reward from env ids "
                                  f"[{shown}] at rollout step {step}; stopped, last good checkpoint kept")
+        if shared is not None and shared[len(UPDATE_STATS)] > 0:
+            raise NonFiniteError(f"{where}iteration {self.iteration}: another rank's envs produced a non-finite "
+                                 "observation or reward (its error names them); stopped, last good checkpoint kept")
         self.episodes.end_iteration(host[n_update + n_flags :] if self.episodes.deferred else None)
+        steps = self.cfg.ppo.steps_per_env * self.env.num_envs * self.world_size
         record: dict[str, Any] = {"iteration": self.iteration, "env_steps": self.env_steps,
-                                  "steps_per_s": self.cfg.ppo.steps_per_env * self.env.num_envs / seconds,
+                                  "steps_per_s": steps / seconds,
                                   "iteration_seconds": seconds, "episodes": len(self.episodes.iteration_episodes)}
         record.update(self.episodes.summary())
         record.update(self.env.pop_log())
@@ -156,6 +216,7 @@ class Trainer:
             "obs_dims": {"policy": self.actor_dim, "critic": self.critic_dim},
             "action_spec": (self.env.action_spec.kind, self.env.action_spec.size),
             "num_envs": self.env.num_envs,
+            "world_size": self.world_size,
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "policy": self.policy.state_dict(),
@@ -166,7 +227,19 @@ class Trainer:
             "rng": checkpoint.rng_state(),
         }
 
-    def load_state_dict(self, state: dict[str, Any], source: str = "checkpoint") -> None:
+    def load_state_dict(self, state: dict[str, Any], source: str = "checkpoint", resume: bool = True) -> None:
+        """Load a checkpoint. `resume`: training continues from it, so it must come from as many processes as
+        this run has (False when only the policy is wanted, as in evaluation).
+
+        With several processes every rank reads the same file: trainer state (policy, optimizer, learning rate,
+        iteration) on all ranks, env state, last observations and RNG states (rank 0's, as saved) on rank 0 only;
+        the other ranks' envs start new episodes and their RNGs are reseeded from (seed, rank, iteration)."""
+        if resume:
+            saved = state.get("world_size", 1)
+            if saved != self.world_size:
+                raise UserError(f"{source}: written by {saved} process{'es' if saved != 1 else ''} (world size "
+                                f"{saved}) but this run has world size {self.world_size}; resume it with "
+                                f"{saved} process{'es' if saved != 1 else ''}")
         check_compatible(state, self, source)
         try:
             self.policy.load_state_dict(state["policy"])
@@ -176,14 +249,21 @@ class Trainer:
             raise UserError(f"{source}: policy does not fit this config ({detail})") from None
         self.ppo.load_state_dict(state["ppo"])
         self.iteration, self.env_steps = state["iteration"], state["env_steps"]
-        self.episodes.load_state_dict(state["episodes"])
-        if state["env"] is not None and self.env.saveable:
-            with torch.inference_mode(False):
-                self.env.load_state_dict(state["env"])
-            self.obs = {k: v.to(self.device) for k, v in state["obs"].items()}
+        if not self.is_main:
+            self.obs = self.env.reset()
+            checkpoint.seed_everything(self.cfg.seed + self.rank + 1_000_003 * self.iteration)
         else:
-            self.obs = self.env.reset()  # external envs cannot be saved: they start new episodes
-        checkpoint.set_rng_state(state["rng"])
+            self.episodes.load_state_dict(state["episodes"])
+            if state["env"] is not None and self.env.saveable:
+                with torch.inference_mode(False):
+                    self.env.load_state_dict(state["env"])
+                self.obs = {k: v.to(self.device) for k, v in state["obs"].items()}
+            else:
+                self.obs = self.env.reset()  # external envs cannot be saved: they start new episodes
+            checkpoint.set_rng_state(state["rng"])
+        if self.dist is not None:
+            self.dist.broadcast_module(self.policy)
+            self.norm_sync.snapshot()
 
     def save(self) -> Path | None:
         if self.run_dir is None:
@@ -232,13 +312,9 @@ def build_policy(cfg: TrainConfig, env: VecEnv) -> ActorCritic | TokenActorCriti
         raise UserError(f"policy.token: {e}") from None
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device={name!r}: CUDA is not available on this machine (use device=cpu)")
-    return device
+def resolve_device(name: str, dist: Distributed | None = None) -> torch.device:
+    """`auto` is CUDA when available; with several processes `cuda` is `cuda:LOCAL_RANK`."""
+    return rank_device(name, dist)
 
 
 def set_deterministic(on: bool) -> None:

@@ -12,6 +12,7 @@ moved back by up to `lookback_frames` so that the policy approaches the hard par
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -50,9 +51,16 @@ class AdaptiveSampler:
         self.visits.index_add_(0, bins, self._ones)
         self.failures.index_add_(0, bins, failed.float())
 
-    def update_probabilities(self) -> None:
-        """Once per iteration: failure rates → probabilities; older counts fade by `decay`."""
-        rate = self.failures / self.visits.clamp(min=1.0)
+    def update_probabilities(self, reduce: Callable[[Tensor], Tensor] | None = None) -> None:
+        """Once per iteration: failure rates → probabilities; older counts fade by `decay`.
+
+        With several processes `reduce` sums over ranks: the rates then come from every rank's counts (the sum of
+        the ranks' decayed counts is the decayed count of all envs), so every rank draws from the same
+        distribution; each rank keeps and decays its own envs' counts."""
+        visits, failures = self.visits, self.failures
+        if reduce is not None:
+            visits, failures = reduce(torch.stack((self.visits, self.failures))).unbind()
+        rate = failures / visits.clamp(min=1.0)
         score = torch.minimum(rate, self.cap * rate.mean())
         total = score.sum()
         # rare failures move little mass: the adaptive share reaches (1 - uniform_ratio) only once the capped

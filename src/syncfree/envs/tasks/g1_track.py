@@ -500,8 +500,8 @@ class G1TrackEnv(ManagerBasedEnv):
         if self.perf.sampling_diagnostics:
             self.log.add_host(self.command.sampler.diagnostics())
 
-    def end_iteration(self) -> None:
-        self.command.sampler.update_probabilities()
+    def end_iteration(self, reduce: Callable[[Tensor], Tensor] | None = None) -> None:
+        self.command.sampler.update_probabilities(reduce)
 
 
 def make_g1_track(num_envs: int, device: torch.device | str = "cpu", seed: int = 0, max_episode_length: int = 0,

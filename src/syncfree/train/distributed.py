@@ -1,0 +1,246 @@
+"""Multi-process training over `torch.distributed`: one process per device, each with its own envs.
+
+Launch with `torchrun --nproc_per_node=N -m syncfree train ...`. Every rank steps `cfg.env.num_envs` envs of
+its own (seeded `seed + rank`), keeps its own rollout, and the ranks agree on everything that shapes the update:
+
+- parameters and normalizer buffers: broadcast from rank 0 at start and after loading a checkpoint;
+- gradients and the minibatch KL (which drives the adaptive learning rate): averaged every minibatch with
+  one `all_reduce` of a preallocated flat buffer (`GradientAllReduce`), before the global norm is clipped,
+  so the clipped norm, the skip-on-non-finite decision and the learning rate are identical on every rank;
+- advantage normalization: global mean and std from one `all_reduce` of (sum, sum of squares, count);
+- observation normalizers: merged once per iteration with one `all_reduce` (`NormalizerSync`);
+- env statistics that span envs (the g1-track adaptive sampler's visit and failure counts): summed through the
+  `reduce` argument of `VecEnv.end_iteration`;
+- the logged losses (averaged), the non-finite flag and the stop request: one `all_reduce` per iteration.
+
+Collectives never read on the host, so the hot loop stays free of host syncs on every rank. With no process
+group (a single process) none of this runs: no collective, no extra op.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import re
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from syncfree.errors import DistributedError, UserError
+from syncfree.policy.normalizer import RunningNorm
+
+
+class Distributed:
+    """This process's place in the process group, and the collectives the trainer uses."""
+
+    def __init__(self, rank: int, world_size: int, local_rank: int, timeout: float | None = None) -> None:
+        self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
+        self.timeout = timeout
+        """Collective timeout in seconds when known (it names it in errors)."""
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 logs, shows progress and writes checkpoints."""
+        return self.rank == 0
+
+    @classmethod
+    def current(cls, timeout: float | None = None) -> Distributed | None:
+        """The initialized default process group if it spans more than one process, else None."""
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() <= 1:
+            return None
+        rank = dist.get_rank()
+        return cls(rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank)), timeout)
+
+    def all_reduce(self, tensor: Tensor, what: str) -> Tensor:
+        """Sum `tensor` over all ranks, in place; returns it."""
+        try:
+            dist.all_reduce(tensor)
+        except RuntimeError as e:
+            error = self.error(what, e)
+        else:
+            return tensor
+        # raised outside the handler: the failed collective's frames (and its work object, which holds the process
+        # group) are freed now rather than kept alive by the exception chain until interpreter shutdown
+        raise error
+
+    def broadcast_module(self, module: nn.Module) -> None:
+        """Copy rank 0's parameters and buffers to every rank: one broadcast per dtype."""
+        tensors = [t for t in (*module.parameters(), *module.buffers()) if t.numel() > 0]
+        for dtype in dict.fromkeys(t.dtype for t in tensors):
+            group = [t for t in tensors if t.dtype == dtype]
+            flat = torch.cat([t.detach().reshape(-1) for t in group])
+            error = None
+            try:
+                dist.broadcast(flat, src=0)
+            except RuntimeError as e:
+                error = self.error("broadcast of the policy from rank 0", e)
+            if error is not None:
+                raise error
+            with torch.no_grad():
+                torch._foreach_copy_(group, [part.view_as(t) for part, t in
+                                             zip(flat.split([t.numel() for t in group]), group, strict=True)])
+
+    def error(self, what: str, cause: BaseException) -> DistributedError:
+        """One line: which rank, which collective, and why it most likely failed."""
+        limit = f"{self.timeout:g} s" if self.timeout is not None else "the process group's timeout"
+        detail = re.sub(r"^\[[^\]]*\]\s*", "", str(cause).strip().splitlines()[0] if str(cause).strip() else "")
+        detail = detail.split(". ")[0].rstrip(".")
+        return DistributedError(f"rank {self.rank}/{self.world_size}: {what} failed: a peer process exited or did "
+                                f"not answer within the collective timeout ({limit}) [{type(cause).__name__}: "
+                                f"{detail}]")
+
+
+def init_from_env(device: str, backend: str = "auto", timeout: float = 120.0) -> Distributed | None:
+    """Join the process group described by torchrun's variables (`WORLD_SIZE`, `RANK`, `LOCAL_RANK`,
+    `MASTER_ADDR`, `MASTER_PORT`); None when they describe a single process. NCCL when `device` is CUDA (each
+    rank on `cuda:LOCAL_RANK`), gloo on CPU, unless `backend` says otherwise."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return None
+    if not dist.is_available():
+        raise UserError("distributed: WORLD_SIZE > 1 but this torch build has no torch.distributed")
+    if "RANK" not in os.environ:
+        raise UserError(f"distributed: WORLD_SIZE={world_size} but RANK is not set (launch with torchrun)")
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
+    ctx = Distributed(rank, world_size, local_rank, timeout)
+    on_cuda = rank_device(device, ctx).type == "cuda"
+    if backend == "auto":
+        backend = "nccl" if on_cuda else "gloo"
+    if backend == "nccl" and not on_cuda:
+        raise UserError(f"distributed.backend=nccl needs CUDA tensors but device={device!r} (use gloo on the CPU)")
+    kwargs = {}
+    if on_cuda:
+        torch.cuda.set_device(local_rank)
+        if backend == "nccl":
+            kwargs["device_id"] = torch.device("cuda", local_rank)
+    try:
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout), **kwargs)
+    except (RuntimeError, ValueError) as e:
+        raise DistributedError(f"rank {rank}/{world_size}: joining the {backend} process group failed "
+                               f"({type(e).__name__}: {str(e).strip().splitlines()[0]})") from e
+    return ctx
+
+
+def shutdown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def rank_device(name: str, ctx: Distributed | None) -> torch.device:
+    """The device this process trains on: with several processes, `cuda` (or `auto` with CUDA present) means
+    `cuda:LOCAL_RANK`."""
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device={name!r}: CUDA is not available on this machine (use device=cpu)")
+    if ctx is None or device.type != "cuda":
+        return device
+    if device.index is not None and device.index != ctx.local_rank:
+        raise UserError(f"device={name!r}: with several processes each rank trains on cuda:LOCAL_RANK "
+                        f"(here cuda:{ctx.local_rank}); use device=cuda")
+    return torch.device("cuda", ctx.local_rank)
+
+
+class GradientAllReduce:
+    """Average gradients over ranks with one `all_reduce` per minibatch.
+
+    Gradients are copied into a flat buffer preallocated once (one `_foreach_copy_`), the buffer is summed over
+    ranks (one collective) and divided by the world size, and the averages are copied back (one
+    `_foreach_copy_`). A few extra scalars (the minibatch KL) ride along in the same buffer. Parameters without
+    a gradient (unused in this minibatch on every rank, as the graph is the same everywhere) are skipped."""
+
+    def __init__(self, params: list[nn.Parameter], ctx: Distributed, extra: int = 1) -> None:
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) != 1:
+            raise ValueError(f"gradient all-reduce: parameters must share one dtype, got {sorted(map(str, dtypes))}")
+        self.params, self.ctx = params, ctx
+        total = sum(p.numel() for p in params)
+        self.flat = torch.zeros(total + extra, dtype=params[0].dtype, device=params[0].device)
+        self.views = [v.view_as(p) for v, p in zip(self.flat[:total].split([p.numel() for p in params]), params,
+                                                   strict=True)]
+        self.extra = self.flat[total:]
+
+    def __call__(self, extra: Tensor) -> Tensor:
+        """Average every parameter's gradient in place; returns the rank average of `extra` (a view into the
+        buffer, valid until the next call)."""
+        views, grads = [], []
+        for view, p in zip(self.views, self.params, strict=True):
+            if p.grad is not None:
+                views.append(view)
+                grads.append(p.grad)
+        torch._foreach_copy_([*views, self.extra], [*grads, extra.reshape(-1)])
+        self.ctx.all_reduce(self.flat, "gradient all-reduce")
+        self.flat.div_(self.ctx.world_size)
+        torch._foreach_copy_(grads, views)
+        return self.extra.view(extra.shape)
+
+
+def global_mean_std(x: Tensor, ctx: Distributed) -> tuple[Tensor, Tensor]:
+    """Mean and (Bessel-corrected) std of `x` over all ranks: one `all_reduce` of (sum, sum of squares, count),
+    accumulated in float64 from each rank's own mean and variance."""
+    var, mean = torch.var_mean(x, correction=0)
+    m = mean.double()
+    n = torch.full_like(m, float(x.numel()))
+    moments = ctx.all_reduce(torch.stack((m * n, (var.double() + m * m) * n, n)), "advantage statistics")
+    total = moments[2]
+    global_mean = moments[0] / total
+    population_var = (moments[1] / total - global_mean * global_mean).clamp(min=0.0)
+    std = torch.sqrt(population_var * total / (total - 1.0).clamp(min=1.0))
+    return global_mean.to(x.dtype), std.to(x.dtype)
+
+
+class NormalizerSync:
+    """Merge running observation normalizers over ranks once per iteration, with one `all_reduce`.
+
+    After a merge every rank holds the same (count, mean, var). During the next rollout each rank adds its own
+    samples; at the merge each rank contributes what it added since the last merge, as [n * mean, n * (var +
+    mean^2), n] (float64, its local statistics minus the merged ones), and the sums are added to the merged
+    statistics: the result is the count-weighted mean and variance of every sample seen by every rank, counted
+    once."""
+
+    def __init__(self, norms: Iterable[RunningNorm], ctx: Distributed) -> None:
+        self.norms, self.ctx = list(norms), ctx
+        self.base = [(n.count.clone(), n.mean.clone(), n.var.clone()) for n in self.norms]
+        sizes = [2 * n.mean.numel() + 1 for n in self.norms]
+        self.sizes = sizes
+        device = self.norms[0].mean.device if self.norms else torch.device("cpu")
+        self.flat = torch.zeros(sum(sizes), dtype=torch.float64, device=device)
+
+    def snapshot(self) -> None:
+        """Remember the current statistics as the merged ones (after a broadcast or a checkpoint load)."""
+        for norm, (count, mean, var) in zip(self.norms, self.base, strict=True):
+            count.copy_(norm.count)
+            mean.copy_(norm.mean)
+            var.copy_(norm.var)
+
+    @torch.no_grad()
+    def merge(self) -> None:
+        if not self.norms:
+            return
+        parts = []
+        for norm, (count0, mean0, var0) in zip(self.norms, self.base, strict=True):
+            c, m, v = norm.count.double(), norm.mean.double(), norm.var.double()
+            c0, m0, v0 = count0.double(), mean0.double(), var0.double()
+            parts += [c * m - c0 * m0, c * (v + m * m) - c0 * (v0 + m0 * m0), (c - c0).view(1)]
+        torch.cat(parts, out=self.flat)
+        self.ctx.all_reduce(self.flat, "observation normalizer merge")
+        for norm, (count0, mean0, var0), part in zip(self.norms, self.base, self.flat.split(self.sizes),
+                                                     strict=True):
+            d = norm.mean.numel()
+            c0, m0, v0 = count0.double(), mean0.double(), var0.double()
+            count = c0 + part[2 * d]
+            safe = count.clamp(min=1.0)
+            mean = (c0 * m0 + part[:d]) / safe
+            var = ((c0 * (v0 + m0 * m0) + part[d : 2 * d]) / safe - mean * mean).clamp(min=0.0)
+            var = torch.where(count > 0, var, v0)  # no sample anywhere yet: keep the initial variance
+            norm.count.copy_(count.round())
+            norm.mean.copy_(mean)
+            norm.var.copy_(var)
+        self.snapshot()
+
+
+def running_norms(module: nn.Module) -> list[RunningNorm]:
+    return [m for m in module.modules() if isinstance(m, RunningNorm)]

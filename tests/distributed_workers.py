@@ -1,0 +1,147 @@
+"""Code run in the spawned processes of `test_distributed.py` (a module of its own, so that spawn can import it
+whichever way pytest imported the test file)."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from conftest import small_config
+from syncfree.algo.storage import Batch
+from syncfree.errors import DistributedError
+from syncfree.perf import count_syncs
+from syncfree.policy.normalizer import RunningNorm
+from syncfree.train import checkpoint
+from syncfree.train.distributed import Distributed, NormalizerSync
+from syncfree.train.trainer import Trainer
+
+WORLD = 2
+ROLLOUT_FIELDS = ("actor_obs", "critic_obs", "actions", "log_probs", "values", "dist_params", "rewards", "dones")
+
+
+def equivalence_config(num_envs: int):
+    """8 steps x 2 minibatches: a minibatch is 4 whole time steps of every env, on one rank or on two."""
+    cfg = small_config("pendulum")
+    cfg.env.num_envs = num_envs
+    cfg.ppo.num_epochs, cfg.ppo.num_minibatches = 2, 2
+    return cfg
+
+
+def identity_order(batch_size: int, device: torch.device) -> torch.Tensor:
+    return torch.arange(batch_size, device=device)
+
+
+def _join(tmp: str, rank: int, timeout: float) -> None:
+    torch.set_num_threads(1)  # as torchrun does: 2 processes on 2 cores
+    dist.init_process_group("gloo", init_method=f"file://{tmp}/rendezvous", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=timeout))
+
+
+def _policy_vector(trainer: Trainer) -> torch.Tensor:
+    """Parameters, buffers and optimizer moments, flattened (float64 holds the int64 counts exactly)."""
+    tensors = [*trainer.policy.parameters(), *trainer.policy.buffers()]
+    for state in trainer.ppo.optimizer.state.values():
+        tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    return torch.cat([t.detach().reshape(-1).double() for t in tensors])
+
+
+def _gather(x: torch.Tensor) -> list[torch.Tensor]:
+    out = [torch.zeros_like(x) for _ in range(WORLD)]
+    dist.all_gather(out, x)
+    return out
+
+
+def _two_rank_worker(rank: int, tmp: str) -> None:
+    _join(tmp, rank, timeout=60)
+    out: dict = {}
+    try:
+        # 1. train 2 iterations; both ranks are given a run folder, only rank 0 may write one
+        cfg = small_config("pendulum")
+        cfg.iterations = 2
+        trainer = Trainer(cfg, run_dir=Path(tmp) / f"run{rank}")
+        out["record"] = trainer.learn()
+        out["vectors"] = _gather(_policy_vector(trainer))
+
+        # 2. host syncs: one minibatch update (a collective) and one more iteration
+        mb = Batch(*(x[:64] for x in trainer.storage.flat()))
+        with count_syncs() as update:
+            trainer.ppo.minibatch_update(mb)
+        trainer.cfg.iterations, trainer.run_dir = 3, None  # a third iteration, logged but not saved
+        with count_syncs() as iteration:
+            trainer.learn()
+        trainer.close()
+        out["update_counts"] = (update.syncs, dict(update.host_reads), dict(update.sync_ops),
+                                update.ops["c10d::allreduce_"])
+        out["iteration_syncs"] = (iteration.syncs, dict(iteration.host_reads), dict(iteration.sync_ops))
+
+        # 3. normalizer merge over two "iterations" of 8 steps: rank r sees rows [16r, 16r + 16) of each step
+        data = torch.load(Path(tmp) / "normalizer.pt")
+        norm = RunningNorm(3)
+        sync = NormalizerSync([norm], Distributed.current())
+        merged = []
+        for part in data["obs"]:
+            for step in part:
+                norm.update(step[16 * rank : 16 * rank + 16])
+            sync.merge()
+            merged.append((norm.count.clone(), norm.mean.clone(), norm.var.clone()))
+        out["normalizer"] = merged
+
+        # 4. one update from stored rollouts: rank r holds envs [16r, 16r + 16) of the combined 32-env rollout
+        rollout = torch.load(Path(tmp) / "rollout.pt")
+        trainer = Trainer(equivalence_config(16))
+        trainer.policy.load_state_dict(rollout["policy"])
+        envs = slice(16 * rank, 16 * rank + 16)
+        for name in ROLLOUT_FIELDS:
+            getattr(trainer.storage, name).copy_(rollout[name][:, envs])
+        trainer.obs = {"critic": rollout["last_critic_obs"][envs]}
+        trainer.ppo.minibatch_order = identity_order
+        with torch.inference_mode():
+            trainer.compute_advantages()
+        stats = trainer.ppo.update(trainer.storage)
+        out["advantages"] = trainer.storage.advantages.clone()
+        out["update_stats"] = stats
+        out["updated"] = [p.detach().clone() for p in trainer.policy.parameters()]
+
+        # 5. resume the 2-process checkpoint of step 1 on both ranks, then train a third iteration
+        cfg = small_config("pendulum")
+        cfg.iterations = 3
+        resumed = Trainer(cfg)
+        resumed.load_state_dict(checkpoint.load(Path(tmp) / "run0" / "latest.pt"))
+        out["resumed_at"] = resumed.iteration
+        out["resumed"] = _gather(_policy_vector(resumed))
+        resumed.learn()
+        out["resumed_trained"] = _gather(_policy_vector(resumed))
+    finally:
+        torch.save(out, Path(tmp) / f"rank{rank}.pt")
+        dist.destroy_process_group()
+
+
+def _dead_rank_worker(rank: int, tmp: str) -> None:
+    _join(tmp, rank, timeout=30)
+    cfg = small_config("pendulum")
+    cfg.iterations = 100
+    trainer = Trainer(cfg, dist=Distributed.current(timeout=30))
+    if rank == 1:
+        end_iteration = trainer.env.end_iteration
+
+        def die_in_iteration_2(*args, **kwargs):
+            if trainer.iteration == 1:
+                os._exit(1)
+            return end_iteration(*args, **kwargs)
+
+        trainer.env.end_iteration = die_in_iteration_2
+    start = time.monotonic()
+    try:
+        trainer.learn()
+        outcome = "finished"
+    except DistributedError as e:
+        outcome = f"DistributedError: {e}"
+    except Exception as e:
+        outcome = f"{type(e).__name__}: {e}"
+    (Path(tmp) / f"rank{rank}.txt").write_text(f"{time.monotonic() - start:.1f}\n{outcome}")
+    dist.destroy_process_group()  # as the command line does on its way out

@@ -1,0 +1,196 @@
+"""Multi-process training: 2 gloo processes on the CPU (`torch.multiprocessing` spawn, `file://` rendezvous).
+
+One spawn trains 2 iterations and then checks, on the same process group, parameter identity across ranks, the
+host syncs of a minibatch update, the normalizer merge, the equivalence of one 2-rank update with a
+single-process update on the combined rollout, and a 2-process resume. Another spawn kills a rank mid-training.
+The command line (torchrun) is run once, end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+from distributed_workers import (
+    ROLLOUT_FIELDS,
+    WORLD,
+    _dead_rank_worker,
+    _two_rank_worker,
+    equivalence_config,
+    identity_order,
+)
+
+from syncfree.cli import main
+from syncfree.envs.motion.sampler import AdaptiveSampler
+from syncfree.policy.normalizer import RunningNorm
+from syncfree.train import checkpoint
+from syncfree.train.trainer import Trainer
+
+TOLERANCE = 1e-5
+"""Parameters after one 2-rank update vs one single-process update on the combined rollout (absolute)."""
+
+
+def _reference_update(tmp: Path) -> dict:
+    """Record a 32-env rollout, write it for the ranks, and update on it in this process."""
+    torch.manual_seed(0)
+    steps = [torch.randn(8, 32, 3) * torch.tensor([1.0, 5.0, 0.1]) + torch.tensor([3.0, -20.0, 0.5])
+             for _ in range(2)]
+    torch.save({"obs": steps}, tmp / "normalizer.pt")
+    norm, reference_norm = RunningNorm(3), []
+    for part in steps:
+        for step in part:
+            norm.update(step)
+        reference_norm.append((norm.count.clone(), norm.mean.clone(), norm.var.clone()))
+
+    recorder = Trainer(equivalence_config(32))
+    with torch.inference_mode():
+        for t in range(recorder.cfg.ppo.steps_per_env):
+            recorder.rollout_step(t)
+    rollout = {name: getattr(recorder.storage, name).clone() for name in ROLLOUT_FIELDS}
+    rollout["last_critic_obs"] = recorder.obs["critic"].clone()
+    rollout["policy"] = recorder.policy.state_dict()
+    torch.save(rollout, tmp / "rollout.pt")
+
+    single = Trainer(equivalence_config(32))
+    single.policy.load_state_dict(rollout["policy"])
+    for name in ROLLOUT_FIELDS:
+        getattr(single.storage, name).copy_(rollout[name])
+    single.obs = {"critic": rollout["last_critic_obs"]}
+    single.ppo.minibatch_order = identity_order
+    before = [p.detach().clone() for p in single.policy.parameters()]
+    with torch.inference_mode():
+        single.compute_advantages()
+    stats = single.ppo.update(single.storage)
+    return {"normalizer": reference_norm, "advantages": single.storage.advantages.clone(), "update_stats": stats,
+            "updated": [p.detach().clone() for p in single.policy.parameters()],
+            "before": before}
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    tmp = tmp_path_factory.mktemp("two_ranks")
+    reference = _reference_update(tmp)
+    mp.start_processes(_two_rank_worker, args=(str(tmp),), nprocs=WORLD, start_method="spawn")
+    ranks = [torch.load(tmp / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
+    return {"tmp": tmp, "ranks": ranks, "reference": reference}
+
+
+def test_parameters_stay_identical_across_ranks(two_ranks: dict) -> None:
+    v0, v1 = two_ranks["ranks"][0]["vectors"]
+    assert v0.numel() > 1000 and torch.equal(v0, v1)  # parameters, normalizers and Adam moments, bitwise
+
+
+def test_a_two_process_checkpoint_resumes_on_two_processes(two_ranks: dict) -> None:
+    r0, r1 = two_ranks["ranks"]
+    assert r0["resumed_at"] == r1["resumed_at"] == 2
+    assert torch.equal(*r0["resumed"]) and torch.equal(*r0["resumed_trained"])
+    assert not torch.equal(r0["resumed"][0], r0["resumed_trained"][0])
+
+
+def test_sampler_statistics_are_summed_over_ranks() -> None:
+    """Two ranks' adaptive samplers, reduced through `end_iteration`'s `reduce`, draw from the distribution a
+    single sampler holding both ranks' counts would: the sum of decayed counts is the decayed sum."""
+    clip_length = torch.tensor([120, 80])
+    samplers = [AdaptiveSampler(clip_length, 4, torch.Generator().manual_seed(r)) for r in range(3)]
+    for _ in range(3):
+        visits = [torch.rand(samplers[0].num_bins) * 50 for _ in range(2)]
+        failures = [v * torch.rand_like(v) * 0.2 for v in visits]
+        for r in range(2):
+            samplers[r].visits += visits[r]
+            samplers[r].failures += failures[r]
+        samplers[2].visits += visits[0] + visits[1]
+        samplers[2].failures += failures[0] + failures[1]
+        stacks = [torch.stack((s.visits, s.failures)) for s in samplers[:2]]
+        for r in range(2):
+            samplers[r].update_probabilities(reduce=lambda t, other=stacks[1 - r]: t.add_(other))
+        samplers[2].update_probabilities()
+        for r in range(2):
+            torch.testing.assert_close(samplers[r].probabilities, samplers[2].probabilities)
+
+
+def test_only_rank_0_writes_and_steps_count_all_ranks(two_ranks: dict) -> None:
+    tmp = two_ranks["tmp"]
+    assert not (tmp / "run1").exists()
+    lines = [json.loads(line) for line in (tmp / "run0" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in lines] == [1, 2, 3]
+    assert lines[-1]["env_steps"] == 3 * WORLD * 32 * 8  # iterations x ranks x envs per rank x steps
+    state = checkpoint.load(tmp / "run0" / "latest.pt")
+    assert state["world_size"] == WORLD and state["num_envs"] == 32
+
+
+def test_minibatch_update_is_one_collective_and_no_host_sync(two_ranks: dict) -> None:
+    syncs, reads, sync_ops, all_reduces = two_ranks["ranks"][0]["update_counts"]
+    assert (syncs, reads, sync_ops) == (0, {}, {})
+    assert all_reduces == 1  # gradients and the KL in one flat buffer
+    syncs, reads, sync_ops = two_ranks["ranks"][0]["iteration_syncs"]
+    assert syncs == 1, (reads, sync_ops)  # the iteration's one host transfer, as in one process
+
+
+def test_normalizer_merge_counts_every_sample_once(two_ranks: dict) -> None:
+    for rank in two_ranks["ranks"]:
+        for (count, mean, var), (ref_count, ref_mean, ref_var) in zip(rank["normalizer"],
+                                                                       two_ranks["reference"]["normalizer"],
+                                                                       strict=True):
+            assert int(count) == int(ref_count)
+            torch.testing.assert_close(mean, ref_mean, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(var, ref_var, rtol=1e-5, atol=1e-5)
+
+
+def test_two_rank_update_equals_single_process_update_on_the_combined_rollout(two_ranks: dict) -> None:
+    """Each rank holds half of the envs; with the identity sample order and minibatches of whole time steps,
+    minibatch k of the single process is the union of the ranks' minibatches k. The two differ only in the
+    order of floating-point sums (per-rank means averaged vs one mean; merged vs direct advantage statistics)."""
+    ref, (r0, r1) = two_ranks["reference"], two_ranks["ranks"]
+    torch.testing.assert_close(torch.cat((r0["advantages"], r1["advantages"]), dim=1), ref["advantages"],
+                               rtol=0, atol=TOLERANCE)
+    for a, b, single in zip(r0["updated"], r1["updated"], ref["updated"], strict=True):
+        assert torch.equal(a, b)
+        torch.testing.assert_close(a, single, rtol=0, atol=TOLERANCE)
+    moved = max((a - b).abs().max().item() for a, b in zip(ref["updated"], ref["before"], strict=True))
+    assert moved > 100 * TOLERANCE  # the update did move the parameters
+    torch.testing.assert_close(r0["update_stats"][-1], ref["update_stats"][-1])  # learning rate
+
+
+def test_a_dead_rank_makes_the_other_fail_with_a_clear_error(tmp_path: Path) -> None:
+    context = mp.start_processes(_dead_rank_worker, args=(str(tmp_path),), nprocs=WORLD, join=False,
+                                 start_method="spawn")
+    start = time.monotonic()
+    try:
+        for process in context.processes:
+            process.join(timeout=max(1.0, 60 - (time.monotonic() - start)))
+        assert time.monotonic() - start < 60
+        assert [p.exitcode for p in context.processes] == [0, 1]
+    finally:
+        for process in context.processes:
+            if process.is_alive():
+                process.kill()
+    seconds, outcome = (tmp_path / "rank0.txt").read_text().split("\n", 1)
+    assert outcome.startswith("DistributedError: rank 0/2: gradient all-reduce failed"), outcome
+    assert "peer process exited" in outcome and "timeout (30 s)" in outcome and "\n" not in outcome
+    assert "Connection closed by peer" in outcome or "Connection reset" in outcome, outcome
+    assert float(seconds) < 30  # the closed connection is noticed at once, not after the timeout
+
+
+def test_torchrun_trains_and_a_single_process_refuses_its_checkpoint(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture) -> None:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
+           "-m", "syncfree", "train", "--task", "pendulum", "--iterations", "2", "--env.num_envs", "16",
+           "--ppo.steps_per_env", "8", "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress", "false"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr.count("training pendulum on cpu: 2 ranks x 16 envs x 8 steps") == 1  # rank 0 only
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in records] == [256, 512]
+
+    latest = tmp_path / "run" / "latest.pt"
+    assert main(["train", "--resume", str(latest), "--iterations", "3", "--log.progress", "false"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"syncfree: error: checkpoint {latest}: written by 2 processes (world size 2) but this run has "
+                   "world size 1; resume it with 2 processes")
