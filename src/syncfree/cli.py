@@ -125,11 +125,14 @@ def cmd_train(argv: Sequence[str]) -> int:
     cfg = parse_train_config(argv)
     # under torchrun (WORLD_SIZE > 1): join the process group, one rank per process
     dist = distributed.init_from_env(cfg.device, cfg.distributed.backend, cfg.distributed.timeout)
+    finished = False
     try:
-        return train(cfg, dist)
+        code = train(cfg, dist)
+        finished = True
+        return code
     finally:
         if dist is not None:
-            distributed.shutdown()
+            distributed.shutdown(wait_for_peers=finished)
 
 
 def train(cfg: TrainConfig, dist: Distributed | None) -> int:

@@ -123,9 +123,17 @@ def init_from_env(device: str, backend: str = "auto", timeout: float = 120.0) ->
     return ctx
 
 
-def shutdown() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+def shutdown(wait_for_peers: bool = True) -> None:
+    """Leave the process group. After a normal finish, first wait for every rank (rank 0 may still be writing
+    its checkpoint): tearing a gloo group down while a peer is still connected can abort that peer."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if wait_for_peers:
+        try:
+            dist.barrier()
+        except RuntimeError:  # a peer is gone: nothing left to wait for
+            pass
+    dist.destroy_process_group()
 
 
 def rank_device(name: str, ctx: Distributed | None) -> torch.device:
