@@ -19,6 +19,7 @@ group (a single process) none of this runs: no collective, no extra op.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import re
@@ -129,10 +130,8 @@ def shutdown(wait_for_peers: bool = True) -> None:
     if not (dist.is_available() and dist.is_initialized()):
         return
     if wait_for_peers:
-        try:
+        with contextlib.suppress(RuntimeError):  # a peer is gone: nothing left to wait for
             dist.barrier()
-        except RuntimeError:  # a peer is gone: nothing left to wait for
-            pass
     dist.destroy_process_group()
 
 
