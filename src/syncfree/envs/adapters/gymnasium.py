@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from syncfree.envs.adapters.staging import HostStaging
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.errors import UserError
 
@@ -35,7 +36,7 @@ def _one_line(space: Any) -> str:
     return " ".join(str(space).split())
 
 
-class GymnasiumVecEnv(VecEnv):
+class GymnasiumVecEnv(HostStaging, VecEnv):
     """A Gymnasium vector env with Box observations and Box or Discrete actions.
 
     Observations: `obs = {"policy": x, "critic": x}` (the same tensor), float32 `[num_envs, dim]` on `device`,
@@ -168,16 +169,6 @@ class GymnasiumVecEnv(VecEnv):
 
     def close(self) -> None:
         self.vector_env.close()
-
-    def _upload(self, host: Tensor, dev: Tensor) -> None:
-        if host is not dev:
-            dev.copy_(host, non_blocking=True)
-
-    def _wait_for_copies(self) -> None:
-        """Before the host buffers are read or rewritten: wait for the copies queued on the current stream."""
-        if self._event is not None:
-            self._event.record(torch.cuda.current_stream(self.device))
-            self._event.synchronize()
 
 
 def make_gymnasium(env_id: str, num_envs: int, device: torch.device | str = "cpu", seed: int = 0,

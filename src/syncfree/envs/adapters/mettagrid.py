@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from syncfree.envs.adapters.staging import HostStaging
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.errors import UserError
 
@@ -191,7 +192,7 @@ class _Simulations:
         self.sims, self.steppers = [], []
 
 
-class MettaGridVecEnv(VecEnv):
+class MettaGridVecEnv(HostStaging, VecEnv):
     """`num_simulations` MettaGrid simulations of `spec`, one row per agent: `num_envs = num_simulations *
     spec.agents_per_env`, agent j of simulation i on row `i * agents_per_env + j`.
 
@@ -323,16 +324,6 @@ class MettaGridVecEnv(VecEnv):
     def close(self) -> None:
         self._wait_for_copies()
         self._sims.close()
-
-    def _upload(self, host: Tensor, dev: Tensor) -> None:
-        if host is not dev:
-            dev.copy_(host, non_blocking=True)
-
-    def _wait_for_copies(self) -> None:
-        """Before MettaGrid reads or rewrites the host arrays: wait for the copies queued on the current stream."""
-        if self._event is not None:
-            self._event.record(torch.cuda.current_stream(self.device))
-            self._event.synchronize()
 
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
