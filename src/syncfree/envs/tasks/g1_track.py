@@ -96,6 +96,7 @@ class MotionCommand(CommandTerm):
         self.body_pos_relative = torch.zeros(n, len(TRACKED_BODIES), 3, device=device)
         self.body_quat_relative = torch.zeros(n, len(TRACKED_BODIES), 4, device=device)
         self.anchor = TRACKED_BODIES.index(env.cfg.anchor_body)
+        self._offsets: dict[tuple[int, ...], Tensor] = {}
 
     # reference quantities at the target frame
     @property
@@ -126,10 +127,15 @@ class MotionCommand(CommandTerm):
     def command(self) -> Tensor:
         return torch.cat([self.joint_pos, self.joint_vel], dim=-1)
 
+    def offsets(self, offsets: tuple[int, ...]) -> Tensor:
+        """Frame offsets as a device tensor, made once (a per-step `torch.tensor` would copy from the host)."""
+        if offsets not in self._offsets:
+            self._offsets[offsets] = torch.tensor(offsets, device=self.env.device)
+        return self._offsets[offsets]
+
     def future(self, field_name: str, offsets: tuple[int, ...]) -> Tensor:
         """[num_envs, len(offsets) · dim] of a reference field at the given frame offsets."""
-        idx = self.motions.future_frame_index(self.clip_ids, self.time_steps,
-                                              torch.tensor(offsets, device=self.env.device))
+        idx = self.motions.future_frame_index(self.clip_ids, self.time_steps, self.offsets(offsets))
         return getattr(self.motions, field_name)[idx].reshape(self.env.num_envs, -1)
 
     def draw(self) -> None:
@@ -202,8 +208,7 @@ class MotionCommand(CommandTerm):
 Term = Callable[["G1TrackEnv"], Tensor]
 
 def projected_gravity(env: G1TrackEnv) -> Tensor:
-    gravity = torch.tensor([0.0, 0.0, -1.0], device=env.device).expand(env.num_envs, 3)
-    return quat_apply_inverse(env.physics.root_quat, gravity)
+    return quat_apply_inverse(env.physics.root_quat, env.down)
 
 
 def base_lin_vel(env: G1TrackEnv) -> Tensor:
@@ -264,7 +269,7 @@ def future_keypoints(offsets: tuple[int, ...]) -> Term:
     """Reference keypoint positions in the reference anchor's frame at future frames (the reduced command)."""
     def term(env: G1TrackEnv) -> Tensor:
         c, n, s = env.command, env.num_envs, len(offsets)
-        idx = c.motions.future_frame_index(c.clip_ids, c.time_steps, torch.tensor(offsets, device=env.device))
+        idx = c.motions.future_frame_index(c.clip_ids, c.time_steps, c.offsets(offsets))
         bodies_pos, bodies_quat = c.motions.body_pos_w[idx], c.motions.body_quat_w[idx]  # [n, s, k, ·]
         points = bodies_pos[:, :, env.keypoint_ids]
         anchor_pos = bodies_pos[:, :, c.anchor : c.anchor + 1]
@@ -351,9 +356,8 @@ def anchor_tilt(threshold: float) -> Term:
     """The anchor's gravity direction differs from the reference's (z component) by more than `threshold`."""
     def term(env: G1TrackEnv) -> Tensor:
         c = env.command
-        down = torch.tensor([0.0, 0.0, -1.0], device=env.device).expand(env.num_envs, 3)
-        reference = quat_apply_inverse(c.anchor_quat_w, down)
-        robot = quat_apply_inverse(env.body_quat[:, c.anchor], down)
+        reference = quat_apply_inverse(c.anchor_quat_w, env.down)
+        robot = quat_apply_inverse(env.body_quat[:, c.anchor], env.down)
         return torch.abs(reference[:, 2] - robot[:, 2]) > threshold
     return term
 
@@ -400,6 +404,8 @@ class G1TrackEnv(ManagerBasedEnv):
         self.end_effector_ids = torch.tensor([TRACKED_BODIES.index(b) for b in END_EFFECTORS], device=device)
         self.keypoint_ids = torch.tensor([TRACKED_BODIES.index(b) for b in KEYPOINTS], device=device)
         self.default_joint_pos = torch.tensor([DEFAULT_POSE.get(j, 0.0) for j in robot.joint_names], device=device)
+        self.down = torch.tensor([0.0, 0.0, -1.0], device=device).expand(num_envs, 3)
+        """Gravity's direction in the world frame, one row per env."""
         lower, upper = robot.joint_lower.to(device), robot.joint_upper.to(device)
         mid, half = (lower + upper) / 2, (upper - lower) / 2
         self.soft_lower, self.soft_upper = mid - 0.9 * half, mid + 0.9 * half
