@@ -200,7 +200,7 @@ def cmd_eval(argv: Sequence[str]) -> int:
     trainer = Trainer(cfg)
     trainer.load_state_dict(state, source=f"checkpoint {args.checkpoint}", resume=False)
     env = make_env(cfg.task, args.episodes, trainer.device, args.seed, cfg.env.max_episode_length,
-                   robot=cfg.env.robot, motions=cfg.env.motions)
+                   robot=cfg.env.robot, motions=cfg.env.motions, backend=cfg.env.backend)
     returns = evaluate(trainer.policy, env)
     print(f"{cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over {args.episodes} episodes "
           f"(min {returns.min():.2f}, max {returns.max():.2f}; checkpoint at iteration {trainer.iteration})")

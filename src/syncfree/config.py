@@ -112,6 +112,9 @@ class EnvConfig:
     """g1-track: MJCF file of the robot; empty: the G1 29-DoF description shipped with syncfree."""
     motions: list[str] = field(default_factory=list)
     """g1-track: motion clips (.npz files or folders of them); empty: syncfree's generated clip set."""
+    backend: str = ""
+    """g1-track: physics backend, `torch` (PD joints, root driven along the reference; no contacts), `mujoco`
+    (MuJoCo on the CPU, real contacts) or `mujoco-warp` (MuJoCo Warp on the GPU); empty: `torch`."""
 
 
 @dataclass

@@ -53,6 +53,7 @@ class Trainer:
             raise UserError(f"env: {type(env).__name__} has {env.num_envs} envs but env.num_envs={cfg.env.num_envs}")
         self.env = env or make_env(cfg.task, cfg.env.num_envs, self.device, cfg.seed + self.rank,
                                    cfg.env.max_episode_length, robot=cfg.env.robot, motions=cfg.env.motions,
+                                   backend=cfg.env.backend,
                                    tokenizer=cfg.policy.kind == "token", perf=cfg.perf)
         self.policy = build_policy(cfg, self.env).to(self.device)
         self.actor_dim, self.critic_dim = self.policy.actor_obs_dim, obs_dim(self.env, "critic")

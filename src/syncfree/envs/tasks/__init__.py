@@ -41,7 +41,7 @@ TASKS: dict[str, Task] = {
         Task("point-mass", "2-D point mass pushed to the origin, 2 continuous actions, 200-step limit "
              "(the benchmark's toy task)", PointMass),
         Task("g1-track", "Unitree G1 (29 joints) tracks whole-body reference motions; torch PD joints, root "
-             "driven along the reference, adaptive start sampling", _g1_track, options=("robot", "motions", "tokenizer", "perf")),
+             "driven along the reference, adaptive start sampling", _g1_track, options=("robot", "motions", "backend", "tokenizer", "perf")),
     )
 }
 

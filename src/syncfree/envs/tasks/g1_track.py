@@ -37,6 +37,7 @@ from syncfree.envs.motion.library import MotionLibrary, load_motions
 from syncfree.envs.motion.sampler import AdaptiveSampler
 from syncfree.envs.physics import TorchPDPhysics
 from syncfree.envs.robots import RobotModel, load_robot
+from syncfree.errors import UserError
 
 TRACKED_BODIES = (
     "pelvis", "left_hip_roll_link", "left_knee_link", "left_ankle_roll_link", "right_hip_roll_link",
@@ -511,8 +512,10 @@ class G1TrackEnv(ManagerBasedEnv):
 
 
 def make_g1_track(num_envs: int, device: torch.device | str = "cpu", seed: int = 0, max_episode_length: int = 0,
-                  robot: str = "", motions: list[str] | None = None, tokenizer: bool = False,
+                  robot: str = "", motions: list[str] | None = None, backend: str = "", tokenizer: bool = False,
                   perf: PerfConfig | None = None) -> G1TrackEnv:
+    if backend not in ("", "torch"):
+        raise UserError(f"env.backend={backend!r} is not available; allowed: torch")
     groups = ("policy", "critic", "tokenizer") if tokenizer else ("policy", "critic")
     cfg = G1TrackConfig(robot=robot, motions=[str(Path(m)) for m in motions or []], observation_groups=groups)
     return G1TrackEnv(num_envs, device, seed, max_episode_length, cfg, perf)
