@@ -16,7 +16,9 @@ from syncfree.envs.adapters.mettagrid import (
     MettaGridSpec,
     MettaGridVecEnv,
     env_only_throughput,
+    learnable_spec,
     mettagrid_raw_throughput,
+    random_policy_reward,
 )
 from syncfree.envs.api import ActionSpec
 from syncfree.errors import UserError
@@ -131,12 +133,40 @@ def test_reset_restarts_every_simulation_after_steps() -> None:
     env.close()
 
 
+def test_pushing_into_a_mine_pays_one_heart_per_step_and_other_agents_nothing() -> None:
+    env = MettaGridVecEnv(learnable_spec(), num_simulations=1, seed=0)
+    env.reset()
+    sim = env.simulations[0]
+    mines = {(o["r"], o["c"]) for o in sim.grid_objects(ignore_types=["wall"]).values() if o["type_name"] == "mine"}
+    actions = torch.zeros(4, dtype=torch.int64)
+    for agent, (r, c) in positions(sim).items():
+        actions[agent] = next((a for a, (dr, dc) in MOVES.items() if (r + dr, c + dc) in mines), NOOP)
+    pushing = actions != NOOP
+    assert pushing.any() and not pushing.all()  # seed 0 puts two of the four agents next to a mine
+    for _ in range(3):
+        step = env.step(actions)
+        assert torch.equal(step.reward, pushing.float())
+    hearts = {o["agent_id"]: o["inventory"].get(0, 0) for o in sim.grid_objects(ignore_types=["wall"]).values()
+              if "agent_id" in o}
+    assert [hearts[a] for a in range(4)] == (3 * pushing.long()).tolist()
+    env.close()
+
+
+def test_a_random_policy_earns_a_little_on_mines_and_nothing_elsewhere() -> None:
+    mines = random_policy_reward(learnable_spec(), num_simulations=2, steps=100)
+    assert 0.01 < mines < 0.2
+    assert random_policy_reward(room(), num_simulations=1, steps=20) == 0.0
+    with pytest.raises(UserError, match="mines"):
+        MettaGridSpec("mines", agents_per_env=4, width=3, height=3, mines=6).to_config()
+
+
 @pytest.mark.parametrize(("kwargs", "field"), [
     ({"map": "maze"}, "map"),
     ({"agents_per_env": 0}, "agents_per_env"),
     ({"agents_per_env": 2.5}, "agents_per_env"),
     ({"width": 0}, "width"),
     ({"max_steps": 0}, "max_steps"),
+    ({"map": "mines", "mines": 0}, "mines"),
     ({"map": "empty-room", "agents_per_env": 10, "width": 3, "height": 3}, "width x height"),
     ({"map": "arena", "agents_per_env": 24, "width": 5, "height": 6}, "width x height"),
 ])

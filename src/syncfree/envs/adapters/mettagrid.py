@@ -37,7 +37,11 @@ try:
     import pydantic
     from mettagrid import MettaGridConfig, Simulator
     from mettagrid.builder.envs import make_arena
-    from mettagrid.config.mettagrid_config import ChangeVibeActionConfig
+    from mettagrid.config.game_value import InventoryValue
+    from mettagrid.config.handler_config import Handler
+    from mettagrid.config.mettagrid_config import ChangeVibeActionConfig, GridObjectConfig
+    from mettagrid.config.mutation import updateActor
+    from mettagrid.config.reward_config import reward
     from mettagrid.mapgen.mapgen import MapGen
     from mettagrid.mapgen.scenes.random import Random
     from mettagrid.mettagrid_c import (
@@ -55,7 +59,7 @@ finally:  # importing mettagrid sets the root logger to INFO and gives it a hand
     _root.setLevel(_root_state[0])
     _root.handlers[:] = _root_state[1]
 
-MAPS = ("arena", "empty-room")
+MAPS = ("arena", "empty-room", "mines")
 ARENA_WALLS = 10
 """Walls scattered at random in the arena (as in MettaGrid's `make_arena`)."""
 ARENA_BORDER = 6
@@ -67,34 +71,43 @@ class MettaGridSpec:
     """One MettaGrid simulation, built with MettaGrid's own config builders (`to_config`).
 
     `map`: `"arena"` (`mettagrid.builder.envs.make_arena` on a `width` x `height` area with 10 random walls, inside
-    a 6-cell wall border) or `"empty-room"` (`MettaGridConfig.EmptyRoom`, inside a 1-cell wall border). `width` and
-    `height` give the playable area, without the border. Episodes end by time-out after `max_steps` steps, reported
-    as truncation. Vibe changes are disabled, so the actions are noop and the four moves on both maps.
+    a 6-cell wall border), `"empty-room"` (`MettaGridConfig.EmptyRoom`, inside a 1-cell wall border) or `"mines"`
+    (the empty room with `mines` mines placed at random). `width` and `height` give the playable area, without the
+    border. Episodes end by time-out after `max_steps` steps, reported as truncation. Vibe changes are disabled, so
+    the actions are noop and the four moves on every map.
 
-    Neither map pays any reward in mettagrid 0.26: the arena rewards hearts, but nothing on it makes them (and its
-    attack, triggered by moving onto an agent with a matching vibe, never fires without vibes). Both measure
-    stepping throughput and exercise the token pipeline, not learning.
+    Only `"mines"` pays reward: an agent that moves into a mine (mines block movement, like walls) gains one heart,
+    and each heart gained is a reward of 1, so a policy that walks to a mine and keeps pushing into it earns 1 per
+    step. Measured with mettagrid 0.26.22 (`random_policy_reward`, uniformly random actions, 2000 steps of 8
+    simulations, seeds 0 and 1): the default spec with `map="mines"` (24 agents, 25 x 25, 10 mines) pays 0.012 per
+    agent per step; `learnable_spec()` (4 agents, 8 x 8, 6 mines, 64-step episodes) pays 0.064 (0.063 and 0.065).
+    The arena rewards hearts but nothing on it makes them (and its attack, triggered by moving onto an agent with a
+    matching vibe, never fires without vibes); the empty room pays nothing: both measure stepping throughput and
+    exercise the token pipeline, not learning.
     """
 
-    map: Literal["arena", "empty-room"] = "arena"
+    map: Literal["arena", "empty-room", "mines"] = "arena"
     agents_per_env: int = 24
     width: int = 25
     height: int = 25
     max_steps: int = 1000
+    mines: int = 10
+    """Mines on the `"mines"` map (ignored by the others)."""
 
     def validate(self) -> None:
         if self.map not in MAPS:
             raise UserError(f"MettaGrid spec: map={self.map!r} is unknown; use one of {', '.join(map(repr, MAPS))}")
-        for name in ("agents_per_env", "width", "height", "max_steps"):
+        for name in ("agents_per_env", "width", "height", "max_steps", "mines"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise UserError(f"MettaGrid spec: {name}={value!r} must be an integer >= 1")
         cells = self.width * self.height
-        needed = self.agents_per_env + (ARENA_WALLS if self.map == "arena" else 0)
+        objects = {"arena": (ARENA_WALLS, f" and its {ARENA_WALLS} walls"),
+                   "mines": (self.mines, f" and mines={self.mines}")}.get(self.map, (0, ""))
+        needed = self.agents_per_env + objects[0]
         if needed > cells:
-            walls = f" and its {ARENA_WALLS} walls" if self.map == "arena" else ""
             raise UserError(f"MettaGrid spec: width x height = {self.width} x {self.height} is too small for "
-                            f"agents_per_env={self.agents_per_env}{walls} on map={self.map!r} "
+                            f"agents_per_env={self.agents_per_env}{objects[1]} on map={self.map!r} "
                             f"(needs at least {needed} cells)")
 
     def to_config(self, seed: int = 0) -> MettaGridConfig:
@@ -103,10 +116,12 @@ class MettaGridSpec:
         self.validate()
         a = self.agents_per_env
         try:
-            if self.map == "empty-room":
+            if self.map in ("empty-room", "mines"):
                 cfg = MettaGridConfig.EmptyRoom(num_agents=a, width=self.width + 2, height=self.height + 2,
                                                 border_width=1)
                 cfg.game.actions.change_vibe = ChangeVibeActionConfig(enabled=False)
+                if self.map == "mines":
+                    _add_mines(cfg, self.mines)
             else:
                 builder = MapGen.Config(num_agents=a, width=self.width, height=self.height,
                                         border_width=ARENA_BORDER, instance_border_width=0,
@@ -118,6 +133,22 @@ class MettaGridSpec:
         cfg.game.episode_truncates = True  # a time-out is a truncation: the trainer bootstraps from the value
         cfg.game.map_builder.seed = seed
         return cfg
+
+
+def learnable_spec(max_steps: int = 64) -> MettaGridSpec:
+    """A small `"mines"` map a recurrent policy learns quickly: 4 agents and 6 mines on 8 x 8 cells. A random
+    policy earns 0.064 per agent per step there (see `MettaGridSpec`); `benchmarks/grid_learning.py` passes
+    3x that after about 5k agent steps (4 simulations)."""
+    return MettaGridSpec("mines", agents_per_env=4, width=8, height=8, max_steps=max_steps, mines=6)
+
+
+def _add_mines(cfg: MettaGridConfig, mines: int) -> None:
+    """Place `mines` mines on the map; moving into one gives the agent a heart, and each heart is a reward of 1."""
+    cfg.game.resource_names = ["heart"]
+    cfg.game.objects["mine"] = GridObjectConfig(name="mine",
+                                                on_use_handler=Handler(mutations=[updateActor({"heart": 1})]))
+    cfg.game.agent.rewards = {"heart": reward(InventoryValue(item="heart"))}
+    cfg.game.map_builder.objects = {"mine": mines}
 
 
 _SPEC_FIELDS = {"num_agents": "agents_per_env", "agents": "agents_per_env", "width": "width", "height": "height",
@@ -352,6 +383,23 @@ def env_only_throughput(env: VecEnv, steps: int = 200, warmup: int = 10, seed: i
     return steps * env.num_envs / (time.perf_counter() - start)
 
 
+def random_policy_reward(spec: MettaGridSpec, num_simulations: int, steps: int, seed: int = 0) -> float:
+    """Mean reward per agent per step of uniformly random actions on `spec` over `steps` steps: the level a
+    learning policy has to beat."""
+    if steps < 1:
+        raise UserError(f"random_policy_reward: steps={steps} must be >= 1")
+    env = MettaGridVecEnv(spec, num_simulations, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    total = torch.zeros((), dtype=torch.float64)
+    try:
+        env.reset()
+        for _ in range(steps):
+            total += env.step(torch.randint(0, env.action_spec.size, (env.num_envs,), generator=gen)).reward.sum()
+    finally:
+        env.close()
+    return total.item() / (steps * env.num_envs)
+
+
 def mettagrid_raw_throughput(spec: MettaGridSpec, num_simulations: int, steps: int = 200, warmup: int = 10,
                              seed: int = 0) -> float:
     """Agent-steps per second of MettaGrid alone at the adapter's settings, without the adapter: the same
@@ -383,4 +431,5 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-__all__ = ["MAPS", "MettaGridSpec", "MettaGridVecEnv", "env_only_throughput", "mettagrid_raw_throughput"]
+__all__ = ["MAPS", "MettaGridSpec", "MettaGridVecEnv", "env_only_throughput", "learnable_spec",
+           "mettagrid_raw_throughput", "random_policy_reward"]

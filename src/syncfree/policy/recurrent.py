@@ -1,0 +1,162 @@
+"""Recurrent token policy for MettaGrid: token encoder -> LSTM core -> categorical actor and critic heads.
+
+Observations are MettaGrid tokens `[..., tokens, 3]` uint8: (packed coordinate, feature id, value), all three
+bytes 0xFF on an empty token. Each token is embedded (coordinate and feature id by lookup, value by a linear map
+of value / 255), passed through a small MLP and max-pooled over the valid tokens. The LSTM state of an agent is
+zeroed before a step whose `done` flag says its observation starts a new episode.
+
+Two entry points share every module: `step` for rollouts (one time step of a batch of agents) and
+`evaluate_sequence` for training (whole `[segments, T]` rows, replayed from their initial state with the same
+resets), so replaying a stored row gives what the rollout computed. Both are pure tensor-in/tensor-out with no
+host reads.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+EMPTY_TOKEN = 0xFF
+"""Byte value of every field of an empty (padding) token."""
+
+
+class LSTMState(NamedTuple):
+    h: Tensor
+    """[batch, hidden] hidden state."""
+    c: Tensor
+    """[batch, hidden] cell state."""
+
+
+class ActionOutput(NamedTuple):
+    actions: Tensor
+    log_prob: Tensor
+    entropy: Tensor
+    full_log_probs: Tensor | None
+    """Log-probabilities of every action, or None when the `ActionProbs` does not emit them."""
+
+
+class StepOutput(NamedTuple):
+    actions: Tensor
+    """[batch] int64 sampled actions."""
+    log_prob: Tensor
+    entropy: Tensor
+    value: Tensor
+    full_log_probs: Tensor | None
+
+
+class SequenceEvaluation(NamedTuple):
+    log_prob: Tensor
+    """[segments, T] log-probability of the given actions."""
+    entropy: Tensor
+    value: Tensor
+    full_log_probs: Tensor | None
+    """[segments, T, actions] when the policy emits full log-probs, else None."""
+
+
+class ActionProbs(nn.Module):
+    """Categorical over logits: sampled (or given) actions, their log-prob, the entropy, and the full log-probs
+    only when `emit_full_log_probs` (losses such as distillation or a KL to a teacher need them; PPO does not, and
+    not emitting them spares storing a [batch, actions] tensor per step)."""
+
+    def __init__(self, emit_full_log_probs: bool = True) -> None:
+        super().__init__()
+        self.emit_full_log_probs = emit_full_log_probs
+
+    def forward(self, logits: Tensor, actions: Tensor | None = None) -> ActionOutput:
+        """Sample one action per row of `logits` [..., actions] unless `actions` [...] are given."""
+        log_probs = logits.log_softmax(-1)
+        probs = log_probs.exp()
+        if actions is None:
+            flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, replacement=True)
+            actions = flat.view(probs.shape[:-1])
+        log_prob = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        entropy = -(probs * log_probs.clamp(min=torch.finfo(log_probs.dtype).min)).sum(-1)
+        return ActionOutput(actions, log_prob, entropy, log_probs if self.emit_full_log_probs else None)
+
+
+class TokenEncoder(nn.Module):
+    """Token set -> one vector: embed each token, a two-layer ReLU MLP, max over valid tokens (0 when none).
+
+    `max_tokens` reads only the first tokens of each observation (MettaGrid packs the valid tokens first, so a
+    bound above the most tokens an agent sees loses nothing and saves the work on the padding)."""
+
+    def __init__(self, embed_dim: int, hidden: int, out_dim: int, max_tokens: int | None = None) -> None:
+        super().__init__()
+        self.max_tokens = max_tokens
+        self.coordinate = nn.Embedding(256, embed_dim)
+        self.feature = nn.Embedding(256, embed_dim)
+        self.value = nn.Linear(1, embed_dim)
+        self.mlp = nn.Sequential(nn.Linear(embed_dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim), nn.ReLU())
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        """[..., tokens, 3] uint8 -> [..., out_dim]."""
+        if self.max_tokens is not None:
+            tokens = tokens[..., : self.max_tokens, :]
+        index = tokens.long()
+        valid = tokens[..., 0] != EMPTY_TOKEN
+        x = (self.coordinate(index[..., 0]) + self.feature(index[..., 1])
+             + self.value(tokens[..., 2:].float() / 255.0))
+        features = self.mlp(x)  # >= 0: padding set to 0 never wins the max over a valid token
+        return features.masked_fill(~valid.unsqueeze(-1), 0.0).amax(-2)
+
+
+class RecurrentTokenPolicy(nn.Module):
+    """Token encoder, LSTM cell, linear actor (logits) and critic heads.
+
+    Args:
+        num_actions: size of the discrete action space.
+        embed_dim, encoder_hidden: token embedding width and the encoder MLP's hidden width.
+        hidden: LSTM input and state width.
+        max_tokens: tokens read per observation (None: all); see `TokenEncoder`.
+        emit_full_log_probs: whether `step` and `evaluate_sequence` return the full log-probs.
+    """
+
+    def __init__(self, num_actions: int, embed_dim: int = 32, encoder_hidden: int = 64, hidden: int = 64,
+                 max_tokens: int | None = None, emit_full_log_probs: bool = True) -> None:
+        super().__init__()
+        self.num_actions, self.hidden = num_actions, hidden
+        self.encoder = TokenEncoder(embed_dim, encoder_hidden, hidden, max_tokens)
+        self.core = nn.LSTMCell(hidden, hidden)
+        self.actor = nn.Linear(hidden, num_actions)
+        self.critic = nn.Linear(hidden, 1)
+        self.action_probs = ActionProbs(emit_full_log_probs)
+
+    @property
+    def emit_full_log_probs(self) -> bool:
+        return self.action_probs.emit_full_log_probs
+
+    @emit_full_log_probs.setter
+    def emit_full_log_probs(self, value: bool) -> None:
+        self.action_probs.emit_full_log_probs = value
+
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> LSTMState:
+        return LSTMState(*(torch.zeros(batch, self.hidden, device=device) for _ in range(2)))
+
+    def _advance(self, x: Tensor, state: LSTMState, done: Tensor) -> LSTMState:
+        """One LSTM step from `state`, zeroed first on rows whose `done` is set."""
+        keep = (~done).unsqueeze(-1).to(x.dtype)
+        return LSTMState(*self.core(x, (state.h * keep, state.c * keep)))
+
+    def step(self, obs_tokens: Tensor, state: LSTMState, done: Tensor) -> tuple[StepOutput, LSTMState]:
+        """One rollout step: `obs_tokens` [B, tokens, 3] uint8, `state` from the previous step, `done` [B] bool
+        (the observation starts a new episode) -> sampled actions with log-prob, entropy, value, and the state."""
+        new_state = self._advance(self.encoder(obs_tokens), state, done)
+        out = self.action_probs(self.actor(new_state.h))
+        value = self.critic(new_state.h).squeeze(-1)
+        return StepOutput(out.actions, out.log_prob, out.entropy, value, out.full_log_probs), new_state
+
+    def evaluate_sequence(self, obs: Tensor, actions: Tensor, initial_state: LSTMState,
+                          dones: Tensor) -> SequenceEvaluation:
+        """Replay rows: `obs` [S, T, tokens, 3], `actions` [S, T], the state each row started from [S, hidden],
+        `dones` [S, T] (as given to `step`) -> log-probs of `actions`, entropies and values, [S, T] each."""
+        segments, horizon = actions.shape
+        x = self.encoder(obs.flatten(0, 1)).view(segments, horizon, -1)
+        state, hs = initial_state, []
+        for t in range(horizon):
+            state = self._advance(x[:, t], state, dones[:, t])
+            hs.append(state.h)
+        h = torch.stack(hs, 1)
+        out = self.action_probs(self.actor(h), actions)
+        return SequenceEvaluation(out.log_prob, out.entropy, self.critic(h).squeeze(-1), out.full_log_probs)

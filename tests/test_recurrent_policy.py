@@ -1,0 +1,114 @@
+"""Recurrent token policy: sequence replay equals the rollout, resets at dones, padding ignored, gated outputs."""
+
+from __future__ import annotations
+
+import torch
+
+from syncfree.perf import count_syncs
+from syncfree.policy.recurrent import EMPTY_TOKEN, ActionProbs, LSTMState, RecurrentTokenPolicy, TokenEncoder
+
+ACTIONS, TOKENS = 5, 24
+
+
+def random_tokens(*batch: int, gen: torch.Generator, tokens: int = TOKENS) -> torch.Tensor:
+    """Valid tokens first, then padding, as MettaGrid writes them."""
+    obs = torch.stack([torch.randint(0, 121, (*batch, tokens), generator=gen),
+                       torch.randint(0, 16, (*batch, tokens), generator=gen),
+                       torch.randint(0, 256, (*batch, tokens), generator=gen)], -1).to(torch.uint8)
+    count = torch.randint(1, tokens, (*batch, 1), generator=gen)
+    padding = torch.arange(tokens) >= count
+    return obs.masked_fill(padding.unsqueeze(-1), EMPTY_TOKEN)
+
+
+def policy(**kwargs) -> RecurrentTokenPolicy:
+    torch.manual_seed(0)
+    return RecurrentTokenPolicy(ACTIONS, embed_dim=8, encoder_hidden=16, hidden=12, **kwargs)
+
+
+def test_sequence_replay_equals_the_step_by_step_rollout() -> None:
+    gen = torch.Generator().manual_seed(1)
+    net = policy()
+    segments, horizon = 6, 9
+    obs = random_tokens(horizon, segments, gen=gen)
+    dones = torch.rand(horizon, segments, generator=gen) < 0.25
+    state = LSTMState(torch.randn(segments, 12, generator=gen), torch.randn(segments, 12, generator=gen))
+    initial, steps = state, []
+    with torch.no_grad():
+        for t in range(horizon):
+            out, state = net.step(obs[t], state, dones[t])
+            steps.append(out)
+        replay = net.evaluate_sequence(obs.transpose(0, 1), torch.stack([s.actions for s in steps], 1), initial,
+                                       dones.transpose(0, 1))
+    assert dones.any(0).any() and not dones.all()
+    for field in ("log_prob", "entropy", "value", "full_log_probs"):
+        rolled = torch.stack([getattr(s, field) for s in steps], 1)
+        torch.testing.assert_close(getattr(replay, field), rolled, rtol=0, atol=1e-6)
+
+
+def test_a_done_step_starts_from_the_zero_state() -> None:
+    gen = torch.Generator().manual_seed(2)
+    net = policy()
+    obs = random_tokens(4, gen=gen)
+    carried = LSTMState(torch.randn(4, 12, generator=gen), torch.randn(4, 12, generator=gen))
+    done = torch.tensor([True, False, True, False])
+    _, after_done = net.step(obs, carried, done)
+    _, from_zero = net.step(obs, net.initial_state(4), torch.zeros(4, dtype=torch.bool))
+    _, carried_on = net.step(obs, carried, torch.zeros(4, dtype=torch.bool))
+    assert torch.equal(after_done.h[done], from_zero.h[done])
+    assert torch.equal(after_done.h[~done], carried_on.h[~done])
+    assert not torch.allclose(after_done.h[~done], from_zero.h[~done])
+
+
+def test_padding_and_tokens_beyond_max_tokens_do_not_change_the_encoding() -> None:
+    gen = torch.Generator().manual_seed(3)
+    torch.manual_seed(0)
+    encoder = TokenEncoder(8, 16, 12)
+    obs = random_tokens(5, gen=gen, tokens=10)
+    padded = torch.cat([obs, torch.full((5, 30, 3), EMPTY_TOKEN, dtype=torch.uint8)], 1)
+    full = encoder(obs)
+    assert torch.equal(encoder(padded), full)
+    encoder.max_tokens = 10
+    assert torch.equal(encoder(padded), full)
+    encoder.max_tokens = 3  # drops valid tokens
+    assert not torch.equal(encoder(padded), full)
+    empty = torch.full((2, 7, 3), EMPTY_TOKEN, dtype=torch.uint8)
+    assert torch.equal(encoder(empty), torch.zeros(2, 12))
+
+
+def test_full_log_probs_are_emitted_only_when_asked() -> None:
+    logits = torch.randn(3, 4, ACTIONS)
+    actions = torch.randint(0, ACTIONS, (3, 4))
+    quiet, loud = ActionProbs(emit_full_log_probs=False)(logits, actions), ActionProbs()(logits, actions)
+    assert quiet.full_log_probs is None
+    assert loud.full_log_probs.shape == (3, 4, ACTIONS)
+    torch.testing.assert_close(loud.full_log_probs.logsumexp(-1), torch.zeros(3, 4))
+    assert torch.equal(loud.full_log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1), quiet.log_prob)
+    assert torch.equal(loud.entropy, quiet.entropy)
+    net = policy(emit_full_log_probs=False)
+    obs = random_tokens(3, gen=torch.Generator().manual_seed(4))
+    out, _ = net.step(obs, net.initial_state(3), torch.zeros(3, dtype=torch.bool))
+    assert out.full_log_probs is None and out.actions.dtype == torch.int64
+
+
+def test_sampling_follows_the_logits() -> None:
+    torch.manual_seed(5)
+    logits = torch.tensor([[0.0, 0.0, 20.0, 0.0, 0.0], [0.0, 1.0, 0.0, 2.0, 0.0]]).expand(4000, 2, 5)
+    out = ActionProbs(emit_full_log_probs=False)(logits)
+    assert (out.actions[:, 0] == 2).all()
+    freq = torch.bincount(out.actions[:, 1], minlength=5).float() / 4000
+    torch.testing.assert_close(freq, torch.softmax(logits[0, 1], -1), rtol=0, atol=0.03)
+
+
+def test_step_and_replay_with_backward_read_nothing_on_the_host() -> None:
+    gen = torch.Generator().manual_seed(6)
+    net = policy(max_tokens=16)
+    obs, dones = random_tokens(4, 5, gen=gen), torch.rand(4, 5, generator=gen) < 0.3
+    state = net.initial_state(4)
+    actions = torch.randint(0, ACTIONS, (4, 5), generator=gen)
+    with count_syncs() as counts:
+        with torch.no_grad():
+            net.step(obs[:, 0], state, dones[:, 0])
+        ev = net.evaluate_sequence(obs, actions, state, dones)
+        (ev.log_prob.mean() + ev.value.square().mean() - ev.entropy.mean()).backward()
+    assert counts.syncs == 0
+    assert all(p.grad is not None for p in net.parameters())
