@@ -31,6 +31,7 @@ from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
 from syncfree.perf import count_syncs
 from syncfree.perf.bench import (
     BenchConfig,
+    Floor,
     count_iteration,
     machine_info,
     sync,
@@ -39,6 +40,13 @@ from syncfree.perf.bench import (
 )
 from syncfree.perf.counters import Counts
 from syncfree.train.trainer import Trainer, resolve_device
+
+SYNCFREE_VARIANTS = {
+    "syncfree optimized": PerfConfig(),
+    "syncfree optimized, eager": PerfConfig(compile="off"),
+    "syncfree baseline": PerfConfig.preset("baseline"),
+}
+"""The default (compiled), the same without compile, and every switch at its conventional value."""
 
 RSL_VARIANTS = {
     "rsl_rl": dict(check_for_nan=True, compile=None, logger=True),
@@ -158,8 +166,9 @@ class SyncfreeRun:
 
 def run_size(num_envs: int, args: argparse.Namespace, log_root: Path) -> dict:
     runs: dict[str, SyncfreeRun | RslRlRun] = {}
-    for name, perf in (("syncfree optimized", PerfConfig()), ("syncfree baseline", PerfConfig.preset("baseline"))):
-        runs[name] = SyncfreeRun(train_config(BenchConfig(task=args.task, device=args.device), num_envs, perf))
+    bench = BenchConfig(task=args.task, device=args.device)
+    for name, perf in SYNCFREE_VARIANTS.items():
+        runs[name] = SyncfreeRun(train_config(bench, num_envs, perf))
     cfg = train_config(BenchConfig(task=args.task, device=args.device), num_envs, PerfConfig())
     for name in args.rsl_variants:
         runs[name] = RslRlRun(cfg, RSL_VARIANTS[name], log_root)
@@ -173,17 +182,23 @@ def run_size(num_envs: int, args: argparse.Namespace, log_root: Path) -> dict:
         run.learn(args.warmup)
         warm[name] = time.perf_counter() - start
         print(f"  {num_envs} envs: warmed up {name} ({warm[name]:.1f} s)", file=sys.stderr)
+    floor = Floor(bench, num_envs)
     times: dict[str, list[float]] = {name: [] for name in runs}
+    floors = []
     for r in range(args.repeats):
         for name, run in runs.items():
             times[name].append(run.learn(args.iterations))
+        floors.append(floor.measure())
         print(f"  {num_envs} envs: repeat {r + 1}/{args.repeats} done", file=sys.stderr)
+    floor_seconds = {key: statistics.median(f[key] for f in floors) for key in floors[0]}
     rows = {}
     for name, run in runs.items():
         sps = [steps.copy().pop() / t for t in times[name]]
         rows[name] = {"steps_per_s": {"median": statistics.median(sps), "min": min(sps), "max": max(sps)},
-                      "seconds_per_iteration": times[name], "warmup_seconds": warm[name], **run.count_iteration()}
-    return {"num_envs": num_envs, "steps_per_iteration": steps.pop(), "parameters": params.popitem()[1], "runs": rows}
+                      "seconds_per_iteration": times[name], "warmup_seconds": warm[name],
+                      "efficiency": floor_seconds["total"] / statistics.median(times[name]), **run.count_iteration()}
+    return {"num_envs": num_envs, "steps_per_iteration": steps.pop(), "parameters": params.popitem()[1],
+            "floor_seconds": floor_seconds, "runs": rows}
 
 
 def markdown(result: dict) -> str:
@@ -195,20 +210,27 @@ def markdown(result: dict) -> str:
              f"{result['ppo']['num_epochs']} epochs x {result['ppo']['num_minibatches']} minibatches, "
              f"{result['repeats']} interleaved repeats of {result['iterations']} iterations after warm-up.", "",
              "Ops and syncs per step are the trainer's side of a rollout step (act, storage, normalizer, statistics, "
-             "NaN check, logger), counted in one untimed iteration; the env's own ops are excluded.", ""]
+             "NaN check, logger), counted in one untimed iteration; the env's own ops are excluded. Compiled code is "
+             "counted run eagerly (the counters cannot see inside a graph). Efficiency = compute floor time / "
+             "measured time. Warm-up includes compile time (graphs compiled at an earlier size are not reused: "
+             "shapes are static).", ""]
     for size in result["sizes"]:
         runs = size["runs"]
         same_work = [n for n in runs if n.startswith("rsl_rl") and n != "rsl_rl no logger"]
         best = max(same_work, key=lambda n: runs[n]["steps_per_s"]["median"]) if same_work else None
         lines += [f"## {size['num_envs']} envs ({size['steps_per_iteration']:,} steps per iteration, "
                   f"{size['parameters']:,} parameters)", "",
-                  "| trainer | steps/s median (min–max) | × rsl_rl best | trainer ops/step | syncs/step | warm-up s |",
-                  "|---|---|---|---|---|---|"]
+                  f"Compute floor (env-only + compiled policy-forward-only + update-only loops, median of repeats): "
+                  f"{size['steps_per_iteration'] / size['floor_seconds']['total']:,.0f} steps/s.", "",
+                  "| trainer | steps/s median (min–max) | × rsl_rl best | efficiency | trainer ops/step | syncs/step "
+                  "| warm-up s |",
+                  "|---|---|---|---|---|---|---|"]
         for name, row in runs.items():
             s = row["steps_per_s"]
             ratio = s["median"] / runs[best]["steps_per_s"]["median"] if best else float("nan")
             lines.append(f"| {name} | {s['median']:,.0f} ({s['min']:,.0f}–{s['max']:,.0f}) | {ratio:.2f} | "
-                         f"{row['trainer_ops_per_step']:.0f} | {row['syncs_per_step']:g} | {row['warmup_seconds']:.1f} |")
+                         f"{row['efficiency']:.2f} | {row['trainer_ops_per_step']:.0f} | {row['syncs_per_step']:g} | "
+                         f"{row['warmup_seconds']:.1f} |")
         if best:
             lines += ["", f"rsl_rl best (same work: episode statistics kept): `{best}`."]
         lines.append("")

@@ -12,14 +12,15 @@ TEST_DEVICE = os.environ.get("SYNCFREE_TEST_DEVICE", "cpu")
 
 
 def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
-    """The small preset of the equivalence tests: 32 envs x 8 steps, 2 epochs x 2 minibatches."""
+    """The small preset of the equivalence tests: 32 envs x 8 steps, 2 epochs x 2 minibatches. Eager unless
+    `compile` is passed: compiling costs seconds per trainer, and the compiled path has tests of its own."""
     cfg = TrainConfig(task=task, seed=3, device=TEST_DEVICE, iterations=3)
     cfg.env.num_envs = 32
     cfg.env.max_episode_length = 10  # episodes end by time-out as well as by failure
     cfg.policy = PolicyConfig(actor_hidden=[32, 32], critic_hidden=[32, 32])
     cfg.ppo = PPOConfig(steps_per_env=8, num_epochs=2, num_minibatches=2)
     cfg.log.progress = False
-    cfg.perf = PerfConfig(**perf)
+    cfg.perf = PerfConfig(**{"compile": "off", **perf})
     return cfg
 
 

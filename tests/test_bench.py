@@ -14,21 +14,26 @@ def test_configurations_cover_every_switch_both_ways() -> None:
     names = [name for name, _ in bench.configurations(ablations=True)]
     assert names[:2] == ["baseline", "optimized"]
     for f in PerfConfig.switches():
-        assert f"optimized - {f.name}" in names and f"baseline + {f.name}" in names
+        assert any(n.startswith(f"optimized - {f.name}") for n in names) and f"baseline + {f.name}" in names
     configs = dict(bench.configurations(ablations=True))
+    # compile cannot run with distribution validation: the rows that would combine them turn the other off
+    assert configs["optimized - validate_distributions (and compile)"] == PerfConfig(validate_distributions=True,
+                                                                                     compile="off")
+    assert configs["baseline + compile"].compile == "hot" and not configs["baseline + compile"].validate_distributions
     assert configs["optimized - fused_adamw"] == PerfConfig(fused_adamw=False)
     assert configs["baseline + fused_adamw"].fused_adamw and not configs["baseline + fused_adamw"].deferred_episode_stats
 
 
 def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     code = main(["bench", "--task", "pendulum", "--profile", "full", "--num_envs", "[16]", "--scaling", "[8, 16]",
-                 "--repeats", "2", "--iterations", "1", "--min_seconds", "0", "--out", str(tmp_path)])
+                 "--repeats", "2", "--iterations", "1", "--min_seconds", "0", "--compile", "false",
+                 "--out", str(tmp_path)])
     assert code == 0
     result = json.loads((tmp_path / "results.json").read_text())
     assert {p.name for p in tmp_path.iterdir()} >= {"results.json", "results.md", "steps_per_s.png", "phases.png",
                                                     "scaling.png"}
     size = result["sizes"][0]
-    assert len(size["configs"]) == 2 + 2 * len(PerfConfig.switches())
+    assert len(size["configs"]) == 2 + 2 * (len(PerfConfig.switches()) - 1)  # no compile rows with --compile false
     base, opt = size["configs"]["baseline"], size["configs"]["optimized"]
     assert opt["counts"]["syncs_per_step"] == 0 and opt["counts"]["syncs_per_minibatch"] == 0
     assert base["counts"]["syncs_per_step"] > 0 and base["counts"]["syncs_per_minibatch"] > 0

@@ -9,9 +9,11 @@ from typing import Any, Literal
 from syncfree.errors import UserError
 
 
-def switch(*, baseline: Any, optimized: Any, seed: str) -> Any:
-    """A perf switch: defaults to its optimized value and records both polarities and its origin."""
-    return field(default=optimized, metadata={"baseline": baseline, "optimized": optimized, "seed": seed})
+def switch(*, baseline: Any, optimized: Any, seed: str, requires: dict[str, Any] | None = None) -> Any:
+    """A perf switch: defaults to its optimized value and records both polarities, its origin, and the values of
+    other switches its optimized value needs (`requires`)."""
+    return field(default=optimized, metadata={"baseline": baseline, "optimized": optimized, "seed": seed,
+                                              "requires": requires or {}})
 
 
 @dataclass
@@ -47,6 +49,20 @@ class PerfConfig:
 
     deterministic: bool = switch(baseline=True, optimized=False, seed="gridworld: deterministic mode off")
     """`torch.use_deterministic_algorithms(True)`; costs speed on GPUs, needed only for bit-exact GPU reruns."""
+
+    compile: Literal["off", "hot"] = switch(baseline="off", optimized="hot", seed="torch.compile of the hot loop",
+                                            requires={"validate_distributions": False})
+    """`hot`: `torch.compile` (whole graphs, `fullgraph=True`) the rollout step's trainer side (act, storage
+    writes, normalizer updates, episode and non-finite bookkeeping, as two graphs around the env step), the
+    advantages, and each minibatch's forward and losses (its backward is compiled with it). The first iteration
+    pays the compile time. Needs `validate_distributions=false` (validation reads the host inside the graph).
+    Off: eager PyTorch."""
+
+    cuda_graphs: Literal["off", "auto", "on"] = switch(baseline="off", optimized="auto",
+                                                       seed="LeanRL: compile + CUDA graphs")
+    """With `compile=hot` on a CUDA device, replay the compiled graphs as CUDA graphs (`torch.compile`'s
+    `reduce-overhead` mode; random numbers are drawn inside the graphs). `auto`: on for CUDA devices, off
+    elsewhere; `on` on another device is an error."""
 
     # -- env side and model (the humanoid tracking task; inert for the classic tasks) --------------------
 
@@ -292,6 +308,16 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _check(cfg.distributed.timeout > 0, "distributed.timeout", "a number of seconds > 0", cfg.distributed.timeout)
     _check(cfg.distributed.backend in ("auto", "nccl", "gloo"), "distributed.backend", "auto, nccl, gloo",
            cfg.distributed.backend)
+    _check(cfg.perf.compile in ("off", "hot"), "perf.compile", "off, hot", cfg.perf.compile)
+    _check(cfg.perf.cuda_graphs in ("off", "auto", "on"), "perf.cuda_graphs", "off, auto, on", cfg.perf.cuda_graphs)
+    _check(cfg.perf.cuda_graphs != "on" or cfg.perf.compile != "off", "perf.cuda_graphs",
+           "off or auto while perf.compile=off (CUDA graphs replay compiled graphs)", cfg.perf.cuda_graphs)
+    for f in PerfConfig.switches():
+        if getattr(cfg.perf, f.name) != f.metadata["baseline"]:
+            for other, needed in f.metadata["requires"].items():
+                _check(getattr(cfg.perf, other) == needed, f"perf.{other}",
+                       f"{str(needed).lower()} while perf.{f.name}={getattr(cfg.perf, f.name)}",
+                       getattr(cfg.perf, other))
     _check(cfg.perf.critic_chunk_size >= 1, "perf.critic_chunk_size", "an integer >= 1", cfg.perf.critic_chunk_size)
     _check(cfg.perf.physics_partitions >= 1, "perf.physics_partitions", "an integer >= 1", cfg.perf.physics_partitions)
     return cfg

@@ -11,6 +11,7 @@ from syncfree.algo.storage import Batch, RolloutStorage
 from syncfree.config import PerfConfig, PPOConfig
 from syncfree.perf.phases import Phases
 from syncfree.policy.actor_critic import ActorCritic
+from syncfree.train import compiled
 
 if TYPE_CHECKING:
     from syncfree.train.distributed import Distributed
@@ -48,6 +49,8 @@ class PPO:
             self.optimizer.found_inf = self.found_inf  # read by the fused kernel: skips the step when 1
         self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
         self.stats = torch.zeros(len(UPDATE_STATS), device=device)
+        self.losses = compiled.hot(self.minibatch_losses, perf, device)
+        """`minibatch_losses`, or its compiled graph (`PerfConfig.compile`); its backward is compiled with it."""
         aux = getattr(policy, "auxiliary_loss", None)
         self.auxiliary_loss = aux if aux is not None and policy.cfg.reconstruction_weight > 0 else None
         """The policy's own extra loss (the token policy's reconstruction), added to PPO's."""
@@ -86,25 +89,11 @@ class PPO:
         return torch.randperm(batch_size, device=device)
 
     def minibatch_update(self, mb: Batch) -> None:
-        cfg, phase = self.cfg, self.phases
+        phase = self.phases
         with phase("update.forward"):
-            ev = self.policy.evaluate(mb.actor_obs, mb.critic_obs, mb.actions)
-            with torch.no_grad():
-                kl_mean = self.policy.head.kl(mb.old_dist_params, ev.dist_params).mean()
+            loss, parts, kl_mean = self.losses(mb)
             if self.adaptive and self.grad_all_reduce is None:
                 self.adapt_learning_rate(kl_mean)
-            ratio = torch.exp(ev.log_prob - mb.old_log_prob)
-            surrogate = torch.max(-mb.advantages * ratio,
-                                  -mb.advantages * ratio.clamp(1.0 - cfg.clip_param, 1.0 + cfg.clip_param)).mean()
-            if cfg.clipped_value_loss:
-                clipped = mb.old_values + (ev.value - mb.old_values).clamp(-cfg.clip_param, cfg.clip_param)
-                value_loss = torch.max((ev.value - mb.returns).square(), (clipped - mb.returns).square()).mean()
-            else:
-                value_loss = (ev.value - mb.returns).square().mean()
-            entropy = ev.entropy.mean()
-            loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
-            if self.auxiliary_loss is not None:
-                loss = loss + self.auxiliary_loss(mb.actor_obs)
         with phase("update.backward"):
             self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)
             loss.backward()
@@ -115,9 +104,30 @@ class PPO:
                 self.adapt_learning_rate(kl_mean)
             grad_norm = self.clip_and_step()
             with torch.no_grad():
-                clip_fraction = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
-                stats = torch.stack((surrogate, value_loss, entropy, kl_mean, clip_fraction, grad_norm))
-                self.stats.add_(stats)
+                self.stats.add_(torch.stack((*parts, grad_norm)))
+
+    def minibatch_losses(self, mb: Batch) -> tuple[Tensor, tuple[Tensor, ...], Tensor]:
+        """The loss to minimize; its parts (surrogate, value loss, entropy, KL, clip fraction) without gradient;
+        the mean KL. A pure function of the minibatch and the parameters (compiled when asked)."""
+        cfg = self.cfg
+        ev = self.policy.evaluate(mb.actor_obs, mb.critic_obs, mb.actions)
+        with torch.no_grad():
+            kl_mean = self.policy.head.kl(mb.old_dist_params, ev.dist_params).mean()
+        ratio = torch.exp(ev.log_prob - mb.old_log_prob)
+        surrogate = torch.max(-mb.advantages * ratio,
+                              -mb.advantages * ratio.clamp(1.0 - cfg.clip_param, 1.0 + cfg.clip_param)).mean()
+        if cfg.clipped_value_loss:
+            clipped = mb.old_values + (ev.value - mb.old_values).clamp(-cfg.clip_param, cfg.clip_param)
+            value_loss = torch.max((ev.value - mb.returns).square(), (clipped - mb.returns).square()).mean()
+        else:
+            value_loss = (ev.value - mb.returns).square().mean()
+        entropy = ev.entropy.mean()
+        loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
+        if self.auxiliary_loss is not None:
+            loss = loss + self.auxiliary_loss(mb.actor_obs)
+        with torch.no_grad():
+            clip_fraction = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
+        return loss, (surrogate.detach(), value_loss.detach(), entropy.detach(), kl_mean, clip_fraction), kl_mean
 
     def clip_and_step(self) -> Tensor:
         """Clip the global gradient norm and step, skipping (and counting) steps with non-finite gradients."""
@@ -173,6 +183,9 @@ class PPO:
             group["lr"] = self.optimizer_lr if isinstance(self.optimizer_lr, Tensor) else self.learning_rate
 
     def load_optimizer_state(self, state: dict) -> None:
-        """Load moments and step counts but keep this run's optimizer options (fused, foreach, lr object)."""
+        """Load moments and step counts but keep this run's optimizer options (fused, foreach, lr object). The
+        tensors are copied: `torch.optim` would otherwise keep those of a live state dict and share them."""
         own_groups = self.optimizer.state_dict()["param_groups"]
-        self.optimizer.load_state_dict({"state": state["state"], "param_groups": own_groups})
+        moments = {key: {name: value.clone() if isinstance(value, Tensor) else value for name, value in entry.items()}
+                   for key, entry in state["state"].items()}
+        self.optimizer.load_state_dict({"state": moments, "param_groups": own_groups})

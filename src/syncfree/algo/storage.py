@@ -22,6 +22,21 @@ class Batch(NamedTuple):
     returns: Tensor
 
 
+class StepRow(NamedTuple):
+    """Views of one rollout step in every buffer of the storage (made once: writing through them allocates nothing,
+    and a compiled step function takes them as inputs instead of a step index it would specialize on)."""
+
+    actor_obs: Tensor
+    critic_obs: Tensor
+    actions: Tensor
+    log_probs: Tensor
+    values: Tensor
+    dist_params: Tensor
+    rewards: Tensor
+    dones: Tensor
+    time_outs: Tensor
+
+
 class RolloutStorage:
     def __init__(self, steps: int, num_envs: int, actor_obs_dim: int, critic_obs_dim: int,
                  action_spec: ActionSpec, num_dist_params: int, device: torch.device) -> None:
@@ -44,23 +59,18 @@ class RolloutStorage:
         self.time_outs = zeros()
         self.advantages = zeros()
         self.returns = zeros()
+        self.rows = [StepRow(*(buffer[t] for buffer in (self.actor_obs, self.critic_obs, self.actions, self.log_probs,
+                                                         self.values, self.dist_params, self.rewards, self.dones,
+                                                         self.time_outs)))
+                     for t in range(steps)]
+        """`rows[t]`: the views of step t."""
 
     def store_policy_step(self, t: int, actor_obs: Tensor, critic_obs: Tensor, act: Act) -> None:
-        self.actor_obs[t].copy_(actor_obs)
-        self.critic_obs[t].copy_(critic_obs)
-        self.actions[t].copy_(act.actions)
-        self.log_probs[t].copy_(act.log_prob)
-        self.values[t].copy_(act.value)
-        self.dist_params[t].copy_(act.dist_params)
+        store_policy(self.rows[t], actor_obs, critic_obs, act)
 
     def store_env_step(self, t: int, reward: Tensor, done: Tensor, time_out: Tensor, gamma: float,
                        bootstrap_values: Tensor | None = None) -> None:
-        """Rewards of time-outs are bootstrapped with the value estimate: of the episode's final observation when
-        the env provides it (`bootstrap_values`), else of the step's observation, as rsl_rl does."""
-        self.time_outs[t].copy_(time_out)
-        values = self.values[t] if bootstrap_values is None else bootstrap_values
-        torch.addcmul(reward, values, self.time_outs[t], value=gamma, out=self.rewards[t])
-        self.dones[t].copy_(done)
+        store_env(self.rows[t], reward, done, time_out, gamma, bootstrap_values)
 
     def flat(self) -> Batch:
         """Views of the whole rollout with time and envs merged into one batch dimension."""
@@ -71,3 +81,22 @@ class RolloutStorage:
 
     def state_tensors(self) -> dict[str, Tensor]:
         return {k: v for k, v in vars(self).items() if isinstance(v, Tensor)}
+
+
+def store_policy(row: StepRow, actor_obs: Tensor, critic_obs: Tensor, act: Act) -> None:
+    row.actor_obs.copy_(actor_obs)
+    row.critic_obs.copy_(critic_obs)
+    row.actions.copy_(act.actions)
+    row.log_probs.copy_(act.log_prob)
+    row.values.copy_(act.value)
+    row.dist_params.copy_(act.dist_params)
+
+
+def store_env(row: StepRow, reward: Tensor, done: Tensor, time_out: Tensor, gamma: float,
+              bootstrap_values: Tensor | None = None) -> None:
+    """Rewards of time-outs are bootstrapped with the value estimate: of the episode's final observation when the
+    env provides it (`bootstrap_values`), else of the step's observation, as rsl_rl does."""
+    row.time_outs.copy_(time_out)
+    values = row.values if bootstrap_values is None else bootstrap_values
+    torch.addcmul(reward, values, row.time_outs, value=gamma, out=row.rewards)
+    row.dones.copy_(done)

@@ -23,6 +23,7 @@ from tqdm import tqdm
 from syncfree.config import PerfConfig, TrainConfig, preset
 from syncfree.perf.memory import live_bytes, peak_resident_bytes
 from syncfree.perf.phases import ALL_PHASES, ROLLOUT_PHASES, UPDATE_PHASES, PhaseCounter, PhaseTimer
+from syncfree.train import compiled
 from syncfree.train.trainer import Trainer, resolve_device
 
 Profile = Literal["quick", "full", "gpu-smoke"]
@@ -53,6 +54,9 @@ class BenchConfig:
     device: str = "auto"
     threads: int = 0
     """torch intra-op threads (0: leave torch's default)."""
+    compile: bool = True
+    """False: every configuration runs eagerly and the `compile` rows are left out (no compile time to wait
+    for; for checking the bench itself)."""
     seed: int = 0
 
     def resolved(self) -> BenchConfig:
@@ -69,15 +73,24 @@ class BenchConfig:
         return out
 
 
-def configurations(ablations: bool, add_one_in: bool = True) -> list[tuple[str, PerfConfig]]:
-    """baseline, optimized, and per switch: optimized without it (leave-one-out), baseline with it (add-one-in)."""
+def configurations(ablations: bool, add_one_in: bool = True, compile: bool = True) -> list[tuple[str, PerfConfig]]:
+    """baseline, optimized, and per switch: optimized without it (leave-one-out), baseline with it (add-one-in).
+    `compile=False`: all eager, without the compile rows."""
+    if not compile:
+        return [(name, dataclasses.replace(perf, compile="off"))
+                for name, perf in configurations(ablations, add_one_in) if not name.endswith(" compile")]
     configs = [("baseline", PerfConfig.preset("baseline")), ("optimized", PerfConfig.preset("optimized"))]
     if ablations:
         for f in PerfConfig.switches():
-            configs.append((f"optimized - {f.name}", dataclasses.replace(PerfConfig(), **{f.name: f.metadata["baseline"]})))
-        for f in PerfConfig.switches() if add_one_in else ():
-            configs.append((f"baseline + {f.name}",
-                            dataclasses.replace(PerfConfig.preset("baseline"), **{f.name: f.metadata["optimized"]})))
+            changes = {f.name: f.metadata["baseline"]}
+            needing = [g.name for g in PerfConfig.switches()  # switches that cannot run without this one
+                       if g.metadata["requires"].get(f.name, f.metadata["baseline"]) != f.metadata["baseline"]]
+            changes.update({name: PerfConfig.switches_by_name()[name].metadata["baseline"] for name in needing})
+            also = f" (and {', '.join(needing)})" if needing else ""
+            configs.append((f"optimized - {f.name}{also}", dataclasses.replace(PerfConfig(), **changes)))
+        for f in PerfConfig.switches() if add_one_in else ():  # with the values it needs (e.g. compile)
+            configs.append((f"baseline + {f.name}", dataclasses.replace(
+                PerfConfig.preset("baseline"), **{f.name: f.metadata["optimized"], **f.metadata["requires"]})))
     return configs
 
 
@@ -108,15 +121,18 @@ def time_iterations(trainer: Trainer, iterations: int) -> float:
 
 class Floor:
     """The compute floor of one iteration: env-only, policy-forward-only and update-only loops at the same sizes,
-    with the optimized kernels, on a trainer of its own (its rollout storage filled by one real iteration)."""
+    with the optimized kernels (compiled ones unless the bench runs eagerly), on a trainer of its own (its rollout
+    storage filled by one real iteration)."""
 
     def __init__(self, bench: BenchConfig, num_envs: int) -> None:
-        self.trainer = Trainer(train_config(bench, num_envs, PerfConfig()))
+        self.trainer = Trainer(train_config(bench, num_envs, PerfConfig(compile="hot" if bench.compile else "off")))
         time_iterations(self.trainer, 1)
         steps, policy, obs = self.trainer.cfg.ppo.steps_per_env, self.trainer.policy, self.trainer.obs
+        self.act = compiled.hot(policy.act, self.trainer.cfg.perf, self.trainer.device)
+        """The policy's act as the trainer runs it (one compiled graph with compile on)."""
         with torch.inference_mode():
             self.obs = {k: v.clone() for k, v in obs.items()}
-            self.actions = torch.stack([policy.act(self.obs["policy"], self.obs["critic"]).actions
+            self.actions = torch.stack([self.act(self.obs["policy"], self.obs["critic"]).actions
                                         for _ in range(steps)])
 
     def measure(self) -> dict[str, float]:
@@ -130,7 +146,7 @@ class Floor:
         def policy_loop() -> None:
             with torch.inference_mode():
                 for _ in range(steps):
-                    trainer.policy.act(self.obs["policy"], self.obs["critic"])
+                    self.act(self.obs["policy"], self.obs["critic"])
 
         def timed(fn: Callable[[], None]) -> float:
             sync(trainer.device)
@@ -218,12 +234,16 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
     """Every configuration at one size: interleaved timing, counts, phases, memory, floor."""
     trainers: dict[str, Trainer] = {}
     memory: dict[str, dict[str, float]] = {}
+    warmup_seconds: dict[str, float] = {}
+    """Untimed warm-up iterations, compile time included (graphs another configuration compiled are reused)."""
     for name, perf in configs:
         cfg = train_config(bench, num_envs, perf)
         if cfg.device != "cpu" and torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         trainer = Trainer(cfg)
+        started = time.perf_counter()
         time_iterations(trainer, bench.warmup)
+        warmup_seconds[name] = time.perf_counter() - started
         trainers[name] = trainer
         memory[name] = {"tensor_bytes": tensor_bytes(trainer), "bytes_per_env": tensor_bytes(trainer) / num_envs}
         if trainer.device.type == "cuda":
@@ -241,6 +261,7 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
         row["counts"] = count_iteration(trainer)
         row["phase_seconds"] = time_phases(trainer)
         row["memory"] = memory[name]
+        row["warmup_seconds"] = warmup_seconds[name]
         rows[name] = row
         progress.update(1)
     return {"num_envs": num_envs, "steps_per_iteration": steps_per_iteration, "floor_seconds": floor_time,
@@ -254,7 +275,8 @@ def bench_scaling(bench: BenchConfig, progress: tqdm) -> list[dict[str, Any]]:
     """Steps/s of baseline and optimized, and the floor, against the number of envs."""
     points = []
     for num_envs in bench.scaling:
-        trainers = {name: Trainer(train_config(bench, num_envs, perf)) for name, perf in configurations(False)}
+        trainers = {name: Trainer(train_config(bench, num_envs, perf))
+                    for name, perf in configurations(False, compile=bench.compile)}
         for trainer in trainers.values():
             time_iterations(trainer, bench.warmup)
         times, floor_time, _ = interleave(trainers, Floor(bench, num_envs), bench)
@@ -272,7 +294,7 @@ def run(bench: BenchConfig) -> dict[str, Any]:
     bench = bench.resolved()
     if bench.threads:
         torch.set_num_threads(bench.threads)
-    configs = configurations(bench.ablations, bench.add_one_in)
+    configs = configurations(bench.ablations, bench.add_one_in, bench.compile)
     per_size = 2 * len(configs) + bench.repeats * len(configs)
     progress = tqdm(total=per_size * len(bench.num_envs) + len(bench.scaling), unit="step", desc="bench",
                     dynamic_ncols=True)
@@ -289,7 +311,8 @@ def run(bench: BenchConfig) -> dict[str, Any]:
         "scaling": scaling,
         "peak_rss_bytes": peak_resident_bytes(),
         "wall_seconds": time.time() - started,
-        "notes": "Counts see eager code only (a dispatch mode stops dynamo from compiling what it watches).",
+        "notes": "Counts see eager code only (a dispatch mode stops dynamo from compiling what it watches): a "
+                 "compiled configuration is counted with its hot functions run eagerly.",
     }
 
 

@@ -9,13 +9,17 @@ import torch
 
 
 def live_tensor_storages() -> tuple[int, int]:
-    """(count, bytes) of distinct tensor storages reachable from Python objects (for CPU runs)."""
+    """(count, bytes) of distinct tensor storages reachable from Python objects (for CPU runs). The fake tensors
+    that compiled graphs keep (no data) are skipped."""
     gc.collect()
     seen: dict[int, int] = {}
     for obj in gc.get_objects():
         if issubclass(type(obj), torch.Tensor) and obj.device.type != "meta":
-            storage = obj.untyped_storage()
-            seen[storage.data_ptr()] = storage.nbytes()
+            try:
+                storage = obj.untyped_storage()
+                seen[storage.data_ptr()] = storage.nbytes()
+            except RuntimeError:  # FakeTensor / FunctionalTensor: no data pointer
+                continue
     return len(seen), sum(seen.values())
 
 

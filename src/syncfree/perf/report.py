@@ -54,7 +54,9 @@ def markdown(result: dict[str, Any]) -> str:
         "",
         f"Peak resident set of the bench process: {result.get('peak_rss_bytes', 0) / 2**20:,.0f} MiB.",
         "",
-        "Counts (host syncs, aten ops, new storages) come from one untimed iteration; they see eager code only.",
+        "Counts (host syncs, aten ops, new storages) come from one untimed iteration; they see eager code only (a "
+        "compiled configuration is counted with its hot functions run eagerly). Warm-up: the untimed first "
+        "iterations, compile time included (a graph compiled for an earlier configuration is reused).",
         "Efficiency = compute floor time / measured time, the floor being env-only + policy-forward-only + "
         "update-only loops at the same sizes with the optimized kernels, measured in every repeat alongside the "
         "configurations (median).",
@@ -69,8 +71,8 @@ def markdown(result: dict[str, Any]) -> str:
                   "",
                   "| configuration | steps/s median (min–max) | × baseline (min–max) | efficiency | syncs/step | "
                   "ops/step | allocs/step | syncs/minibatch | ops/minibatch | allocs/minibatch | syncs/iteration | "
-                  "bytes/env |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "bytes/env | warm-up s |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name, row in size["configs"].items():
             s, r, c = row["steps_per_s"], row["ratio_to_baseline"], row["counts"]
             lines.append(
@@ -78,7 +80,7 @@ def markdown(result: dict[str, Any]) -> str:
                 f"({r['min']:.3f}–{r['max']:.3f}) | {row['efficiency']:.2f} | {c['syncs_per_step']:g} | "
                 f"{c['ops_per_step']:g} | {c['allocations_per_step']:g} | {c['syncs_per_minibatch']:g} | "
                 f"{c['ops_per_minibatch']:g} | {c['allocations_per_minibatch']:g} | {c['syncs_per_iteration']} | "
-                f"{row['memory']['bytes_per_env']:,.0f} |")
+                f"{row['memory']['bytes_per_env']:,.0f} | {row.get('warmup_seconds', float('nan')):.1f} |")
         lines += ["", "Phase breakdown (ms per iteration):", "",
                   "| configuration | " + " | ".join(ALL_PHASES) + " |", "|---|" + "---|" * len(ALL_PHASES)]
         for name in ("baseline", "optimized"):

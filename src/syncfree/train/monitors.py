@@ -25,14 +25,14 @@ class EpisodeStats:
         self._steps, self._num_envs = steps, num_envs
         if deferred:
             self._buffer = torch.zeros(3, steps, num_envs, device=device)  # done, return, length
+            self.rows = list(self._buffer.unbind(1))
+            """`rows[t]`: the [3, num_envs] view of step t (done, return, length), for `record_row`."""
         else:
             self._pending: list[tuple[float, float]] = []
 
     def record(self, t: int, done: Tensor, episode_return: Tensor, episode_length: Tensor) -> None:
         if self.deferred:
-            self._buffer[0, t].copy_(done)
-            self._buffer[1, t].copy_(episode_return)
-            self._buffer[2, t].copy_(episode_length)
+            record_row(self.rows[t], done, episode_return, episode_length)
             return
         ids = done.nonzero().squeeze(-1)
         self._pending.extend(zip(episode_return[ids].cpu().tolist(), episode_length[ids].float().cpu().tolist(),
@@ -73,22 +73,21 @@ class NonFiniteMonitor:
     """The first step of the iteration at which an env produced NaN or Inf (observation group or reward), and
     which envs did so then: a NaN spreads to every env through the normalizer, so only the first ones matter."""
 
-    def __init__(self, num_envs: int, device: torch.device, deferred: bool) -> None:
+    def __init__(self, num_envs: int, device: torch.device, deferred: bool, steps: int = 1) -> None:
         self.deferred = deferred
         self.num_envs = num_envs
         if deferred:
             self._first_step = torch.full((num_envs,), float("inf"), device=device)
+            self.step_values = list(torch.arange(steps, dtype=torch.float32, device=device).unbind())
+            """`step_values[t]`: step t as a 0-dim device tensor, for `check_row`."""
         else:
             self._first: tuple[int, list[int]] | None = None
 
     def check(self, t: int, obs: dict[str, Tensor], reward: Tensor) -> None:
-        tensors = [reward, *{id(x): x for x in obs.values()}.values()]  # a group shared by two names counts once
         if self.deferred:
-            bad = torch.zeros_like(self._first_step, dtype=torch.bool)
-            for x in tensors:
-                bad.logical_or_(_row_not_finite(x))
-            torch.minimum(self._first_step, torch.where(bad, float(t), float("inf")), out=self._first_step)
+            self.check_row(self.step_values[t], obs, reward)
             return
+        tensors = _distinct(obs, reward)
         if self._first is not None:
             return
         for x in tensors:
@@ -98,6 +97,13 @@ class NonFiniteMonitor:
                     bad |= _row_not_finite(y)
                 self._first = (t, bad.nonzero().squeeze(-1).tolist())
                 return
+
+    def check_row(self, step: Tensor, obs: dict[str, Tensor], reward: Tensor) -> None:
+        """The deferred check of one step (`step`: its index as a 0-dim tensor, see `step_values`)."""
+        bad = torch.zeros_like(self._first_step, dtype=torch.bool)
+        for x in _distinct(obs, reward):
+            bad.logical_or_(_row_not_finite(x))
+        torch.minimum(self._first_step, torch.where(bad, step, float("inf")), out=self._first_step)
 
     def device_payload(self) -> Tensor | None:
         return self._first_step if self.deferred else None
@@ -121,6 +127,23 @@ class NonFiniteMonitor:
             return None if np.isinf(first) else (int(first), np.flatnonzero(payload == first).tolist())
         first, self._first = self._first, None
         return first
+
+
+def record_row(row: Tensor, done: Tensor, episode_return: Tensor, episode_length: Tensor) -> None:
+    """Write one step's done flags, returns and lengths into `row` ([3, num_envs], see `EpisodeStats.rows`)."""
+    row[0].copy_(done)
+    row[1].copy_(episode_return)
+    row[2].copy_(episode_length)
+
+
+def _distinct(obs: dict[str, Tensor], reward: Tensor) -> list[Tensor]:
+    """The reward and each observation tensor once (a group shared by two names counts once). Compared with `is`,
+    not `id()`: a compiled step would guard on the ids and compile again for every new env."""
+    tensors = [reward]
+    for x in obs.values():
+        if not any(x is seen for seen in tensors):
+            tensors.append(x)
+    return tensors
 
 
 def _row_not_finite(x: Tensor) -> Tensor:

@@ -15,14 +15,14 @@ from tqdm import tqdm
 
 from syncfree.algo.advantages import compute_gae
 from syncfree.algo.ppo import PPO, UPDATE_STATS
-from syncfree.algo.storage import RolloutStorage
+from syncfree.algo.storage import RolloutStorage, StepRow, store_env, store_policy
 from syncfree.config import TrainConfig, to_dict, validate
 from syncfree.envs import VecEnv, make_env
 from syncfree.errors import NonFiniteError, UserError
 from syncfree.perf.phases import Phases
 from syncfree.policy import ActorCritic
 from syncfree.policy.token_encoder import TokenActorCritic, default_layout
-from syncfree.train import checkpoint
+from syncfree.train import checkpoint, compiled
 from syncfree.train.distributed import (
     Distributed,
     NormalizerSync,
@@ -31,7 +31,7 @@ from syncfree.train.distributed import (
     running_norms,
 )
 from syncfree.train.logger import RunLogger
-from syncfree.train.monitors import EpisodeStats, NonFiniteMonitor
+from syncfree.train.monitors import EpisodeStats, NonFiniteMonitor, record_row
 
 
 class Trainer:
@@ -72,10 +72,15 @@ class Trainer:
         self.storage = RolloutStorage(steps, n, self.actor_dim, self.critic_dim, self.env.action_spec,
                                       self.policy.head.num_params, self.device)
         self.episodes = EpisodeStats(steps, n, self.device, deferred=cfg.perf.deferred_episode_stats)
-        self.nonfinite = NonFiniteMonitor(n, self.device, deferred=cfg.perf.deferred_nonfinite_check)
+        self.nonfinite = NonFiniteMonitor(n, self.device, deferred=cfg.perf.deferred_nonfinite_check, steps=steps)
         self._next_actor_obs = (torch.zeros(n, self.actor_dim, device=self.device)
                                 if cfg.policy.kind == "token" else None)
         """Where the token policy assembles the next observation for its normalizers."""
+        compiled.use_cuda_graphs(cfg.perf, self.device)  # rejects cuda_graphs=on off a GPU
+        self._act_step = compiled.hot(self.act_step, cfg.perf, self.device)
+        self._record_step = compiled.hot(self.record_step, cfg.perf, self.device)
+        self._gae = compute_gae if self.dist is not None else compiled.hot(compute_gae, cfg.perf, self.device)
+        """With several processes the advantage statistics need a collective: GAE then stays eager."""
         self.obs = self.env.reset()
         self.iteration = 0
         self.env_steps = 0
@@ -133,6 +138,9 @@ class Trainer:
 
     def rollout_step(self, t: int) -> None:
         """Act, step the environment, store: device tensors only."""
+        if self.cfg.perf.compile != "off":
+            self.compiled_rollout_step(t)
+            return
         obs, phase = self.obs, self.phases
         with phase("act"):
             out = self.storage.actor_obs[t] if self._next_actor_obs is not None else None
@@ -143,10 +151,7 @@ class Trainer:
         with phase("env"):
             step = self.env.step(act.actions)
             done = step.terminated | step.truncated
-        bootstrap_values = None
-        if "final_obs" in step.info:  # time-outs bootstrap from the value of the episode's last observation
-            with phase("act"), torch.inference_mode():
-                bootstrap_values = self.policy.value(step.info["final_obs"]["critic"])
+        bootstrap_values = self.final_values(step)
         with phase("normalizer"):
             self.policy.update_normalizers(self.policy.actor_input(step.obs, out=self._next_actor_obs),
                                            step.obs["critic"])
@@ -157,12 +162,59 @@ class Trainer:
             self.nonfinite.check(t, step.obs, step.reward)
         self.obs = step.obs
 
+    def compiled_rollout_step(self, t: int) -> None:
+        """The same step as two compiled graphs around the env step: `act_step` (timed as the act phase) and
+        `record_step` (normalizers, storage and bookkeeping; timed as the stats phase)."""
+        phase, deferred = self.phases, self.episodes.deferred and self.nonfinite.deferred
+        with phase("act"):
+            actions = self._act_step(self.obs, self.storage.rows[t])
+        with phase("env"):
+            step = self.env.step(actions)
+        bootstrap_values = self.final_values(step)
+        with phase("stats"):
+            self._record_step(step.obs, step.reward, step.terminated, step.truncated, step.info["episode_return"],
+                              step.info["episode_length"], bootstrap_values, self.storage.rows[t],
+                              self.episodes.rows[t] if deferred else None,
+                              self.nonfinite.step_values[t] if deferred else None)
+            if not deferred:  # the conventional monitors read the host: outside the graph
+                done = step.terminated | step.truncated
+                self.episodes.record(t, done, step.info["episode_return"], step.info["episode_length"])
+                self.nonfinite.check(t, step.obs, step.reward)
+        self.obs = step.obs
+
+    def act_step(self, obs: dict[str, torch.Tensor], row: StepRow) -> torch.Tensor:
+        """Normalize, act, sample and store the policy's side of one step; returns the actions."""
+        actor_obs = self.policy.actor_input(obs, out=row.actor_obs if self._next_actor_obs is not None else None)
+        act = self.policy.act(actor_obs, obs["critic"])
+        store_policy(row, actor_obs, obs["critic"], act)
+        return act.actions
+
+    def record_step(self, obs: dict[str, torch.Tensor], reward: torch.Tensor, terminated: torch.Tensor,
+                    truncated: torch.Tensor, episode_return: torch.Tensor, episode_length: torch.Tensor,
+                    bootstrap_values: torch.Tensor | None, row: StepRow, episode_row: torch.Tensor | None,
+                    step_value: torch.Tensor | None) -> None:
+        """Normalizer updates, the env's side of the storage, and (when given their rows) the deferred episode
+        and non-finite bookkeeping of one step."""
+        done = terminated | truncated
+        self.policy.update_normalizers(self.policy.actor_input(obs, out=self._next_actor_obs), obs["critic"])
+        store_env(row, reward, done, truncated, self.cfg.ppo.gamma, bootstrap_values)
+        if episode_row is not None:
+            record_row(episode_row, done, episode_return, episode_length)
+            self.nonfinite.check_row(step_value, obs, reward)
+
+    def final_values(self, step) -> torch.Tensor | None:
+        """Time-outs bootstrap from the value of the episode's last observation, when the env provides it."""
+        if "final_obs" not in step.info:
+            return None
+        with self.phases("act"), torch.inference_mode():
+            return self.policy.value(step.info["final_obs"]["critic"])
+
     def compute_advantages(self) -> None:
         s = self.storage
         last_values = self.policy.value(self.obs["critic"])
         mean_std = None if self.dist is None else (lambda x: global_mean_std(x, self.dist))
-        compute_gae(s.rewards, s.values, s.dones, last_values, self.cfg.ppo.gamma, self.cfg.ppo.lam,
-                    s.advantages, s.returns, mean_std=mean_std)
+        self._gae(s.rewards, s.values, s.dones, last_values, self.cfg.ppo.gamma, self.cfg.ppo.lam,
+                  s.advantages, s.returns, mean_std=mean_std)
 
     def read_iteration(self, update_stats: torch.Tensor) -> np.ndarray:
         parts = [update_stats, self.nonfinite.device_payload(), self.episodes.device_payload()]

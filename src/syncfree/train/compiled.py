@@ -1,0 +1,57 @@
+"""`torch.compile` of the hot functions (`PerfConfig.compile`), optionally replayed as CUDA graphs.
+
+Every compiled function is a whole graph (`fullgraph=True`): a host read or an unsupported call inside it fails at
+the first call instead of splitting the graph silently, which is how "no host read" is checked for compiled code
+(the op counters of `syncfree.perf` see eager code only). Shapes are static (`dynamic=False`): after the first
+iteration nothing compiles again.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TypeVar
+
+import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+from syncfree.config import PerfConfig
+from syncfree.errors import UserError
+
+F = TypeVar("F", bound=Callable)
+
+
+def use_cuda_graphs(perf: PerfConfig, device: torch.device) -> bool:
+    """Whether compiled graphs are replayed as CUDA graphs; `cuda_graphs=on` off a CUDA device is an error."""
+    if perf.cuda_graphs == "on" and device.type != "cuda":
+        raise UserError(f"perf.cuda_graphs=on needs a CUDA device, but the run is on {device.type} "
+                        "(use perf.cuda_graphs=auto or off)")
+    return perf.compile != "off" and perf.cuda_graphs != "off" and device.type == "cuda"
+
+
+def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
+    """`fn` itself with compile off, else its compiled whole graph.
+
+    Under a dispatch mode (the op and sync counters of `syncfree.perf`) dynamo does not compile, so there the
+    compiled form runs `fn` eagerly: counts of a compiled configuration are those of the same functions run
+    eagerly, and the graph itself is checked by `fullgraph=True`."""
+    if perf.compile == "off":
+        return fn
+    mode = "reduce-overhead" if use_cuda_graphs(perf, device) else None
+    graph = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        if _get_current_dispatch_mode() is not None:
+            return fn(*args, **kwargs)
+        return graph(*args, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
+def compile_counts() -> dict[str, int]:
+    """Graphs compiled so far in this process (dynamo's counters): steady state means these stop growing."""
+    from torch._dynamo.utils import counters
+
+    return {"unique_graphs": int(counters["stats"]["unique_graphs"]),
+            "frames_ok": int(counters["frames"]["ok"])}

@@ -1,0 +1,145 @@
+"""`perf.compile`: the compiled hot loop against the eager one, steady state without recompiles, and bad settings.
+
+Compiled kernels round differently from eager ones (fused elementwise code), so compiled and eager are compared
+within a stated tolerance on identical inputs, with inductor drawing random numbers exactly as eager does
+(`fallback_random`); the CartPole learning test (tests/test_learning.py) trains with the default, compiled, config.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._inductor.config as inductor_config
+
+from conftest import TEST_DEVICE, small_config
+from syncfree.algo.storage import Batch
+from syncfree.cli import main
+from syncfree.errors import UserError
+from syncfree.train.compiled import compile_counts
+from syncfree.train.trainer import Trainer
+
+TOLERANCE = dict(rtol=1e-5, atol=1e-5)
+"""Compiled vs eager, float32: a few ulps per fused kernel, grown through two small MLPs and one Adam step."""
+
+
+@pytest.fixture
+def same_random_numbers(monkeypatch):
+    monkeypatch.setattr(inductor_config, "fallback_random", True)
+
+
+def pair(task: str = "pendulum", max_episode_length: int = 10) -> tuple[Trainer, Trainer]:
+    """An eager and a compiled trainer built from the same seed: equal parameters, env states and RNG states."""
+    trainers = []
+    for mode in ("off", "hot"):
+        cfg = small_config(task, compile=mode)
+        cfg.env.max_episode_length = max_episode_length
+        trainers.append(Trainer(cfg))
+    return trainers[0], trainers[1]
+
+
+def assert_close_tensors(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], **TOLERANCE, msg=lambda m, name=name: f"{name}: {m}")
+
+
+@pytest.mark.usefixtures("same_random_numbers")
+def test_compiled_rollout_matches_eager() -> None:
+    """Act, storage writes, normalizers and bookkeeping of 8 steps: the same tensors within the tolerance."""
+    eager, compiled = pair(max_episode_length=5)
+    for trainer in (eager, compiled):
+        torch.manual_seed(1)
+        with torch.inference_mode():
+            for t in range(trainer.cfg.ppo.steps_per_env):
+                trainer.rollout_step(t)
+    assert_close_tensors(eager.storage.state_tensors(), compiled.storage.state_tensors())
+    assert_close_tensors(dict(eager.policy.named_buffers()), dict(compiled.policy.named_buffers()))
+    torch.testing.assert_close(eager.episodes.device_payload(), compiled.episodes.device_payload(), **TOLERANCE)
+    assert torch.equal(eager.nonfinite.device_payload(), compiled.nonfinite.device_payload())
+    assert eager.storage.time_outs.sum() > 0  # time-outs (5 steps) happened inside the compared 8 steps
+
+
+@pytest.mark.usefixtures("same_random_numbers")
+def test_one_compiled_update_on_an_identical_rollout_matches_eager() -> None:
+    eager, compiled = pair()
+    eager.cfg.iterations = 1
+    eager.learn()  # fills the storage
+    compiled.load_state_dict(eager.state_dict())
+    for name, x in eager.storage.state_tensors().items():
+        getattr(compiled.storage, name).copy_(x)
+    size = compiled.storage.returns.numel() // compiled.cfg.ppo.num_minibatches
+    compiled.ppo.losses(Batch(*(x[:size] for x in compiled.storage.flat())))  # compiling may draw random numbers
+    before = {n: p.detach().clone() for n, p in eager.policy.named_parameters()}
+    stats = []
+    for trainer in (eager, compiled):
+        torch.manual_seed(2)  # the same minibatch order
+        stats.append(trainer.ppo.update(trainer.storage))
+    # the means of the minibatch losses: the surrogate is a small difference of large terms (~1e-4 of them)
+    torch.testing.assert_close(stats[0], stats[1], rtol=1e-3, atol=1e-6)
+    assert_close_tensors(dict(eager.policy.named_parameters()), dict(compiled.policy.named_parameters()))
+    for (_, a), (_, b) in zip(eager.ppo.optimizer.state_dict()["state"].items(),
+                              compiled.ppo.optimizer.state_dict()["state"].items(), strict=True):
+        assert_close_tensors(a, b)
+    assert all(not torch.equal(p, before[n]) for n, p in compiled.policy.named_parameters())  # it did update
+
+
+def test_no_recompilation_in_steady_state() -> None:
+    trainer = Trainer(small_config("cartpole", compile="hot"))
+    trainer.cfg.iterations = 1
+    trainer.learn()
+    warm = compile_counts()
+    trainer.cfg.iterations = 3
+    trainer.learn()
+    assert compile_counts() == warm
+    assert warm["unique_graphs"] >= 4  # act step, record step, advantages, minibatch losses
+    # a second trainer of the same shapes reuses the graphs: nothing compiles for it either
+    other = Trainer(small_config("cartpole", compile="hot"))
+    other.cfg.iterations = 1
+    other.learn()
+    assert compile_counts() == warm
+
+
+def test_a_host_read_inside_a_compiled_function_fails_loudly() -> None:
+    """`fullgraph=True` is what checks compiled code for host reads: a `.item()` in the act step is an error,
+    not a silent graph break."""
+    trainer = Trainer(small_config("cartpole", compile="hot"))
+    act = trainer.policy.act
+
+    def act_with_a_host_read(actor_obs, critic_obs):
+        out = act(actor_obs, critic_obs)
+        if out.value.sum().item() > 1e30:
+            raise AssertionError("unreachable")
+        return out
+
+    trainer.policy.act = act_with_a_host_read
+    trainer.cfg.iterations = 1
+    with pytest.raises(Exception, match=r"(?i)graph break|data-dependent|item|Unsupported"):
+        trainer.learn()
+
+
+def test_compile_with_validated_distributions_is_refused() -> None:
+    with pytest.raises(UserError, match=r"perf\.validate_distributions"):
+        Trainer(small_config("cartpole", compile="hot", validate_distributions=True))
+
+
+@pytest.mark.skipif(TEST_DEVICE == "cuda", reason="the CPU refusal")
+def test_cuda_graphs_on_a_cpu_is_refused_in_one_line(capsys) -> None:
+    assert main(["train", "--task", "cartpole", "--device", "cpu", "--perf.cuda_graphs", "on", "--iterations", "1",
+                 "--log.progress", "false"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "perf.cuda_graphs=on needs a CUDA device" in err[0]
+    assert main(["train", "--task", "cartpole", "--perf.compile", "off", "--perf.cuda_graphs", "on",
+                 "--iterations", "1"]) == 2
+    assert "perf.cuda_graphs" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(TEST_DEVICE != "cuda", reason="CUDA graphs need a GPU")
+def test_cuda_graph_replays_draw_new_noise() -> None:
+    trainer = Trainer(small_config("pendulum", compile="hot", cuda_graphs="on"))
+    trainer.cfg.iterations = 2
+    trainer.learn()  # warm-up and capture
+    row = trainer.storage.rows[0]
+    with torch.inference_mode():
+        first = trainer._act_step(trainer.obs, row).clone()
+        second = trainer._act_step(trainer.obs, row).clone()
+    assert not torch.equal(first, second)
