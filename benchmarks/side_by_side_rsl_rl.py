@@ -6,7 +6,8 @@
 Same work per iteration, checked below: the same env (rsl_rl sees it through `SyncfreeToRslRl`), env steps per
 iteration, epochs, minibatch count and size, network sizes and activation (parameter counts asserted equal),
 observation normalization of actor and critic, Gaussian head with a learned log-std, adaptive KL schedule and
-PPO coefficients. Known differences: rsl_rl folds observations into its normalizer once per iteration, syncfree
+PPO coefficients, and the env's step compiled as syncfree's default compiles it (both trainers step the same
+compiled env). Known differences: rsl_rl folds observations into its normalizer once per iteration, syncfree
 at every step; rsl_rl draws one minibatch permutation per update, syncfree one per epoch.
 """
 
@@ -16,6 +17,7 @@ import argparse
 import contextlib
 import io
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -39,6 +41,7 @@ from syncfree.perf.bench import (
     train_config,
 )
 from syncfree.perf.counters import Counts
+from syncfree.train import compiled
 from syncfree.train.trainer import Trainer, resolve_device
 
 SYNCFREE_VARIANTS = {
@@ -88,6 +91,7 @@ class RslRlRun:
 
         torch.manual_seed(cfg.seed)
         env = make_env(cfg.task, cfg.env.num_envs, resolve_device(cfg.device), cfg.seed)
+        env.compile_step(lambda fn: compiled.hot(fn, PerfConfig(), env.device))  # the env syncfree steps, too
         self.env = SyncfreeToRslRl(env)
         log_dir = str(log_root / f"rsl_rl-{len(list(log_root.iterdir()))}") if variant["logger"] else None
         with contextlib.redirect_stdout(io.StringIO()):
@@ -183,11 +187,12 @@ def run_size(num_envs: int, args: argparse.Namespace, log_root: Path) -> dict:
         warm[name] = time.perf_counter() - start
         print(f"  {num_envs} envs: warmed up {name} ({warm[name]:.1f} s)", file=sys.stderr)
     floor = Floor(bench, num_envs)
+    iterations = max(args.iterations, math.ceil(args.min_seconds / runs["syncfree optimized"].learn(1)))
     times: dict[str, list[float]] = {name: [] for name in runs}
     floors = []
     for r in range(args.repeats):
         for name, run in runs.items():
-            times[name].append(run.learn(args.iterations))
+            times[name].append(run.learn(iterations))
         floors.append(floor.measure())
         print(f"  {num_envs} envs: repeat {r + 1}/{args.repeats} done", file=sys.stderr)
     floor_seconds = {key: statistics.median(f[key] for f in floors) for key in floors[0]}
@@ -198,7 +203,7 @@ def run_size(num_envs: int, args: argparse.Namespace, log_root: Path) -> dict:
                       "seconds_per_iteration": times[name], "warmup_seconds": warm[name],
                       "efficiency": floor_seconds["total"] / statistics.median(times[name]), **run.count_iteration()}
     return {"num_envs": num_envs, "steps_per_iteration": steps.pop(), "parameters": params.popitem()[1],
-            "floor_seconds": floor_seconds, "runs": rows}
+            "iterations_per_measurement": iterations, "floor_seconds": floor_seconds, "runs": rows}
 
 
 def markdown(result: dict) -> str:
@@ -208,7 +213,7 @@ def markdown(result: dict) -> str:
              f"cores, torch {m['torch']} with {m['torch_threads']} thread(s), Python {m['python']}; rsl-rl-lib "
              f"{result['rsl_rl_version']}. Task `{result['task']}`, {result['ppo']['steps_per_env']} steps x "
              f"{result['ppo']['num_epochs']} epochs x {result['ppo']['num_minibatches']} minibatches, "
-             f"{result['repeats']} interleaved repeats of {result['iterations']} iterations after warm-up.", "",
+             f"{result['repeats']} interleaved repeats after warm-up.", "",
              "Ops and syncs per step are the trainer's side of a rollout step (act, storage, normalizer, statistics, "
              "NaN check, logger), counted in one untimed iteration; the env's own ops are excluded. Compiled code is "
              "counted run eagerly (the counters cannot see inside a graph). Efficiency = compute floor time / "
@@ -219,7 +224,8 @@ def markdown(result: dict) -> str:
         same_work = [n for n in runs if n.startswith("rsl_rl") and n != "rsl_rl no logger"]
         best = max(same_work, key=lambda n: runs[n]["steps_per_s"]["median"]) if same_work else None
         lines += [f"## {size['num_envs']} envs ({size['steps_per_iteration']:,} steps per iteration, "
-                  f"{size['parameters']:,} parameters)", "",
+                  f"{size['parameters']:,} parameters, {size.get('iterations_per_measurement', result['iterations'])} "
+                  "iterations per measurement)", "",
                   f"Compute floor (env-only + compiled policy-forward-only + update-only loops, median of repeats): "
                   f"{size['steps_per_iteration'] / size['floor_seconds']['total']:,.0f} steps/s.", "",
                   "| trainer | steps/s median (min–max) | × rsl_rl best | efficiency | trainer ops/step | syncs/step "
@@ -244,7 +250,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--iterations", type=int, default=2, help="timed iterations per repeat")
+    parser.add_argument("--iterations", type=int, default=2, help="timed iterations per repeat (at least)")
+    parser.add_argument("--min_seconds", type=float, default=1.0,
+                        help="each measurement runs at least this long, judged from syncfree optimized's speed")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first (compilation happens here)")
     parser.add_argument("--rsl_variants", nargs="+", default=list(RSL_VARIANTS), choices=list(RSL_VARIANTS))
     parser.add_argument("--out", default="")

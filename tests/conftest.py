@@ -4,16 +4,21 @@ import os
 
 import pytest
 import torch
+import torch._dynamo
 
 from syncfree.config import PerfConfig, PolicyConfig, PPOConfig, TrainConfig
 
+os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
+torch._dynamo.config.disable = os.environ["TORCH_COMPILE_DISABLE"] == "1"
+"""`torch.compile` runs its functions eagerly in this suite and in the processes it starts (compiling costs seconds
+per graph on this machine); tests of compiled code turn it on with the `compile_enabled` fixture."""
 TEST_DEVICE = os.environ.get("SYNCFREE_TEST_DEVICE", "cpu")
 """Set to `cuda` to run the small-preset tests on a GPU (budgets then also run under sync-debug mode "error")."""
 
 
 def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
-    """The small preset of the equivalence tests: 32 envs x 8 steps, 2 epochs x 2 minibatches. Eager unless
-    `compile` is passed: compiling costs seconds per trainer, and the compiled path has tests of its own."""
+    """The small preset of the equivalence tests: 32 envs x 8 steps, 2 epochs x 2 minibatches, `perf.compile` off
+    unless given (the compiled path has tests of its own)."""
     cfg = TrainConfig(task=task, seed=3, device=TEST_DEVICE, iterations=3)
     cfg.env.num_envs = 32
     cfg.env.max_episode_length = 10  # episodes end by time-out as well as by failure
@@ -51,6 +56,12 @@ def assert_same_state(a: object, b: object, path: str = "state") -> None:
             assert_same_state(x, y, f"{path}[{i}]")
     else:
         assert a == b, path
+
+
+@pytest.fixture
+def compile_enabled(monkeypatch):
+    """`torch.compile` really compiles in this test."""
+    monkeypatch.setattr(torch._dynamo.config, "disable", False)
 
 
 @pytest.fixture(autouse=True)

@@ -14,9 +14,13 @@ import torch._inductor.config as inductor_config
 from conftest import TEST_DEVICE, small_config
 from syncfree.algo.storage import Batch
 from syncfree.cli import main
+from syncfree.config import PerfConfig
+from syncfree.envs import make_env
 from syncfree.errors import UserError
-from syncfree.train.compiled import compile_counts
+from syncfree.train.compiled import compile_counts, hot
 from syncfree.train.trainer import Trainer
+
+pytestmark = pytest.mark.usefixtures("compile_enabled")
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 """Compiled vs eager, float32: a few ulps per fused kernel, grown through two small MLPs and one Adam step."""
@@ -59,6 +63,26 @@ def test_compiled_rollout_matches_eager() -> None:
     assert eager.storage.time_outs.sum() > 0  # time-outs (5 steps) happened inside the compared 8 steps
 
 
+@pytest.mark.parametrize("task", ["cartpole", "pendulum", "point-mass"])
+def test_compiled_env_step_matches_eager(task: str) -> None:
+    """The built-in tasks' step compiles whole (its random draws stay on the env's generator, outside)."""
+    eager, compiled = (make_env(task, 64, TEST_DEVICE, seed=5, max_episode_length=7) for _ in range(2))
+    compiled.compile_step(lambda fn: hot(fn, PerfConfig(), torch.device(TEST_DEVICE)))
+    actions = torch.Generator().manual_seed(6)
+    for _ in range(20):
+        if eager.action_spec.kind == "discrete":
+            a = torch.randint(0, eager.action_spec.size, (64,), generator=actions)
+        else:
+            a = 3 * torch.randn(64, eager.action_spec.size, generator=actions)
+        a = a.to(TEST_DEVICE)
+        x, y = eager.step(a), compiled.step(a.clone())
+        assert torch.equal(x.terminated, y.terminated) and torch.equal(x.truncated, y.truncated)
+        torch.testing.assert_close(x.reward, y.reward, **TOLERANCE)
+        assert_close_tensors(x.obs, y.obs)
+        assert_close_tensors(x.info, y.info)
+    assert torch.equal(eager.generator.get_state(), compiled.generator.get_state())
+
+
 @pytest.mark.usefixtures("same_random_numbers")
 def test_one_compiled_update_on_an_identical_rollout_matches_eager() -> None:
     eager, compiled = pair()
@@ -91,7 +115,7 @@ def test_no_recompilation_in_steady_state() -> None:
     trainer.cfg.iterations = 3
     trainer.learn()
     assert compile_counts() == warm
-    assert warm["unique_graphs"] >= 4  # act step, record step, advantages, minibatch losses
+    assert warm["unique_graphs"] >= 5  # act step, env step, record step, advantages, minibatch losses
     # a second trainer of the same shapes reuses the graphs: nothing compiles for it either
     other = Trainer(small_config("cartpole", compile="hot"))
     other.cfg.iterations = 1

@@ -53,8 +53,9 @@ class PerfConfig:
     compile: Literal["off", "hot"] = switch(baseline="off", optimized="hot", seed="torch.compile of the hot loop",
                                             requires={"validate_distributions": False})
     """`hot`: `torch.compile` (whole graphs, `fullgraph=True`) the rollout step's trainer side (act, storage
-    writes, normalizer updates, episode and non-finite bookkeeping, as two graphs around the env step), the
-    advantages, and each minibatch's forward and losses (its backward is compiled with it). The first iteration
+    writes, normalizer updates, episode and non-finite bookkeeping, as two graphs around the env step), the env
+    step of envs that offer it (the built-in torch tasks, `VecEnv.compile_step`), the advantages, and each
+    minibatch's forward and losses (its backward is compiled with it). The first iteration
     pays the compile time. Needs `validate_distributions=false` (validation reads the host inside the graph).
     Off: eager PyTorch."""
 
@@ -130,7 +131,8 @@ class EnvConfig:
     """g1-track: motion clips (.npz files or folders of them); empty: syncfree's generated clip set."""
     backend: str = ""
     """g1-track: physics backend, `torch` (PD joints, root driven along the reference; no contacts), `mujoco`
-    (MuJoCo on the CPU, real contacts) or `mujoco-warp` (MuJoCo Warp on the GPU); empty: `torch`."""
+    (MuJoCo on the CPU, real contacts) or `mujoco-warp` (MuJoCo Warp on the env's device: a GPU; Warp's CPU device works but is slow); empty:
+    `torch`."""
 
 
 @dataclass

@@ -73,6 +73,10 @@ class VecEnv(ABC):
         """Task-specific statistics gathered since the last call, as host floats (read once per iteration)."""
         return {}
 
+    def compile_step(self, wrap: Callable[[Callable], Callable]) -> None:  # noqa: B027
+        """Called by the trainer with `perf.compile` on: an env whose step (or part of it) is a pure tensor
+        function may replace it by `wrap(fn)`, a whole compiled graph of it. Envs that cannot leave it."""
+
 
 class TorchVecEnv(VecEnv):
     """Base of the torch-native tasks: episode bookkeeping and branchless auto-reset.
@@ -120,6 +124,11 @@ class TorchVecEnv(VecEnv):
         return self._observe()
 
     def step(self, actions: Tensor) -> StepResult:
+        return self._transition(actions, self._initial_state())
+
+    def _transition(self, actions: Tensor, fresh: dict[str, Tensor]) -> StepResult:
+        """`step` without its random draws (`fresh`: the states finished envs restart from): a pure function of
+        tensors, which `compile_step` may compile."""
         reward, terminated = self._advance(actions)
         self.episode_return.add_(reward)
         self.episode_length.add_(1)
@@ -127,12 +136,19 @@ class TorchVecEnv(VecEnv):
         done = terminated | truncated
         self._final_return.copy_(self.episode_return)
         self._final_length.copy_(self.episode_length)
-        self._reset_where(done)
+        self._reset_where(done, fresh)
         info = {"episode_return": self._final_return, "episode_length": self._final_length}
         return StepResult(self._observe(), reward, terminated, truncated, info)
 
-    def _reset_where(self, done: Tensor) -> None:
-        for name, fresh in self._initial_state().items():
+    def compile_step(self, wrap: Callable[[Callable], Callable]) -> None:
+        """Run the deterministic part of every `step` through `wrap(fn)`; the random draws stay outside, on the
+        env's own generator, so the random stream is the same either way. Once per env: a second call keeps the
+        first wrapper."""
+        if "_transition" not in vars(self):
+            self._transition = wrap(self._transition)
+
+    def _reset_where(self, done: Tensor, fresh_states: dict[str, Tensor]) -> None:
+        for name, fresh in fresh_states.items():
             current = getattr(self, name)
             mask = done.view(-1, *([1] * (current.dim() - 1)))
             current.copy_(torch.where(mask, fresh, current))

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import torch
+import torch._dynamo
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from syncfree.config import PerfConfig
@@ -34,7 +35,8 @@ def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
 
     Under a dispatch mode (the op and sync counters of `syncfree.perf`) dynamo does not compile, so there the
     compiled form runs `fn` eagerly: counts of a compiled configuration are those of the same functions run
-    eagerly, and the graph itself is checked by `fullgraph=True`."""
+    eagerly, and the graph itself is checked by `fullgraph=True`. With dynamo disabled (`TORCH_COMPILE_DISABLE=1`)
+    `fn` runs eagerly too."""
     if perf.compile == "off":
         return fn
     mode = "reduce-overhead" if use_cuda_graphs(perf, device) else None
@@ -42,7 +44,7 @@ def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
 
     @functools.wraps(fn)
     def run(*args, **kwargs):
-        if _get_current_dispatch_mode() is not None:
+        if _get_current_dispatch_mode() is not None or torch._dynamo.config.disable:
             return fn(*args, **kwargs)
         return graph(*args, **kwargs)
 

@@ -79,6 +79,8 @@ class Trainer:
         compiled.use_cuda_graphs(cfg.perf, self.device)  # rejects cuda_graphs=on off a GPU
         self._act_step = compiled.hot(self.act_step, cfg.perf, self.device)
         self._record_step = compiled.hot(self.record_step, cfg.perf, self.device)
+        if cfg.perf.compile != "off":
+            self.env.compile_step(lambda fn: compiled.hot(fn, cfg.perf, self.device))
         self._gae = compute_gae if self.dist is not None else compiled.hot(compute_gae, cfg.perf, self.device)
         """With several processes the advantage statistics need a collective: GAE then stays eager."""
         self.obs = self.env.reset()

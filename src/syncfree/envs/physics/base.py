@@ -32,6 +32,13 @@ class Physics(ABC):
     body_quat_w: Tensor
     body_lin_vel_w: Tensor
     body_ang_vel_w: Tensor
+    # contacts, for backends that simulate them (None otherwise)
+    contact_bodies: tuple[str, ...] = ()
+    """Bodies expected to touch the floor (the feet)."""
+    contact_forces: Tensor | None = None
+    """[num_envs, len(contact_bodies), 3] net force the floor exerts on each contact body, world frame."""
+    other_contacts: Tensor | None = None
+    """[num_envs] number of floor contacts of robot bodies other than `contact_bodies` (falls, knees, hands)."""
 
     @abstractmethod
     def set_joint_targets(self, targets: Tensor) -> None:

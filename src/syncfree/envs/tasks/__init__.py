@@ -40,8 +40,9 @@ TASKS: dict[str, Task] = {
         Task("pendulum", "Pendulum-v1 swing-up, torque in [-2, 2] N·m, 200-step limit", Pendulum),
         Task("point-mass", "2-D point mass pushed to the origin, 2 continuous actions, 200-step limit "
              "(the benchmark's toy task)", PointMass),
-        Task("g1-track", "Unitree G1 (29 joints) tracks whole-body reference motions; torch PD joints, root "
-             "driven along the reference, adaptive start sampling", _g1_track, options=("robot", "motions", "backend", "tokenizer", "perf")),
+        Task("g1-track", "Unitree G1 (29 joints) tracks whole-body reference motions; physics: torch PD joints "
+             "with the root driven along the reference (default), or MuJoCo / MuJoCo Warp with contacts "
+             "(env.backend); adaptive start sampling", _g1_track, options=("robot", "motions", "backend", "tokenizer", "perf")),
     )
 }
 

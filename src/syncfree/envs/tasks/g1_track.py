@@ -2,8 +2,10 @@
 
 The task is declared as term tables (observations, rewards, terminations, events) over a motion command
 that starts episodes where the adaptive sampler says the policy fails. Physics sits behind
-`syncfree.envs.physics.Physics`; the default backend is the torch PD backend (no contacts, root driven along
-the reference).
+`syncfree.envs.physics.Physics`: the default backend is the torch PD backend (no contacts, root driven along
+the reference); `mujoco` and `mujoco-warp` simulate the whole robot with gravity and floor contacts, so the
+root moves by itself, falls end episodes, pushes act on the root, friction and torso mass are randomized per
+episode and contact terms join the reward.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from syncfree.envs.math import (
 )
 from syncfree.envs.motion.library import MotionLibrary, load_motions
 from syncfree.envs.motion.sampler import AdaptiveSampler
-from syncfree.envs.physics import TorchPDPhysics
+from syncfree.envs.physics import MujocoPhysics, MujocoWarpPhysics, Physics, TorchPDPhysics
 from syncfree.envs.robots import RobotModel, load_robot
 from syncfree.errors import UserError
 
@@ -77,7 +79,14 @@ class G1TrackConfig:
     """Encoder types a token-encoder policy chooses from, drawn per episode (0: joints, 1: keypoints)."""
     reset_joint_noise: float = 0.1
     push_joint_velocity: float = 0.5
+    """Torch backend: the largest joint-velocity kick of a push (rad/s)."""
+    push_root_velocity: tuple[float, ...] = (0.5, 0.5, 0.2, 0.52, 0.52, 0.78)
+    """Real-physics backends: the largest root velocity change of a push, per component (x, y, z m/s;
+    roll, pitch, yaw rad/s, world frame)."""
     push_interval_s: tuple[float, float] = (1.0, 3.0)
+    backend: str = "torch"
+    """Physics: `torch` (PD joints, root along the reference, no contacts), `mujoco` (C MuJoCo on CPU threads,
+    contacts) or `mujoco-warp` (MuJoCo Warp on the env's device, contacts)."""
 
 
 class MotionCommand(CommandTerm):
@@ -328,6 +337,11 @@ def action_rate(env: G1TrackEnv) -> Tensor:
     return torch.sum((env.action.raw - env.action.previous) ** 2, dim=-1)
 
 
+def undesired_contacts(env: G1TrackEnv) -> Tensor:
+    """Floor contacts of bodies other than the feet (knees, hands, torso); needs a backend with contacts."""
+    return env.physics.other_contacts
+
+
 def joint_limits(env: G1TrackEnv) -> Tensor:
     q = env.physics.joint_pos
     below = (env.soft_lower - q).clamp(min=0.0)
@@ -384,8 +398,48 @@ def reset_joint_noise(env: G1TrackEnv, selection: Tensor, drawn: Tensor) -> None
 
 
 def push_joints(env: G1TrackEnv, selection: Tensor, drawn: Tensor) -> None:
-    """A random joint-velocity kick (this backend's root follows the reference, so pushes act on joints)."""
+    """A random joint-velocity kick (the torch backend's root follows the reference, so pushes act on joints)."""
     assign_(env.physics.joint_vel, selection, env.physics.joint_vel + drawn * env.cfg.push_joint_velocity)
+
+
+def uniform_root_velocity(env: G1TrackEnv) -> Tensor:
+    """[num_envs, 6] uniform in [-1, 1]: linear then angular velocity change, before scaling."""
+    return 2.0 * torch.rand(env.num_envs, 6, generator=env.generator, device=env.device) - 1.0
+
+
+def push_root(env: G1TrackEnv, selection: Tensor, drawn: Tensor) -> None:
+    """A random change of the root's world-frame velocity (Isaac Lab's `push_by_setting_velocity`)."""
+    kick = drawn * env.push_scale
+    physics = env.physics
+    assign_(physics.root_lin_vel, selection, physics.root_lin_vel + kick[:, :3])
+    assign_(physics.root_ang_vel, selection, physics.root_ang_vel + kick[:, 3:])
+
+
+def uniform_model_variant(env: G1TrackEnv) -> Tensor:
+    """[num_envs] int64: a model variant (friction, added torso mass) for each env, uniformly."""
+    return torch.randint(0, env.physics.num_variants, (env.num_envs,), generator=env.generator, device=env.device)
+
+
+def randomize_model(env: G1TrackEnv, selection: Tensor, drawn: Tensor) -> None:
+    env.physics.choose_variants(selection, drawn)
+
+
+# -- physics backends -----------------------------------------------------------------------------------
+
+BACKENDS = ("torch", "mujoco", "mujoco-warp")
+
+
+def make_physics(backend: str, robot: RobotModel, num_envs: int, device: torch.device, sim_dt: float,
+                 decimation: int) -> tuple[Physics, int]:
+    """The backend, and how many `physics.step()` calls make one control step (MuJoCo takes all the substeps of a
+    control step in one call)."""
+    if backend in ("", "torch"):
+        return TorchPDPhysics(robot, num_envs, device, sim_dt), decimation
+    if backend == "mujoco":
+        return MujocoPhysics(robot, num_envs, device, timestep=sim_dt, substeps=decimation), 1
+    if backend == "mujoco-warp":
+        return MujocoWarpPhysics(robot, num_envs, device, timestep=sim_dt, substeps=decimation), 1
+    raise UserError(f"env.backend={backend!r} is not available; allowed: {', '.join(BACKENDS)}")
 
 
 # -- the env ----------------------------------------------------------------------------------------------
@@ -395,12 +449,15 @@ class G1TrackEnv(ManagerBasedEnv):
                  cfg: G1TrackConfig | None = None, perf: PerfConfig | None = None) -> None:
         cfg = cfg or G1TrackConfig()
         self.cfg = cfg
-        self.decimation = cfg.decimation
         step_dt = cfg.sim_dt * cfg.decimation
         super().__init__(num_envs, device, seed, max_episode_length or round(cfg.episode_seconds / step_dt), perf)
         self.robot: RobotModel = load_robot(cfg.robot or None)
-        self.physics = TorchPDPhysics(self.robot, num_envs, self.device, cfg.sim_dt)
+        self.physics, self.decimation = make_physics(cfg.backend, self.robot, num_envs, self.device, cfg.sim_dt,
+                                                     cfg.decimation)
+        self.real_physics = not isinstance(self.physics, TorchPDPhysics)
+        """The robot moves by itself under gravity and contacts (the root does not follow the reference)."""
         robot, device = self.robot, self.device
+        self.push_scale = torch.tensor(cfg.push_root_velocity, device=device)
         self.tracked_ids = robot.body_index(TRACKED_BODIES).to(device)
         self.end_effector_ids = torch.tensor([TRACKED_BODIES.index(b) for b in END_EFFECTORS], device=device)
         self.keypoint_ids = torch.tensor([TRACKED_BODIES.index(b) for b in KEYPOINTS], device=device)
@@ -468,6 +525,7 @@ class G1TrackEnv(ManagerBasedEnv):
         return {name: groups[name] for name in cfg.observation_groups}
 
     def _rewards(self) -> dict[str, RewardTerm]:
+        contacts = {"undesired_contacts": RewardTerm(undesired_contacts, -0.1)}
         return {
             "anchor_pos": RewardTerm(anchor_position(0.3), 0.5),
             "anchor_ori": RewardTerm(anchor_orientation(0.4), 0.5),
@@ -477,6 +535,7 @@ class G1TrackEnv(ManagerBasedEnv):
             "body_ang_vel": RewardTerm(body_velocity("ang", 3.14), 1.0),
             "action_rate": RewardTerm(action_rate, -0.1),
             "joint_limits": RewardTerm(joint_limits, -10.0),
+            **(contacts if self.physics.other_contacts is not None else {}),
         }
 
     def _terminations(self) -> dict[str, TerminationTerm]:
@@ -489,6 +548,12 @@ class G1TrackEnv(ManagerBasedEnv):
         }
 
     def _events(self) -> dict[str, EventTerm]:
+        if self.real_physics:
+            return {
+                "reset_joint_noise": EventTerm(uniform_per_joint, reset_joint_noise, "reset"),
+                "randomize_model": EventTerm(uniform_model_variant, randomize_model, "reset"),
+                "push_root": EventTerm(uniform_root_velocity, push_root, "interval", self.cfg.push_interval_s),
+            }
         return {
             "reset_joint_noise": EventTerm(uniform_per_joint, reset_joint_noise, "reset"),
             "push_joints": EventTerm(uniform_per_joint, push_joints, "interval", self.cfg.push_interval_s),
@@ -497,6 +562,8 @@ class G1TrackEnv(ManagerBasedEnv):
     # -- hooks ------------------------------------------------------------------------------------------
 
     def before_physics(self) -> None:
+        if self.real_physics:
+            return
         m, frame = self.command.motions, self.command.frame
         self.physics.follow_root(m.root_pos[frame], m.root_quat[frame], m.root_lin_vel[frame], m.root_ang_vel[frame])
 
@@ -514,8 +581,9 @@ class G1TrackEnv(ManagerBasedEnv):
 def make_g1_track(num_envs: int, device: torch.device | str = "cpu", seed: int = 0, max_episode_length: int = 0,
                   robot: str = "", motions: list[str] | None = None, backend: str = "", tokenizer: bool = False,
                   perf: PerfConfig | None = None) -> G1TrackEnv:
-    if backend not in ("", "torch"):
-        raise UserError(f"env.backend={backend!r} is not available; allowed: torch")
+    if backend not in ("", *BACKENDS):
+        raise UserError(f"env.backend={backend!r} is not available; allowed: {', '.join(BACKENDS)}")
     groups = ("policy", "critic", "tokenizer") if tokenizer else ("policy", "critic")
-    cfg = G1TrackConfig(robot=robot, motions=[str(Path(m)) for m in motions or []], observation_groups=groups)
+    cfg = G1TrackConfig(robot=robot, motions=[str(Path(m)) for m in motions or []], observation_groups=groups,
+                        backend=backend or "torch")
     return G1TrackEnv(num_envs, device, seed, max_episode_length, cfg, perf)
