@@ -167,3 +167,15 @@ def test_cuda_graph_replays_draw_new_noise() -> None:
         first = trainer._act_step(trainer.obs, row).clone()
         second = trainer._act_step(trainer.obs, row).clone()
     assert not torch.equal(first, second)
+
+
+def test_many_sizes_in_one_process_do_not_hit_the_recompile_limit() -> None:
+    """A bench holds trainers of many sizes: a compiled function keeps a graph per shape beyond dynamo's default 8."""
+
+    def scale(x: torch.Tensor) -> torch.Tensor:
+        return x * 2.0 + 1.0
+
+    fn = hot(scale, PerfConfig(), torch.device(TEST_DEVICE))
+    for n in range(1, 13):
+        x = torch.ones(n, device=TEST_DEVICE)
+        assert torch.equal(fn(x), torch.full((n,), 3.0, device=TEST_DEVICE))

@@ -39,6 +39,7 @@ def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
     `fn` runs eagerly too."""
     if perf.compile == "off":
         return fn
+    _allow_graphs_per_function(RECOMPILE_LIMIT)
     mode = "reduce-overhead" if use_cuda_graphs(perf, device) else None
     graph = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)
 
@@ -49,6 +50,18 @@ def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
         return graph(*args, **kwargs)
 
     return run  # type: ignore[return-value]
+
+
+RECOMPILE_LIMIT = 64
+"""Graphs kept per compiled function. One process may hold trainers of several sizes (static shapes: a graph each)
+and settings that dynamo guards on (e.g. deterministic algorithms): `torch.compile`'s default of 8 would make a
+whole-graph function fail at the ninth."""
+
+
+def _allow_graphs_per_function(limit: int) -> None:
+    config = torch._dynamo.config
+    config.recompile_limit = max(config.recompile_limit, limit)
+    config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * limit)
 
 
 def compile_counts() -> dict[str, int]:
