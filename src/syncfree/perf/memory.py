@@ -6,6 +6,11 @@ import gc
 import resource
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.functional_tensor import FunctionalTensor
+
+_NO_DATA = (FakeTensor, FunctionalTensor)
+"""Tensors compiled graphs keep for tracing: they have no data."""
 
 
 def live_tensor_storages() -> tuple[int, int]:
@@ -14,12 +19,9 @@ def live_tensor_storages() -> tuple[int, int]:
     gc.collect()
     seen: dict[int, int] = {}
     for obj in gc.get_objects():
-        if issubclass(type(obj), torch.Tensor) and obj.device.type != "meta":
-            try:
-                storage = obj.untyped_storage()
-                seen[storage.data_ptr()] = storage.nbytes()
-            except RuntimeError:  # FakeTensor / FunctionalTensor: no data pointer
-                continue
+        if issubclass(type(obj), torch.Tensor) and not isinstance(obj, _NO_DATA) and obj.device.type != "meta":
+            storage = obj.untyped_storage()
+            seen[storage.data_ptr()] = storage.nbytes()
     return len(seen), sum(seen.values())
 
 

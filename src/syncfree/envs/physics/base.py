@@ -12,7 +12,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from syncfree.envs.robots import RobotModel
+from syncfree.envs.managers.select import assign_rows_
+from syncfree.envs.robots import Kinematics, RobotModel
 
 
 class Physics(ABC):
@@ -32,6 +33,11 @@ class Physics(ABC):
     body_quat_w: Tensor
     body_lin_vel_w: Tensor
     body_ang_vel_w: Tensor
+    kinematics: Kinematics
+    """Body poses and velocities from root and joint state (`update_kinematics`)."""
+    lower: Tensor
+    upper: Tensor
+    """[num_joints] joint position limits."""
     # contacts, for backends that simulate them (None otherwise)
     contact_bodies: tuple[str, ...] = ()
     """Bodies expected to touch the floor (the feet)."""
@@ -48,15 +54,22 @@ class Physics(ABC):
     def step(self) -> None:
         """Advance by `sim_dt`."""
 
-    @abstractmethod
     def update_kinematics(self) -> None:
-        """Recompute body poses and velocities from the root and joint state."""
+        """Recompute body poses and velocities from the root and joint state (through `kinematics`)."""
+        self.body_pos_w, self.body_quat_w = self.kinematics.forward(self.root_pos, self.root_quat, self.joint_pos)
+        self.body_lin_vel_w, self.body_ang_vel_w = self.kinematics.velocities(
+            self.body_pos_w, self.body_quat_w, self.root_lin_vel, self.root_ang_vel, self.joint_vel)
 
-    @abstractmethod
     def write_state(self, selection: Tensor, root_pos: Tensor, root_quat: Tensor, root_lin_vel: Tensor,
                     root_ang_vel: Tensor, joint_pos: Tensor, joint_vel: Tensor) -> None:
-        """Put the selected envs in the given state: `selection` holds int64 env ids (one argument row per id)
-        or a bool mask over all envs (one argument row per env)."""
+        """Put the selected envs in the given state, joint positions clamped to their limits: `selection` holds
+        int64 env ids (one argument row per id) or a bool mask over all envs (one argument row per env)."""
+        assign_rows_(self.root_pos, selection, root_pos)
+        assign_rows_(self.root_quat, selection, root_quat)
+        assign_rows_(self.root_lin_vel, selection, root_lin_vel)
+        assign_rows_(self.root_ang_vel, selection, root_ang_vel)
+        assign_rows_(self.joint_pos, selection, torch.maximum(torch.minimum(joint_pos, self.upper), self.lower))
+        assign_rows_(self.joint_vel, selection, joint_vel)
 
     def follow_root(self, root_pos: Tensor, root_quat: Tensor, root_lin_vel: Tensor, root_ang_vel: Tensor) -> None:  # noqa: B027
         """Backends without contacts drive the root along a reference; real-physics backends ignore this."""

@@ -33,7 +33,7 @@ import torch
 from mujoco import rollout
 from torch import Tensor
 
-from syncfree.envs.managers.select import assign_, assign_rows_
+from syncfree.envs.managers.select import assign_
 from syncfree.envs.math import quat_apply, quat_apply_inverse
 from syncfree.envs.physics.base import Physics
 from syncfree.envs.physics.torch_pd import pd_gains
@@ -174,20 +174,6 @@ class MujocoScene(Physics):
 
     def _root_ang_vel_to_world_frame(self) -> None:
         self.root_ang_vel.copy_(quat_apply(self.root_quat, self._root_ang_vel_b))
-
-    def update_kinematics(self) -> None:
-        self.body_pos_w, self.body_quat_w = self.kinematics.forward(self.root_pos, self.root_quat, self.joint_pos)
-        self.body_lin_vel_w, self.body_ang_vel_w = self.kinematics.velocities(
-            self.body_pos_w, self.body_quat_w, self.root_lin_vel, self.root_ang_vel, self.joint_vel)
-
-    def write_state(self, selection: Tensor, root_pos: Tensor, root_quat: Tensor, root_lin_vel: Tensor,
-                    root_ang_vel: Tensor, joint_pos: Tensor, joint_vel: Tensor) -> None:
-        assign_rows_(self.root_pos, selection, root_pos)
-        assign_rows_(self.root_quat, selection, root_quat)
-        assign_rows_(self.root_lin_vel, selection, root_lin_vel)
-        assign_rows_(self.root_ang_vel, selection, root_ang_vel)
-        assign_rows_(self.joint_pos, selection, torch.maximum(torch.minimum(joint_pos, self.upper), self.lower))
-        assign_rows_(self.joint_vel, selection, joint_vel)
 
 
 class MujocoPhysics(MujocoScene):

@@ -15,7 +15,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from syncfree.envs.managers.select import assign_rows_
 from syncfree.envs.physics.base import Physics
 from syncfree.envs.robots import Kinematics, RobotModel
 
@@ -67,20 +66,6 @@ class TorchPDPhysics(Physics):
         self.root_quat.copy_(root_quat)
         self.root_lin_vel.copy_(root_lin_vel)
         self.root_ang_vel.copy_(root_ang_vel)
-
-    def update_kinematics(self) -> None:
-        self.body_pos_w, self.body_quat_w = self.kinematics.forward(self.root_pos, self.root_quat, self.joint_pos)
-        self.body_lin_vel_w, self.body_ang_vel_w = self.kinematics.velocities(
-            self.body_pos_w, self.body_quat_w, self.root_lin_vel, self.root_ang_vel, self.joint_vel)
-
-    def write_state(self, selection: Tensor, root_pos: Tensor, root_quat: Tensor, root_lin_vel: Tensor,
-                    root_ang_vel: Tensor, joint_pos: Tensor, joint_vel: Tensor) -> None:
-        assign_rows_(self.root_pos, selection, root_pos)
-        assign_rows_(self.root_quat, selection, root_quat)
-        assign_rows_(self.root_lin_vel, selection, root_lin_vel)
-        assign_rows_(self.root_ang_vel, selection, root_ang_vel)
-        assign_rows_(self.joint_pos, selection, torch.maximum(torch.minimum(joint_pos, self.upper), self.lower))
-        assign_rows_(self.joint_vel, selection, joint_vel)
 
     _STATE = ("joint_pos", "joint_vel", "targets", "root_pos", "root_quat", "root_lin_vel", "root_ang_vel")
 
