@@ -148,8 +148,8 @@ def test_compile_with_validated_distributions_is_refused() -> None:
 
 @pytest.mark.skipif(TEST_DEVICE == "cuda", reason="the CPU refusal")
 def test_cuda_graphs_on_a_cpu_is_refused_in_one_line(capsys) -> None:
-    assert main(["train", "--task", "cartpole", "--device", "cpu", "--perf.cuda_graphs", "on", "--iterations", "1",
-                 "--log.progress", "false"]) == 2
+    assert main(["train", "--task", "cartpole", "--device", "cpu", "--perf.compile", "hot", "--perf.cuda_graphs", "on",
+                 "--iterations", "1", "--log.progress", "false"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "perf.cuda_graphs=on needs a CUDA device" in err[0]
     assert main(["train", "--task", "cartpole", "--perf.compile", "off", "--perf.cuda_graphs", "on",

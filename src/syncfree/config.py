@@ -350,6 +350,7 @@ def preset(task: str, size: Literal["default", "small"] = "default") -> TrainCon
         cfg.env.num_envs = 64
         cfg.ppo = PPOConfig(steps_per_env=32, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.99)
         cfg.iterations = 150
+        cfg.perf.compile = "off"  # a 14 s run: compiling (15-30 s here) would cost more than it saves
     elif task == "pendulum":
         cfg.env.num_envs = 256
         cfg.ppo = PPOConfig(steps_per_env=32, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.95)
@@ -376,4 +377,5 @@ def preset(task: str, size: Literal["default", "small"] = "default") -> TrainCon
             cfg.policy.actor_hidden, cfg.policy.critic_hidden = [64, 64], [64, 64]
             cfg.ppo.steps_per_env, cfg.ppo.num_epochs, cfg.ppo.num_minibatches = 8, 1, 2
             cfg.iterations = 4
+            cfg.perf.compile = "off"  # 4 iterations: compiling g1-track's graphs takes about a minute
     return cfg

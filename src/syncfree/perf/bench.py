@@ -34,6 +34,8 @@ class BenchConfig:
     """What to measure. Sizes and steps default to the task's preset and the profile."""
 
     task: str = "point-mass"
+    backend: str = ""
+    """g1-track's physics backend (`env.backend`: torch, mujoco, mujoco-warp; empty: the task's default)."""
     profile: Profile = "quick"
     num_envs: list[int] = field(default_factory=list)
     """Sizes for the configuration comparison (empty: the profile's)."""
@@ -97,6 +99,7 @@ def configurations(ablations: bool, add_one_in: bool = True, compile: bool = Tru
 def train_config(bench: BenchConfig, num_envs: int, perf: PerfConfig) -> TrainConfig:
     cfg = preset(bench.task)
     cfg.env.num_envs, cfg.perf, cfg.seed, cfg.device = num_envs, perf, bench.seed, bench.device
+    cfg.env.backend = bench.backend
     cfg.log.progress = False
     batch = num_envs * cfg.ppo.steps_per_env
     while batch % cfg.ppo.num_minibatches:

@@ -43,7 +43,8 @@ def _live_bytes(size: dict[str, Any]) -> str:
 def markdown(result: dict[str, Any]) -> str:
     m, b, t = result["machine"], result["bench"], result["train"]
     lines = [
-        f"# syncfree bench: {b['task']} ({b['profile']} profile)",
+        f"# syncfree bench: {b['task']}{' on ' + b['backend'] + ' physics' if b.get('backend') else ''} "
+        f"({b['profile']} profile)",
         "",
         f"Machine: {m['device']}{' (' + m['gpu'] + ')' if 'gpu' in m else ''}, {m['processor']}, "
         f"{m['cpu_count']} cores, torch {m['torch']} ({m['torch_threads']} threads), Python {m['python']}. "
