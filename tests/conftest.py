@@ -59,9 +59,11 @@ def assert_same_state(a: object, b: object, path: str = "state") -> None:
 
 
 @pytest.fixture
-def compile_enabled(monkeypatch):
-    """`torch.compile` really compiles in this test."""
-    monkeypatch.setattr(torch._dynamo.config, "disable", False)
+def compile_enabled():
+    """`torch.compile` really compiles in this test (dynamo's own `config.patch`: pytest's monkeypatch does not
+    restore config-module attributes reliably)."""
+    with torch._dynamo.config.patch(disable=False):
+        yield
 
 
 @pytest.fixture(autouse=True)

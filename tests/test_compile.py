@@ -27,8 +27,9 @@ TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 
 
 @pytest.fixture
-def same_random_numbers(monkeypatch):
-    monkeypatch.setattr(inductor_config, "fallback_random", True)
+def same_random_numbers():
+    with inductor_config.patch(fallback_random=True):
+        yield
 
 
 def pair(task: str = "pendulum", max_episode_length: int = 10) -> tuple[Trainer, Trainer]:
