@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from syncfree.perf import count_syncs
@@ -25,24 +26,42 @@ def policy(**kwargs) -> RecurrentTokenPolicy:
     return RecurrentTokenPolicy(ACTIONS, embed_dim=8, encoder_hidden=16, hidden=12, **kwargs)
 
 
-def test_sequence_replay_equals_the_step_by_step_rollout() -> None:
+@pytest.mark.parametrize(("core", "last_action_input"), [("lstm", False), ("lstm", True), ("gru", True)])
+def test_sequence_replay_equals_the_step_by_step_rollout(core: str, last_action_input: bool) -> None:
     gen = torch.Generator().manual_seed(1)
-    net = policy()
+    net = policy(core=core, last_action_input=last_action_input)
     segments, horizon = 6, 9
     obs = random_tokens(horizon, segments, gen=gen)
     dones = torch.rand(horizon, segments, generator=gen) < 0.25
-    state = LSTMState(torch.randn(segments, 12, generator=gen), torch.randn(segments, 12, generator=gen))
-    initial, steps = state, []
+    state = tuple(torch.randn(segments, 12, generator=gen) for _ in range(net.state_size))
+    assert net.state_size == (2 if core == "lstm" else 1)
+    last = torch.randint(0, ACTIONS, (segments,), generator=gen)
+    initial, steps, lasts = state, [], []
     with torch.no_grad():
         for t in range(horizon):
-            out, state = net.step(obs[t], state, dones[t])
+            lasts.append(last)
+            out, state = net.step(obs[t], state, dones[t], last if last_action_input else None)
             steps.append(out)
+            last = out.actions
         replay = net.evaluate_sequence(obs.transpose(0, 1), torch.stack([s.actions for s in steps], 1), initial,
-                                       dones.transpose(0, 1))
+                                       dones.transpose(0, 1), torch.stack(lasts, 1) if last_action_input else None)
     assert dones.any(0).any() and not dones.all()
     for field in ("log_prob", "entropy", "value", "full_log_probs"):
         rolled = torch.stack([getattr(s, field) for s in steps], 1)
         torch.testing.assert_close(getattr(replay, field), rolled, rtol=0, atol=1e-6)
+
+
+def test_the_previous_action_is_read_except_at_an_episode_start() -> None:
+    gen = torch.Generator().manual_seed(4)
+    net = policy(last_action_input=True)
+    obs, state = random_tokens(2, gen=gen), net.initial_state(2)
+    for done in (False, True):
+        flags = torch.full((2,), done)
+        a, _ = net.step(obs, state, flags, torch.tensor([0, 0]))
+        b, _ = net.step(obs, state, flags, torch.tensor([1, 3]))
+        assert torch.equal(a.value, b.value) == done
+    with pytest.raises(ValueError, match="last_actions"):
+        net.step(obs, state, flags)
 
 
 def test_a_done_step_starts_from_the_zero_state() -> None:

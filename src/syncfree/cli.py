@@ -138,7 +138,7 @@ def cmd_train(argv: Sequence[str]) -> int:
 def train(cfg: TrainConfig, dist: Distributed | None) -> int:
     """`syncfree train` on this process (one rank of several when `dist` is given)."""
     from syncfree.train import checkpoint
-    from syncfree.train.trainer import Trainer
+    from syncfree.train.trainer import make_trainer
 
     if cfg.resume:
         run_dir = Path(cfg.resume).parent
@@ -146,13 +146,16 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
         run_dir = Path(cfg.log.dir) / (cfg.log.run_name or f"{cfg.task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}")
     main_rank = dist is None or dist.is_main
     info = log.info if main_rank else (lambda *args: None)  # only rank 0 reports
-    trainer = Trainer(cfg, run_dir=run_dir, dist=dist)
+    trainer = make_trainer(cfg, run_dir=run_dir, dist=dist)
     if cfg.resume:
         trainer.load_state_dict(checkpoint.load(cfg.resume), source=f"checkpoint {cfg.resume}")
         info("resumed %s at iteration %d", cfg.resume, trainer.iteration)
     ranks = f"{dist.world_size} ranks x " if dist is not None else ""
-    info("training %s on %s: %s%d envs x %d steps per iteration, %d iterations -> %s", cfg.task, trainer.device,
-         ranks, trainer.env.num_envs, cfg.ppo.steps_per_env, cfg.iterations, run_dir)
+    envs = f"{trainer.env.num_envs} envs"
+    if cfg.policy.kind == "recurrent":
+        envs = f"{trainer.env.num_envs} agents ({cfg.env.num_envs} simulations x {cfg.env.grid.agents_per_env})"
+    info("training %s on %s: %s%s x %d steps per iteration, %d iterations -> %s", cfg.task, trainer.device,
+         ranks, envs, cfg.ppo.steps_per_env, cfg.iterations, run_dir)
 
     def request_stop(signum, frame):
         if trainer.stop_requested:
@@ -170,7 +173,8 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
     finally:
         signal.signal(signal.SIGINT, previous)
         trainer.close()
-    summary = ", ".join(f"{k}={record[k]:.1f}" for k in ("mean_return", "mean_length") if k in record)
+    summary = ", ".join(f"{k}={record[k]:.{3 if k.startswith('reward') else 1}f}"
+                        for k in ("mean_return", "mean_length", "reward_per_agent_step") if k in record)
     summary = summary or "no episode finished yet"
     info("%s at iteration %d (%d env steps): %s; checkpoint %s",
          "stopped" if trainer.stopping() else "done", trainer.iteration, trainer.env_steps, summary,
@@ -183,12 +187,13 @@ def cmd_eval(argv: Sequence[str]) -> int:
     from syncfree.envs import make_env
     from syncfree.train import checkpoint
     from syncfree.train.evaluate import evaluate
-    from syncfree.train.trainer import Trainer
+    from syncfree.train.sequence import evaluate_recurrent
+    from syncfree.train.trainer import make_trainer
 
     parser = argparse.ArgumentParser(prog="syncfree eval",
                                      description="Run a checkpoint's deterministic policy and print the mean return.")
     parser.add_argument("--checkpoint", required=True, help="checkpoint file (e.g. runs/<run>/latest.pt)")
-    parser.add_argument("--episodes", type=int, default=20, help="episodes to run, in parallel (default 20)")
+    parser.add_argument("--episodes", type=int, default=20, help="episodes to run, in parallel (default 20; grid-arena: simulations, every agent's first episode)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     parser.add_argument("--seed", type=int, default=12345, help="environment seed (default 12345)")
     args = parser.parse_args(argv)
@@ -197,12 +202,20 @@ def cmd_eval(argv: Sequence[str]) -> int:
     state = checkpoint.load(args.checkpoint)
     cfg = from_dict(TrainConfig, state["config"])
     cfg.device, cfg.log.progress = args.device, False
-    trainer = Trainer(cfg)
+    trainer = make_trainer(cfg)
     trainer.load_state_dict(state, source=f"checkpoint {args.checkpoint}", resume=False)
-    env = make_env(cfg.task, args.episodes, trainer.device, args.seed, cfg.env.max_episode_length,
-                   robot=cfg.env.robot, motions=cfg.env.motions, backend=cfg.env.backend)
-    returns = evaluate(trainer.policy, env)
-    print(f"{cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over {args.episodes} episodes "
+    if cfg.policy.kind == "recurrent":  # --episodes simulations, every agent's first episode
+        env = make_env(cfg.task, args.episodes, trainer.device, args.seed, cfg.env.max_episode_length,
+                       grid=cfg.env.grid)
+        returns = evaluate_recurrent(trainer.policy, env)
+        env.close()
+        episodes = f"{len(returns)} agents' episodes ({args.episodes} simulations)"
+    else:
+        env = make_env(cfg.task, args.episodes, trainer.device, args.seed, cfg.env.max_episode_length,
+                       robot=cfg.env.robot, motions=cfg.env.motions, backend=cfg.env.backend)
+        returns = evaluate(trainer.policy, env)
+        episodes = f"{args.episodes} episodes"
+    print(f"{cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over {episodes} "
           f"(min {returns.min():.2f}, max {returns.max():.2f}; checkpoint at iteration {trainer.iteration})")
     return 0
 

@@ -104,6 +104,28 @@ class PerfConfig:
     cache_full_latent: bool = switch(baseline=True, optimized=False, seed="humanoid: cache_full_latent")
     """Token-encoder policy: keep a device copy of the full latent of every forward."""
 
+    # -- recurrent trainer (grid-arena; inert for the others) --------------------------------------------
+
+    gate_full_log_probs: bool = switch(baseline=False, optimized=True,
+                                       seed="gridworld: emit full_log_probs only when a loss needs them")
+    """Emit (and store) the policy's full log-probabilities only when an enabled loss declares that it needs them.
+    Off: always emitted, and stored every rollout step."""
+
+    cached_batch_metadata: bool = switch(baseline=False, optimized=True, seed="gridworld: cached batch/bptt tensors")
+    """Build the `batch`/`bptt` metadata tensors of rollout steps and minibatches once per shape. Off: per call."""
+
+    preallocated_last_actions: bool = switch(baseline=False, optimized=True,
+                                             seed="gridworld: last actions sized to total agents")
+    """Size the previous-action buffer to all agents once. Off: grown on demand and reallocated every rollout."""
+
+    cpu_time_index: bool = switch(baseline=False, optimized=True, seed="gridworld: CPU mirror of t_in_row")
+    """Read the rows' time index from a host mirror when storing a step. Off: from the device (`.item()`)."""
+
+    cached_minibatch_indices: bool = switch(baseline=False, optimized=True,
+                                            seed="gridworld: cached sequential indices and unit weights")
+    """Compute sequential minibatch row indices once and reuse one all-ones priority-weight tensor. Off: both
+    rebuilt for every minibatch."""
+
     @classmethod
     def preset(cls, which: Literal["baseline", "optimized"]) -> PerfConfig:
         """All switches at their `baseline` or `optimized` value."""
@@ -119,6 +141,25 @@ class PerfConfig:
 
 
 @dataclass
+class GridEnvConfig:
+    """One MettaGrid simulation of the grid-arena task (built with MettaGrid's own config builders)."""
+
+    map: Literal["arena", "empty-room", "mines"] = "mines"
+    """`mines`: mines placed at random, each push into one pays a heart (reward 1); `arena`: MettaGrid's arena
+    builder; `empty-room`: no objects. Only `mines` pays reward (the others measure stepping speed)."""
+    agents_per_env: int = 4
+    """Agents per simulation."""
+    width: int = 8
+    """Playable width (without the wall border)."""
+    height: int = 8
+    """Playable height (without the wall border)."""
+    max_steps: int = 64
+    """Episode length (a time-out, bootstrapped from the value)."""
+    mines: int = 6
+    """Mines on the `mines` map."""
+
+
+@dataclass
 class EnvConfig:
     num_envs: int = 256
     """Parallel environments per process: under torchrun each rank steps its own `num_envs` envs, so an
@@ -129,6 +170,8 @@ class EnvConfig:
     """g1-track: MJCF file of the robot; empty: the G1 29-DoF description shipped with syncfree."""
     motions: list[str] = field(default_factory=list)
     """g1-track: motion clips (.npz files or folders of them); empty: syncfree's generated clip set."""
+    grid: GridEnvConfig = field(default_factory=GridEnvConfig)
+    """grid-arena: the MettaGrid map; `num_envs` counts simulations, each with `grid.agents_per_env` agents."""
     backend: str = ""
     """g1-track: physics backend, `torch` (PD joints, root driven along the reference; no contacts), `mujoco`
     (MuJoCo on the CPU, real contacts) or `mujoco-warp` (MuJoCo Warp on the env's device: a GPU; Warp's CPU device works but is slow); empty:
@@ -176,6 +219,24 @@ class TokenEncoderConfig:
 
 
 @dataclass
+class RecurrentPolicyConfig:
+    """The recurrent token policy (`policy.kind=recurrent`, the grid-arena task's)."""
+
+    core: Literal["lstm", "gru"] = "lstm"
+    """Recurrent cell."""
+    hidden: int = 64
+    """Core input and state width."""
+    embed_dim: int = 32
+    """Token embedding width."""
+    encoder_hidden: int = 64
+    """Hidden width of the token encoder's MLP."""
+    max_tokens: int = 96
+    """Tokens read per observation (MettaGrid packs the valid ones first); 0: all."""
+    last_action_input: bool = True
+    """Feed the agent's previous action to the core."""
+
+
+@dataclass
 class PolicyConfig:
     actor_hidden: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the actor MLP."""
@@ -187,10 +248,12 @@ class PolicyConfig:
     """Initial standard deviation of the Gaussian head (continuous actions)."""
     normalize_obs: bool = True
     """Running mean/std normalization of actor and critic observations, updated during rollouts."""
-    kind: Literal["mlp", "token"] = "mlp"
+    kind: Literal["mlp", "token", "recurrent"] = "mlp"
     """`mlp`: the MLP actor-critic above. `token`: the universal-token policy configured by `policy.token` (its
-    own sizes; the fields above then do not apply). Needs a task with a `tokenizer` group (g1-track)."""
+    own sizes; the fields above then do not apply). Needs a task with a `tokenizer` group (g1-track).
+    `recurrent`: the recurrent token policy of `policy.recurrent`, trained on BPTT segments (grid-arena)."""
     token: TokenEncoderConfig = field(default_factory=TokenEncoderConfig)
+    recurrent: RecurrentPolicyConfig = field(default_factory=RecurrentPolicyConfig)
 
 
 @dataclass
@@ -223,6 +286,44 @@ class PPOConfig:
     """Global gradient-norm clip."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
+    bptt_horizon: int = 16
+    """Recurrent policies: steps per BPTT segment (a divisor of `steps_per_env`)."""
+    advantage: Literal["gae", "vtrace"] = "gae"
+    """Recurrent policies: `gae`, or GAE with V-trace's clipped importance weights, recomputed every epoch from
+    the ratios of the latest policy."""
+    vtrace_rho_clip: float = 1.0
+    """V-trace: clip of the importance weight on the TD error."""
+    vtrace_c_clip: float = 1.0
+    """V-trace: clip of the importance weight on the trace."""
+    minibatch_sampler: Literal["sequential", "prioritized"] = "sequential"
+    """Recurrent policies: minibatches of consecutive segments, or segments drawn with probability proportional
+    to mean |advantage| ** `prio_alpha`, weighted by importance weights with exponent annealed from `prio_beta0`
+    to 1 over the run."""
+    prio_alpha: float = 0.6
+    """Prioritized sampling: priority exponent."""
+    prio_beta0: float = 0.4
+    """Prioritized sampling: initial importance-weight exponent."""
+
+
+@dataclass
+class LossesConfig:
+    """Weights of the recurrent trainer's losses (0 disables one). Teacher losses read a teacher: the scripted
+    teacher of the `mines` map (`supervised`) or a syncfree checkpoint (`kickstarter`, `behavior_cloning`)."""
+
+    ppo: float = 1.0
+    """PPO's clipped surrogate, value loss and entropy bonus."""
+    supervised: float = 0.0
+    """Cross-entropy to the teacher actions the env provides (on MettaGrid's `mines` map: a scripted teacher that
+    walks to the nearest mine)."""
+    kickstarter: float = 0.0
+    """KL(teacher || student) over the full action distribution, teacher from `losses.teacher`."""
+    kickstarter_value: float = 0.0
+    """Squared error of the student's value to the teacher's."""
+    behavior_cloning: float = 0.0
+    """Cross-entropy to the teacher's most likely action, teacher from `losses.teacher`."""
+    teacher: str = ""
+    """Checkpoint of a recurrent grid-arena run (its policy is the teacher of `kickstarter` and
+    `behavior_cloning`)."""
 
 
 @dataclass
@@ -269,6 +370,7 @@ class TrainConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
+    losses: LossesConfig = field(default_factory=LossesConfig)
     log: LogConfig = field(default_factory=LogConfig)
     perf: PerfConfig = field(default_factory=PerfConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
@@ -297,9 +399,10 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     p = cfg.ppo
     _check(p.steps_per_env >= 1, "ppo.steps_per_env", "an integer >= 1", p.steps_per_env)
     _check(p.num_epochs >= 1, "ppo.num_epochs", "an integer >= 1", p.num_epochs)
-    batch = cfg.env.num_envs * p.steps_per_env
-    _check(1 <= p.num_minibatches <= batch and batch % p.num_minibatches == 0, "ppo.num_minibatches",
-           f"a divisor of env.num_envs * ppo.steps_per_env = {batch}", p.num_minibatches)
+    if cfg.policy.kind != "recurrent":
+        batch = cfg.env.num_envs * p.steps_per_env
+        _check(1 <= p.num_minibatches <= batch and batch % p.num_minibatches == 0, "ppo.num_minibatches",
+               f"a divisor of env.num_envs * ppo.steps_per_env = {batch}", p.num_minibatches)
     _check(p.learning_rate > 0, "ppo.learning_rate", "a number > 0", p.learning_rate)
     _check(p.desired_kl > 0, "ppo.desired_kl", "a number > 0", p.desired_kl)
     _check(0 <= p.gamma <= 1, "ppo.gamma", "a number in [0, 1]", p.gamma)
@@ -320,9 +423,51 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                 _check(getattr(cfg.perf, other) == needed, f"perf.{other}",
                        f"{str(needed).lower()} while perf.{f.name}={getattr(cfg.perf, f.name)}",
                        getattr(cfg.perf, other))
+    _validate_recurrent(cfg)
     _check(cfg.perf.critic_chunk_size >= 1, "perf.critic_chunk_size", "an integer >= 1", cfg.perf.critic_chunk_size)
     _check(cfg.perf.physics_partitions >= 1, "perf.physics_partitions", "an integer >= 1", cfg.perf.physics_partitions)
     return cfg
+
+
+def _validate_recurrent(cfg: TrainConfig) -> None:
+    """The recurrent trainer's sections: segments, samplers, losses and the grid map."""
+    recurrent_task = cfg.task == "grid-arena"
+    _check(recurrent_task == (cfg.policy.kind == "recurrent"), "policy.kind",
+           "recurrent for grid-arena (and only there)" if recurrent_task else "mlp or token (recurrent is for "
+           "grid-arena)", cfg.policy.kind)
+    losses = cfg.losses
+    for name in ("ppo", "supervised", "kickstarter", "kickstarter_value", "behavior_cloning"):
+        _check(getattr(losses, name) >= 0, f"losses.{name}", "a weight >= 0", getattr(losses, name))
+    if not recurrent_task:
+        for name in ("supervised", "kickstarter", "kickstarter_value", "behavior_cloning"):
+            _check(getattr(losses, name) == 0, f"losses.{name}", "0 (teacher losses are for grid-arena)",
+                   getattr(losses, name))
+        return
+    p, r, g = cfg.ppo, cfg.policy.recurrent, cfg.env.grid
+    _check(p.bptt_horizon >= 2 and p.steps_per_env % p.bptt_horizon == 0, "ppo.bptt_horizon",
+           f"an integer >= 2 dividing ppo.steps_per_env={p.steps_per_env}", p.bptt_horizon)
+    segments = cfg.env.num_envs * g.agents_per_env * (p.steps_per_env // max(p.bptt_horizon, 1))
+    _check(1 <= p.num_minibatches <= segments and segments % p.num_minibatches == 0, "ppo.num_minibatches",
+           f"a divisor of the segments per rollout, env.num_envs * env.grid.agents_per_env * ppo.steps_per_env / "
+           f"ppo.bptt_horizon = {segments}", p.num_minibatches)
+    _check(p.advantage in ("gae", "vtrace"), "ppo.advantage", "gae, vtrace", p.advantage)
+    _check(p.vtrace_rho_clip > 0 and p.vtrace_c_clip > 0, "ppo.vtrace_rho_clip", "clips > 0",
+           (p.vtrace_rho_clip, p.vtrace_c_clip))
+    _check(p.minibatch_sampler in ("sequential", "prioritized"), "ppo.minibatch_sampler", "sequential, prioritized",
+           p.minibatch_sampler)
+    _check(0 <= p.prio_beta0 <= 1, "ppo.prio_beta0", "a number in [0, 1]", p.prio_beta0)
+    _check(r.core in ("lstm", "gru"), "policy.recurrent.core", "lstm, gru", r.core)
+    for name in ("hidden", "embed_dim", "encoder_hidden"):
+        _check(getattr(r, name) >= 1, f"policy.recurrent.{name}", "an integer >= 1", getattr(r, name))
+    _check(r.max_tokens >= 0, "policy.recurrent.max_tokens", "an integer >= 0 (0: all)", r.max_tokens)
+    teacher_losses = losses.kickstarter + losses.kickstarter_value + losses.behavior_cloning > 0
+    _check(bool(losses.teacher) == teacher_losses, "losses.teacher",
+           "a checkpoint path when kickstarter, kickstarter_value or behavior_cloning is on (and empty otherwise)",
+           losses.teacher)
+    _check(losses.supervised == 0 or g.map == "mines", "losses.supervised",
+           "0 unless env.grid.map=mines (the scripted teacher walks to mines)", losses.supervised)
+    _check(losses.ppo + losses.supervised + losses.kickstarter + losses.kickstarter_value
+           + losses.behavior_cloning > 0, "losses", "at least one weight > 0", "all 0")
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:
@@ -365,6 +510,15 @@ def preset(task: str, size: Literal["default", "small"] = "default") -> TrainCon
         cfg.policy.actor_hidden, cfg.policy.critic_hidden = [256, 256], [256, 256]
         cfg.ppo = PPOConfig(steps_per_env=64, num_epochs=5, num_minibatches=4, learning_rate=3e-4, gamma=0.99)
         cfg.iterations = 300
+    elif task == "grid-arena":
+        cfg.env.num_envs = 16  # MettaGrid simulations (x 4 agents)
+        cfg.policy.kind = "recurrent"
+        cfg.ppo = PPOConfig(steps_per_env=32, num_epochs=4, num_minibatches=4, learning_rate=3e-3,
+                            schedule="fixed", gamma=0.99, lam=0.95, entropy_coef=0.01, value_loss_coef=0.5,
+                            max_grad_norm=0.5, bptt_horizon=16)
+        cfg.iterations = 100
+        cfg.save_every = 25
+        cfg.perf.compile = "off"
     elif task == "g1-track":
         cfg.env.num_envs = 4096
         cfg.policy.actor_hidden, cfg.policy.critic_hidden = [512, 256, 128], [512, 256, 128]

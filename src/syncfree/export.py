@@ -146,15 +146,15 @@ def load_policy(state: dict[str, Any], path: Path) -> tuple[nn.Module, str]:
     try:
         raw = state["config"]
         kind = raw.get("policy", {}).get("kind", "mlp")
+        if kind not in POLICY_KINDS:
+            raise UserError(f"{source}: policy.kind={kind!r} cannot be exported; this version of syncfree knows "
+                            f"{', '.join(POLICY_KINDS)}")
         task = state["task"]
         action_kind, action_size = state["action_spec"]
         shapes = {name: tuple(value.shape[1:]) for name, value in state["obs"].items()}
         weights = state["policy"]
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise UserError(f"{source}: lacks what export needs ({type(e).__name__}: {e})") from None
-    if kind not in POLICY_KINDS:
-        raise UserError(f"{source}: policy.kind={kind!r} cannot be exported; this version of syncfree knows "
-                        f"{', '.join(POLICY_KINDS)}")
     try:
         cfg = from_dict(TrainConfig, raw)
     except (UserError, TypeError) as e:

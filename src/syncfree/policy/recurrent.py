@@ -2,8 +2,9 @@
 
 Observations are MettaGrid tokens `[..., tokens, 3]` uint8: (packed coordinate, feature id, value), all three
 bytes 0xFF on an empty token. Each token is embedded (coordinate and feature id by lookup, value by a linear map
-of value / 255), passed through a small MLP and max-pooled over the valid tokens. The LSTM state of an agent is
-zeroed before a step whose `done` flag says its observation starts a new episode.
+of value / 255), passed through a small MLP and max-pooled over the valid tokens. Optionally the agent's previous
+action is embedded and added (zero at an episode's first step). The recurrent core is an LSTM or a GRU cell; the
+state of an agent is zeroed before a step whose `done` flag says its observation starts a new episode.
 
 Two entry points share every module: `step` for rollouts (one time step of a batch of agents) and
 `evaluate_sequence` for training (whole `[segments, T]` rows, replayed from their initial state with the same
@@ -27,6 +28,15 @@ class LSTMState(NamedTuple):
     """[batch, hidden] hidden state."""
     c: Tensor
     """[batch, hidden] cell state."""
+
+
+class GRUState(NamedTuple):
+    h: Tensor
+    """[batch, hidden] hidden state."""
+
+
+CORES = {"lstm": (nn.LSTMCell, LSTMState), "gru": (nn.GRUCell, GRUState)}
+"""Recurrent core name -> (cell module, state tuple)."""
 
 
 class ActionOutput(NamedTuple):
@@ -64,10 +74,13 @@ class ActionProbs(nn.Module):
         super().__init__()
         self.emit_full_log_probs = emit_full_log_probs
 
-    def forward(self, logits: Tensor, actions: Tensor | None = None) -> ActionOutput:
-        """Sample one action per row of `logits` [..., actions] unless `actions` [...] are given."""
+    def forward(self, logits: Tensor, actions: Tensor | None = None, greedy: bool = False) -> ActionOutput:
+        """Sample one action per row of `logits` [..., actions] (the most likely one when `greedy`) unless
+        `actions` [...] are given."""
         log_probs = logits.log_softmax(-1)
         probs = log_probs.exp()
+        if actions is None and greedy:
+            actions = log_probs.argmax(-1)
         if actions is None:
             flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, replacement=True)
             actions = flat.view(probs.shape[:-1])
@@ -103,22 +116,30 @@ class TokenEncoder(nn.Module):
 
 
 class RecurrentTokenPolicy(nn.Module):
-    """Token encoder, LSTM cell, linear actor (logits) and critic heads.
+    """Token encoder, recurrent cell, linear actor (logits) and critic heads.
 
     Args:
         num_actions: size of the discrete action space.
         embed_dim, encoder_hidden: token embedding width and the encoder MLP's hidden width.
-        hidden: LSTM input and state width.
+        hidden: core input and state width.
         max_tokens: tokens read per observation (None: all); see `TokenEncoder`.
         emit_full_log_probs: whether `step` and `evaluate_sequence` return the full log-probs.
+        core: `lstm` or `gru`.
+        last_action_input: add an embedding of the agent's previous action to the core's input (`step` and
+            `evaluate_sequence` then need `last_actions`).
     """
 
     def __init__(self, num_actions: int, embed_dim: int = 32, encoder_hidden: int = 64, hidden: int = 64,
-                 max_tokens: int | None = None, emit_full_log_probs: bool = True) -> None:
+                 max_tokens: int | None = None, emit_full_log_probs: bool = True, core: str = "lstm",
+                 last_action_input: bool = False) -> None:
         super().__init__()
+        if core not in CORES:
+            raise ValueError(f"core={core!r} is unknown; use one of {', '.join(CORES)}")
         self.num_actions, self.hidden = num_actions, hidden
         self.encoder = TokenEncoder(embed_dim, encoder_hidden, hidden, max_tokens)
-        self.core = nn.LSTMCell(hidden, hidden)
+        cell, self._state_type = CORES[core]
+        self.core = cell(hidden, hidden)
+        self.last_action = nn.Embedding(num_actions, hidden) if last_action_input else None
         self.actor = nn.Linear(hidden, num_actions)
         self.critic = nn.Linear(hidden, 1)
         self.action_probs = ActionProbs(emit_full_log_probs)
@@ -131,29 +152,51 @@ class RecurrentTokenPolicy(nn.Module):
     def emit_full_log_probs(self, value: bool) -> None:
         self.action_probs.emit_full_log_probs = value
 
-    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> LSTMState:
-        return LSTMState(*(torch.zeros(batch, self.hidden, device=device) for _ in range(2)))
+    @property
+    def state_size(self) -> int:
+        """Tensors in the recurrent state (2 for an LSTM, 1 for a GRU), each [batch, hidden]."""
+        return len(self._state_type._fields)
 
-    def _advance(self, x: Tensor, state: LSTMState, done: Tensor) -> LSTMState:
-        """One LSTM step from `state`, zeroed first on rows whose `done` is set."""
+    def initial_state(self, batch: int, device: torch.device | str = "cpu") -> tuple[Tensor, ...]:
+        return self._state_type(*(torch.zeros(batch, self.hidden, device=device) for _ in range(self.state_size)))
+
+    def _advance(self, x: Tensor, state: tuple[Tensor, ...], done: Tensor) -> tuple[Tensor, ...]:
+        """One core step from `state`, zeroed first on rows whose `done` is set."""
         keep = (~done).unsqueeze(-1).to(x.dtype)
-        return LSTMState(*self.core(x, (state.h * keep, state.c * keep)))
+        kept = tuple(s * keep for s in state)
+        out = self.core(x, kept if len(kept) > 1 else kept[0])
+        return self._state_type(*out) if isinstance(out, tuple) else self._state_type(out)
 
-    def step(self, obs_tokens: Tensor, state: LSTMState, done: Tensor) -> tuple[StepOutput, LSTMState]:
+    def _input(self, encoded: Tensor, last_actions: Tensor | None, done: Tensor) -> Tensor:
+        """The core's input: the encoded tokens, plus the previous action's embedding unless the step starts an
+        episode."""
+        if self.last_action is None:
+            return encoded
+        if last_actions is None:
+            raise ValueError("this policy reads the previous action: pass last_actions")
+        keep = (~done).unsqueeze(-1).to(encoded.dtype)
+        return encoded + self.last_action(last_actions) * keep
+
+    def step(self, obs_tokens: Tensor, state: tuple[Tensor, ...], done: Tensor, last_actions: Tensor | None = None,
+             greedy: bool = False) -> tuple[StepOutput, tuple[Tensor, ...]]:
         """One rollout step: `obs_tokens` [B, tokens, 3] uint8, `state` from the previous step, `done` [B] bool
-        (the observation starts a new episode) -> sampled actions with log-prob, entropy, value, and the state."""
-        new_state = self._advance(self.encoder(obs_tokens), state, done)
-        out = self.action_probs(self.actor(new_state.h))
+        (the observation starts a new episode), `last_actions` [B] int64 (with `last_action_input`) -> sampled
+        actions (the most likely ones when `greedy`) with log-prob, entropy, value, and the state."""
+        x = self._input(self.encoder(obs_tokens), last_actions, done)
+        new_state = self._advance(x, state, done)
+        out = self.action_probs(self.actor(new_state.h), greedy=greedy)
         value = self.critic(new_state.h).squeeze(-1)
         return StepOutput(out.actions, out.log_prob, out.entropy, value, out.full_log_probs), new_state
 
-    def evaluate_sequence(self, obs: Tensor, actions: Tensor, initial_state: LSTMState,
-                          dones: Tensor) -> SequenceEvaluation:
-        """Replay rows: `obs` [S, T, tokens, 3], `actions` [S, T], the state each row started from [S, hidden],
-        `dones` [S, T] (as given to `step`) -> log-probs of `actions`, entropies and values, [S, T] each."""
+    def evaluate_sequence(self, obs: Tensor, actions: Tensor, initial_state: tuple[Tensor, ...], dones: Tensor,
+                          last_actions: Tensor | None = None) -> SequenceEvaluation:
+        """Replay rows: `obs` [S, T, tokens, 3], `actions` [S, T], the state each row started from ([S, hidden]
+        per state tensor), `dones` and `last_actions` [S, T] (as given to `step`) -> log-probs of `actions`,
+        entropies and values, [S, T] each."""
         segments, horizon = actions.shape
         x = self.encoder(obs.flatten(0, 1)).view(segments, horizon, -1)
-        state, hs = initial_state, []
+        x = self._input(x, last_actions, dones)
+        state, hs = self._state_type(*initial_state), []
         for t in range(horizon):
             state = self._advance(x[:, t], state, dones[:, t])
             hs.append(state.h)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,15 @@ def save_atomic(state: dict[str, Any], path: str | Path) -> Path:
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    return path
+
+
+def save_run(state: dict[str, Any], run_dir: Path, iteration: int) -> Path:
+    """`run_dir/checkpoint_<iteration>.pt`, and a copy as `run_dir/latest.pt` (both written atomically)."""
+    path = save_atomic(state, run_dir / f"checkpoint_{iteration:06d}.pt")
+    tmp = run_dir / ".latest.pt.tmp"
+    shutil.copyfile(path, tmp)
+    os.replace(tmp, run_dir / "latest.pt")
     return path
 
 

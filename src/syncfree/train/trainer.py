@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -323,15 +322,21 @@ class Trainer:
     def save(self) -> Path | None:
         if self.run_dir is None:
             return None
-        path = checkpoint.save_atomic(self.state_dict(), self.run_dir / f"checkpoint_{self.iteration:06d}.pt")
-        tmp = self.run_dir / ".latest.pt.tmp"
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, self.run_dir / "latest.pt")
-        return path
+        return checkpoint.save_run(self.state_dict(), self.run_dir, self.iteration)
 
     def close(self) -> None:
         if self.logger is not None:
             self.logger.close()
+
+
+def make_trainer(cfg: TrainConfig, run_dir: Path | None = None, env: VecEnv | None = None,
+                 dist: Distributed | None = None) -> Trainer:
+    """The trainer for `cfg`: `SequenceTrainer` (BPTT segments) for recurrent policies, else `Trainer`."""
+    if cfg.policy.kind == "recurrent":
+        from syncfree.train.sequence import SequenceTrainer
+
+        return SequenceTrainer(cfg, run_dir, env, dist)
+    return Trainer(cfg, run_dir, env, dist)
 
 
 def check_compatible(state: dict[str, Any], trainer: Trainer, source: str) -> None:

@@ -31,6 +31,22 @@ def _g1_track(*args: Any, **kwargs: Any) -> VecEnv:
     return make_g1_track(*args, **kwargs)
 
 
+def _grid_arena(num_envs: int, device: torch.device | str, seed: int, max_episode_length: int = 0,
+                grid: Any = None) -> VecEnv:
+    """`num_envs` MettaGrid simulations of `grid` (a `GridEnvConfig`; its defaults when None)."""
+    from syncfree.config import GridEnvConfig
+    from syncfree.envs.adapters.mettagrid import (  # imports mettagrid: only when asked
+        MettaGridSpec,
+        MettaGridVecEnv,
+    )
+
+    g = grid or GridEnvConfig()
+    steps = max_episode_length or g.max_steps
+    spec = MettaGridSpec(g.map, agents_per_env=g.agents_per_env, width=g.width, height=g.height, max_steps=steps,
+                         mines=g.mines)
+    return MettaGridVecEnv(spec, num_envs, device, seed)
+
+
 TASKS: dict[str, Task] = {
     t.name: t
     for t in (
@@ -43,6 +59,9 @@ TASKS: dict[str, Task] = {
         Task("g1-track", "Unitree G1 (29 joints) tracks whole-body reference motions; physics: torch PD joints "
              "with the root driven along the reference (default), or MuJoCo / MuJoCo Warp with contacts "
              "(env.backend); adaptive start sampling", _g1_track, options=("robot", "motions", "backend", "tokenizer", "perf")),
+        Task("grid-arena", "MettaGrid gridworld (C++ core, CPU), many agents per simulation, token observations, "
+             "5 discrete actions; map from env.grid (default: mines, which pay a heart per push); recurrent policy",
+             _grid_arena, options=("grid",)),
     )
 }
 

@@ -1,0 +1,219 @@
+"""The recurrent trainer on MettaGrid (grid-arena): switch equivalence, the full-log-probs gate, teacher losses,
+host-sync budgets, checkpoints and the command line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("mettagrid")
+
+from conftest import TEST_DEVICE, assert_same_state
+from syncfree.cli import main
+from syncfree.config import LossesConfig, PerfConfig, PPOConfig, TrainConfig, preset
+from syncfree.errors import UserError
+from syncfree.perf.bench import count_iteration
+from syncfree.train import checkpoint
+from syncfree.train.sequence import SequenceTrainer
+from syncfree.train.trainer import make_trainer
+
+GRID_SWITCHES = ("gate_full_log_probs", "cached_batch_metadata", "preallocated_last_actions", "cpu_time_index",
+                 "cached_minibatch_indices")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Batches this small run several times faster on one thread than on two busy ones."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def grid_config(iterations: int = 2, **perf) -> TrainConfig:
+    """2 simulations x 4 agents, 8 steps in rows of 4 (16 segments), 2 epochs x 2 minibatches, a small policy."""
+    cfg = preset("grid-arena")
+    cfg.seed, cfg.device, cfg.iterations = 5, TEST_DEVICE, iterations
+    cfg.env.num_envs = 2
+    cfg.policy.recurrent = dataclasses.replace(cfg.policy.recurrent, hidden=16, embed_dim=8, encoder_hidden=16)
+    cfg.ppo = dataclasses.replace(cfg.ppo, steps_per_env=8, bptt_horizon=4, num_epochs=2, num_minibatches=2)
+    cfg.log.progress = False
+    cfg.perf = dataclasses.replace(cfg.perf, **perf)
+    return cfg
+
+
+def trained(cfg: TrainConfig) -> SequenceTrainer:
+    trainer = make_trainer(cfg)
+    assert isinstance(trainer, SequenceTrainer)
+    trainer.learn()
+    return trainer
+
+
+def snapshot(trainer: SequenceTrainer) -> dict:
+    state = trainer.state_dict()
+    data = {k: v for k, v in trainer.buffer.data.items() if k != "full_log_probs"}
+    return {"policy": state["policy"], "optimizer": state["ppo"], "buffer": data,
+            "advantages": trainer.buffer.advantages, "episodes": state["episodes"]}
+
+
+@pytest.mark.parametrize("switch", GRID_SWITCHES)
+def test_each_grid_switch_changes_nothing_but_speed(switch: str) -> None:
+    """Buffers, advantages, parameters and optimizer state are bitwise equal with the switch on and off."""
+    off = PerfConfig.switches_by_name()[switch].metadata["baseline"]
+    assert_same_state(snapshot(trained(grid_config(**{switch: off}))), snapshot(trained(grid_config())))
+
+
+def test_all_grid_switches_off_match_the_optimized_trainer() -> None:
+    baseline = {name: PerfConfig.switches_by_name()[name].metadata["baseline"] for name in GRID_SWITCHES}
+    assert_same_state(snapshot(trained(grid_config(**baseline))), snapshot(trained(grid_config())))
+
+
+def test_full_log_probs_are_stored_only_when_a_loss_needs_them(tmp_path: Path) -> None:
+    gated = make_trainer(grid_config())
+    assert not gated.policy.emit_full_log_probs and "full_log_probs" not in gated.buffer.data
+    always = make_trainer(grid_config(gate_full_log_probs=False))
+    assert always.policy.emit_full_log_probs and "full_log_probs" in always.buffer.data
+    cfg = grid_config()
+    cfg.losses.supervised = 0.5
+    supervised = make_trainer(cfg)
+    assert supervised.policy.emit_full_log_probs and {"full_log_probs", "teacher_actions"} <= supervised.buffer.data.keys()
+
+
+def test_a_loss_that_needs_full_log_probs_fails_loudly_without_them() -> None:
+    cfg = grid_config(iterations=1)
+    cfg.losses.supervised = 0.5
+    trainer = make_trainer(cfg)
+    trainer.policy.emit_full_log_probs = False
+    with pytest.raises(UserError, match=r"losses\.supervised needs the policy's full log-probabilities"):
+        trainer.learn()
+
+
+def test_supervised_loss_imitates_the_scripted_teacher() -> None:
+    """With only the supervised loss, updates on one stored rollout raise the student's agreement with the
+    teacher's actions there (and leave PPO's statistics out of the record)."""
+    cfg = grid_config(iterations=1)
+    cfg.losses = LossesConfig(ppo=0.0, supervised=1.0)
+    trainer = make_trainer(cfg)
+    assert "surrogate_loss" not in trainer.learn()
+    names = trainer.stat_names
+    agreement = [trainer.update()[names.index("teacher_agreement")].item() for _ in range(15)]
+    assert agreement[-1] > agreement[0] + 0.25, agreement
+
+
+def test_kickstarter_and_behavior_cloning_read_a_teacher_checkpoint(tmp_path: Path) -> None:
+    teacher_run = make_trainer(grid_config(iterations=1), run_dir=tmp_path / "teacher")
+    teacher_run.learn()
+    cfg = grid_config(iterations=2)
+    cfg.losses = LossesConfig(ppo=1.0, kickstarter=1.0, kickstarter_value=0.5, behavior_cloning=0.5,
+                              teacher=str(tmp_path / "teacher" / "latest.pt"))
+    student = make_trainer(cfg)
+    assert student.teacher is not None and not any(p.requires_grad for p in student.teacher.parameters())
+    assert {"teacher_log_probs", "teacher_values"} <= student.buffer.data.keys()
+    assert "teacher_actions" not in student.buffer.data
+    record = student.learn()
+    for key in ("kickstarter_kl", "kickstarter_value_loss", "behavior_cloning_loss", "surrogate_loss"):
+        assert key in record and record[key] == record[key]  # present and not NaN
+    assert record["kickstarter_kl"] > 0
+    stored = student.buffer.data["teacher_log_probs"]
+    torch.testing.assert_close(stored.logsumexp(-1), torch.zeros(stored.shape[:-1]), rtol=0, atol=1e-5)
+    assert not torch.equal(stored, student.buffer.data["full_log_probs"])  # the teacher's, not the student's
+
+
+def test_teacher_checkpoint_errors_name_the_culprit(tmp_path: Path) -> None:
+    cfg = grid_config()
+    cfg.losses = LossesConfig(kickstarter=1.0, teacher=str(tmp_path / "missing.pt"))
+    with pytest.raises(UserError, match=r"missing\.pt: no such file"):
+        make_trainer(cfg)
+    cfg.losses = LossesConfig(kickstarter=1.0)
+    with pytest.raises(UserError, match=r"losses\.teacher"):
+        make_trainer(cfg)
+
+
+@pytest.mark.parametrize(("advantage", "sampler"), [("vtrace", "sequential"), ("gae", "prioritized")])
+def test_vtrace_and_prioritized_sampling_train(advantage: str, sampler: str) -> None:
+    cfg = grid_config()
+    cfg.ppo.advantage, cfg.ppo.minibatch_sampler = advantage, sampler
+    trainer = trained(cfg)
+    assert ("ratio" in trainer.buffer.data) == (advantage == "vtrace")
+    if advantage == "vtrace":  # the ratios of the latest policy were written back, so they moved off 1
+        assert not torch.equal(trainer.buffer.data["ratio"], torch.ones_like(trainer.buffer.data["ratio"]))
+    assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
+
+
+@pytest.mark.parametrize("core", ["lstm", "gru"])
+def test_host_sync_budget(core: str) -> None:
+    """No host read per rollout step (MettaGrid on the CPU is the env boundary) or per minibatch; the
+    conventional time index reads the device once per step."""
+    cfg = grid_config()
+    cfg.policy.recurrent.core = core
+    counts = count_iteration(trained(cfg))
+    assert counts["syncs_per_step"] == 0
+    assert counts["syncs_per_minibatch"] == 0
+    assert counts["syncs_per_iteration"] <= 1
+    conventional = count_iteration(trained(grid_config(cpu_time_index=False)))
+    assert conventional["phases"]["store"]["syncs"] == 8  # one per rollout step
+
+
+def test_resume_restores_the_trainer_state(tmp_path: Path) -> None:
+    first = make_trainer(grid_config(iterations=2), run_dir=tmp_path / "run")
+    first.learn()
+    saved = checkpoint.load(tmp_path / "run" / "latest.pt")
+    resumed = make_trainer(grid_config(iterations=3))
+    resumed.load_state_dict(saved)
+    assert resumed.iteration == 2 and resumed.env_steps == first.env_steps
+    assert_same_state(resumed.state_dict()["policy"], first.state_dict()["policy"])
+    assert_same_state(resumed.ppo.state_dict(), first.ppo.state_dict())
+    assert resumed.learn()["iteration"] == 3
+    other = grid_config()
+    other.env.num_envs = 3
+    with pytest.raises(UserError, match="written with 8 agents but this run has 12"):
+        make_trainer(other).load_state_dict(saved, source="ckpt")
+
+
+def test_cli_trains_grid_arena_and_resumes(tmp_path: Path, capsys) -> None:
+    args = ["--task", "grid-arena", "--env.num_envs", "2", "--ppo.steps_per_env", "8", "--ppo.bptt_horizon", "4",
+            "--ppo.num_minibatches", "2", "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress",
+            "false"]
+    assert main(["train", "--iterations", "2", *args]) == 0
+    assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--iterations", "3"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [1, 2, 3]
+    assert records[-1]["env_steps"] == 3 * 8 * 8 and 0 <= records[-1]["reward_per_agent_step"] <= 1
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(tmp_path / "run" / "latest.pt"), "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("grid-arena: mean return ") and "over 8 agents' episodes (2 simulations)" in out
+    assert main(["export", "--checkpoint", str(tmp_path / "run" / "latest.pt")]) == 2
+    assert "policy.kind='recurrent' cannot be exported" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("args", "culprit"), [
+    (["--policy.kind", "mlp"], "policy.kind='mlp' is invalid"),
+    (["--env.grid.map", "maze"], "env.grid.map"),
+    (["--ppo.bptt_horizon", "5"], "ppo.bptt_horizon=5 is invalid"),
+    (["--ppo.num_minibatches", "7"], "ppo.num_minibatches=7 is invalid"),
+    (["--losses.supervised", "1", "--env.grid.map", "arena"], "losses.supervised=1.0 is invalid"),
+    (["--losses.kickstarter", "1"], "losses.teacher='' is invalid"),
+])
+def test_bad_grid_config_is_one_line(args: list[str], culprit: str, capsys) -> None:
+    assert main(["train", "--task", "grid-arena", "--iterations", "1", *args]) == 2
+    err = capsys.readouterr().err
+    assert culprit in err and err.count("\n") == 1
+
+
+def test_teacher_losses_are_refused_outside_grid_arena() -> None:
+    cfg = TrainConfig(task="cartpole", ppo=PPOConfig(), losses=LossesConfig(supervised=1.0))
+    with pytest.raises(UserError, match=r"losses\.supervised"):
+        make_trainer(cfg)
+
+
+def test_grid_switch_list_is_complete() -> None:
+    gridworld = {f.name for f in PerfConfig.switches() if f.metadata["seed"].startswith("gridworld:")}
+    assert gridworld == set(GRID_SWITCHES) | {"zero_grad_set_to_none", "deterministic"}
+    from syncfree.train.sequence import SWITCHES_READ
+
+    assert set(GRID_SWITCHES) <= set(SWITCHES_READ) and "compile" not in SWITCHES_READ
