@@ -123,7 +123,9 @@ class KickstarterLoss:
 
 @dataclass(frozen=True)
 class KickstarterValueLoss:
-    """Squared error of the student's value to the teacher's."""
+    """Huber loss (delta 1) of the student's value to the teacher's. A squared error would start in the hundreds
+    (a trained teacher's values against a fresh student's zeros) and, through the global gradient-norm clip, starve
+    the other losses of gradient; the Huber gradient is at most 1 per step."""
 
     name: str = "kickstarter_value"
     fields: tuple[str, ...] = ("teacher_values",)
@@ -131,7 +133,7 @@ class KickstarterValueLoss:
     stats: tuple[str, ...] = ("kickstarter_value_loss",)
 
     def __call__(self, x: LossInputs) -> tuple[Tensor, tuple[Tensor, ...]]:
-        loss = (_head(x.ev.value) - _head(x.data["teacher_values"])).square().mean()
+        loss = torch.nn.functional.smooth_l1_loss(_head(x.ev.value), _head(x.data["teacher_values"]))
         return loss, (loss.detach(),)
 
 
