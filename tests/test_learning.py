@@ -13,10 +13,12 @@ from syncfree.train.trainer import Trainer
 
 @pytest.mark.slow
 @pytest.mark.usefixtures("compile_enabled")
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_cartpole_is_solved_within_500k_steps(seed: int) -> None:
+@pytest.mark.parametrize(("seed", "autocast"), [(0, "auto"), (1, "auto"), (2, "auto"), (0, "bf16")])
+def test_cartpole_is_solved_within_500k_steps(seed: int, autocast: str) -> None:
+    """`auto` keeps CartPole's small batches in float32; `bf16` trains its hidden layers in bfloat16 throughout
+    (learning parity of the mixed-precision switch)."""
     cfg = preset("cartpole")
-    cfg.seed, cfg.log.progress = seed, False
+    cfg.seed, cfg.log.progress, cfg.perf.autocast = seed, False, autocast
     cfg.perf.compile = "hot"  # the preset runs eagerly (a short run); learning must hold with the compiled loop
     trainer = Trainer(cfg)
     trainer.learn()

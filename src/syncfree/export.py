@@ -140,6 +140,7 @@ def load_policy(state: dict[str, Any], path: Path) -> tuple[nn.Module, str]:
     """The checkpoint's policy (CPU, eval mode, diagnostics caches off) and its task name, built without an env."""
     from syncfree.config import TrainConfig, from_dict
     from syncfree.envs.api import ActionSpec
+    from syncfree.policy.actor_critic import set_autocast
     from syncfree.train.trainer import build_policy
 
     source = f"checkpoint {path}"
@@ -171,6 +172,7 @@ def load_policy(state: dict[str, Any], path: Path) -> tuple[nn.Module, str]:
         lines = str(e).strip().splitlines()
         detail = lines[1].strip() if len(lines) > 1 else lines[0]
         raise UserError(f"{source}: policy does not fit its config ({detail})") from None
+    set_autocast(policy, "off")  # the exported graphs compute in float32 (a runtime picks its own precision)
     for flag in ("cache_encoded_outputs", "cache_full_latent"):  # diagnostics: host copies, not graph ops
         if hasattr(policy, flag):
             setattr(policy, flag, False)

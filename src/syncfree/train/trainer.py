@@ -20,6 +20,7 @@ from syncfree.envs import VecEnv, make_env
 from syncfree.errors import NonFiniteError, UserError
 from syncfree.perf.phases import Phases
 from syncfree.policy import ActorCritic
+from syncfree.policy.actor_critic import set_autocast
 from syncfree.policy.token_encoder import TokenActorCritic, default_layout
 from syncfree.train import checkpoint, compiled
 from syncfree.train.distributed import (
@@ -55,6 +56,7 @@ class Trainer:
                                    backend=cfg.env.backend,
                                    tokenizer=cfg.policy.kind == "token", perf=cfg.perf)
         self.policy = build_policy(cfg, self.env).to(self.device)
+        set_autocast(self.policy, cfg.perf.autocast, self.device)
         self.actor_dim, self.critic_dim = self.policy.actor_obs_dim, obs_dim(self.env, "critic")
         self.phases = Phases()
         """Attach a recorder (`perf.phases`) to time or count each phase of the hot loop."""
