@@ -39,6 +39,7 @@ def grid_config(iterations: int = 2, **perf) -> TrainConfig:
     cfg = preset("grid-arena")
     cfg.seed, cfg.device, cfg.iterations = 5, TEST_DEVICE, iterations
     cfg.env.num_envs = 2
+    cfg.env.grid.max_steps = 16
     cfg.policy.recurrent = dataclasses.replace(cfg.policy.recurrent, hidden=16, embed_dim=8, encoder_hidden=16)
     cfg.ppo = dataclasses.replace(cfg.ppo, steps_per_env=8, bptt_horizon=4, num_epochs=2, num_minibatches=2)
     cfg.log.progress = False
@@ -60,11 +61,23 @@ def snapshot(trainer: SequenceTrainer) -> dict:
             "advantages": trainer.buffer.advantages, "episodes": state["episodes"]}
 
 
-@pytest.mark.parametrize("switch", GRID_SWITCHES)
+@pytest.mark.parametrize("switch", [*GRID_SWITCHES, "zero_grad_set_to_none", "deferred_episode_stats"])
 def test_each_grid_switch_changes_nothing_but_speed(switch: str) -> None:
-    """Buffers, advantages, parameters and optimizer state are bitwise equal with the switch on and off."""
+    """Buffers, advantages, parameters, optimizer state and episode statistics are bitwise equal with the switch
+    on and off."""
     off = PerfConfig.switches_by_name()[switch].metadata["baseline"]
-    assert_same_state(snapshot(trained(grid_config(**{switch: off}))), snapshot(trained(grid_config())))
+    a, b = trained(grid_config(**{switch: off})), trained(grid_config())
+    assert_same_state(snapshot(a), snapshot(b))
+    assert len(b.episodes.recent_returns) > 0  # episodes ended (2 iterations x 8 steps, 16-step episodes)
+
+
+def test_every_parameter_gets_a_gradient_every_minibatch() -> None:
+    """What makes `zero_grad_set_to_none` bitwise-neutral: no parameter is ever left without a gradient."""
+    trainer = trained(grid_config(iterations=1))
+    batch = trainer.minibatch(0, trainer.buffer.segments // 2, 1.0)
+    trainer.ppo.optimizer.zero_grad(set_to_none=True)
+    trainer.minibatch_loss(batch)[0].backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainer.policy.parameters())
 
 
 def test_all_grid_switches_off_match_the_optimized_trainer() -> None:
