@@ -125,7 +125,10 @@ class SequenceTrainer:
         """The optimizer, gradient clipping, non-finite step skipping and learning-rate schedule."""
 
         num_actions = self.env.action_spec.size
-        fields = {"obs": Field(self.env.obs_shapes["policy"], torch.uint8), "actions": Field((), torch.int64),
+        tokens, token_dim = self.env.obs_shapes["policy"]
+        self.stored_tokens = min(tokens, cfg.policy.recurrent.max_tokens or tokens)
+        """Tokens stored per observation: those the policy reads (MettaGrid packs the valid ones first)."""
+        fields = {"obs": Field((self.stored_tokens, token_dim), torch.uint8), "actions": Field((), torch.int64),
                   "log_prob": Field((), torch.float32), "values": Field((), torch.float32),
                   "rewards": Field((), torch.float32), "dones": Field((), torch.bool)}
         if cfg.policy.recurrent.last_action_input:
@@ -214,7 +217,7 @@ class SequenceTrainer:
         with phase("act"):
             last_actions = buf.previous_actions(self._everyone) if "last_actions" in buf.data else None
             out, state = self.policy.step(self.obs, self.state, self.done, last_actions)
-            data = {"obs": self.obs, "actions": out.actions, "log_prob": out.log_prob, "values": out.value,
+            data = {"obs": self.obs[:, : self.stored_tokens], "actions": out.actions, "log_prob": out.log_prob, "values": out.value,
                     "rewards": self.reward_in, "dones": self.done}
             if last_actions is not None:
                 data["last_actions"] = last_actions  # stored before `store` overwrites them with `actions`
