@@ -40,15 +40,38 @@ def _live_bytes(size: dict[str, Any]) -> str:
             f"after {live['timed_iterations_per_config']} timed iterations each.")
 
 
+def _heading(size: dict[str, Any], agents_per_env: int | None) -> str:
+    if agents_per_env is None:
+        return f"{size['num_envs']} envs"
+    return f"{size['num_envs']} simulations x {agents_per_env} agents = {size['num_agents']:,} agents"
+
+
+def _env_only(size: dict[str, Any]) -> str:
+    """MettaGrid's own env-only speed and the adapter's, beside the training figure."""
+    e = size["env_only"]
+    raw, adapter = e["mettagrid_raw_steps_per_s"], e["adapter_steps_per_s"]
+    trained = size["configs"]["optimized"]["steps_per_s"]["median"]
+    return (f"Env only (random actions drawn beforehand, no policy; median of {e['runs']} alternated runs, "
+            f"min–max): MettaGrid raw {_fmt(raw['median'])} ({_fmt(raw['min'])}–{_fmt(raw['max'])}) "
+            f"agent steps/s, through the adapter {_fmt(adapter['median'])} ({_fmt(adapter['min'])}–"
+            f"{_fmt(adapter['max'])}); training (optimized) {_fmt(trained)} agent steps/s = "
+            f"{trained / raw['median']:.1%} of MettaGrid raw.")
+
+
 def markdown(result: dict[str, Any]) -> str:
     m, b, t = result["machine"], result["bench"], result["train"]
+    recurrent = result.get("recurrent")
+    agents = recurrent["agents_per_env"] if recurrent else None
+    unit = "agent steps" if recurrent else "steps"
+    per_iteration = (f"{t['steps_per_env']} steps per agent in BPTT segments of {t['bptt_horizon']}"
+                     if recurrent else f"{t['steps_per_env']} steps per env")
     lines = [
         f"# syncfree bench: {b['task']}{' on ' + b['backend'] + ' physics' if b.get('backend') else ''} "
         f"({b['profile']} profile)",
         "",
         f"Machine: {m['device']}{' (' + m['gpu'] + ')' if 'gpu' in m else ''}, {m['processor']}, "
         f"{m['cpu_count']} cores, torch {m['torch']} ({m['torch_threads']} threads), Python {m['python']}. "
-        f"Per iteration: {t['steps_per_env']} steps per env, {t['num_epochs']} epochs x {t['num_minibatches']} "
+        f"Per iteration: {per_iteration}, {t['num_epochs']} epochs x {t['num_minibatches']} "
         f"minibatches. {b['repeats']} interleaved repeats, each measurement at least {b['iterations']} iterations "
         f"and {b.get('min_seconds', 0):g} s, after {b['warmup']} warm-up; bench wall time "
         f"{result['wall_seconds']:.0f} s.",
@@ -62,17 +85,26 @@ def markdown(result: dict[str, Any]) -> str:
         "update-only loops at the same sizes with the optimized kernels, measured in every repeat alongside the "
         "configurations (median).",
     ]
+    if recurrent:
+        g = recurrent["grid"]
+        lines += ["", f"Recurrent trainer (grid-arena): sizes count MettaGrid simulations ({g['map']} map, "
+                  f"{g['width']} x {g['height']}, {agents} agents each, {g['max_steps']}-step episodes); steps/s are "
+                  "agent steps/s. Ablation rows cover the switches this trainer reads: "
+                  f"{', '.join(recurrent['switches_read'])}. All configurations run eagerly."]
     for size in result["sizes"]:
         floor = size["floor_seconds"]
-        lines += ["", f"## {size['num_envs']} envs ({size.get('iterations_per_measurement', b['iterations'])} "
+        lines += ["", f"## {_heading(size, agents)} ({size.get('iterations_per_measurement', b['iterations'])} "
                   "iterations per measurement)", "",
                   f"Floor: env {floor['env'] * 1e3:.1f} ms + policy forward {floor['policy_forward'] * 1e3:.1f} ms + "
-                  f"update {floor['update'] * 1e3:.1f} ms per iteration = {_fmt(size['floor_steps_per_s'])} steps/s."
-                  + _live_bytes(size),
-                  "",
-                  "| configuration | steps/s median (min–max) | × baseline (min–max) | efficiency | syncs/step | "
+                  f"update {floor['update'] * 1e3:.1f} ms per iteration = {_fmt(size['floor_steps_per_s'])} {unit}/s."
+                  + _live_bytes(size)]
+        if "env_only" in size:
+            lines += ["", _env_only(size)]
+        per_unit = "agent" if recurrent else "env"
+        lines += ["",
+                  f"| configuration | {unit}/s median (min–max) | × baseline (min–max) | efficiency | syncs/step | "
                   "ops/step | allocs/step | syncs/minibatch | ops/minibatch | allocs/minibatch | syncs/iteration | "
-                  "bytes/env | warm-up s |",
+                  f"bytes/{per_unit} | warm-up s |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name, row in size["configs"].items():
             s, r, c = row["steps_per_s"], row["ratio_to_baseline"], row["counts"]
@@ -81,7 +113,8 @@ def markdown(result: dict[str, Any]) -> str:
                 f"({r['min']:.3f}–{r['max']:.3f}) | {row['efficiency']:.2f} | {c['syncs_per_step']:g} | "
                 f"{c['ops_per_step']:g} | {c['allocations_per_step']:g} | {c['syncs_per_minibatch']:g} | "
                 f"{c['ops_per_minibatch']:g} | {c['allocations_per_minibatch']:g} | {c['syncs_per_iteration']} | "
-                f"{row['memory']['bytes_per_env']:,.0f} | {row.get('warmup_seconds', float('nan')):.1f} |")
+                f"{row['memory'].get(f'bytes_per_{per_unit}', row['memory']['bytes_per_env']):,.0f} | "
+                f"{row.get('warmup_seconds', float('nan')):.1f} |")
         lines += ["", "Phase breakdown (ms per iteration):", "",
                   "| configuration | " + " | ".join(ALL_PHASES) + " |", "|---|" + "---|" * len(ALL_PHASES)]
         for name in ("baseline", "optimized"):
@@ -90,10 +123,20 @@ def markdown(result: dict[str, Any]) -> str:
         base, opt = size["configs"]["baseline"], size["configs"]["optimized"]
         b_sps, o_sps = base["steps_per_s"]["median"], opt["steps_per_s"]["median"]
         b_it, o_it = statistics.median(base["seconds_per_iteration"]), statistics.median(opt["seconds_per_iteration"])
-        lines += ["", f"Seeds' view: in {HOURS:g} h the optimized trainer does {o_sps * 3600 * HOURS:,.0f} env "
-                  f"steps, the baseline {b_sps * 3600 * HOURS:,.0f} ({o_sps / b_sps:.3f}x); {ITERATIONS:,} iterations take "
+        lines += ["", f"Seeds' view: in {HOURS:g} h the optimized trainer does {o_sps * 3600 * HOURS:,.0f} "
+                  f"{'agent' if recurrent else 'env'} steps, the baseline {b_sps * 3600 * HOURS:,.0f} ({o_sps / b_sps:.3f}x); {ITERATIONS:,} iterations take "
                   f"{_duration(o_it * ITERATIONS)} optimized vs {_duration(b_it * ITERATIONS)} baseline."]
-    if result["scaling"]:
+    if result["scaling"] and recurrent:
+        lines += ["", "## Scaling", "", "Agent steps/s; env only: MettaGrid raw and through the adapter (medians).",
+                  "", "| simulations | agents | baseline | optimized | floor | optimized efficiency | env only: "
+                  "MettaGrid raw | env only: adapter |", "|---|---|---|---|---|---|---|---|"]
+        for p in result["scaling"]:
+            e = p["env_only"]
+            lines.append(f"| {p['num_envs']} | {p['num_agents']:,} | {_fmt(p['baseline']['steps_per_s'])} | "
+                         f"{_fmt(p['optimized']['steps_per_s'])} | {_fmt(p['floor_steps_per_s'])} | "
+                         f"{p['optimized']['efficiency']:.2f} | {_fmt(e['mettagrid_raw_steps_per_s']['median'])} | "
+                         f"{_fmt(e['adapter_steps_per_s']['median'])} |")
+    elif result["scaling"]:
         lines += ["", "## Scaling", "", "| envs | baseline steps/s | optimized steps/s | floor steps/s | "
                   "optimized efficiency |", "|---|---|---|---|---|"]
         for p in result["scaling"]:
@@ -109,6 +152,8 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
+    recurrent = result.get("recurrent")
+    unit = "agent steps / s" if recurrent else "env steps / s"
     sizes = result["sizes"]
     names = list(sizes[0]["configs"])
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes) + 3, 0.35 * len(names) + 1.5), sharey=True,
@@ -119,8 +164,9 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
         err = [[m - r["min"] for m, r in zip(med, rows, strict=True)], [r["max"] - m for m, r in zip(med, rows, strict=True)]]
         ax.barh(names, med, xerr=err, color=["#888" if n == "baseline" else "#2a7" for n in names])
         ax.axvline(size["floor_steps_per_s"], color="k", ls="--", lw=1, label="compute floor")
-        ax.set_xlabel("env steps / s (median, min–max)")
-        ax.set_title(f"{result['bench']['task']}, {size['num_envs']} envs, {result['machine']['device']}")
+        ax.set_xlabel(f"{unit} (median, min–max)")
+        what = f"{size['num_envs']} sims ({size['num_agents']} agents)" if recurrent else f"{size['num_envs']} envs"
+        ax.set_title(f"{result['bench']['task']}, {what}, {result['machine']['device']}")
         ax.legend(loc="lower right")
     axes[0][0].invert_yaxis()
     fig.tight_layout()
@@ -134,7 +180,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     for s in result["sizes"]:
         baseline_total = sum(s["configs"]["baseline"]["phase_seconds"].values()) or 1.0
         for name in ("baseline", "optimized"):
-            labels.append(f"{name}\n{s['num_envs']} envs")
+            labels.append(f"{name}\n{s['num_envs']} {'sims' if recurrent else 'envs'}")
             for p in ALL_PHASES:
                 bars[p].append(s["configs"][name]["phase_seconds"].get(p, 0.0) / baseline_total)
     bottoms = [0.0] * len(labels)
@@ -154,9 +200,13 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
         for key, style in (("baseline", "o-"), ("optimized", "s-")):
             ax.plot(envs, [p[key]["steps_per_s"] for p in result["scaling"]], style, label=key)
         ax.plot(envs, [p["floor_steps_per_s"] for p in result["scaling"]], "k--", label="compute floor")
+        if recurrent:
+            ax.plot(envs, [p["env_only"]["mettagrid_raw_steps_per_s"]["median"] for p in result["scaling"]], "k:",
+                    label="env only: MettaGrid raw")
+            ax.set_yscale("log")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("parallel envs")
-        ax.set_ylabel("env steps / s")
+        ax.set_xlabel("MettaGrid simulations" if recurrent else "parallel envs")
+        ax.set_ylabel(unit)
         ax.legend()
         ax.grid(alpha=0.3)
         fig.tight_layout()

@@ -1,0 +1,85 @@
+"""`syncfree bench --task grid-arena`: the recurrent trainer's rows, counts, floor and MettaGrid's own speed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("mettagrid")
+
+from syncfree.cli import main
+from syncfree.config import PerfConfig, preset
+from syncfree.perf import bench
+from syncfree.train.sequence import SWITCHES_READ
+
+
+def test_grid_arena_rows_cover_the_switches_the_recurrent_trainer_reads() -> None:
+    cfg = bench.BenchConfig(task="grid-arena", profile="full").resolved()
+    assert (cfg.num_envs, cfg.scaling, cfg.ablations, cfg.compile) == ([16, 256], [4, 16, 64, 256], True, False)
+    assert bench.BenchConfig(task="grid-arena").resolved().num_envs == [16, 64]
+    assert bench.BenchConfig(task="point-mass").resolved().num_envs == [64, 1024]  # the feed-forward defaults
+    configs = dict(bench.bench_configurations(cfg))
+    assert list(configs)[:2] == ["baseline", "optimized"]
+    assert set(configs) == {"baseline", "optimized"} | {f"optimized - {s}" for s in SWITCHES_READ} | {
+        f"baseline + {s}" for s in SWITCHES_READ}
+    assert all(perf.compile == "off" for perf in configs.values())
+    assert configs["optimized"] == PerfConfig(compile="off")
+    assert configs["optimized - cpu_time_index"] == PerfConfig(compile="off", cpu_time_index=False)
+    assert configs["baseline + fused_adamw"] == dataclasses.replace(PerfConfig.preset("baseline"), fused_adamw=True)
+
+
+def test_grid_arena_minibatches_divide_the_segments(monkeypatch) -> None:
+    def small_preset(task: str):
+        cfg = preset(task)
+        cfg.ppo.num_minibatches = 16  # divides num_envs * steps_per_env (32) but not the 8 segments of 1 simulation
+        return cfg
+
+    monkeypatch.setattr(bench, "preset", small_preset)
+    cfg = bench.train_config(bench.BenchConfig(task="grid-arena"), 1, PerfConfig(compile="off"))
+    segments = 1 * cfg.env.grid.agents_per_env * cfg.ppo.steps_per_env // cfg.ppo.bptt_horizon
+    assert segments == 8 and cfg.ppo.num_minibatches == 8
+
+
+@pytest.fixture
+def one_thread():
+    """The bench sets torch's thread count for the whole process: one thread (no oversubscription on a busy
+    machine), restored afterwards."""
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
+    code = main(["bench", "--task", "grid-arena", "--profile", "full", "--num_envs", "[1]", "--scaling", "[1]",
+                 "--add_one_in", "false", "--repeats", "1", "--iterations", "1", "--min_seconds", "0",
+                 "--threads", "1", "--out", str(tmp_path)])
+    assert code == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert result["bench"]["compile"] is False and result["recurrent"]["switches_read"] == list(SWITCHES_READ)
+    size = result["sizes"][0]
+    agents = result["recurrent"]["agents_per_env"]
+    assert size["num_envs"] == 1 and size["num_agents"] == agents
+    assert size["steps_per_iteration"] == agents * result["train"]["steps_per_env"]  # agent steps
+    assert set(size["configs"]) == {"baseline", "optimized"} | {f"optimized - {s}" for s in SWITCHES_READ}
+    base, opt = size["configs"]["baseline"], size["configs"]["optimized"]
+    assert opt["counts"]["syncs_per_step"] == 0 and opt["counts"]["syncs_per_minibatch"] == 0
+    assert base["counts"]["syncs_per_step"] > 0 and base["counts"]["syncs_per_minibatch"] > 0
+    assert size["configs"]["optimized - cpu_time_index"]["counts"]["syncs_per_step"] > 0
+    assert opt["efficiency"] > 0 and size["floor_steps_per_s"] > 0
+    assert all(size["floor_seconds"][k] > 0 for k in ("env", "policy_forward", "update", "total"))
+    assert opt["memory"]["tensor_bytes"] > 0 and opt["memory"]["bytes_per_agent"] > 0
+    assert set(opt["phase_seconds"]) >= {"act", "store", "env", "update.forward", "update.backward"}
+    env_only = size["env_only"]
+    assert env_only["mettagrid_raw_steps_per_s"]["median"] > 0 and env_only["adapter_steps_per_s"]["median"] > 0
+    point = result["scaling"][0]
+    assert point["num_envs"] == 1 and point["num_agents"] == agents
+    assert point["env_only"]["mettagrid_raw_steps_per_s"]["median"] > 0 and point["optimized"]["steps_per_s"] > 0
+    report = (tmp_path / "results.md").read_text()
+    assert "# syncfree bench: grid-arena" in report and "| optimized - cpu_time_index |" in report
+    assert "1 simulations x 4 agents = 4 agents" in report and "MettaGrid raw" in report
+    assert {p.name for p in tmp_path.iterdir()} >= {"results.json", "results.md", "steps_per_s.png", "phases.png",
+                                                    "scaling.png"}
