@@ -9,11 +9,13 @@ from typing import Any, Literal
 from syncfree.errors import UserError
 
 
-def switch(*, baseline: Any, optimized: Any, seed: str, requires: dict[str, Any] | None = None) -> Any:
-    """A perf switch: defaults to its optimized value and records both polarities, its origin, and the values of
-    other switches its optimized value needs (`requires`)."""
+def switch(*, baseline: Any, optimized: Any, seed: str, requires: dict[str, Any] | None = None,
+           process_wide: bool = False) -> Any:
+    """A perf switch: defaults to its optimized value and records both polarities, its origin, the values of
+    other switches its optimized value needs (`requires`), and whether it changes the whole process for good
+    (`process_wide`: then trainers in one process cannot compare its two values)."""
     return field(default=optimized, metadata={"baseline": baseline, "optimized": optimized, "seed": seed,
-                                              "requires": requires or {}})
+                                              "requires": requires or {}, "process_wide": process_wide})
 
 
 @dataclass
@@ -66,6 +68,12 @@ class PerfConfig:
     and output layers. `auto`: the same for calls large enough to gain (rows x widest layer >= 2**17) on CPUs with
     bfloat16 instructions (AVX512-BF16, AMX); float32 elsewhere, CUDA included until measured there. Not bitwise:
     outputs move by about 0.1-0.5 %. Off: float32 throughout. The recurrent gridworld policy stays float32."""
+
+    retain_host_memory: bool = switch(baseline=False, optimized=True, seed="host allocator: no mmap/munmap per step",
+                                      process_wide=True)
+    """Keep freed host memory in the process (glibc's mmap and trim thresholds raised to 1 GiB) so large CPU
+    tensors (activations, gradients) are reused instead of mapped and unmapped, with their page faults, at every
+    minibatch. Process-wide and permanent once a trainer turns it on. Off: the C library's defaults."""
 
     cuda_graphs: Literal["off", "auto", "on"] = switch(baseline="off", optimized="auto",
                                                        seed="LeanRL: compile + CUDA graphs")

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from syncfree.config import PerfConfig, TrainConfig, preset
 from syncfree.envs import make_env
+from syncfree.errors import UserError
 from syncfree.perf.memory import live_bytes, peak_resident_bytes
 from syncfree.perf.phases import ALL_PHASES, ROLLOUT_PHASES, UPDATE_PHASES, PhaseCounter, PhaseTimer
 from syncfree.train import compiled
@@ -82,6 +83,9 @@ class BenchConfig:
     every switch the recurrent trainer reads (`syncfree.train.sequence.SWITCHES_READ`)."""
     add_one_in: bool = True
     """With ablations: the add-one-in rows too (false: leave-one-out only, half the trainers and memory)."""
+    rows: list[str] = field(default_factory=list)
+    """Only these configurations, by their names in the report (e.g. `optimized - autocast`, `baseline +
+    compile`); `baseline` and `optimized` always run. Empty: all of them."""
     repeats: int = 0
     """Interleaved repeats (0: the profile's)."""
     iterations: int = 0
@@ -116,12 +120,22 @@ def is_recurrent(task: str) -> bool:
 
 
 def bench_configurations(bench: BenchConfig) -> list[tuple[str, PerfConfig]]:
-    """The task's configurations: for a recurrent task, ablation rows only for the switches its trainer reads."""
+    """The task's configurations: for a recurrent task, ablation rows only for the switches its trainer reads;
+    with `bench.rows`, only those rows (and baseline and optimized)."""
     if is_recurrent(bench.task):
         from syncfree.train.sequence import SWITCHES_READ
 
-        return configurations(bench.ablations, bench.add_one_in, compile=False, switches=SWITCHES_READ)
-    return configurations(bench.ablations, bench.add_one_in, bench.compile)
+        configs = configurations(bench.ablations or bool(bench.rows), bench.add_one_in, compile=False,
+                                 switches=SWITCHES_READ)
+    else:
+        configs = configurations(bench.ablations or bool(bench.rows), bench.add_one_in, bench.compile)
+    if not bench.rows:
+        return configs
+    names = [name for name, _ in configs]
+    unknown = [row for row in bench.rows if row not in names]
+    if unknown:
+        raise UserError(f"bench: rows={unknown} unknown; allowed: {', '.join(names)}")
+    return [(name, perf) for name, perf in configs if name in ("baseline", "optimized", *bench.rows)]
 
 
 def configurations(ablations: bool, add_one_in: bool = True, compile: bool = True,
@@ -134,7 +148,10 @@ def configurations(ablations: bool, add_one_in: bool = True, compile: bool = Tru
                 for name, perf in configurations(ablations, add_one_in, switches=switches)
                 if not name.endswith(" compile")]
     configs = [("baseline", PerfConfig.preset("baseline")), ("optimized", PerfConfig.preset("optimized"))]
-    ablated = [f for f in PerfConfig.switches() if switches is None or f.name in switches]
+    # a process-wide switch (e.g. retain_host_memory) is on for every trainer once one turned it on: rows in one
+    # process cannot compare its values (benchmarks/host_memory.py does, in separate processes)
+    ablated = [f for f in PerfConfig.switches()
+               if (switches is None or f.name in switches) and not f.metadata["process_wide"]]
     if ablations:
         for f in ablated:
             changes = {f.name: f.metadata["baseline"]}
@@ -434,7 +451,7 @@ def bench_scaling(bench: BenchConfig, progress: tqdm) -> list[dict[str, Any]]:
     points = []
     for num_envs in bench.scaling:
         trainers = {name: make_trainer(train_config(bench, num_envs, perf))
-                    for name, perf in bench_configurations(dataclasses.replace(bench, ablations=False))}
+                    for name, perf in bench_configurations(dataclasses.replace(bench, ablations=False, rows=[]))}
         for trainer in trainers.values():
             time_iterations(trainer, bench.warmup)
         times, floor_time, _ = interleave(trainers, make_floor(bench, num_envs), bench)

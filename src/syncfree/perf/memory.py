@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import gc
+import platform
 import resource
 
 import torch
@@ -36,3 +38,30 @@ def live_bytes(device: torch.device) -> int:
 def peak_resident_bytes() -> int:
     """Peak resident set of this process (Linux reports ru_maxrss in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+RETAIN_BYTES = 1 << 30
+"""`retain_freed_memory`: blocks up to this size come from (and go back to) the heap, and up to this much free
+memory at the heap's top is kept."""
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+_retaining = False
+
+
+def retain_freed_memory() -> bool:
+    """Keep freed host memory in this process instead of returning it to the operating system; returns whether it
+    is in effect (glibc on Linux only).
+
+    PyTorch's CPU tensors come from `malloc`. glibc serves blocks above its mmap threshold (at most 32 MiB by
+    default) with a fresh `mmap` and unmaps them on free, so every minibatch's large activations and gradients
+    cost page faults again (measured: 2.9 million minor faults and 4.6 s of system time in two g1-track iterations
+    at 4096 envs). Raising the mmap and trim thresholds to `RETAIN_BYTES` keeps those blocks in the heap for reuse;
+    the resident set then stays near its peak. Process-wide, and not undone."""
+    global _retaining
+    if _retaining:
+        return True
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    libc = ctypes.CDLL("libc.so.6")
+    _retaining = bool(libc.mallopt(_M_MMAP_THRESHOLD, RETAIN_BYTES)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, RETAIN_BYTES))
+    return _retaining

@@ -33,6 +33,7 @@ from syncfree.algo.vtrace import vtrace_advantages
 from syncfree.config import TrainConfig, from_dict, to_dict, validate
 from syncfree.envs import VecEnv, make_env
 from syncfree.errors import UserError
+from syncfree.perf.memory import retain_freed_memory
 from syncfree.perf.phases import Phases
 from syncfree.policy.recurrent import RecurrentTokenPolicy
 from syncfree.train import checkpoint
@@ -42,7 +43,7 @@ from syncfree.train.monitors import EpisodeStats
 
 SWITCHES_READ = ("gate_full_log_probs", "cached_batch_metadata", "preallocated_last_actions", "cpu_time_index",
                  "cached_minibatch_indices", "deferred_episode_stats", "grad_finite_from_norm", "fused_adamw",
-                 "device_adaptive_lr", "zero_grad_set_to_none", "deterministic")
+                 "device_adaptive_lr", "zero_grad_set_to_none", "deterministic", "retain_host_memory")
 """The `PerfConfig` switches this trainer reads (the others, e.g. `compile`, do not apply to it yet)."""
 
 TRAINING_STATS = ("grad_norm",)
@@ -110,6 +111,8 @@ class SequenceTrainer:
         self.device = resolve_device(cfg.device)
         set_deterministic(cfg.perf.deterministic)
         checkpoint.seed_everything(cfg.seed)
+        if cfg.perf.retain_host_memory:
+            retain_freed_memory()
         p, perf = cfg.ppo, cfg.perf
         self.env = env or make_env(cfg.task, cfg.env.num_envs, self.device, cfg.seed, cfg.env.max_episode_length,
                                    grid=cfg.env.grid)

@@ -18,6 +18,7 @@ from syncfree.algo.storage import RolloutStorage, StepRow, store_env, store_poli
 from syncfree.config import TrainConfig, to_dict, validate
 from syncfree.envs import VecEnv, make_env
 from syncfree.errors import NonFiniteError, UserError
+from syncfree.perf.memory import retain_freed_memory
 from syncfree.perf.phases import Phases
 from syncfree.policy import ActorCritic
 from syncfree.policy.actor_critic import set_autocast
@@ -49,6 +50,8 @@ class Trainer:
         self.device = resolve_device(cfg.device, self.dist)
         set_deterministic(cfg.perf.deterministic)
         checkpoint.seed_everything(cfg.seed + self.rank)
+        if cfg.perf.retain_host_memory:
+            retain_freed_memory()
         if env is not None and env.num_envs != cfg.env.num_envs:
             raise UserError(f"env: {type(env).__name__} has {env.num_envs} envs but env.num_envs={cfg.env.num_envs}")
         self.env = env or make_env(cfg.task, cfg.env.num_envs, self.device, cfg.seed + self.rank,
