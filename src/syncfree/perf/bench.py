@@ -214,17 +214,13 @@ class Floor:
         trainer, steps = self.trainer, self.trainer.cfg.ppo.steps_per_env
         set_deterministic(trainer.cfg.perf.deterministic)  # process-wide: the last trainer timed may have set it
 
-        def env_loop() -> None:
-            with torch.inference_mode():
-                for t in range(steps):
-                    trainer.env.step(self.actions[t])
-
         def policy_loop() -> None:
             with torch.inference_mode():
                 for _ in range(steps):
                     self.act(self.obs["policy"], self.obs["critic"])
 
-        return floor_seconds(trainer.device, env_loop, policy_loop, lambda: trainer.ppo.update(trainer.storage))
+        return floor_seconds(trainer.device, lambda: env_loop(trainer.env, self.actions), policy_loop,
+                             lambda: trainer.ppo.update(trainer.storage))
 
 
 class SequenceFloor:
@@ -253,18 +249,20 @@ class SequenceFloor:
         trainer, steps = self.trainer, self.trainer.cfg.ppo.steps_per_env
         set_deterministic(trainer.cfg.perf.deterministic)
 
-        def env_loop() -> None:
-            with torch.inference_mode():
-                for t in range(steps):
-                    trainer.env.step(self.actions[t])
-
         def policy_loop() -> None:
             with torch.inference_mode():
                 state = self.state
                 for _ in range(steps):
                     _, state = trainer.policy.step(self.obs, state, self.done, self.last_actions)
 
-        return floor_seconds(trainer.device, env_loop, policy_loop, trainer.update)
+        return floor_seconds(trainer.device, lambda: env_loop(trainer.env, self.actions), policy_loop, trainer.update)
+
+
+def env_loop(env: Any, actions: torch.Tensor) -> None:
+    """The env alone, stepped with actions drawn beforehand (one per step)."""
+    with torch.inference_mode():
+        for step_actions in actions:
+            env.step(step_actions)
 
 
 def floor_seconds(device: torch.device, env_loop: Callable[[], Any], policy_loop: Callable[[], Any],

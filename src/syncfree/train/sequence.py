@@ -318,18 +318,10 @@ class SequenceTrainer:
         n_stats = len(self.stat_names)
         steps = self.cfg.ppo.steps_per_env * self.num_agents
         self.episodes.end_iteration(host[n_stats + 3 :] if self.episodes.deferred else None)
-        record: dict[str, Any] = {"iteration": self.iteration, "env_steps": self.env_steps,
-                                  "steps_per_s": steps / seconds, "iteration_seconds": seconds,
-                                  "reward_per_agent_step": float(host[n_stats + 2]) / steps,
-                                  "episodes": len(self.episodes.iteration_episodes)}
-        record.update(self.episodes.summary())
-        record.update(self.env.pop_log())
-        record.update(zip(self.stat_names, host[:n_stats].tolist(), strict=True))
-        record["skipped_steps"] = int(host[n_stats])
-        record["learning_rate"] = float(host[n_stats + 1])
-        if self.logger is not None:
-            self.logger.log(record)
-        return record
+        from syncfree.train.trainer import log_iteration
+
+        return log_iteration(self, steps, seconds, self.stat_names, host,
+                             reward_per_agent_step=float(host[n_stats + 2]) / steps)
 
     # -- checkpoints ---------------------------------------------------------------------------------------
 

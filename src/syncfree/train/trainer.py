@@ -253,17 +253,7 @@ class Trainer:
                                  "observation or reward (its error names them); stopped, last good checkpoint kept")
         self.episodes.end_iteration(host[n_update + n_flags :] if self.episodes.deferred else None)
         steps = self.cfg.ppo.steps_per_env * self.env.num_envs * self.world_size
-        record: dict[str, Any] = {"iteration": self.iteration, "env_steps": self.env_steps,
-                                  "steps_per_s": steps / seconds,
-                                  "iteration_seconds": seconds, "episodes": len(self.episodes.iteration_episodes)}
-        record.update(self.episodes.summary())
-        record.update(self.env.pop_log())
-        record.update(zip(UPDATE_STATS, host[: len(UPDATE_STATS)].tolist(), strict=True))
-        record["skipped_steps"] = int(host[len(UPDATE_STATS)])
-        record["learning_rate"] = float(host[len(UPDATE_STATS) + 1])
-        if self.logger is not None:
-            self.logger.log(record)
-        return record
+        return log_iteration(self, steps, seconds, UPDATE_STATS, host)
 
     # -- checkpoints -------------------------------------------------------------------------------------
 
@@ -332,6 +322,24 @@ class Trainer:
     def close(self) -> None:
         if self.logger is not None:
             self.logger.close()
+
+
+def log_iteration(trainer: Any, steps: int, seconds: float, stat_names: tuple[str, ...], host: np.ndarray,
+                  **extra: float) -> dict[str, Any]:
+    """The iteration's record (counters, speed, `extra`, episode summary, env log, the update statistics read from
+    `host`: `stat_names`, then skipped steps and learning rate), logged and returned."""
+    n = len(stat_names)
+    record: dict[str, Any] = {"iteration": trainer.iteration, "env_steps": trainer.env_steps,
+                              "steps_per_s": steps / seconds, "iteration_seconds": seconds, **extra,
+                              "episodes": len(trainer.episodes.iteration_episodes)}
+    record.update(trainer.episodes.summary())
+    record.update(trainer.env.pop_log())
+    record.update(zip(stat_names, host[:n].tolist(), strict=True))
+    record["skipped_steps"] = int(host[n])
+    record["learning_rate"] = float(host[n + 1])
+    if trainer.logger is not None:
+        trainer.logger.log(record)
+    return record
 
 
 def make_trainer(cfg: TrainConfig, run_dir: Path | None = None, env: VecEnv | None = None,
