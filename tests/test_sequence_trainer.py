@@ -230,3 +230,12 @@ def test_grid_switch_list_is_complete() -> None:
     from syncfree.train.sequence import SWITCHES_READ
 
     assert set(GRID_SWITCHES) <= set(SWITCHES_READ) and "compile" not in SWITCHES_READ
+
+
+def test_grid_arena_without_mettagrid_is_one_line(monkeypatch, capsys) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "syncfree.envs.adapters.mettagrid", None)  # as if mettagrid were missing
+    assert main(["train", "--task", "grid-arena", "--iterations", "1", "--log.progress", "false"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["syncfree: error: task grid-arena needs MettaGrid: pip install 'syncfree[grid]'"]

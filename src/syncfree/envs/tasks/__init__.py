@@ -35,10 +35,11 @@ def _grid_arena(num_envs: int, device: torch.device | str, seed: int, max_episod
                 grid: Any = None) -> VecEnv:
     """`num_envs` MettaGrid simulations of `grid` (a `GridEnvConfig`; its defaults when None)."""
     from syncfree.config import GridEnvConfig
-    from syncfree.envs.adapters.mettagrid import (  # imports mettagrid: only when asked
-        MettaGridSpec,
-        MettaGridVecEnv,
-    )
+
+    try:  # imports mettagrid: only when asked for
+        from syncfree.envs.adapters.mettagrid import MettaGridSpec, MettaGridVecEnv
+    except ImportError:
+        raise UserError("task grid-arena needs MettaGrid: pip install 'syncfree[grid]'") from None
 
     g = grid or GridEnvConfig()
     steps = max_episode_length or g.max_steps
