@@ -47,9 +47,12 @@ from syncfree.train.trainer import Trainer, resolve_device
 SYNCFREE_VARIANTS = {
     "syncfree optimized": PerfConfig(),
     "syncfree optimized, eager": PerfConfig(compile="off"),
+    "syncfree optimized, float32": PerfConfig(autocast="off"),
     "syncfree baseline": PerfConfig.preset("baseline"),
 }
-"""The default (compiled), the same without compile, and every switch at its conventional value."""
+"""The default (compiled; bfloat16 hidden layers where they pay), the same without compile, the same in float32,
+and every switch at its conventional value. `retain_host_memory` is process-wide: once the first syncfree trainer
+turned it on, every run of the process has it, rsl_rl's included."""
 
 RSL_VARIANTS = {
     "rsl_rl": dict(check_for_nan=True, compile=None, logger=True),
