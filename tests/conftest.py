@@ -16,6 +16,16 @@ TEST_DEVICE = os.environ.get("SYNCFREE_TEST_DEVICE", "cpu")
 """Set to `cuda` to run the small-preset tests on a GPU (budgets then also run under sync-debug mode "error")."""
 
 
+@pytest.fixture
+def one_thread():
+    """One torch thread, restored afterwards: small batches run several times faster on one thread than on two
+    busy ones, and a bench run sets the count for the whole process."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
     """The small preset of the equivalence tests: 32 envs x 8 steps, 2 epochs x 2 minibatches, `perf.compile` off
     unless given (the compiled path has tests of its own)."""

@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 pytest.importorskip("mettagrid")
 
@@ -47,13 +46,6 @@ def test_grid_arena_minibatches_divide_the_segments(monkeypatch) -> None:
     assert segments == 8 and cfg.ppo.num_minibatches == 8
 
 
-@pytest.fixture
-def one_thread():
-    """The bench sets torch's thread count for the whole process: one thread (no oversubscription on a busy
-    machine), restored afterwards."""
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:

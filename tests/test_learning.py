@@ -29,26 +29,20 @@ def test_cartpole_is_solved_within_500k_steps(seed: int, autocast: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_grid_arena_beats_a_random_policy_within_40k_agent_steps(seed: int) -> None:
     """The recurrent policy on MettaGrid's `mines` map (the preset, 20 iterations = 40,960 agent steps) earns over
     twice a random policy's reward per agent per step (0.064, see `MettaGridSpec`) in its last two rollouts."""
     pytest.importorskip("mettagrid")
-    import torch
-
     from syncfree.train.trainer import make_trainer
 
     cfg = preset("grid-arena")
     cfg.seed, cfg.iterations, cfg.log.progress = seed, 20, False
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # batches this small run fastest on one thread
-    try:
-        trainer = make_trainer(cfg)
-        rewards = []
-        for it in range(1, cfg.iterations + 1):
-            trainer.cfg.iterations = it
-            rewards.append(trainer.learn()["reward_per_agent_step"])
-    finally:
-        torch.set_num_threads(threads)
+    trainer = make_trainer(cfg)
+    rewards = []
+    for it in range(1, cfg.iterations + 1):
+        trainer.cfg.iterations = it
+        rewards.append(trainer.learn()["reward_per_agent_step"])
     assert trainer.env_steps == 40_960
     assert sum(rewards[-2:]) / 2 > 2 * 0.064, rewards

@@ -17,13 +17,7 @@ GAMMA, LAM, CLIP = 0.99, 0.95, 0.2
 SIMULATIONS = 4
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Batches this small run several times faster on one thread than on two busy ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 class Loop:

@@ -25,13 +25,7 @@ GRID_SWITCHES = ("gate_full_log_probs", "cached_batch_metadata", "preallocated_l
                  "cached_minibatch_indices")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Batches this small run several times faster on one thread than on two busy ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def grid_config(iterations: int = 2, **perf) -> TrainConfig:
