@@ -39,6 +39,14 @@ def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
     return cfg
 
 
+def copy_trained_state(source, target) -> None:
+    """Give `target` the trainer state and the stored rollout of `source` (trained one iteration or more), so one
+    update can be compared on identical inputs."""
+    target.load_state_dict(source.state_dict())
+    for name, x in source.storage.state_tensors().items():
+        getattr(target.storage, name).copy_(x)
+
+
 def train_iterations(cfg: TrainConfig) -> tuple:
     """Train `cfg.iterations` one at a time: (trainer, every finished episode, every iteration's record)."""
     from syncfree.train.trainer import Trainer

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TEST_DEVICE, small_config
+from conftest import TEST_DEVICE, copy_trained_state, small_config
 from syncfree.policy.actor_critic import AUTO_MIN_WORK, mlp, native_bf16, set_autocast
 from syncfree.train.trainer import Trainer
 
@@ -71,9 +71,7 @@ def test_one_bf16_update_on_an_identical_rollout_is_close_to_float32() -> None:
     full, half = bf16_trainer("off"), bf16_trainer("bf16")
     full.cfg.iterations = 1
     full.learn()
-    half.load_state_dict(full.state_dict())
-    for name, x in full.storage.state_tensors().items():
-        getattr(half.storage, name).copy_(x)
+    copy_trained_state(full, half)
     before = {n: p.detach().clone() for n, p in full.policy.named_parameters()}
     stats = []
     for trainer in (full, half):

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch._inductor.config as inductor_config
 
-from conftest import TEST_DEVICE, small_config
+from conftest import TEST_DEVICE, copy_trained_state, small_config
 from syncfree.algo.storage import Batch
 from syncfree.cli import main
 from syncfree.config import PerfConfig
@@ -89,9 +89,7 @@ def test_one_compiled_update_on_an_identical_rollout_matches_eager() -> None:
     eager, compiled = pair()
     eager.cfg.iterations = 1
     eager.learn()  # fills the storage
-    compiled.load_state_dict(eager.state_dict())
-    for name, x in eager.storage.state_tensors().items():
-        getattr(compiled.storage, name).copy_(x)
+    copy_trained_state(eager, compiled)
     size = compiled.storage.returns.numel() // compiled.cfg.ppo.num_minibatches
     compiled.ppo.losses(Batch(*(x[:size] for x in compiled.storage.flat())))  # compiling may draw random numbers
     before = {n: p.detach().clone() for n, p in eager.policy.named_parameters()}
