@@ -22,7 +22,8 @@ def test_configurations_cover_every_switch_both_ways() -> None:
     # compile cannot run with distribution validation: the rows that would combine them turn the other off
     assert configs["optimized - validate_distributions (and compile)"] == PerfConfig(validate_distributions=True,
                                                                                      compile="off")
-    assert configs["baseline + compile"].compile == "hot" and not configs["baseline + compile"].validate_distributions
+    assert configs["baseline + compile"].compile == "step" and not configs["baseline + compile"].validate_distributions
+    assert configs["optimized, compile=hot"] == PerfConfig(compile="hot")  # a variant: the update as in `hot`
     assert configs["optimized - fused_adamw"] == PerfConfig(fused_adamw=False)
     assert configs["baseline + fused_adamw"].fused_adamw and not configs["baseline + fused_adamw"].deferred_episode_stats
 

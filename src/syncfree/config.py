@@ -10,12 +10,14 @@ from syncfree.errors import UserError
 
 
 def switch(*, baseline: Any, optimized: Any, seed: str, requires: dict[str, Any] | None = None,
-           process_wide: bool = False) -> Any:
+           process_wide: bool = False, variants: tuple[Any, ...] = ()) -> Any:
     """A perf switch: defaults to its optimized value and records both polarities, its origin, the values of
-    other switches its optimized value needs (`requires`), and whether it changes the whole process for good
-    (`process_wide`: then trainers in one process cannot compare its two values)."""
+    other switches its optimized value needs (`requires`), whether it changes the whole process for good
+    (`process_wide`: then trainers in one process cannot compare its two values), and other values worth a bench
+    row of their own (`variants`, with the same `requires`)."""
     return field(default=optimized, metadata={"baseline": baseline, "optimized": optimized, "seed": seed,
-                                              "requires": requires or {}, "process_wide": process_wide})
+                                              "requires": requires or {}, "process_wide": process_wide,
+                                              "variants": variants})
 
 
 @dataclass
@@ -52,8 +54,8 @@ class PerfConfig:
     deterministic: bool = switch(baseline=True, optimized=False, seed="gridworld: deterministic mode off")
     """`torch.use_deterministic_algorithms(True)`; costs speed on GPUs, needed only for bit-exact GPU reruns."""
 
-    compile: Literal["off", "hot"] = switch(baseline="off", optimized="hot", seed="torch.compile of the hot loop",
-                                            requires={"validate_distributions": False})
+    compile: Literal["off", "hot", "step"] = switch(baseline="off", optimized="step", seed="torch.compile of the hot loop",
+                                                    requires={"validate_distributions": False}, variants=("hot",))
     """`hot`: `torch.compile` (whole graphs, `fullgraph=True`) the rollout step's trainer side (act, storage
     writes, normalizer updates, episode and non-finite bookkeeping, as two graphs around the env step), the env
     step of envs that offer it (the built-in torch tasks, `VecEnv.compile_step`), the advantages, and each
@@ -429,7 +431,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _check(cfg.distributed.timeout > 0, "distributed.timeout", "a number of seconds > 0", cfg.distributed.timeout)
     _check(cfg.distributed.backend in ("auto", "nccl", "gloo"), "distributed.backend", "auto, nccl, gloo",
            cfg.distributed.backend)
-    _check(cfg.perf.compile in ("off", "hot"), "perf.compile", "off, hot", cfg.perf.compile)
+    _check(cfg.perf.compile in ("off", "hot", "step"), "perf.compile", "off, hot, step", cfg.perf.compile)
     _check(cfg.perf.autocast in ("off", "auto", "bf16"), "perf.autocast", "off, auto, bf16", cfg.perf.autocast)
     _check(cfg.perf.cuda_graphs in ("off", "auto", "on"), "perf.cuda_graphs", "off, auto, on", cfg.perf.cuda_graphs)
     _check(cfg.perf.cuda_graphs != "on" or cfg.perf.compile != "off", "perf.cuda_graphs",

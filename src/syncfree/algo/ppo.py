@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from syncfree.algo.minibatch_step import MinibatchStep
 from syncfree.algo.storage import Batch, RolloutStorage
 from syncfree.config import PerfConfig, PPOConfig
 from syncfree.perf.phases import Phases
@@ -51,6 +52,14 @@ class PPO:
         self.stats = torch.zeros(len(UPDATE_STATS), device=device)
         self.losses = compiled.hot(self.minibatch_losses, perf, device)
         """`minibatch_losses`, or its compiled graph (`PerfConfig.compile`); its backward is compiled with it."""
+        self.whole_step: MinibatchStep | None = None
+        """`compile=step`: the whole minibatch update as one function (`syncfree.algo.minibatch_step`)."""
+        if perf.compile == "step" and self.whole_step_fallback(dist) is None:
+            adapt = self.next_learning_rate if self.adaptive else None
+            self.whole_step = MinibatchStep(policy, self.minibatch_losses, self.optimizer, self.lr,
+                                            cfg.max_grad_norm, adapt, self.stats, self.skipped_steps)
+            self._whole_step = compiled.hot(self.whole_step, perf, device)
+            compiled.mark_static(perf, device, self.lr, self.stats, self.skipped_steps)
         aux = getattr(policy, "auxiliary_loss", None)
         self.auxiliary_loss = aux if aux is not None and policy.cfg.reconstruction_weight > 0 else None
         """The policy's own extra loss (the token policy's reconstruction), added to PPO's."""
@@ -70,15 +79,34 @@ class PPO:
         device = data.returns.device
         self.stats.zero_()
         skipped_before = self.skipped_steps.clone()
+        state = self.whole_step.optimizer_state() if self.whole_step is not None else None
+        if state is not None:
+            compiled.mark_static(self.perf, device, *(t for tensors in state for t in tensors))
         for _ in range(cfg.num_epochs):
             order = self.minibatch_order(batch_size, device)
             for start in range(0, batch_size, minibatch_size):
                 idx = order[start : start + minibatch_size]
-                self.minibatch_update(Batch(*(x[idx] for x in data)))
+                if state is not None:
+                    with self.phases("update.step"):
+                        self._whole_step(data, idx, self.whole_step.params, *state)
+                else:
+                    self.minibatch_update(Batch(*(x[idx] for x in data)))
         num_updates = cfg.num_epochs * cfg.num_minibatches
         lr = self.lr if self.lr_on_device else torch.tensor(self.learning_rate, device=device)
         skipped = (self.skipped_steps - skipped_before).float()
         return torch.cat((self.stats / num_updates, skipped.view(1), lr.float().view(1)))
+
+    def whole_step_fallback(self, dist: Distributed | None) -> str | None:
+        """Why `compile=step` runs the minibatch update as `hot` does (None: it does not): the conventional
+        paths of these switches, and the gradient all-reduce of several processes, sit between the backward and
+        the optimizer step, on the host or in a collective."""
+        if dist is not None:
+            return "several processes (the gradient all-reduce)"
+        if not self.perf.grad_finite_from_norm:
+            return "perf.grad_finite_from_norm=false"
+        if self.adaptive and not self.perf.device_adaptive_lr:
+            return "perf.device_adaptive_lr=false"
+        return None
 
     def minibatch_order(self, batch_size: int, device: torch.device) -> Tensor:
         """The order in which an epoch visits the rollout's samples (consecutive slices are the minibatches).
@@ -159,12 +187,17 @@ class PPO:
             for group in self.optimizer.param_groups:
                 group["lr"] = self.learning_rate
             return
-        lower = (self.lr / 1.5).clamp_(min=_MIN_LR)
-        higher = (self.lr * 1.5).clamp_(max=_MAX_LR)
-        raise_lr = (kl_mean < target / 2.0) & (kl_mean > 0.0)
-        self.lr.copy_(torch.where(kl_mean > target * 2.0, lower, torch.where(raise_lr, higher, self.lr)))
+        self.lr.copy_(self.next_learning_rate(self.lr, kl_mean))
         if self.optimizer_lr is not self.lr:
             self.optimizer_lr.copy_(self.lr)
+
+    def next_learning_rate(self, lr: Tensor, kl_mean: Tensor) -> Tensor:
+        """The adaptive schedule on the device: `lr` / 1.5 above twice the KL target, x 1.5 below half of it."""
+        target = self.cfg.desired_kl
+        lower = (lr / 1.5).clamp_(min=_MIN_LR)
+        higher = (lr * 1.5).clamp_(max=_MAX_LR)
+        raise_lr = (kl_mean < target / 2.0) & (kl_mean > 0.0)
+        return torch.where(kl_mean > target * 2.0, lower, torch.where(raise_lr, higher, lr))
 
     def state_dict(self) -> dict:
         """The learning rate is saved as one float64 tensor whichever path kept it, so a run may resume with

@@ -146,7 +146,7 @@ def configurations(ablations: bool, add_one_in: bool = True, compile: bool = Tru
     if not compile:
         return [(name, dataclasses.replace(perf, compile="off"))
                 for name, perf in configurations(ablations, add_one_in, switches=switches)
-                if not name.endswith(" compile")]
+                if not name.endswith(" compile") and "compile=" not in name]
     configs = [("baseline", PerfConfig.preset("baseline")), ("optimized", PerfConfig.preset("optimized"))]
     # a process-wide switch (e.g. retain_host_memory) is on for every trainer once one turned it on: rows in one
     # process cannot compare its values (benchmarks/host_memory.py does, in separate processes)
@@ -160,6 +160,9 @@ def configurations(ablations: bool, add_one_in: bool = True, compile: bool = Tru
             changes.update({name: PerfConfig.switches_by_name()[name].metadata["baseline"] for name in needing})
             also = f" (and {', '.join(needing)})" if needing else ""
             configs.append((f"optimized - {f.name}{also}", dataclasses.replace(PerfConfig(), **changes)))
+        for f in ablated:
+            configs.extend((f"optimized, {f.name}={value}", dataclasses.replace(PerfConfig(), **{f.name: value}))
+                           for value in f.metadata["variants"])
         for f in ablated if add_one_in else ():  # with the values it needs (e.g. compile)
             configs.append((f"baseline + {f.name}", dataclasses.replace(
                 PerfConfig.preset("baseline"), **{f.name: f.metadata["optimized"], **f.metadata["requires"]})))

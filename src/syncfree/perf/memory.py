@@ -15,13 +15,19 @@ _NO_DATA = (FakeTensor, FunctionalTensor)
 """Tensors compiled graphs keep for tracing: they have no data."""
 
 
+def _has_own_storage(tensor: torch.Tensor) -> bool:
+    """False for tracing tensors and for `torch.func`'s wrappers (their data is the wrapped tensor's)."""
+    return (not isinstance(tensor, _NO_DATA) and tensor.device.type != "meta"
+            and not torch._C._functorch.is_functorch_wrapped_tensor(tensor))
+
+
 def live_tensor_storages() -> tuple[int, int]:
     """(count, bytes) of distinct tensor storages reachable from Python objects (for CPU runs). The fake tensors
-    that compiled graphs keep (no data) are skipped."""
+    that compiled graphs keep (no data) and `torch.func`'s wrappers are skipped."""
     gc.collect()
     seen: dict[int, int] = {}
     for obj in gc.get_objects():
-        if issubclass(type(obj), torch.Tensor) and not isinstance(obj, _NO_DATA) and obj.device.type != "meta":
+        if issubclass(type(obj), torch.Tensor) and _has_own_storage(obj):
             storage = obj.untyped_storage()
             seen[storage.data_ptr()] = storage.nbytes()
     return len(seen), sum(seen.values())

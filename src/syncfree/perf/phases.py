@@ -17,8 +17,9 @@ from syncfree.perf.counters import Counts, count_syncs
 
 ROLLOUT_PHASES = ("act", "store", "env", "normalizer", "stats")
 """Once per rollout step."""
-UPDATE_PHASES = ("update.forward", "update.backward", "update.optimizer")
-"""Once per minibatch."""
+UPDATE_PHASES = ("update.forward", "update.backward", "update.optimizer", "update.step")
+"""Once per minibatch; `update.step` is the whole minibatch in one function (`perf.compile=step`) and replaces
+the other three."""
 ITERATION_PHASES = ("advantages", "logging")
 """Once per iteration."""
 ALL_PHASES = ROLLOUT_PHASES + ITERATION_PHASES[:1] + UPDATE_PHASES + ITERATION_PHASES[1:]

@@ -52,6 +52,14 @@ def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
     return run  # type: ignore[return-value]
 
 
+def mark_static(perf: PerfConfig, device: torch.device, *tensors: torch.Tensor) -> None:
+    """With CUDA graphs: tell the compiler these tensors keep their address (state a graph updates in place, e.g.
+    optimizer moments), so replays update them directly; CUDA graph trees skip graphs that mutate other inputs."""
+    if use_cuda_graphs(perf, device):
+        for tensor in tensors:
+            torch._dynamo.mark_static_address(tensor)
+
+
 RECOMPILE_LIMIT = 64
 """Graphs kept per compiled function. One process may hold trainers of several sizes (static shapes: a graph each)
 and settings that dynamo guards on (e.g. deterministic algorithms): `torch.compile`'s default of 8 would make a

@@ -1,0 +1,120 @@
+"""The whole PPO minibatch update as one function of device tensors (`PerfConfig.compile=step`).
+
+Gather the minibatch, forward, losses, gradients, KL-adaptive learning rate, global-norm clip, AdamW step with the
+skip on non-finite gradients, and the statistics: everything is read from and written to device tensors in place
+(parameters, AdamW moments and step counts, the learning rate, the statistics, the skip count) and nothing is
+returned, so `torch.compile(fullgraph=True)` makes one graph of it, and on a GPU one CUDA graph.
+
+Two things differ from the `hot` update, because a whole graph cannot hold them: gradients come from
+`torch.func.grad_and_value` rather than `.backward()` (dynamo cannot trace a backward call inside a whole graph),
+and the AdamW step is written out below with `torch.optim.AdamW`'s formulas rather than run by the optimizer. The
+moments live in the optimizer's own state, so checkpoints are the same in every mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from syncfree.algo.storage import Batch
+
+LossFn = Callable[[Batch], tuple[Tensor, tuple[Tensor, ...], Tensor]]
+
+
+def global_norm_clip_coefficient(grads: list[Tensor], max_norm: float) -> tuple[Tensor, Tensor]:
+    """(total L2 norm of all gradients, the factor that scales them to at most `max_norm`): the arithmetic of
+    `torch.nn.utils.clip_grad_norm_`."""
+    total = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    return total, (max_norm / (total + 1e-6)).clamp(max=1.0)
+
+
+def adamw_update(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step: Tensor, lr: Tensor,
+                 betas: tuple[float, float], eps: float, weight_decay: float
+                 ) -> tuple[Tensor, Tensor, Tensor]:
+    """One AdamW step for one parameter (`step` already counts it): (new parameter, new first and second moments).
+    Out of place, so a caller can keep the old values where the step is skipped."""
+    beta1, beta2 = betas
+    exp_avg = exp_avg.lerp(grad, 1 - beta1)
+    exp_avg_sq = exp_avg_sq * beta2 + (1 - beta2) * grad * grad
+    step_size = lr / (1 - beta1**step)
+    denom = exp_avg_sq.sqrt() / (1 - beta2**step).sqrt() + eps
+    param = param * (1 - lr * weight_decay) - step_size * exp_avg / denom
+    return param, exp_avg, exp_avg_sq
+
+
+class MinibatchStep:
+    """`step(data, idx)`: one whole minibatch update on the rows `idx` of the flat rollout `data`.
+
+    `losses(mb) -> (loss, parts, kl_mean)` is PPO's pure loss function of the policy's parameters; `adapt(lr, kl)`
+    returns the next learning rate (or None for a fixed schedule); `stats` gets `(*parts, grad_norm)` added and
+    `skipped` the number of skipped steps."""
+
+    def __init__(self, policy: nn.Module, losses: LossFn, optimizer: torch.optim.AdamW, lr: Tensor,
+                 max_grad_norm: float, adapt: Callable[[Tensor, Tensor], Tensor] | None,
+                 stats: Tensor, skipped: Tensor) -> None:
+        self.loss_module = _LossModule(policy, losses)
+        self.names = [f"policy.{n}" for n, p in policy.named_parameters() if p.requires_grad]
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+        self.optimizer, self.lr, self.max_grad_norm, self.adapt = optimizer, lr, max_grad_norm, adapt
+        self.stats, self.skipped = stats, skipped
+        group = optimizer.param_groups[0]
+        self.betas, self.eps, self.weight_decay = tuple(group["betas"]), group["eps"], group["weight_decay"]
+        self.device = lr.device
+
+    def optimizer_state(self) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+        """The optimizer's moments and step counts, created as `torch.optim.AdamW` creates them if it has not
+        stepped yet, with the step counts on the device (a loaded checkpoint may hold them on the host)."""
+        moments, squares, steps = [], [], []
+        for p in self.params:
+            state = self.optimizer.state[p]
+            if not state:
+                state["step"] = torch.zeros((), dtype=torch.float32, device=self.device)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            elif state["step"].device != self.device:
+                state["step"] = state["step"].to(self.device, torch.float32)
+            moments.append(state["exp_avg"])
+            squares.append(state["exp_avg_sq"])
+            steps.append(state["step"])
+        return moments, squares, steps
+
+    def loss(self, params: dict[str, Tensor], mb: Batch) -> tuple[Tensor, tuple[tuple[Tensor, ...], Tensor]]:
+        return torch.func.functional_call(self.loss_module, params, (mb,))
+
+    def __call__(self, data: Batch, idx: Tensor, params: list[Tensor], moments: list[Tensor],
+                 squares: list[Tensor], steps: list[Tensor]) -> None:
+        mb = Batch(*(x[idx] for x in data))
+        detached = {name: p.detach() for name, p in zip(self.names, params, strict=True)}
+        grads_by_name, (_, (parts, kl_mean)) = torch.func.grad_and_value(self.loss, has_aux=True)(detached, mb)
+        grads = [grads_by_name[name] for name in self.names]
+        with torch.no_grad():
+            if self.adapt is not None:
+                self.lr.copy_(self.adapt(self.lr, kl_mean))
+            grad_norm, coefficient = global_norm_clip_coefficient(grads, self.max_grad_norm)
+            finite = torch.isfinite(grad_norm)
+            for p, g, m, v, step in zip(params, grads, moments, squares, steps, strict=True):
+                next_step = step + 1
+                new_p, new_m, new_v = adamw_update(p, g * coefficient, m, v, next_step, self.lr, self.betas,
+                                                   self.eps, self.weight_decay)
+                p.copy_(torch.where(finite, new_p, p))  # a non-finite gradient leaves parameters and state alone
+                m.copy_(torch.where(finite, new_m, m))
+                v.copy_(torch.where(finite, new_v, v))
+                step.copy_(torch.where(finite, next_step, step))
+            self.skipped.add_(finite.logical_not().long())
+            self.stats.add_(torch.stack((*parts, grad_norm)))
+
+
+class _LossModule(nn.Module):
+    """The loss as a module call, so `torch.func.functional_call` can run it with parameters given as inputs."""
+
+    def __init__(self, policy: nn.Module, losses: LossFn) -> None:
+        super().__init__()
+        self.policy = policy
+        self.losses = losses
+
+    def forward(self, mb: Batch) -> tuple[Tensor, tuple[tuple[Tensor, ...], Tensor]]:
+        loss, parts, kl_mean = self.losses(mb)
+        return loss, (parts, kl_mean)
+
