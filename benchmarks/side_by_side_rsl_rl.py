@@ -46,11 +46,13 @@ from syncfree.train.trainer import Trainer, resolve_device
 
 SYNCFREE_VARIANTS = {
     "syncfree optimized": PerfConfig(),
+    "syncfree optimized, compile=hot": PerfConfig(compile="hot"),
     "syncfree optimized, eager": PerfConfig(compile="off"),
     "syncfree optimized, float32": PerfConfig(autocast="off"),
     "syncfree baseline": PerfConfig.preset("baseline"),
 }
-"""The default (compiled; bfloat16 hidden layers where they pay), the same without compile, the same in float32,
+"""The default (compiled, the minibatch update as one graph; bfloat16 hidden layers where they pay), the same with
+the update compiled as forward and losses only (`hot`), the same without compile, the same in float32,
 and every switch at its conventional value. `retain_host_memory` is process-wide: once the first syncfree trainer
 turned it on, every run of the process has it, rsl_rl's included."""
 

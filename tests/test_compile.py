@@ -32,10 +32,10 @@ def same_random_numbers():
         yield
 
 
-def pair(task: str = "pendulum", max_episode_length: int = 10) -> tuple[Trainer, Trainer]:
+def pair(task: str = "pendulum", max_episode_length: int = 10, mode: str = "hot") -> tuple[Trainer, Trainer]:
     """An eager and a compiled trainer built from the same seed: equal parameters, env states and RNG states."""
     trainers = []
-    for mode in ("off", "hot"):
+    for mode in ("off", mode):
         cfg = small_config(task, compile=mode)
         cfg.env.max_episode_length = max_episode_length
         trainers.append(Trainer(cfg))
@@ -85,13 +85,23 @@ def test_compiled_env_step_matches_eager(task: str) -> None:
 
 
 @pytest.mark.usefixtures("same_random_numbers")
-def test_one_compiled_update_on_an_identical_rollout_matches_eager() -> None:
-    eager, compiled = pair()
+@pytest.mark.parametrize("mode", ["hot", "step"])
+def test_one_compiled_update_on_an_identical_rollout_matches_eager(mode: str) -> None:
+    """`hot`: compiled forward and losses; `step`: the whole minibatch (gradients, clip, AdamW) as one graph."""
+    eager, compiled = pair(mode=mode)
+    for trainer in (eager, compiled):  # the KL is above twice this target: every minibatch divides the lr by 1.5
+        trainer.ppo.cfg.desired_kl = 1e-9
     eager.cfg.iterations = 1
     eager.learn()  # fills the storage
+    if mode == "hot":
+        size = compiled.storage.returns.numel() // compiled.cfg.ppo.num_minibatches
+        compiled.ppo.losses(Batch(*(x[:size] for x in compiled.storage.flat())))  # compiling may draw random numbers
+    else:
+        copy_trained_state(eager, compiled)
+        compiled.ppo.update(compiled.storage)  # compiles (and steps: the state is copied again below)
+        assert compiled.ppo.whole_step is not None
     copy_trained_state(eager, compiled)
-    size = compiled.storage.returns.numel() // compiled.cfg.ppo.num_minibatches
-    compiled.ppo.losses(Batch(*(x[:size] for x in compiled.storage.flat())))  # compiling may draw random numbers
+    lr_before = float(compiled.ppo.lr)
     before = {n: p.detach().clone() for n, p in eager.policy.named_parameters()}
     stats = []
     for trainer in (eager, compiled):
@@ -99,6 +109,8 @@ def test_one_compiled_update_on_an_identical_rollout_matches_eager() -> None:
         stats.append(trainer.ppo.update(trainer.storage))
     # the means of the minibatch losses: the surrogate is a small difference of large terms (~1e-4 of them)
     torch.testing.assert_close(stats[0], stats[1], rtol=1e-3, atol=1e-6)
+    # the learning rate moved inside the compiled code and the move was kept
+    assert float(stats[1][-1]) == pytest.approx(max(1e-5, lr_before / 1.5**4), rel=1e-6)
     assert_close_tensors(dict(eager.policy.named_parameters()), dict(compiled.policy.named_parameters()))
     for (_, a), (_, b) in zip(eager.ppo.optimizer.state_dict()["state"].items(),
                               compiled.ppo.optimizer.state_dict()["state"].items(), strict=True):
@@ -106,17 +118,18 @@ def test_one_compiled_update_on_an_identical_rollout_matches_eager() -> None:
     assert all(not torch.equal(p, before[n]) for n, p in compiled.policy.named_parameters())  # it did update
 
 
-def test_no_recompilation_in_steady_state() -> None:
-    trainer = Trainer(small_config("cartpole", compile="hot"))
+@pytest.mark.parametrize("mode", ["hot", "step"])
+def test_no_recompilation_in_steady_state(mode: str) -> None:
+    trainer = Trainer(small_config("cartpole", compile=mode))
     trainer.cfg.iterations = 1
     trainer.learn()
     warm = compile_counts()
     trainer.cfg.iterations = 3
     trainer.learn()
     assert compile_counts() == warm
-    assert warm["unique_graphs"] >= 5  # act step, env step, record step, advantages, minibatch losses
+    assert warm["unique_graphs"] >= 5  # act step, env step, record step, advantages, minibatch losses or step
     # a second trainer of the same shapes reuses the graphs: nothing compiles for it either
-    other = Trainer(small_config("cartpole", compile="hot"))
+    other = Trainer(small_config("cartpole", compile=mode))
     other.cfg.iterations = 1
     other.learn()
     assert compile_counts() == warm

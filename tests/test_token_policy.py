@@ -258,7 +258,11 @@ def test_adam_steps_on_the_auxiliary_loss_reduce_it() -> None:
 
 # ---------------------------------------------------------------------------------------------------------- PPO
 def test_one_ppo_update_runs_and_changes_parameters() -> None:
-    policy = make_policy(cfg=TokenEncoderConfig(encoder_hidden=[64], decoder_hidden=[64], critic_hidden=[64]))
+    """The conventional update and the whole-minibatch one (`compile=step`, run eagerly) on the same rollout:
+    every part of the policy moves, by the same amounts within float32 rounding."""
+    token_cfg = TokenEncoderConfig(encoder_hidden=[64], decoder_hidden=[64], critic_hidden=[64])
+    policies = [make_policy(cfg=token_cfg) for _ in range(2)]
+    policy = policies[0]
     steps, envs = 4, 16
     storage = RolloutStorage(steps, envs, policy.actor_obs_dim, CRITIC_DIM, SPEC, policy.head.num_params,
                              torch.device("cpu"))
@@ -266,22 +270,28 @@ def test_one_ppo_update_runs_and_changes_parameters() -> None:
     with torch.inference_mode():
         for t in range(steps):
             actor, critic = make_obs(envs, seed=100 + t)
-            policy.update_normalizers(actor, critic)
+            for p in policies:
+                p.update_normalizers(actor, critic)
             storage.store_policy_step(t, actor, critic, policy.act(actor, critic))
             done = torch.rand(envs, generator=g) < 0.2
             storage.store_env_step(t, torch.randn(envs, generator=g), done, torch.zeros(envs), gamma=0.99)
         compute_gae(storage.rewards, storage.values, storage.dones, torch.randn(envs, generator=g), 0.99, 0.95,
                     storage.advantages, storage.returns)
-    ppo = PPO(policy, PPOConfig(steps_per_env=steps, num_epochs=2, num_minibatches=2), PerfConfig(),
-              torch.device("cpu"), Phases())
     before = {k: v.clone() for k, v in policy.state_dict().items()}
-    stats = ppo.update(storage)
-    assert bool(torch.isfinite(stats).all())
+    for p, mode in zip(policies, ("off", "step"), strict=True):
+        ppo = PPO(p, PPOConfig(steps_per_env=steps, num_epochs=2, num_minibatches=2), PerfConfig(compile=mode),
+                  torch.device("cpu"), Phases())
+        assert (ppo.whole_step is not None) == (mode == "step")
+        torch.manual_seed(4)
+        stats = ppo.update(storage)
+        assert bool(torch.isfinite(stats).all())
     changed = [k for k, v in policy.state_dict().items() if not torch.equal(v, before[k])]
     assert any(k.startswith("decoder.") for k in changed)
     assert any(k.startswith("encoders.") for k in changed)
     assert any(k.startswith("critic.") for k in changed)
     assert "head.log_std" in changed
+    for (name, a), b in zip(policies[0].state_dict().items(), policies[1].state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
 
 
 # ------------------------------------------------------------------------------------------ layout and config

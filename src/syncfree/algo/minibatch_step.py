@@ -14,6 +14,7 @@ moments live in the optimizer's own state, so checkpoints are the same in every 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -21,6 +22,18 @@ from torch import Tensor, nn
 from syncfree.algo.storage import Batch
 
 LossFn = Callable[[Batch], tuple[Tensor, tuple[Tensor, ...], Tensor]]
+
+
+class StepState(NamedTuple):
+    """The tensors one minibatch step updates in place (`MinibatchStep.state`)."""
+
+    params: list[Tensor]
+    moments: list[Tensor]
+    squares: list[Tensor]
+    steps: list[Tensor]
+    lr: Tensor
+    stats: Tensor
+    skipped: Tensor
 
 
 def global_norm_clip_coefficient(grads: list[Tensor], max_norm: float) -> tuple[Tensor, Tensor]:
@@ -45,65 +58,67 @@ def adamw_update(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tenso
 
 
 class MinibatchStep:
-    """`step(data, idx)`: one whole minibatch update on the rows `idx` of the flat rollout `data`.
+    """`step(data, idx, state)`: one whole minibatch update on the rows `idx` of the flat rollout `data`.
 
     `losses(mb) -> (loss, parts, kl_mean)` is PPO's pure loss function of the policy's parameters; `adapt(lr, kl)`
-    returns the next learning rate (or None for a fixed schedule); `stats` gets `(*parts, grad_norm)` added and
-    `skipped` the number of skipped steps."""
+    returns the next learning rate (or None for a fixed schedule). The state the step updates in place comes as
+    arguments (`StepState`), not as attributes: a compiled graph updates its inputs."""
 
-    def __init__(self, policy: nn.Module, losses: LossFn, optimizer: torch.optim.AdamW, lr: Tensor,
-                 max_grad_norm: float, adapt: Callable[[Tensor, Tensor], Tensor] | None,
-                 stats: Tensor, skipped: Tensor) -> None:
+    def __init__(self, policy: nn.Module, losses: LossFn, optimizer: torch.optim.AdamW, max_grad_norm: float,
+                 adapt: Callable[[Tensor, Tensor], Tensor] | None) -> None:
         self.loss_module = _LossModule(policy, losses)
         self.names = [f"policy.{n}" for n, p in policy.named_parameters() if p.requires_grad]
         self.params = [p for p in policy.parameters() if p.requires_grad]
-        self.optimizer, self.lr, self.max_grad_norm, self.adapt = optimizer, lr, max_grad_norm, adapt
-        self.stats, self.skipped = stats, skipped
+        self.optimizer, self.max_grad_norm, self.adapt = optimizer, max_grad_norm, adapt
         group = optimizer.param_groups[0]
         self.betas, self.eps, self.weight_decay = tuple(group["betas"]), group["eps"], group["weight_decay"]
-        self.device = lr.device
 
-    def optimizer_state(self) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
-        """The optimizer's moments and step counts, created as `torch.optim.AdamW` creates them if it has not
-        stepped yet, with the step counts on the device (a loaded checkpoint may hold them on the host)."""
+    def state(self, lr: Tensor, stats: Tensor, skipped: Tensor) -> StepState:
+        """What a step updates: the parameters, the optimizer's moments and step counts (created as
+        `torch.optim.AdamW` creates them if it has not stepped yet, with the step counts on the device: a loaded
+        checkpoint may hold them on the host), the learning rate, the statistics (`(*parts, grad_norm)` added) and
+        the count of skipped steps.
+
+        0-dim tensors go in as 1-element views: torch 2.13's compiled CPU code drops in-place updates of 0-dim
+        float64 inputs (the learning rate)."""
         moments, squares, steps = [], [], []
         for p in self.params:
             state = self.optimizer.state[p]
             if not state:
-                state["step"] = torch.zeros((), dtype=torch.float32, device=self.device)
+                state["step"] = torch.zeros((), dtype=torch.float32, device=lr.device)
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            elif state["step"].device != self.device:
-                state["step"] = state["step"].to(self.device, torch.float32)
+            elif state["step"].device != lr.device:
+                state["step"] = state["step"].to(lr.device, torch.float32)
             moments.append(state["exp_avg"])
             squares.append(state["exp_avg_sq"])
-            steps.append(state["step"])
-        return moments, squares, steps
+            steps.append(state["step"].view(1))
+        return StepState(self.params, moments, squares, steps, lr.view(1), stats, skipped.view(1))
 
     def loss(self, params: dict[str, Tensor], mb: Batch) -> tuple[Tensor, tuple[tuple[Tensor, ...], Tensor]]:
         return torch.func.functional_call(self.loss_module, params, (mb,))
 
-    def __call__(self, data: Batch, idx: Tensor, params: list[Tensor], moments: list[Tensor],
-                 squares: list[Tensor], steps: list[Tensor]) -> None:
+    def __call__(self, data: Batch, idx: Tensor, state: StepState) -> None:
         mb = Batch(*(x[idx] for x in data))
-        detached = {name: p.detach() for name, p in zip(self.names, params, strict=True)}
+        detached = {name: p.detach() for name, p in zip(self.names, state.params, strict=True)}
         grads_by_name, (_, (parts, kl_mean)) = torch.func.grad_and_value(self.loss, has_aux=True)(detached, mb)
         grads = [grads_by_name[name] for name in self.names]
         with torch.no_grad():
+            lr = state.lr
             if self.adapt is not None:
-                self.lr.copy_(self.adapt(self.lr, kl_mean))
+                lr.copy_(self.adapt(lr, kl_mean))
             grad_norm, coefficient = global_norm_clip_coefficient(grads, self.max_grad_norm)
             finite = torch.isfinite(grad_norm)
-            for p, g, m, v, step in zip(params, grads, moments, squares, steps, strict=True):
+            for p, g, m, v, step in zip(state.params, grads, state.moments, state.squares, state.steps, strict=True):
                 next_step = step + 1
-                new_p, new_m, new_v = adamw_update(p, g * coefficient, m, v, next_step, self.lr, self.betas,
-                                                   self.eps, self.weight_decay)
+                new_p, new_m, new_v = adamw_update(p, g * coefficient, m, v, next_step, lr, self.betas, self.eps,
+                                                   self.weight_decay)
                 p.copy_(torch.where(finite, new_p, p))  # a non-finite gradient leaves parameters and state alone
                 m.copy_(torch.where(finite, new_m, m))
                 v.copy_(torch.where(finite, new_v, v))
                 step.copy_(torch.where(finite, next_step, step))
-            self.skipped.add_(finite.logical_not().long())
-            self.stats.add_(torch.stack((*parts, grad_norm)))
+            state.skipped.add_(finite.logical_not().long())
+            state.stats.add_(torch.stack((*parts, grad_norm)))
 
 
 class _LossModule(nn.Module):

@@ -56,10 +56,8 @@ class PPO:
         """`compile=step`: the whole minibatch update as one function (`syncfree.algo.minibatch_step`)."""
         if perf.compile == "step" and self.whole_step_fallback(dist) is None:
             adapt = self.next_learning_rate if self.adaptive else None
-            self.whole_step = MinibatchStep(policy, self.minibatch_losses, self.optimizer, self.lr,
-                                            cfg.max_grad_norm, adapt, self.stats, self.skipped_steps)
+            self.whole_step = MinibatchStep(policy, self.minibatch_losses, self.optimizer, cfg.max_grad_norm, adapt)
             self._whole_step = compiled.hot(self.whole_step, perf, device)
-            compiled.mark_static(perf, device, self.lr, self.stats, self.skipped_steps)
         aux = getattr(policy, "auxiliary_loss", None)
         self.auxiliary_loss = aux if aux is not None and policy.cfg.reconstruction_weight > 0 else None
         """The policy's own extra loss (the token policy's reconstruction), added to PPO's."""
@@ -79,16 +77,17 @@ class PPO:
         device = data.returns.device
         self.stats.zero_()
         skipped_before = self.skipped_steps.clone()
-        state = self.whole_step.optimizer_state() if self.whole_step is not None else None
-        if state is not None:
-            compiled.mark_static(self.perf, device, *(t for tensors in state for t in tensors))
+        state = None
+        if self.whole_step is not None:
+            state = self.whole_step.state(self.lr, self.stats, self.skipped_steps)
+            compiled.mark_static(self.perf, device, *state.moments, *state.steps, state.lr, state.stats, state.skipped)
         for _ in range(cfg.num_epochs):
             order = self.minibatch_order(batch_size, device)
             for start in range(0, batch_size, minibatch_size):
                 idx = order[start : start + minibatch_size]
                 if state is not None:
                     with self.phases("update.step"):
-                        self._whole_step(data, idx, self.whole_step.params, *state)
+                        self._whole_step(data, idx, state)
                 else:
                     self.minibatch_update(Batch(*(x[idx] for x in data)))
         num_updates = cfg.num_epochs * cfg.num_minibatches

@@ -203,7 +203,8 @@ class Floor:
     storage filled by one real iteration)."""
 
     def __init__(self, bench: BenchConfig, num_envs: int) -> None:
-        self.trainer = Trainer(train_config(bench, num_envs, PerfConfig(compile="hot" if bench.compile else "off")))
+        self.trainer = Trainer(train_config(bench, num_envs, PerfConfig(compile=PerfConfig().compile if bench.compile
+                                                                        else "off")))
         time_iterations(self.trainer, 1)
         steps, policy, obs = self.trainer.cfg.ppo.steps_per_env, self.trainer.policy, self.trainer.obs
         self.act = compiled.hot(policy.act, self.trainer.cfg.perf, self.trainer.device)

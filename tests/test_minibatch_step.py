@@ -1,0 +1,156 @@
+"""`perf.compile=step`: the whole minibatch update as one function, run eagerly here (the compiled graph is
+compared in tests/test_compile.py).
+
+It computes gradients with `torch.func` and writes AdamW out by hand, so against the conventional update
+(`.backward()`, `clip_grad_norm_`, `torch.optim.AdamW`) it is compared within a stated tolerance: the same
+formulas in a different order of float32 operations, about one ulp per parameter after one iteration.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import copy_trained_state, small_config
+from syncfree.algo.minibatch_step import adamw_update, global_norm_clip_coefficient
+from syncfree.perf.bench import count_iteration
+from syncfree.train.trainer import Trainer
+
+TOLERANCE = dict(rtol=1e-5, atol=1e-6)
+
+
+def trained_pair(task: str, **perf) -> tuple[Trainer, Trainer]:
+    """A conventional trainer after one iteration, and a `compile=step` one holding its state and rollout."""
+    conventional = Trainer(small_config(task, **perf))
+    conventional.cfg.iterations = 1
+    conventional.learn()
+    whole = Trainer(small_config(task, compile="step", **perf))
+    copy_trained_state(conventional, whole)
+    return conventional, whole
+
+
+def update_both(pair: tuple[Trainer, Trainer]) -> list[torch.Tensor]:
+    stats = []
+    for trainer in pair:
+        torch.manual_seed(2)  # the same minibatch order
+        stats.append(trainer.ppo.update(trainer.storage))
+    return stats
+
+
+def assert_same_parameters_and_moments(a: Trainer, b: Trainer) -> None:
+    for (name, x), y in zip(a.policy.named_parameters(), b.policy.parameters(), strict=True):
+        torch.testing.assert_close(x, y, **TOLERANCE, msg=lambda m, name=name: f"{name}: {m}")
+    state_a, state_b = a.ppo.optimizer.state_dict()["state"], b.ppo.optimizer.state_dict()["state"]
+    assert state_a.keys() == state_b.keys()
+    for key in state_a:
+        for name in ("exp_avg", "exp_avg_sq", "step"):
+            torch.testing.assert_close(state_a[key][name], state_b[key][name].to(state_a[key][name].device),
+                                       **TOLERANCE)
+
+
+@pytest.mark.parametrize(("task", "schedule"), [("pendulum", "adaptive"), ("cartpole", "adaptive"),
+                                                ("pendulum", "fixed")])
+def test_one_update_matches_the_conventional_one(task: str, schedule: str) -> None:
+    """Gaussian and categorical heads, the adaptive learning rate on the device and the fixed one."""
+    pair = trained_pair(task)
+    for trainer in pair:
+        trainer.ppo.adaptive = schedule == "adaptive"
+    conventional, whole = pair
+    assert whole.ppo.whole_step is not None and conventional.ppo.whole_step is None
+    before = {n: p.detach().clone() for n, p in whole.policy.named_parameters()}
+    stats = update_both(pair)
+    # the minibatch means, the learning rate the adaptive schedule reached and the skip count included
+    torch.testing.assert_close(stats[0], stats[1], rtol=1e-4, atol=1e-7)
+    assert_same_parameters_and_moments(conventional, whole)
+    assert all(not torch.equal(p, before[n]) for n, p in whole.policy.named_parameters())
+
+
+def test_adamw_update_is_torch_adamw() -> None:
+    """Five steps of the hand-written AdamW (with weight decay and a float64 learning-rate tensor, as PPO keeps
+    it) against `torch.optim.AdamW` on the same gradients."""
+    g = torch.Generator().manual_seed(0)
+    reference = torch.randn(7, 5, generator=g, requires_grad=True)
+    optimizer = torch.optim.AdamW([reference], lr=3e-3, weight_decay=0.01)
+    param, m, v = reference.detach().clone(), torch.zeros(7, 5), torch.zeros(7, 5)
+    lr = torch.tensor(3e-3, dtype=torch.float64)
+    for step in range(1, 6):
+        grad = torch.randn(7, 5, generator=g)
+        reference.grad = grad.clone()
+        optimizer.step()
+        param, m, v = adamw_update(param, grad, m, v, torch.tensor(float(step)), lr, (0.9, 0.999), 1e-8, 0.01)
+    state = optimizer.state[reference]
+    torch.testing.assert_close(param, reference.detach(), rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(m, state["exp_avg"], rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(v, state["exp_avg_sq"], rtol=1e-6, atol=1e-12)
+
+
+def test_global_norm_clip_is_clip_grad_norm() -> None:
+    g = torch.Generator().manual_seed(1)
+    grads = [torch.randn(4, 3, generator=g) * 5, torch.randn(6, generator=g)]
+    params = [torch.zeros_like(x, requires_grad=True) for x in grads]
+    for p, x in zip(params, grads, strict=True):
+        p.grad = x.clone()
+    expected_norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+    norm, coefficient = global_norm_clip_coefficient(grads, 1.0)
+    assert torch.equal(norm, expected_norm)
+    for p, x in zip(params, grads, strict=True):
+        assert torch.equal(x * coefficient, p.grad)
+    assert global_norm_clip_coefficient(grads, 1e6)[1] == 1.0  # never scales up
+
+
+def test_a_non_finite_gradient_skips_the_step_like_fused_adamw() -> None:
+    """NaN advantages give NaN gradients on every minibatch: parameters and AdamW state stay as they were and
+    every step is counted as skipped, as the conventional update with `grad_finite_from_norm` does."""
+    pair = trained_pair("pendulum")
+    for trainer in pair:
+        trainer.storage.advantages.fill_(float("nan"))
+    conventional, whole = pair
+    before = {n: p.detach().clone() for n, p in whole.policy.named_parameters()}
+    moments = {k: {n: t.clone() for n, t in s.items()} for k, s in whole.ppo.optimizer.state_dict()["state"].items()}
+    stats = update_both(pair)
+    updates = whole.cfg.ppo.num_epochs * whole.cfg.ppo.num_minibatches
+    assert stats[0][-2] == stats[1][-2] == updates  # skipped_steps
+    assert all(torch.equal(p, before[n]) for n, p in whole.policy.named_parameters())
+    for key, state in whole.ppo.optimizer.state_dict()["state"].items():
+        for name, value in state.items():
+            assert torch.equal(value.cpu(), moments[key][name].cpu()), name
+    assert_same_parameters_and_moments(conventional, whole)
+
+
+def test_checkpoints_move_between_modes() -> None:
+    """The moments live in the optimizer's state: a `step` run resumes in the conventional mode and back."""
+    whole = Trainer(small_config("pendulum", compile="step"))
+    whole.cfg.iterations = 2
+    whole.learn()
+    conventional = Trainer(small_config("pendulum"))
+    copy_trained_state(whole, conventional)
+    again = Trainer(small_config("pendulum", compile="step"))
+    copy_trained_state(conventional, again)
+    torch.manual_seed(5)
+    for trainer in (conventional, again):
+        torch.manual_seed(5)
+        trainer.ppo.update(trainer.storage)
+    assert_same_parameters_and_moments(conventional, again)
+
+
+@pytest.mark.parametrize(("perf", "reason"), [({"grad_finite_from_norm": False}, "grad_finite_from_norm"),
+                                              ({"device_adaptive_lr": False}, "device_adaptive_lr")])
+def test_switches_with_host_reads_keep_the_conventional_update(perf: dict, reason: str) -> None:
+    """Their off paths read the host between the backward and the step, which a whole graph cannot hold."""
+    trainer = Trainer(small_config("pendulum", compile="step", **perf))
+    assert trainer.ppo.whole_step is None
+    assert reason in trainer.ppo.whole_step_fallback(None)
+
+
+@pytest.mark.parametrize("task", ["pendulum", "cartpole"])
+def test_no_host_sync_and_constant_allocations(task: str) -> None:
+    trainer = Trainer(small_config(task, compile="step"))
+    trainer.cfg.iterations = 2
+    trainer.learn()
+    first = count_iteration(trainer)
+    later = count_iteration(trainer)
+    assert first["syncs_per_minibatch"] == 0 and first["syncs_per_iteration"] <= 2
+    assert first["phases"]["update.step"]["ops"] > 0  # the counted phase is the whole minibatch
+    assert "update.backward" not in first["phases"]
+    for key in ("allocations_per_minibatch", "ops_per_minibatch"):
+        assert later[key] == first[key], key
