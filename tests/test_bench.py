@@ -30,7 +30,7 @@ def test_configurations_cover_every_switch_both_ways() -> None:
 
 def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     code = main(["bench", "--task", "pendulum", "--profile", "full", "--num_envs", "[16]", "--scaling", "[8, 16]",
-                 "--repeats", "2", "--iterations", "1", "--min_seconds", "0", "--compile", "false",
+                 "--repeats", "2", "--iterations", "1", "--min_seconds", "0", "--compile", "false", "--threads", "1",
                  "--out", str(tmp_path)])
     assert code == 0
     result = json.loads((tmp_path / "results.json").read_text())

@@ -32,10 +32,10 @@ def same_random_numbers():
         yield
 
 
-def pair(task: str = "pendulum", max_episode_length: int = 10, mode: str = "hot") -> tuple[Trainer, Trainer]:
+def pair(task: str = "pendulum", max_episode_length: int = 10, compiled: str = "hot") -> tuple[Trainer, Trainer]:
     """An eager and a compiled trainer built from the same seed: equal parameters, env states and RNG states."""
     trainers = []
-    for mode in ("off", mode):
+    for mode in ("off", compiled):
         cfg = small_config(task, compile=mode)
         cfg.env.max_episode_length = max_episode_length
         trainers.append(Trainer(cfg))
@@ -88,7 +88,7 @@ def test_compiled_env_step_matches_eager(task: str) -> None:
 @pytest.mark.parametrize("mode", ["hot", "step"])
 def test_one_compiled_update_on_an_identical_rollout_matches_eager(mode: str) -> None:
     """`hot`: compiled forward and losses; `step`: the whole minibatch (gradients, clip, AdamW) as one graph."""
-    eager, compiled = pair(mode=mode)
+    eager, compiled = pair(compiled=mode)
     for trainer in (eager, compiled):  # the KL is above twice this target: every minibatch divides the lr by 1.5
         trainer.ppo.cfg.desired_kl = 1e-9
     eager.cfg.iterations = 1
