@@ -59,9 +59,12 @@ class PerfConfig:
     """`hot`: `torch.compile` (whole graphs, `fullgraph=True`) the rollout step's trainer side (act, storage
     writes, normalizer updates, episode and non-finite bookkeeping, as two graphs around the env step), the env
     step of envs that offer it (the built-in torch tasks, `VecEnv.compile_step`), the advantages, and each
-    minibatch's forward and losses (its backward is compiled with it). The first iteration
-    pays the compile time. Needs `validate_distributions=false` (validation reads the host inside the graph).
-    Off: eager PyTorch."""
+    minibatch's forward and losses (its backward is compiled with it). `step`: the same, and the whole minibatch
+    update (gather, forward, losses, gradients by `torch.func`, adaptive learning rate, clip, AdamW with the skip on
+    non-finite gradients) as one graph (`syncfree.algo.minibatch_step`); with `grad_finite_from_norm` or
+    `device_adaptive_lr` off, whose conventional paths read the host between backward and step, and with several
+    processes (the gradient all-reduce), the update is compiled as in `hot`. The first iteration pays the compile
+    time. Needs `validate_distributions=false` (validation reads the host inside the graph). Off: eager PyTorch."""
 
     autocast: Literal["off", "auto", "bf16"] = switch(baseline="off", optimized="auto",
                                                      seed="mixed precision (bf16 autocast)")

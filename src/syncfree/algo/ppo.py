@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import torch
@@ -16,6 +17,8 @@ from syncfree.train import compiled
 
 if TYPE_CHECKING:
     from syncfree.train.distributed import Distributed
+
+log = logging.getLogger("syncfree")
 
 UPDATE_STATS = ("surrogate_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
 """Means over the iteration's minibatches; followed by `skipped_steps` (a count) and `learning_rate`."""
@@ -54,7 +57,10 @@ class PPO:
         """`minibatch_losses`, or its compiled graph (`PerfConfig.compile`); its backward is compiled with it."""
         self.whole_step: MinibatchStep | None = None
         """`compile=step`: the whole minibatch update as one function (`syncfree.algo.minibatch_step`)."""
-        if perf.compile == "step" and self.whole_step_fallback(dist) is None:
+        fallback = self.whole_step_fallback(dist) if perf.compile == "step" else None
+        if fallback is not None:
+            log.info("perf.compile=step: the minibatch update is compiled as with perf.compile=hot (%s)", fallback)
+        elif perf.compile == "step":
             adapt = self.next_learning_rate if self.adaptive else None
             self.whole_step = MinibatchStep(policy, self.minibatch_losses, self.optimizer, cfg.max_grad_norm, adapt)
             self._whole_step = compiled.hot(self.whole_step, perf, device)
@@ -80,7 +86,8 @@ class PPO:
         state = None
         if self.whole_step is not None:
             state = self.whole_step.state(self.lr, self.stats, self.skipped_steps)
-            compiled.mark_static(self.perf, device, *state.moments, *state.steps, state.lr, state.stats, state.skipped)
+            compiled.mark_static(self.perf, device, *data, *state.moments, *state.steps, state.lr, state.stats,
+                                 state.skipped)  # the rollout too: CUDA graph trees copy other inputs in at each replay
         for _ in range(cfg.num_epochs):
             order = self.minibatch_order(batch_size, device)
             for start in range(0, batch_size, minibatch_size):
