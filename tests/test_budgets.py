@@ -20,8 +20,8 @@ BUDGETS = {
 }
 
 
-def warm(task: str, iterations: int = 2) -> Trainer:
-    trainer = Trainer(small_config(task))
+def warm(task: str, iterations: int = 2, **perf) -> Trainer:
+    trainer = Trainer(small_config(task, **perf))
     trainer.cfg.iterations = iterations
     trainer.learn()
     return trainer
@@ -56,8 +56,9 @@ def test_allocations_and_ops_are_constant_after_warm_up_and_within_budget(task: 
     assert first["trainer_ops_per_step"] <= trainer_ops
 
 
-def test_live_memory_does_not_grow_after_warm_up() -> None:
-    trainer = warm("pendulum", iterations=2)
+@pytest.mark.parametrize("compile", ["off", "step"])  # `step` runs its whole-minibatch function (eagerly here)
+def test_live_memory_does_not_grow_after_warm_up(compile: str) -> None:
+    trainer = warm("pendulum", iterations=2, compile=compile)
     after_warm_up = live_tensor_storages()
     trainer.cfg.iterations = 8
     trainer.learn()
