@@ -16,13 +16,13 @@ from pathlib import Path
 CHILD = """
 import json, resource, sys, torch
 torch.set_num_threads({threads})
-from syncfree.config import preset
-from syncfree.perf.bench import time_iterations
-from syncfree.train.trainer import make_trainer
+from syncfree.presets import preset
+from syncfree.bench.timing import time_iterations
+from syncfree.train.runner import Runner
 cfg = preset({task!r})
 cfg.env.num_envs, cfg.log.progress, cfg.perf.retain_host_memory = {num_envs}, False, {retain}
 cfg.perf.compile = {compile!r}
-trainer = make_trainer(cfg)
+trainer = Runner(cfg)
 time_iterations(trainer, 1)
 before = resource.getrusage(resource.RUSAGE_SELF)
 seconds = time_iterations(trainer, {iterations})

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from syncfree.config import LossesConfig, preset
-from syncfree.train.trainer import make_trainer
+from syncfree.train.runner import Runner
 
 
 def parse() -> argparse.Namespace:
@@ -41,7 +41,7 @@ def train(iterations: int, seed: int, losses: LossesConfig, run_dir: Path | None
     """Reward per agent per step of every rollout."""
     cfg = preset("grid-arena")
     cfg.seed, cfg.iterations, cfg.losses, cfg.log.progress = seed, iterations, losses, False
-    trainer = make_trainer(cfg)
+    trainer = Runner(cfg)
     rewards = []
     for it in range(1, iterations + 1):  # one iteration at a time, for the reward of every rollout
         trainer.cfg.iterations = it
@@ -58,11 +58,13 @@ def teacher_level(path: str, simulations: int = 64, seed: int = 1234) -> float:
     """The teacher's reward per agent per step on fresh episodes (sampled actions, as in training): the mean
     return of every agent's first episode over the episode length."""
     from syncfree.envs import make_env
-    from syncfree.train.sequence import evaluate_recurrent, load_teacher
+    from syncfree.policy.build import teacher_from_checkpoint
+    from syncfree.train import checkpoint
+    from syncfree.train.evaluate import evaluate_recurrent
 
     cfg = preset("grid-arena")
     env = make_env("grid-arena", simulations, "cpu", seed, grid=cfg.env.grid)
-    returns = evaluate_recurrent(load_teacher(path, env, torch.device("cpu")), env, greedy=False)
+    returns = evaluate_recurrent(teacher_from_checkpoint(checkpoint.load(path), env, path), env, greedy=False)
     env.close()
     return float(returns.mean()) / cfg.env.grid.max_steps
 

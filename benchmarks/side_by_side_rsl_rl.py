@@ -27,22 +27,17 @@ from pathlib import Path
 
 import torch
 
+from syncfree.bench.config import BenchConfig, train_config
+from syncfree.bench.floor import make_floor
+from syncfree.bench.run import machine_info
+from syncfree.bench.timing import count_iteration, sync, time_iterations
 from syncfree.config import PerfConfig
+from syncfree.core.compile import hot
+from syncfree.core.counters import Counts, count_syncs
+from syncfree.core.device import resolve_device
 from syncfree.envs import make_env
 from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
-from syncfree.perf import count_syncs
-from syncfree.perf.bench import (
-    BenchConfig,
-    Floor,
-    count_iteration,
-    machine_info,
-    sync,
-    time_iterations,
-    train_config,
-)
-from syncfree.perf.counters import Counts
-from syncfree.train import compiled
-from syncfree.train.trainer import Trainer, resolve_device
+from syncfree.train.runner import Runner
 
 SYNCFREE_VARIANTS = {
     "syncfree optimized": PerfConfig(),
@@ -96,7 +91,7 @@ class RslRlRun:
 
         torch.manual_seed(cfg.seed)
         env = make_env(cfg.task, cfg.env.num_envs, resolve_device(cfg.device), cfg.seed)
-        env.compile_step(lambda fn: compiled.hot(fn, PerfConfig(), env.device))  # the env syncfree steps, too
+        env.compile_step(lambda fn: hot(fn, PerfConfig(), env.device))  # the env syncfree steps, too
         self.env = SyncfreeToRslRl(env)
         log_dir = str(log_root / f"rsl_rl-{len(list(log_root.iterdir()))}") if variant["logger"] else None
         with contextlib.redirect_stdout(io.StringIO()):
@@ -157,7 +152,7 @@ class RslRlRun:
 
 class SyncfreeRun:
     def __init__(self, cfg) -> None:
-        self.trainer = Trainer(cfg)
+        self.trainer = Runner(cfg)
         self.steps_per_iteration = cfg.ppo.steps_per_env * cfg.env.num_envs
 
     def learn(self, iterations: int) -> float:
@@ -191,7 +186,7 @@ def run_size(num_envs: int, args: argparse.Namespace, log_root: Path) -> dict:
         run.learn(args.warmup)
         warm[name] = time.perf_counter() - start
         print(f"  {num_envs} envs: warmed up {name} ({warm[name]:.1f} s)", file=sys.stderr)
-    floor = Floor(bench, num_envs)
+    floor = make_floor(bench, num_envs)
     iterations = max(args.iterations, math.ceil(args.min_seconds / runs["syncfree optimized"].learn(1)))
     times: dict[str, list[float]] = {name: [] for name in runs}
     floors = []

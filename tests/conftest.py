@@ -43,20 +43,27 @@ def copy_trained_state(source, target) -> None:
     """Give `target` the trainer state and the stored rollout of `source` (trained one iteration or more), so one
     update can be compared on identical inputs."""
     target.load_state_dict(source.state_dict())
-    for name, x in source.storage.state_tensors().items():
-        getattr(target.storage, name).copy_(x)
+    for name, x in source.algorithm.storage.state_tensors().items():
+        getattr(target.algorithm.storage, name).copy_(x)
+
+
+def update_stats(runner) -> torch.Tensor:
+    """One update of `runner`'s algorithm on its stored rollout; its statistics (`Algorithm.statistics`) stacked,
+    as float64."""
+    runner.algorithm.update()
+    return torch.stack([value.double() for value in runner.algorithm.statistics().values()])
 
 
 def train_iterations(cfg: TrainConfig) -> tuple:
     """Train `cfg.iterations` one at a time: (trainer, every finished episode, every iteration's record)."""
-    from syncfree.train.trainer import Trainer
+    from syncfree.train.runner import Runner
 
-    trainer = Trainer(cfg)
+    trainer = Runner(cfg)
     episodes, records = [], []
     for it in range(1, cfg.iterations + 1):
         trainer.cfg.iterations = it
         records.append(trainer.learn())
-        episodes += trainer.episodes.iteration_episodes
+        episodes += trainer.monitors.episodes.iteration_episodes
     return trainer, episodes, records
 
 

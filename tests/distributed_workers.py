@@ -11,14 +11,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from conftest import small_config
+from conftest import small_config, update_stats
 from syncfree.algo.storage import Batch
+from syncfree.core.counters import count_syncs
 from syncfree.errors import DistributedError
-from syncfree.perf import count_syncs
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.train import checkpoint
 from syncfree.train.distributed import Distributed, NormalizerSync
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 WORLD = 2
 ROLLOUT_FIELDS = ("actor_obs", "critic_obs", "actions", "log_probs", "values", "dist_params", "rewards", "dones")
@@ -32,8 +32,8 @@ def equivalence_config(num_envs: int):
     return cfg
 
 
-def identity_order(batch_size: int, device: torch.device) -> torch.Tensor:
-    return torch.arange(batch_size, device=device)
+def identity_order(batch_size: int) -> torch.Tensor:
+    return torch.arange(batch_size)
 
 
 def _join(tmp: str, rank: int, timeout: float) -> None:
@@ -42,10 +42,10 @@ def _join(tmp: str, rank: int, timeout: float) -> None:
                             timeout=datetime.timedelta(seconds=timeout))
 
 
-def _policy_vector(trainer: Trainer) -> torch.Tensor:
+def _policy_vector(trainer: Runner) -> torch.Tensor:
     """Parameters, buffers and optimizer moments, flattened (float64 holds the int64 counts exactly)."""
     tensors = [*trainer.policy.parameters(), *trainer.policy.buffers()]
-    for state in trainer.ppo.optimizer.state.values():
+    for state in trainer.algorithm.optim.optimizer.state.values():
         tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
     return torch.cat([t.detach().reshape(-1).double() for t in tensors])
 
@@ -63,14 +63,14 @@ def _two_rank_worker(rank: int, tmp: str) -> None:
         # 1. train 2 iterations; both ranks are given a run folder, only rank 0 may write one
         cfg = small_config("pendulum")
         cfg.iterations = 2
-        trainer = Trainer(cfg, run_dir=Path(tmp) / f"run{rank}")
+        trainer = Runner(cfg, run_dir=Path(tmp) / f"run{rank}")
         out["record"] = trainer.learn()
         out["vectors"] = _gather(_policy_vector(trainer))
 
         # 2. host syncs: one minibatch update (a collective) and one more iteration
-        mb = Batch(*(x[:64] for x in trainer.storage.flat()))
+        mb = Batch(*(x[:64] for x in trainer.algorithm.storage.flat()))
         with count_syncs() as update:
-            trainer.ppo.minibatch_update(mb)
+            trainer.algorithm.minibatch_update(mb)
         trainer.cfg.iterations, trainer.run_dir = 3, None  # a third iteration, logged but not saved
         with count_syncs() as iteration:
             trainer.learn()
@@ -93,24 +93,24 @@ def _two_rank_worker(rank: int, tmp: str) -> None:
 
         # 4. one update from stored rollouts: rank r holds envs [16r, 16r + 16) of the combined 32-env rollout
         rollout = torch.load(Path(tmp) / "rollout.pt")
-        trainer = Trainer(equivalence_config(16))
+        trainer = Runner(equivalence_config(16))
         trainer.policy.load_state_dict(rollout["policy"])
         envs = slice(16 * rank, 16 * rank + 16)
         for name in ROLLOUT_FIELDS:
-            getattr(trainer.storage, name).copy_(rollout[name][:, envs])
+            getattr(trainer.algorithm.storage, name).copy_(rollout[name][:, envs])
         trainer.obs = {"critic": rollout["last_critic_obs"][envs]}
-        trainer.ppo.minibatch_order = identity_order
+        trainer.algorithm.minibatch_order = identity_order
         with torch.inference_mode():
-            trainer.compute_advantages()
-        stats = trainer.ppo.update(trainer.storage)
-        out["advantages"] = trainer.storage.advantages.clone()
+            trainer.algorithm.compute_returns(trainer.obs)
+        stats = update_stats(trainer)
+        out["advantages"] = trainer.algorithm.storage.advantages.clone()
         out["update_stats"] = stats
         out["updated"] = [p.detach().clone() for p in trainer.policy.parameters()]
 
         # 5. resume the 2-process checkpoint of step 1 on both ranks, then train a third iteration
         cfg = small_config("pendulum")
         cfg.iterations = 3
-        resumed = Trainer(cfg)
+        resumed = Runner(cfg)
         resumed.load_state_dict(checkpoint.load(Path(tmp) / "run0" / "latest.pt"))
         out["resumed_at"] = resumed.iteration
         out["resumed"] = _gather(_policy_vector(resumed))
@@ -125,7 +125,7 @@ def _dead_rank_worker(rank: int, tmp: str) -> None:
     _join(tmp, rank, timeout=30)
     cfg = small_config("pendulum")
     cfg.iterations = 100
-    trainer = Trainer(cfg, dist=Distributed.current(timeout=30))
+    trainer = Runner(cfg, dist=Distributed.current(timeout=30))
     if rank == 1:
         end_iteration = trainer.env.end_iteration
 

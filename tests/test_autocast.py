@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import TEST_DEVICE, copy_trained_state, small_config
+from conftest import TEST_DEVICE, copy_trained_state, small_config, update_stats
 from syncfree.policy.actor_critic import AUTO_MIN_WORK, mlp, native_bf16, set_autocast
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 TOLERANCE = dict(rtol=2e-2, atol=2e-2)
 """bfloat16 keeps 8 significant bits: hidden activations round by up to 0.4 %, outputs move by about 0.1-0.5 %."""
@@ -45,11 +45,11 @@ def test_auto_keeps_small_calls_in_float32_bit_for_bit() -> None:
     assert net.autocast_dtype is None
 
 
-def bf16_trainer(autocast: str, normalize_obs: bool = True) -> Trainer:
+def bf16_trainer(autocast: str, normalize_obs: bool = True) -> Runner:
     cfg = small_config("pendulum", autocast=autocast)
     cfg.policy.actor_hidden = cfg.policy.critic_hidden = [128, 128]
     cfg.policy.normalize_obs = normalize_obs
-    return Trainer(cfg)
+    return Runner(cfg)
 
 
 def test_rollout_and_update_log_probs_agree_under_bf16() -> None:
@@ -60,7 +60,7 @@ def test_rollout_and_update_log_probs_agree_under_bf16() -> None:
     with torch.inference_mode():
         for t in range(trainer.cfg.ppo.steps_per_env):
             trainer.rollout_step(t)
-    s = trainer.storage
+    s = trainer.algorithm.storage
     with torch.no_grad():
         ev = trainer.policy.evaluate(s.actor_obs.flatten(0, 1), s.critic_obs.flatten(0, 1), s.actions.flatten(0, 1))
     torch.testing.assert_close(ev.log_prob, s.log_probs.flatten(), rtol=1e-5, atol=1e-5)
@@ -76,7 +76,7 @@ def test_one_bf16_update_on_an_identical_rollout_is_close_to_float32() -> None:
     stats = []
     for trainer in (full, half):
         torch.manual_seed(2)  # the same minibatch order
-        stats.append(trainer.ppo.update(trainer.storage))
+        stats.append(update_stats(trainer))
     torch.testing.assert_close(stats[0], stats[1], rtol=5e-2, atol=1e-2)
     for name, p in half.policy.named_parameters():
         step_full, step_half = full.policy.get_parameter(name) - before[name], p - before[name]

@@ -14,7 +14,7 @@ from syncfree.envs.tasks import TASKS, Task
 from syncfree.envs.tasks.classic import Pendulum
 from syncfree.errors import NonFiniteError
 from syncfree.train import checkpoint
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 
 def run_cli(capsys: pytest.CaptureFixture, *argv: str) -> tuple[int, str]:
@@ -68,7 +68,7 @@ def test_corrupt_checkpoint(capsys, tmp_path: Path) -> None:
 
 @pytest.fixture
 def pendulum_checkpoint(tmp_path: Path) -> Path:
-    trainer = Trainer(small_config("pendulum"), run_dir=tmp_path / "run")
+    trainer = Runner(small_config("pendulum"), run_dir=tmp_path / "run")
     trainer.cfg.iterations = 1
     trainer.learn()
     return tmp_path / "run" / "latest.pt"
@@ -82,7 +82,7 @@ def pendulum_checkpoint(tmp_path: Path) -> Path:
 def test_incompatible_checkpoint(pendulum_checkpoint: Path, change, culprit: str) -> None:
     cfg = small_config("pendulum")
     change(cfg)
-    trainer = Trainer(cfg)
+    trainer = Runner(cfg)
     with pytest.raises(Exception) as info:
         trainer.load_state_dict(checkpoint.load(pendulum_checkpoint), source=f"checkpoint {pendulum_checkpoint}")
     assert type(info.value).__name__ == "UserError"
@@ -115,7 +115,7 @@ def test_non_finite_env_output_stops_at_iteration_end_naming_envs(tmp_path: Path
     cfg = small_config("pendulum", deferred_nonfinite_check=deferred)
     cfg.iterations, cfg.save_every = 5, 1
     env = NaNPendulum(cfg.env.num_envs, seed=cfg.seed, max_episode_length=10, nan_after=20)
-    trainer = Trainer(cfg, run_dir=tmp_path, env=env)
+    trainer = Runner(cfg, run_dir=tmp_path, env=env)
     with pytest.raises(NonFiniteError) as info:
         trainer.learn()
     assert str(info.value).startswith("iteration 3: non-finite observation or reward from env ids [3, 5]")

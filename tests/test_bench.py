@@ -5,20 +5,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from syncfree.bench.matrix import configurations
 from syncfree.cli import main
 from syncfree.config import PerfConfig
-from syncfree.perf import bench
 
 
 def test_configurations_cover_every_switch_both_ways() -> None:
-    names = [name for name, _ in bench.configurations(ablations=True)]
+    names = [name for name, _ in configurations(ablations=True)]
     assert names[:2] == ["baseline", "optimized"]
     for f in PerfConfig.switches():
         if f.metadata["process_wide"]:  # cannot be compared in one process (benchmarks/host_memory.py does it)
             assert not any(f.name in n for n in names)
             continue
         assert any(n.startswith(f"optimized - {f.name}") for n in names) and f"baseline + {f.name}" in names
-    configs = dict(bench.configurations(ablations=True))
+    configs = dict(configurations(ablations=True))
     # compile cannot run with distribution validation: the rows that would combine them turn the other off
     assert configs["optimized - validate_distributions (and compile)"] == PerfConfig(validate_distributions=True,
                                                                                      compile="off")

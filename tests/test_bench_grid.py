@@ -10,21 +10,24 @@ import pytest
 
 pytest.importorskip("mettagrid")
 
+from syncfree.algo.recurrent import SWITCHES_READ as READ
+from syncfree.bench import config as bench_config
+from syncfree.bench.config import BenchConfig, train_config
+from syncfree.bench.matrix import bench_configurations
 from syncfree.cli import main
-from syncfree.config import PerfConfig, preset
-from syncfree.perf import bench
-from syncfree.train.sequence import SWITCHES_READ as READ
+from syncfree.config import PerfConfig
+from syncfree.presets import preset
 
 SWITCHES_READ = [s for s in READ if not PerfConfig.switches_by_name()[s].metadata["process_wide"]]
 """The ablated ones: a process-wide switch cannot be compared in one process."""
 
 
 def test_grid_arena_rows_cover_the_switches_the_recurrent_trainer_reads() -> None:
-    cfg = bench.BenchConfig(task="grid-arena", profile="full").resolved()
+    cfg = BenchConfig(task="grid-arena", profile="full").resolved()
     assert (cfg.num_envs, cfg.scaling, cfg.ablations, cfg.compile) == ([16, 256], [4, 16, 64, 256], True, False)
-    assert bench.BenchConfig(task="grid-arena").resolved().num_envs == [16, 64]
-    assert bench.BenchConfig(task="point-mass").resolved().num_envs == [64, 1024]  # the feed-forward defaults
-    configs = dict(bench.bench_configurations(cfg))
+    assert BenchConfig(task="grid-arena").resolved().num_envs == [16, 64]
+    assert BenchConfig(task="point-mass").resolved().num_envs == [64, 1024]  # the feed-forward defaults
+    configs = dict(bench_configurations(cfg))
     assert list(configs)[:2] == ["baseline", "optimized"]
     assert set(configs) == {"baseline", "optimized"} | {f"optimized - {s}" for s in SWITCHES_READ} | {
         f"baseline + {s}" for s in SWITCHES_READ}
@@ -40,8 +43,8 @@ def test_grid_arena_minibatches_divide_the_segments(monkeypatch) -> None:
         cfg.ppo.num_minibatches = 16  # divides num_envs * steps_per_env (32) but not the 8 segments of 1 simulation
         return cfg
 
-    monkeypatch.setattr(bench, "preset", small_preset)
-    cfg = bench.train_config(bench.BenchConfig(task="grid-arena"), 1, PerfConfig(compile="off"))
+    monkeypatch.setattr(bench_config, "preset", small_preset)
+    cfg = train_config(BenchConfig(task="grid-arena"), 1, PerfConfig(compile="off"))
     segments = 1 * cfg.env.grid.agents_per_env * cfg.ppo.steps_per_env // cfg.ppo.bptt_horizon
     assert segments == 8 and cfg.ppo.num_minibatches == 8
 

@@ -15,26 +15,26 @@ import torch
 
 from conftest import assert_same_state, small_config
 from syncfree.train import checkpoint
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 
 @pytest.mark.parametrize("task", ["cartpole", "pendulum", "g1-track"])
 def test_resume_continues_exactly(task: str, tmp_path: Path) -> None:
     cfg = small_config(task)
     cfg.iterations = 4
-    straight = Trainer(cfg, run_dir=tmp_path / "straight")
+    straight = Runner(cfg, run_dir=tmp_path / "straight")
     straight.learn()
 
     cfg = small_config(task)
     cfg.iterations, cfg.save_every = 2, 100
-    first = Trainer(cfg, run_dir=tmp_path / "split")
+    first = Runner(cfg, run_dir=tmp_path / "split")
     first.learn()
     first.close()
     del first
     torch.manual_seed(12345)  # whatever happened in between must not matter
 
     cfg.iterations = 4
-    second = Trainer(cfg, run_dir=tmp_path / "split")
+    second = Runner(cfg, run_dir=tmp_path / "split")
     second.load_state_dict(checkpoint.load(tmp_path / "split" / "latest.pt"))
     assert second.iteration == 2
     second.learn()
@@ -42,7 +42,7 @@ def test_resume_continues_exactly(task: str, tmp_path: Path) -> None:
     for (name, a), b in zip(straight.policy.state_dict().items(), second.policy.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
     assert_same_state(straight.env.state_dict(), second.env.state_dict(), "env")
-    sa, sb = straight.ppo.optimizer.state_dict()["state"], second.ppo.optimizer.state_dict()["state"]
+    sa, sb = straight.algorithm.optim.optimizer.state_dict()["state"], second.algorithm.optim.optimizer.state_dict()["state"]
     assert all(torch.equal(sa[k][n], sb[k][n]) for k in sa for n in sa[k])
     assert straight.env_steps == second.env_steps
     lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
@@ -50,7 +50,7 @@ def test_resume_continues_exactly(task: str, tmp_path: Path) -> None:
 
 
 def test_checkpoint_holds_everything(tmp_path: Path) -> None:
-    trainer = Trainer(small_config("pendulum"), run_dir=tmp_path)
+    trainer = Runner(small_config("pendulum"), run_dir=tmp_path)
     trainer.learn()
     state = checkpoint.load(tmp_path / "latest.pt")
     assert {"policy", "ppo", "env", "obs", "rng", "iteration", "config", "episodes"} <= set(state)
@@ -99,11 +99,11 @@ def test_resume_keeps_the_adapted_learning_rate_when_the_lr_switch_changes(tmp_p
                                                                            saved_on_device: bool) -> None:
     cfg = small_config("pendulum", device_adaptive_lr=saved_on_device)
     cfg.iterations = 2
-    first = Trainer(cfg, run_dir=tmp_path)
+    first = Runner(cfg, run_dir=tmp_path)
     record = first.learn()
     assert record["learning_rate"] != pytest.approx(cfg.ppo.learning_rate)  # the schedule moved it
-    resumed = Trainer(small_config("pendulum", device_adaptive_lr=not saved_on_device))
+    resumed = Runner(small_config("pendulum", device_adaptive_lr=not saved_on_device))
     resumed.load_state_dict(checkpoint.load(tmp_path / "latest.pt"))
-    assert resumed.ppo.learning_rate == pytest.approx(record["learning_rate"], rel=1e-6)
-    assert float(resumed.ppo.lr) == pytest.approx(record["learning_rate"], rel=1e-6)
-    assert resumed.ppo.optimizer.param_groups[0]["lr"] == pytest.approx(record["learning_rate"], rel=1e-6)
+    assert resumed.algorithm.optim.learning_rate == pytest.approx(record["learning_rate"], rel=1e-6)
+    assert float(resumed.algorithm.optim.lr) == pytest.approx(record["learning_rate"], rel=1e-6)
+    assert resumed.algorithm.optim.optimizer.param_groups[0]["lr"] == pytest.approx(record["learning_rate"], rel=1e-6)

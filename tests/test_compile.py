@@ -11,14 +11,14 @@ import pytest
 import torch
 import torch._inductor.config as inductor_config
 
-from conftest import TEST_DEVICE, copy_trained_state, small_config
+from conftest import TEST_DEVICE, copy_trained_state, small_config, update_stats
 from syncfree.algo.storage import Batch
 from syncfree.cli import main
 from syncfree.config import PerfConfig
+from syncfree.core.compile import compile_counts, hot
 from syncfree.envs import make_env
 from syncfree.errors import UserError
-from syncfree.train.compiled import compile_counts, hot
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 pytestmark = pytest.mark.usefixtures("compile_enabled")
 
@@ -32,13 +32,13 @@ def same_random_numbers():
         yield
 
 
-def pair(task: str = "pendulum", max_episode_length: int = 10, compiled: str = "hot") -> tuple[Trainer, Trainer]:
+def pair(task: str = "pendulum", max_episode_length: int = 10, compiled: str = "hot") -> tuple[Runner, Runner]:
     """An eager and a compiled trainer built from the same seed: equal parameters, env states and RNG states."""
     trainers = []
     for mode in ("off", compiled):
         cfg = small_config(task, compile=mode)
         cfg.env.max_episode_length = max_episode_length
-        trainers.append(Trainer(cfg))
+        trainers.append(Runner(cfg))
     return trainers[0], trainers[1]
 
 
@@ -57,11 +57,11 @@ def test_compiled_rollout_matches_eager() -> None:
         with torch.inference_mode():
             for t in range(trainer.cfg.ppo.steps_per_env):
                 trainer.rollout_step(t)
-    assert_close_tensors(eager.storage.state_tensors(), compiled.storage.state_tensors())
+    assert_close_tensors(eager.algorithm.storage.state_tensors(), compiled.algorithm.storage.state_tensors())
     assert_close_tensors(dict(eager.policy.named_buffers()), dict(compiled.policy.named_buffers()))
-    torch.testing.assert_close(eager.episodes.device_payload(), compiled.episodes.device_payload(), **TOLERANCE)
-    assert torch.equal(eager.nonfinite.device_payload(), compiled.nonfinite.device_payload())
-    assert eager.storage.time_outs.sum() > 0  # time-outs (5 steps) happened inside the compared 8 steps
+    torch.testing.assert_close(eager.monitors.episodes.device_payload(), compiled.monitors.episodes.device_payload(), **TOLERANCE)
+    assert torch.equal(eager.monitors.nonfinite.device_payload(), compiled.monitors.nonfinite.device_payload())
+    assert eager.algorithm.storage.time_outs.sum() > 0  # time-outs (5 steps) happened inside the compared 8 steps
 
 
 @pytest.mark.parametrize("task", ["cartpole", "pendulum", "point-mass"])
@@ -90,37 +90,37 @@ def test_one_compiled_update_on_an_identical_rollout_matches_eager(mode: str) ->
     """`hot`: compiled forward and losses; `step`: the whole minibatch (gradients, clip, AdamW) as one graph."""
     eager, compiled = pair(compiled=mode)
     for trainer in (eager, compiled):  # the KL is above twice this target: every minibatch divides the lr by 1.5
-        trainer.ppo.cfg.desired_kl = 1e-9
+        trainer.algorithm.cfg.desired_kl = 1e-9
     eager.cfg.iterations = 1
     eager.learn()  # fills the storage
     if mode == "hot":
-        size = compiled.storage.returns.numel() // compiled.cfg.ppo.num_minibatches
-        compiled.ppo.losses(Batch(*(x[:size] for x in compiled.storage.flat())))  # compiling may draw random numbers
+        size = compiled.algorithm.storage.returns.numel() // compiled.cfg.ppo.num_minibatches
+        compiled.algorithm.losses(Batch(*(x[:size] for x in compiled.algorithm.storage.flat())))  # compiling may draw random numbers
     else:
         copy_trained_state(eager, compiled)
-        compiled.ppo.update(compiled.storage)  # compiles (and steps: the state is copied again below)
-        assert compiled.ppo.whole_step is not None
+        compiled.algorithm.update()  # compiles (and steps: the state is copied again below)
+        assert compiled.algorithm.whole_step is not None
     copy_trained_state(eager, compiled)
-    lr_before = float(compiled.ppo.lr)
+    lr_before = float(compiled.algorithm.optim.lr)
     before = {n: p.detach().clone() for n, p in eager.policy.named_parameters()}
     stats = []
     for trainer in (eager, compiled):
         torch.manual_seed(2)  # the same minibatch order
-        stats.append(trainer.ppo.update(trainer.storage))
+        stats.append(update_stats(trainer))
     # the means of the minibatch losses: the surrogate is a small difference of large terms (~1e-4 of them)
     torch.testing.assert_close(stats[0], stats[1], rtol=1e-3, atol=1e-6)
     # the learning rate moved inside the compiled code and the move was kept
     assert float(stats[1][-1]) == pytest.approx(max(1e-5, lr_before / 1.5**4), rel=1e-6)
     assert_close_tensors(dict(eager.policy.named_parameters()), dict(compiled.policy.named_parameters()))
-    for (_, a), (_, b) in zip(eager.ppo.optimizer.state_dict()["state"].items(),
-                              compiled.ppo.optimizer.state_dict()["state"].items(), strict=True):
+    for (_, a), (_, b) in zip(eager.algorithm.optim.optimizer.state_dict()["state"].items(),
+                              compiled.algorithm.optim.optimizer.state_dict()["state"].items(), strict=True):
         assert_close_tensors(a, b)
     assert all(not torch.equal(p, before[n]) for n, p in compiled.policy.named_parameters())  # it did update
 
 
 @pytest.mark.parametrize("mode", ["hot", "step"])
 def test_no_recompilation_in_steady_state(mode: str) -> None:
-    trainer = Trainer(small_config("cartpole", compile=mode))
+    trainer = Runner(small_config("cartpole", compile=mode))
     trainer.cfg.iterations = 1
     trainer.learn()
     warm = compile_counts()
@@ -129,7 +129,7 @@ def test_no_recompilation_in_steady_state(mode: str) -> None:
     assert compile_counts() == warm
     assert warm["unique_graphs"] >= 5  # act step, env step, record step, advantages, minibatch losses or step
     # a second trainer of the same shapes reuses the graphs: nothing compiles for it either
-    other = Trainer(small_config("cartpole", compile=mode))
+    other = Runner(small_config("cartpole", compile=mode))
     other.cfg.iterations = 1
     other.learn()
     assert compile_counts() == warm
@@ -138,7 +138,7 @@ def test_no_recompilation_in_steady_state(mode: str) -> None:
 def test_a_host_read_inside_a_compiled_function_fails_loudly() -> None:
     """`fullgraph=True` is what checks compiled code for host reads: a `.item()` in the act step is an error,
     not a silent graph break."""
-    trainer = Trainer(small_config("cartpole", compile="hot"))
+    trainer = Runner(small_config("cartpole", compile="hot"))
     act = trainer.policy.act
 
     def act_with_a_host_read(actor_obs, critic_obs):
@@ -155,7 +155,7 @@ def test_a_host_read_inside_a_compiled_function_fails_loudly() -> None:
 
 def test_compile_with_validated_distributions_is_refused() -> None:
     with pytest.raises(UserError, match=r"perf\.validate_distributions"):
-        Trainer(small_config("cartpole", compile="hot", validate_distributions=True))
+        Runner(small_config("cartpole", compile="hot", validate_distributions=True))
 
 
 @pytest.mark.skipif(TEST_DEVICE == "cuda", reason="the CPU refusal")
@@ -171,13 +171,13 @@ def test_cuda_graphs_on_a_cpu_is_refused_in_one_line(capsys) -> None:
 
 @pytest.mark.skipif(TEST_DEVICE != "cuda", reason="CUDA graphs need a GPU")
 def test_cuda_graph_replays_draw_new_noise() -> None:
-    trainer = Trainer(small_config("pendulum", compile="hot", cuda_graphs="on"))
+    trainer = Runner(small_config("pendulum", compile="hot", cuda_graphs="on"))
     trainer.cfg.iterations = 2
     trainer.learn()  # warm-up and capture
-    row = trainer.storage.rows[0]
+    row = trainer.algorithm.storage.rows[0]
     with torch.inference_mode():
-        first = trainer._act_step(trainer.obs, row).clone()
-        second = trainer._act_step(trainer.obs, row).clone()
+        first = trainer.algorithm._act_step(trainer.obs, row).clone()
+        second = trainer.algorithm._act_step(trainer.obs, row).clone()
     assert not torch.equal(first, second)
 
 

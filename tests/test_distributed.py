@@ -26,11 +26,12 @@ from distributed_workers import (
     identity_order,
 )
 
+from conftest import update_stats
 from syncfree.cli import main
 from syncfree.envs.motion.sampler import AdaptiveSampler
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.train import checkpoint
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 TOLERANCE = 1e-5
 """Parameters after one 2-rank update vs one single-process update on the combined rollout (absolute)."""
@@ -48,26 +49,26 @@ def _reference_update(tmp: Path) -> dict:
             norm.update(step)
         reference_norm.append((norm.count.clone(), norm.mean.clone(), norm.var.clone()))
 
-    recorder = Trainer(equivalence_config(32))
+    recorder = Runner(equivalence_config(32))
     with torch.inference_mode():
         for t in range(recorder.cfg.ppo.steps_per_env):
             recorder.rollout_step(t)
-    rollout = {name: getattr(recorder.storage, name).clone() for name in ROLLOUT_FIELDS}
+    rollout = {name: getattr(recorder.algorithm.storage, name).clone() for name in ROLLOUT_FIELDS}
     rollout["last_critic_obs"] = recorder.obs["critic"].clone()
     rollout["policy"] = recorder.policy.state_dict()
     torch.save(rollout, tmp / "rollout.pt")
 
-    single = Trainer(equivalence_config(32))
+    single = Runner(equivalence_config(32))
     single.policy.load_state_dict(rollout["policy"])
     for name in ROLLOUT_FIELDS:
-        getattr(single.storage, name).copy_(rollout[name])
+        getattr(single.algorithm.storage, name).copy_(rollout[name])
     single.obs = {"critic": rollout["last_critic_obs"]}
-    single.ppo.minibatch_order = identity_order
+    single.algorithm.minibatch_order = identity_order
     before = [p.detach().clone() for p in single.policy.parameters()]
     with torch.inference_mode():
-        single.compute_advantages()
-    stats = single.ppo.update(single.storage)
-    return {"normalizer": reference_norm, "advantages": single.storage.advantages.clone(), "update_stats": stats,
+        single.algorithm.compute_returns(single.obs)
+    stats = update_stats(single)
+    return {"normalizer": reference_norm, "advantages": single.algorithm.storage.advantages.clone(), "update_stats": stats,
             "updated": [p.detach().clone() for p in single.policy.parameters()],
             "before": before}
 

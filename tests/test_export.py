@@ -19,7 +19,7 @@ from syncfree.errors import UserError
 from syncfree.export import export_checkpoint
 from syncfree.policy.token_encoder import ENCODER_INDEX_PART
 from syncfree.train import checkpoint
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -31,7 +31,7 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def train(run_dir: Path, task: str, token: bool = False) -> Trainer:
+def train(run_dir: Path, task: str, token: bool = False) -> Runner:
     """One iteration of the small preset (normalizers have seen real observations); writes `latest.pt`."""
     cfg = small_config(task)
     cfg.iterations = 1
@@ -39,14 +39,14 @@ def train(run_dir: Path, task: str, token: bool = False) -> Trainer:
         cfg.policy.kind = "token"
         cfg.policy.token = TokenEncoderConfig(encoder_hidden=[32], decoder_hidden=[32, 32], critic_hidden=[32],
                                               reconstruction_hidden=[32])
-    trainer = Trainer(cfg, run_dir=run_dir)
+    trainer = Runner(cfg, run_dir=run_dir)
     trainer.learn()
     trainer.close()
     return trainer
 
 
 @pytest.fixture(scope="module")
-def pendulum(tmp_path_factory) -> Trainer:
+def pendulum(tmp_path_factory) -> Runner:
     return train(tmp_path_factory.mktemp("pendulum"), "pendulum")
 
 
@@ -57,11 +57,11 @@ def run_onnx(file: Path, **inputs: torch.Tensor) -> list[np.ndarray]:
     return runner.run(None, {name: t.detach().cpu().numpy() for name, t in inputs.items()})
 
 
-def actor_obs(trainer: Trainer) -> torch.Tensor:
+def actor_obs(trainer: Runner) -> torch.Tensor:
     return trainer.policy.actor_input(trainer.obs).clone()
 
 
-def test_continuous_mlp_actor_matches_torch(pendulum: Trainer) -> None:
+def test_continuous_mlp_actor_matches_torch(pendulum: Runner) -> None:
     policy = pendulum.policy
     assert int(policy.actor_norm.count) > 0  # the normalizer is not the identity: it must be in the graph
     files = export_checkpoint(pendulum.run_dir / "latest.pt")  # default: next to the checkpoint
@@ -130,7 +130,7 @@ def test_token_policy_encoder_decoder_and_combined_graphs(tmp_path: Path) -> Non
     assert meta["tokens"]["encoders"] == policy.encoder_names
 
 
-def test_dynamo_failure_falls_back_to_the_torchscript_exporter(pendulum: Trainer, tmp_path: Path,
+def test_dynamo_failure_falls_back_to_the_torchscript_exporter(pendulum: Runner, tmp_path: Path,
                                                                 monkeypatch) -> None:
     export = torch.onnx.export
 
@@ -165,7 +165,7 @@ def export_error(capsys, *args: str) -> str:
     return lines[0]
 
 
-def test_bad_input_is_one_line_and_exit_2(capsys, pendulum: Trainer, tmp_path: Path, monkeypatch) -> None:
+def test_bad_input_is_one_line_and_exit_2(capsys, pendulum: Runner, tmp_path: Path, monkeypatch) -> None:
     good = str(pendulum.run_dir / "latest.pt")
     assert str(tmp_path / "missing.pt") in export_error(capsys, "--checkpoint", str(tmp_path / "missing.pt"))
     (tmp_path / "junk.pt").write_text("not a checkpoint")

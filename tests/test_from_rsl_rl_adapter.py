@@ -13,7 +13,7 @@ from tensordict import TensorDict
 from conftest import TEST_DEVICE, small_config
 from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
 from syncfree.errors import UserError
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 
 class PointMass(VecEnv):
@@ -107,8 +107,8 @@ def test_pop_log_returns_means_since_the_last_call() -> None:
         env.step(torch.zeros(4, 2))
         distances.append(env.env.state[:, :2].norm(dim=1).mean())  # no episode ends in 3 steps
     log = env.pop_log()
-    assert log["Episode_Termination/failed"] == 0.5
-    assert log["Metrics/distance"] == pytest.approx(torch.stack(distances).mean().item(), rel=1e-6)
+    assert float(log["Episode_Termination/failed"]) == 0.5
+    assert float(log["Metrics/distance"]) == pytest.approx(torch.stack(distances).mean().item(), rel=1e-6)
     assert env.pop_log() == {}
 
 
@@ -124,7 +124,7 @@ def test_trainer_runs_two_iterations_on_an_rsl_rl_env() -> None:
     cfg.env.num_envs = 16
     cfg.iterations = 2
     inner = PointMass(16, device=TEST_DEVICE)
-    trainer = Trainer(cfg, env=RslRlVecEnv(inner))
+    trainer = Runner(cfg, env=RslRlVecEnv(inner))
     before = [p.detach().clone() for p in trainer.policy.parameters()]
     record = trainer.learn()
     assert record["iteration"] == 2 and record["episodes"] > 0

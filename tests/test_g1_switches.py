@@ -12,9 +12,9 @@ import torch
 from conftest import assert_same_state, small_config, train_iterations
 from syncfree.algo.storage import Batch
 from syncfree.config import PerfConfig, TokenEncoderConfig
-from syncfree.perf import count_syncs
+from syncfree.core.counters import count_syncs
 from syncfree.policy.actor_critic import chunked_value
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 ENV_SWITCHES = ["shared_obs_terms", "reset_without_sync", "fast_history", "batched_command_metrics",
                 "log_env_actions", "sampling_diagnostics"]
@@ -37,7 +37,7 @@ train = train_iterations
 def assert_same_run(a: tuple, b: tuple) -> None:
     (ta, ea, ra), (tb, eb, rb) = a, b
     assert_same_state(ta.policy.state_dict(), tb.policy.state_dict(), "policy")
-    assert_same_state(ta.storage.state_tensors(), tb.storage.state_tensors(), "storage")
+    assert_same_state(ta.algorithm.storage.state_tensors(), tb.algorithm.storage.state_tensors(), "storage")
     assert_same_state(ta.env.state_dict(), tb.env.state_dict(), "env")
     assert ea == eb and len(ea) > 0
     for x, y in zip(ra, rb, strict=True):
@@ -73,9 +73,9 @@ def test_token_policy_caches_change_nothing() -> None:
 
 def test_critic_chunks_give_the_same_values_and_update_within_tolerance() -> None:
     """Chunked matrix products may round differently: one update on the same stored rollout, |Δ| ≤ 1e-5."""
-    trainer = Trainer(g1_config())
+    trainer = Runner(g1_config())
     trainer.learn()
-    obs = trainer.storage.critic_obs.view(-1, trainer.critic_dim)
+    obs = trainer.algorithm.storage.critic_obs.flatten(0, 1)
     policy = trainer.policy
     whole = chunked_value(policy.critic, policy.critic_norm, obs, 0)
     with count_syncs() as small_chunks:
@@ -84,29 +84,29 @@ def test_critic_chunks_give_the_same_values_and_update_within_tolerance() -> Non
     torch.testing.assert_close(parts, whole, rtol=1e-6, atol=1e-6)
 
     state = {k: v.clone() for k, v in trainer.policy.state_dict().items()}
-    opt, lr = copy.deepcopy(trainer.ppo.optimizer.state_dict()), trainer.ppo.lr.clone()
+    opt, lr = copy.deepcopy(trainer.algorithm.optim.optimizer.state_dict()), trainer.algorithm.optim.lr.clone()
     results = []
     for chunk in (4096, 16):
         trainer.policy.load_state_dict(state)
-        trainer.ppo.optimizer.load_state_dict(copy.deepcopy(opt))
-        trainer.ppo.lr.copy_(lr)
+        trainer.algorithm.optim.optimizer.load_state_dict(copy.deepcopy(opt))
+        trainer.algorithm.optim.lr.copy_(lr)
         trainer.policy.critic_chunk_size = chunk
         torch.manual_seed(0)
-        trainer.ppo.update(trainer.storage)
+        trainer.algorithm.update()
         results.append({k: v.clone() for k, v in trainer.policy.state_dict().items()})
     for name in results[0]:
         torch.testing.assert_close(results[0][name], results[1][name], rtol=1e-5, atol=1e-5, msg=name)
 
 
 def test_optimized_g1_hot_loop_has_no_host_sync_and_the_iteration_two() -> None:
-    trainer = Trainer(g1_config())
+    trainer = Runner(g1_config())
     trainer.learn()
     with torch.inference_mode(), count_syncs() as step:
         for t in range(trainer.cfg.ppo.steps_per_env):
             trainer.rollout_step(t)
     assert step.syncs == 0, (dict(step.host_reads), dict(step.sync_ops))
     with count_syncs() as update:
-        trainer.ppo.minibatch_update(Batch(*(x[:64] for x in trainer.storage.flat())))
+        trainer.algorithm.minibatch_update(Batch(*(x[:64] for x in trainer.algorithm.storage.flat())))
     assert update.syncs == 0, (dict(update.host_reads), dict(update.sync_ops))
     trainer.cfg.iterations += 1
     with count_syncs() as iteration:
@@ -115,7 +115,7 @@ def test_optimized_g1_hot_loop_has_no_host_sync_and_the_iteration_two() -> None:
 
 
 def test_baseline_g1_env_reads_are_counted() -> None:
-    trainer = Trainer(g1_config(**vars(PerfConfig.preset("baseline"))))
+    trainer = Runner(g1_config(**vars(PerfConfig.preset("baseline"))))
     trainer.learn()
     env = trainer.env
     with torch.inference_mode(), count_syncs() as step:

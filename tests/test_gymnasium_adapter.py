@@ -14,7 +14,7 @@ from syncfree.algo.storage import RolloutStorage
 from syncfree.envs.adapters.gymnasium import GymnasiumVecEnv, make_gymnasium
 from syncfree.errors import UserError
 from syncfree.policy.actor_critic import Act
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 SAME_STEP = AutoresetMode.SAME_STEP
 
@@ -107,13 +107,13 @@ def test_episode_statistics_and_truncation() -> None:
 def test_time_outs_bootstrap_from_the_value_of_the_final_observation() -> None:
     cfg = small_config("cartpole")
     cfg.env.num_envs = 2
-    trainer = Trainer(cfg, env=GymnasiumVecEnv(counter_env(2, limit=3), TEST_DEVICE))
+    trainer = Runner(cfg, env=GymnasiumVecEnv(counter_env(2, limit=3), TEST_DEVICE))
     trainer.policy.value = lambda critic_obs: 10.0 * critic_obs[:, 0] + 1.0  # V(x) = 10 x + 1
     gamma = cfg.ppo.gamma
     with torch.inference_mode():
         for t in range(3):
             trainer.rollout_step(t)
-    s = trainer.storage
+    s = trainer.algorithm.storage
     assert s.values[:3, 0].tolist() == [1.0, 11.0, 21.0]  # V of the observations the policy acted on
     assert s.time_outs[:3, 0].tolist() == [0.0, 0.0, 1.0]
     assert s.rewards[:2].flatten().tolist() == [1.0] * 4
@@ -140,7 +140,7 @@ def test_trainer_runs_two_iterations_on_cartpole() -> None:
     cfg.env.num_envs = 8
     cfg.iterations = 2
     env = make_gymnasium("CartPole-v1", 8, TEST_DEVICE, seed=0)
-    trainer = Trainer(cfg, env=env)
+    trainer = Runner(cfg, env=env)
     record = trainer.learn()
     assert record["iteration"] == 2 and record["env_steps"] == 2 * 8 * cfg.ppo.steps_per_env
     assert np.isfinite(record["mean_return"]) and record["episodes"] >= 0

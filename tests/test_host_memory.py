@@ -10,20 +10,21 @@ import sys
 import pytest
 
 from conftest import assert_same_state, small_config
+from syncfree.bench.config import BenchConfig
+from syncfree.bench.matrix import bench_configurations, configurations
 from syncfree.config import PerfConfig
 from syncfree.errors import UserError
-from syncfree.perf.bench import BenchConfig, bench_configurations, configurations
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 FAULTS_OF_AN_ITERATION = """
 import resource, sys, torch
 torch.set_num_threads(1)
-from syncfree.config import preset
-from syncfree.train.trainer import Trainer
+from syncfree.presets import preset
+from syncfree.train.runner import Runner
 cfg = preset("point-mass")
 cfg.env.num_envs, cfg.log.progress, cfg.perf.compile = 2048, False, "off"
 cfg.perf.retain_host_memory = sys.argv[1] == "retain"
-trainer = Trainer(cfg)
+trainer = Runner(cfg)
 trainer.cfg.iterations = 1
 trainer.learn()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -51,10 +52,10 @@ def test_retained_memory_is_reused_without_page_faults() -> None:
 def test_retain_host_memory_changes_no_result() -> None:
     runs = []
     for retain in (False, True):
-        trainer = Trainer(small_config("pendulum", retain_host_memory=retain))
+        trainer = Runner(small_config("pendulum", retain_host_memory=retain))
         trainer.cfg.iterations = 2
         trainer.learn()
-        runs.append({"policy": trainer.policy.state_dict(), "storage": trainer.storage.state_tensors()})
+        runs.append({"policy": trainer.policy.state_dict(), "storage": trainer.algorithm.storage.state_tensors()})
     assert_same_state(runs[0], runs[1])
 
 

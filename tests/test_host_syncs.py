@@ -8,30 +8,30 @@ import torch
 from conftest import small_config
 from syncfree.algo.storage import Batch
 from syncfree.config import PerfConfig
-from syncfree.perf import count_syncs, cuda_sync_errors
-from syncfree.train.trainer import Trainer
+from syncfree.core.counters import count_syncs, cuda_sync_errors
+from syncfree.train.runner import Runner
 
 
-def warm_trainer(task: str, which: str) -> Trainer:
+def warm_trainer(task: str, which: str) -> Runner:
     cfg = small_config(task)
     cfg.perf = PerfConfig.preset(which)
     cfg.iterations = 1
-    trainer = Trainer(cfg)
+    trainer = Runner(cfg)
     trainer.learn()
     return trainer
 
 
-def count_rollout_step(trainer: Trainer, strict: bool = False):
+def count_rollout_step(trainer: Runner, strict: bool = False):
     with torch.inference_mode(), cuda_sync_errors(trainer.device if strict else torch.device("cpu")), \
             count_syncs() as counts:
         trainer.rollout_step(0)
     return counts
 
 
-def count_minibatch(trainer: Trainer, strict: bool = False):
-    mb = Batch(*(x[:64] for x in trainer.storage.flat()))
+def count_minibatch(trainer: Runner, strict: bool = False):
+    mb = Batch(*(x[:64] for x in trainer.algorithm.storage.flat()))
     with cuda_sync_errors(trainer.device if strict else torch.device("cpu")), count_syncs() as counts:
-        trainer.ppo.minibatch_update(mb)
+        trainer.algorithm.minibatch_update(mb)
     return counts
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from conftest import TEST_DEVICE
+from syncfree.core.counters import count_syncs, cuda_sync_errors
 from syncfree.envs.math import (
     axis_angle_from_quat,
     matrix_first_two_columns,
@@ -28,7 +29,6 @@ from syncfree.envs.math import (
 )
 from syncfree.envs.robots import Kinematics, RobotModel, default_robot_path, load_robot
 from syncfree.errors import UserError
-from syncfree.perf.counters import count_syncs, cuda_sync_errors
 
 DEVICE = torch.device(TEST_DEVICE)
 

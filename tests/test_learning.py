@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from syncfree.config import preset
 from syncfree.envs import make_env
+from syncfree.presets import preset
 from syncfree.train.evaluate import evaluate
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 
 @pytest.mark.slow
@@ -21,7 +21,7 @@ def test_cartpole_is_solved_within_500k_steps(seed: int, autocast: str, compile:
     cfg = preset("cartpole")
     cfg.seed, cfg.log.progress, cfg.perf.autocast = seed, False, autocast
     cfg.perf.compile = compile  # the preset runs eagerly (a short run); learning must hold with the compiled loop
-    trainer = Trainer(cfg)
+    trainer = Runner(cfg)
     trainer.learn()
     assert trainer.env_steps <= 500_000
     returns = evaluate(trainer.policy, make_env("cartpole", 20, seed=10_000 + seed))
@@ -36,11 +36,9 @@ def test_grid_arena_beats_a_random_policy_within_40k_agent_steps(seed: int) -> N
     """The recurrent policy on MettaGrid's `mines` map (the preset, 20 iterations = 40,960 agent steps) earns over
     twice a random policy's reward per agent per step (0.064, see `MettaGridSpec`) in its last two rollouts."""
     pytest.importorskip("mettagrid")
-    from syncfree.train.trainer import make_trainer
-
     cfg = preset("grid-arena")
     cfg.seed, cfg.iterations, cfg.log.progress = seed, 20, False
-    trainer = make_trainer(cfg)
+    trainer = Runner(cfg)
     rewards = []
     for it in range(1, cfg.iterations + 1):
         trainer.cfg.iterations = it

@@ -9,6 +9,7 @@ pytest.importorskip("mettagrid")
 
 from mettagrid.mettagrid_c import PackedCoordinate
 
+from syncfree.core.counters import count_syncs
 from syncfree.envs.adapters.mettagrid import (
     MettaGridSpec,
     MettaGridVecEnv,
@@ -17,7 +18,6 @@ from syncfree.envs.adapters.mettagrid import (
 )
 from syncfree.envs.adapters.mettagrid_teacher import COMPASS, MinesTeacher, window_maps
 from syncfree.errors import UserError
-from syncfree.perf import count_syncs
 
 ACTIONS = ["noop", "move_north", "move_south", "move_west", "move_east"]
 

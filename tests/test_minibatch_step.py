@@ -11,37 +11,37 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import copy_trained_state, small_config
+from conftest import copy_trained_state, small_config, update_stats
 from syncfree.algo.minibatch_step import adamw_update, global_norm_clip_coefficient
-from syncfree.perf.bench import count_iteration
-from syncfree.perf.memory import live_tensor_storages
-from syncfree.train.trainer import Trainer
+from syncfree.bench.timing import count_iteration
+from syncfree.core.memory import live_tensor_storages
+from syncfree.train.runner import Runner
 
 TOLERANCE = dict(rtol=1e-5, atol=1e-6)
 
 
-def trained_pair(task: str, **perf) -> tuple[Trainer, Trainer]:
+def trained_pair(task: str, **perf) -> tuple[Runner, Runner]:
     """A conventional trainer after one iteration, and a `compile=step` one holding its state and rollout."""
-    conventional = Trainer(small_config(task, **perf))
+    conventional = Runner(small_config(task, **perf))
     conventional.cfg.iterations = 1
     conventional.learn()
-    whole = Trainer(small_config(task, compile="step", **perf))
+    whole = Runner(small_config(task, compile="step", **perf))
     copy_trained_state(conventional, whole)
     return conventional, whole
 
 
-def update_both(pair: tuple[Trainer, Trainer]) -> list[torch.Tensor]:
+def update_both(pair: tuple[Runner, Runner]) -> list[torch.Tensor]:
     stats = []
     for trainer in pair:
         torch.manual_seed(2)  # the same minibatch order
-        stats.append(trainer.ppo.update(trainer.storage))
+        stats.append(update_stats(trainer))
     return stats
 
 
-def assert_same_parameters_and_moments(a: Trainer, b: Trainer) -> None:
+def assert_same_parameters_and_moments(a: Runner, b: Runner) -> None:
     for (name, x), y in zip(a.policy.named_parameters(), b.policy.parameters(), strict=True):
         torch.testing.assert_close(x, y, **TOLERANCE, msg=lambda m, name=name: f"{name}: {m}")
-    state_a, state_b = a.ppo.optimizer.state_dict()["state"], b.ppo.optimizer.state_dict()["state"]
+    state_a, state_b = a.algorithm.optim.optimizer.state_dict()["state"], b.algorithm.optim.optimizer.state_dict()["state"]
     assert state_a.keys() == state_b.keys()
     for key in state_a:
         for name in ("exp_avg", "exp_avg_sq", "step"):
@@ -55,9 +55,9 @@ def test_one_update_matches_the_conventional_one(task: str, schedule: str) -> No
     """Gaussian and categorical heads, the adaptive learning rate on the device and the fixed one."""
     pair = trained_pair(task)
     for trainer in pair:
-        trainer.ppo.adaptive = schedule == "adaptive"
+        trainer.algorithm.optim.adaptive = schedule == "adaptive"
     conventional, whole = pair
-    assert whole.ppo.whole_step is not None and conventional.ppo.whole_step is None
+    assert whole.algorithm.whole_step is not None and conventional.algorithm.whole_step is None
     before = {n: p.detach().clone() for n, p in whole.policy.named_parameters()}
     stats = update_both(pair)
     # the minibatch means, the learning rate the adaptive schedule reached and the skip count included
@@ -104,15 +104,15 @@ def test_a_non_finite_gradient_skips_the_step_like_fused_adamw() -> None:
     every step is counted as skipped, as the conventional update with `grad_finite_from_norm` does."""
     pair = trained_pair("pendulum")
     for trainer in pair:
-        trainer.storage.advantages.fill_(float("nan"))
+        trainer.algorithm.storage.advantages.fill_(float("nan"))
     conventional, whole = pair
     before = {n: p.detach().clone() for n, p in whole.policy.named_parameters()}
-    moments = {k: {n: t.clone() for n, t in s.items()} for k, s in whole.ppo.optimizer.state_dict()["state"].items()}
+    moments = {k: {n: t.clone() for n, t in s.items()} for k, s in whole.algorithm.optim.optimizer.state_dict()["state"].items()}
     stats = update_both(pair)
     updates = whole.cfg.ppo.num_epochs * whole.cfg.ppo.num_minibatches
     assert stats[0][-2] == stats[1][-2] == updates  # skipped_steps
     assert all(torch.equal(p, before[n]) for n, p in whole.policy.named_parameters())
-    for key, state in whole.ppo.optimizer.state_dict()["state"].items():
+    for key, state in whole.algorithm.optim.optimizer.state_dict()["state"].items():
         for name, value in state.items():
             assert torch.equal(value.cpu(), moments[key][name].cpu()), name
     assert_same_parameters_and_moments(conventional, whole)
@@ -120,17 +120,17 @@ def test_a_non_finite_gradient_skips_the_step_like_fused_adamw() -> None:
 
 def test_checkpoints_move_between_modes() -> None:
     """The moments live in the optimizer's state: a `step` run resumes in the conventional mode and back."""
-    whole = Trainer(small_config("pendulum", compile="step"))
+    whole = Runner(small_config("pendulum", compile="step"))
     whole.cfg.iterations = 2
     whole.learn()
-    conventional = Trainer(small_config("pendulum"))
+    conventional = Runner(small_config("pendulum"))
     copy_trained_state(whole, conventional)
-    again = Trainer(small_config("pendulum", compile="step"))
+    again = Runner(small_config("pendulum", compile="step"))
     copy_trained_state(conventional, again)
     torch.manual_seed(5)
     for trainer in (conventional, again):
         torch.manual_seed(5)
-        trainer.ppo.update(trainer.storage)
+        trainer.algorithm.update()
     assert_same_parameters_and_moments(conventional, again)
 
 
@@ -138,19 +138,19 @@ def test_checkpoints_move_between_modes() -> None:
                                               ({"device_adaptive_lr": False}, "device_adaptive_lr")])
 def test_switches_with_host_reads_keep_the_conventional_update(perf: dict, reason: str) -> None:
     """Their off paths read the host between the backward and the step, which a whole graph cannot hold."""
-    trainer = Trainer(small_config("pendulum", compile="step", **perf))
-    assert trainer.ppo.whole_step is None
-    assert reason in trainer.ppo.whole_step_fallback(None)
+    trainer = Runner(small_config("pendulum", compile="step", **perf))
+    assert trainer.algorithm.whole_step is None
+    assert reason in trainer.algorithm.whole_step_fallback()
 
 
 @pytest.mark.parametrize("task", ["pendulum", "cartpole"])
 def test_no_host_sync_and_constant_allocations(task: str) -> None:
-    trainer = Trainer(small_config(task, compile="step"))
+    trainer = Runner(small_config(task, compile="step"))
     trainer.cfg.iterations = 2
     trainer.learn()
     first = count_iteration(trainer)
     later = count_iteration(trainer)
-    assert first["syncs_per_minibatch"] == 0 and first["syncs_per_iteration"] <= 2
+    assert first["syncs_per_minibatch"] == 0 and first["syncs_per_iteration"] == 1
     assert first["phases"]["update.step"]["ops"] > 0  # the counted phase is the whole minibatch
     assert "update.backward" not in first["phases"]
     for key in ("allocations_per_minibatch", "ops_per_minibatch"):

@@ -13,6 +13,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from conftest import small_config
+from syncfree.bench.timing import count_iteration
 from syncfree.config import PerfConfig
 from syncfree.envs.math import quat_apply_inverse
 from syncfree.envs.motion import holosoma_clip_dir, load_clip
@@ -20,8 +21,7 @@ from syncfree.envs.physics import MujocoPhysics, MujocoWarpPhysics
 from syncfree.envs.robots import load_robot
 from syncfree.envs.tasks.g1_track import DEFAULT_POSE, TRACKED_BODIES, make_g1_track
 from syncfree.errors import UserError
-from syncfree.perf.bench import count_iteration
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 STAND_HEIGHT = 0.76
 """Pelvis height at which the default pose's soles touch the floor."""
@@ -216,7 +216,7 @@ class _HostCopies(TorchDispatchMode):
 def test_training_on_mujoco_has_no_host_sync_and_one_host_copy_each_way(physics) -> None:
     cfg = small_config("g1-track")
     cfg.env.num_envs, cfg.env.backend, cfg.iterations = 16, "mujoco", 1
-    trainer = Trainer(cfg)
+    trainer = Runner(cfg)
     trainer.learn()
     counts = count_iteration(trainer)
     boundary = 1 if trainer.device.type == "cuda" else 0  # on a GPU the state's copy to the host waits for it

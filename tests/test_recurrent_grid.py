@@ -9,8 +9,8 @@ pytest.importorskip("mettagrid")
 
 from syncfree.algo.segments import Field, Minibatch, SegmentBuffer, prioritized_beta
 from syncfree.algo.vtrace import vtrace_advantages
+from syncfree.core.counters import count_syncs
 from syncfree.envs.adapters.mettagrid import MettaGridVecEnv, learnable_spec, random_policy_reward
-from syncfree.perf import count_syncs
 from syncfree.policy.recurrent import LSTMState, RecurrentTokenPolicy
 
 GAMMA, LAM, CLIP = 0.99, 0.95, 0.2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from syncfree.perf import count_syncs
+from syncfree.core.counters import count_syncs
 from syncfree.policy.recurrent import EMPTY_TOKEN, ActionProbs, LSTMState, RecurrentTokenPolicy, TokenEncoder
 
 ACTIONS, TOKENS = 5, 24

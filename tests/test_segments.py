@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from syncfree.algo.segments import Field, SegmentBuffer, prioritized_beta
+from syncfree.core.counters import count_syncs
 from syncfree.errors import UserError
-from syncfree.perf import count_syncs
 
 HIDDEN, HORIZON, SEGMENTS = 3, 4, 10
 SLICES = (slice(0, 2), slice(2, 5))

@@ -13,13 +13,14 @@ import torch
 pytest.importorskip("mettagrid")
 
 from conftest import TEST_DEVICE, assert_same_state
+from syncfree.algo.recurrent import SWITCHES_READ, RecurrentPPO
+from syncfree.bench.timing import count_iteration
 from syncfree.cli import main
-from syncfree.config import LossesConfig, PerfConfig, PPOConfig, TrainConfig, preset
+from syncfree.config import LossesConfig, PerfConfig, PPOConfig, TrainConfig
 from syncfree.errors import UserError
-from syncfree.perf.bench import count_iteration
+from syncfree.presets import preset
 from syncfree.train import checkpoint
-from syncfree.train.sequence import SequenceTrainer
-from syncfree.train.trainer import make_trainer
+from syncfree.train.runner import Runner
 
 GRID_SWITCHES = ("gate_full_log_probs", "cached_batch_metadata", "preallocated_last_actions", "cpu_time_index",
                  "cached_minibatch_indices")
@@ -41,18 +42,18 @@ def grid_config(iterations: int = 2, **perf) -> TrainConfig:
     return cfg
 
 
-def trained(cfg: TrainConfig) -> SequenceTrainer:
-    trainer = make_trainer(cfg)
-    assert isinstance(trainer, SequenceTrainer)
+def trained(cfg: TrainConfig) -> Runner:
+    trainer = Runner(cfg)
+    assert isinstance(trainer.algorithm, RecurrentPPO)
     trainer.learn()
     return trainer
 
 
-def snapshot(trainer: SequenceTrainer) -> dict:
+def snapshot(trainer: Runner) -> dict:
     state = trainer.state_dict()
-    data = {k: v for k, v in trainer.buffer.data.items() if k != "full_log_probs"}
+    data = {k: v for k, v in trainer.algorithm.buffer.data.items() if k != "full_log_probs"}
     return {"policy": state["policy"], "optimizer": state["ppo"], "buffer": data,
-            "advantages": trainer.buffer.advantages, "episodes": state["episodes"]}
+            "advantages": trainer.algorithm.buffer.advantages, "episodes": state["episodes"]}
 
 
 @pytest.mark.parametrize("switch", [*GRID_SWITCHES, "zero_grad_set_to_none", "deferred_episode_stats"])
@@ -62,15 +63,15 @@ def test_each_grid_switch_changes_nothing_but_speed(switch: str) -> None:
     off = PerfConfig.switches_by_name()[switch].metadata["baseline"]
     a, b = trained(grid_config(**{switch: off})), trained(grid_config())
     assert_same_state(snapshot(a), snapshot(b))
-    assert len(b.episodes.recent_returns) > 0  # episodes ended (2 iterations x 8 steps, 16-step episodes)
+    assert len(b.monitors.episodes.recent_returns) > 0  # episodes ended (2 iterations x 8 steps, 16-step episodes)
 
 
 def test_every_parameter_gets_a_gradient_every_minibatch() -> None:
     """What makes `zero_grad_set_to_none` bitwise-neutral: no parameter is ever left without a gradient."""
     trainer = trained(grid_config(iterations=1))
-    batch = trainer.minibatch(0, trainer.buffer.segments // 2, 1.0)
-    trainer.ppo.optimizer.zero_grad(set_to_none=True)
-    trainer.minibatch_loss(batch)[0].backward()
+    batch = trainer.algorithm.minibatch(0, trainer.algorithm.buffer.segments // 2, 1.0)
+    trainer.algorithm.optim.optimizer.zero_grad(set_to_none=True)
+    trainer.algorithm.minibatch_loss(batch)[0].backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainer.policy.parameters())
 
 
@@ -80,20 +81,20 @@ def test_all_grid_switches_off_match_the_optimized_trainer() -> None:
 
 
 def test_full_log_probs_are_stored_only_when_a_loss_needs_them(tmp_path: Path) -> None:
-    gated = make_trainer(grid_config())
-    assert not gated.policy.emit_full_log_probs and "full_log_probs" not in gated.buffer.data
-    always = make_trainer(grid_config(gate_full_log_probs=False))
-    assert always.policy.emit_full_log_probs and "full_log_probs" in always.buffer.data
+    gated = Runner(grid_config())
+    assert not gated.policy.emit_full_log_probs and "full_log_probs" not in gated.algorithm.buffer.data
+    always = Runner(grid_config(gate_full_log_probs=False))
+    assert always.policy.emit_full_log_probs and "full_log_probs" in always.algorithm.buffer.data
     cfg = grid_config()
     cfg.losses.supervised = 0.5
-    supervised = make_trainer(cfg)
-    assert supervised.policy.emit_full_log_probs and {"full_log_probs", "teacher_actions"} <= supervised.buffer.data.keys()
+    supervised = Runner(cfg)
+    assert supervised.policy.emit_full_log_probs and {"full_log_probs", "teacher_actions"} <= supervised.algorithm.buffer.data.keys()
 
 
 def test_a_loss_that_needs_full_log_probs_fails_loudly_without_them() -> None:
     cfg = grid_config(iterations=1)
     cfg.losses.supervised = 0.5
-    trainer = make_trainer(cfg)
+    trainer = Runner(cfg)
     trainer.policy.emit_full_log_probs = False
     with pytest.raises(UserError, match=r"losses\.supervised needs the policy's full log-probabilities"):
         trainer.learn()
@@ -104,40 +105,42 @@ def test_supervised_loss_imitates_the_scripted_teacher() -> None:
     teacher's actions there (and leave PPO's statistics out of the record)."""
     cfg = grid_config(iterations=1)
     cfg.losses = LossesConfig(ppo=0.0, supervised=1.0)
-    trainer = make_trainer(cfg)
+    trainer = Runner(cfg)
     assert "surrogate_loss" not in trainer.learn()
-    names = trainer.stat_names
-    agreement = [trainer.update()[names.index("teacher_agreement")].item() for _ in range(15)]
+    agreement = []
+    for _ in range(15):
+        trainer.algorithm.update()
+        agreement.append(trainer.algorithm.statistics()["teacher_agreement"].item())
     assert agreement[-1] > agreement[0] + 0.25, agreement
 
 
 def test_kickstarter_and_behavior_cloning_read_a_teacher_checkpoint(tmp_path: Path) -> None:
-    teacher_run = make_trainer(grid_config(iterations=1), run_dir=tmp_path / "teacher")
+    teacher_run = Runner(grid_config(iterations=1), run_dir=tmp_path / "teacher")
     teacher_run.learn()
     cfg = grid_config(iterations=2)
     cfg.losses = LossesConfig(ppo=1.0, kickstarter=1.0, kickstarter_value=0.5, behavior_cloning=0.5,
                               teacher=str(tmp_path / "teacher" / "latest.pt"))
-    student = make_trainer(cfg)
-    assert student.teacher is not None and not any(p.requires_grad for p in student.teacher.parameters())
-    assert {"teacher_log_probs", "teacher_values"} <= student.buffer.data.keys()
-    assert "teacher_actions" not in student.buffer.data
+    student = Runner(cfg)
+    assert student.algorithm.teacher is not None and not any(p.requires_grad for p in student.algorithm.teacher.parameters())
+    assert {"teacher_log_probs", "teacher_values"} <= student.algorithm.buffer.data.keys()
+    assert "teacher_actions" not in student.algorithm.buffer.data
     record = student.learn()
     for key in ("kickstarter_kl", "kickstarter_value_loss", "behavior_cloning_loss", "surrogate_loss"):
         assert key in record and record[key] == record[key]  # present and not NaN
     assert record["kickstarter_kl"] > 0
-    stored = student.buffer.data["teacher_log_probs"]
+    stored = student.algorithm.buffer.data["teacher_log_probs"]
     torch.testing.assert_close(stored.logsumexp(-1), torch.zeros(stored.shape[:-1]), rtol=0, atol=1e-5)
-    assert not torch.equal(stored, student.buffer.data["full_log_probs"])  # the teacher's, not the student's
+    assert not torch.equal(stored, student.algorithm.buffer.data["full_log_probs"])  # the teacher's, not the student's
 
 
 def test_teacher_checkpoint_errors_name_the_culprit(tmp_path: Path) -> None:
     cfg = grid_config()
     cfg.losses = LossesConfig(kickstarter=1.0, teacher=str(tmp_path / "missing.pt"))
     with pytest.raises(UserError, match=r"missing\.pt: no such file"):
-        make_trainer(cfg)
+        Runner(cfg)
     cfg.losses = LossesConfig(kickstarter=1.0)
     with pytest.raises(UserError, match=r"losses\.teacher"):
-        make_trainer(cfg)
+        Runner(cfg)
 
 
 @pytest.mark.parametrize(("advantage", "sampler"), [("vtrace", "sequential"), ("gae", "prioritized")])
@@ -145,9 +148,9 @@ def test_vtrace_and_prioritized_sampling_train(advantage: str, sampler: str) -> 
     cfg = grid_config()
     cfg.ppo.advantage, cfg.ppo.minibatch_sampler = advantage, sampler
     trainer = trained(cfg)
-    assert ("ratio" in trainer.buffer.data) == (advantage == "vtrace")
+    assert ("ratio" in trainer.algorithm.buffer.data) == (advantage == "vtrace")
     if advantage == "vtrace":  # the ratios of the latest policy were written back, so they moved off 1
-        assert not torch.equal(trainer.buffer.data["ratio"], torch.ones_like(trainer.buffer.data["ratio"]))
+        assert not torch.equal(trainer.algorithm.buffer.data["ratio"], torch.ones_like(trainer.algorithm.buffer.data["ratio"]))
     assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
 
 
@@ -166,19 +169,19 @@ def test_host_sync_budget(core: str) -> None:
 
 
 def test_resume_restores_the_trainer_state(tmp_path: Path) -> None:
-    first = make_trainer(grid_config(iterations=2), run_dir=tmp_path / "run")
+    first = Runner(grid_config(iterations=2), run_dir=tmp_path / "run")
     first.learn()
     saved = checkpoint.load(tmp_path / "run" / "latest.pt")
-    resumed = make_trainer(grid_config(iterations=3))
+    resumed = Runner(grid_config(iterations=3))
     resumed.load_state_dict(saved)
     assert resumed.iteration == 2 and resumed.env_steps == first.env_steps
     assert_same_state(resumed.state_dict()["policy"], first.state_dict()["policy"])
-    assert_same_state(resumed.ppo.state_dict(), first.ppo.state_dict())
+    assert_same_state(resumed.algorithm.state_dict(), first.algorithm.state_dict())
     assert resumed.learn()["iteration"] == 3
     other = grid_config()
     other.env.num_envs = 3
     with pytest.raises(UserError, match="written with 8 agents but this run has 12"):
-        make_trainer(other).load_state_dict(saved, source="ckpt")
+        Runner(other).load_state_dict(saved, source="ckpt")
 
 
 def test_cli_trains_grid_arena_and_resumes(tmp_path: Path, capsys) -> None:
@@ -215,14 +218,12 @@ def test_bad_grid_config_is_one_line(args: list[str], culprit: str, capsys) -> N
 def test_teacher_losses_are_refused_outside_grid_arena() -> None:
     cfg = TrainConfig(task="cartpole", ppo=PPOConfig(), losses=LossesConfig(supervised=1.0))
     with pytest.raises(UserError, match=r"losses\.supervised"):
-        make_trainer(cfg)
+        Runner(cfg)
 
 
 def test_grid_switch_list_is_complete() -> None:
     gridworld = {f.name for f in PerfConfig.switches() if f.metadata["seed"].startswith("gridworld:")}
     assert gridworld == set(GRID_SWITCHES) | {"zero_grad_set_to_none", "deterministic"}
-    from syncfree.train.sequence import SWITCHES_READ
-
     assert set(GRID_SWITCHES) <= set(SWITCHES_READ) and "compile" not in SWITCHES_READ
 
 

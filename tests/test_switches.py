@@ -10,13 +10,13 @@ import torch
 from conftest import small_config, train_iterations
 from syncfree.algo.storage import Batch
 from syncfree.config import PerfConfig
-from syncfree.train.trainer import Trainer
+from syncfree.train.runner import Runner
 
 SAME_ARITHMETIC = ["deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm",
                    "device_adaptive_lr", "validate_distributions", "zero_grad_set_to_none"]
 
 
-def train(task: str, **perf: bool) -> tuple[Trainer, list[tuple[float, float]], list[dict]]:
+def train(task: str, **perf: bool) -> tuple[Runner, list[tuple[float, float]], list[dict]]:
     return train_iterations(small_config(task, **perf))
 
 
@@ -24,8 +24,8 @@ def assert_same_run(a: tuple, b: tuple) -> None:
     (ta, ea, ra), (tb, eb, rb) = a, b
     for (name, pa), pb in zip(ta.policy.state_dict().items(), tb.policy.state_dict().values(), strict=True):
         assert torch.equal(pa, pb), name
-    for name, x in ta.storage.state_tensors().items():
-        assert torch.equal(x, getattr(tb.storage, name)), name
+    for name, x in ta.algorithm.storage.state_tensors().items():
+        assert torch.equal(x, getattr(tb.algorithm.storage, name)), name
     assert ea == eb and len(ea) > 0
     drop = ("steps_per_s", "iteration_seconds")
     assert [{k: v for k, v in r.items() if k not in drop} for r in ra] == \
@@ -60,20 +60,20 @@ def test_fused_adamw_matches_plain_adamw_for_one_step(lr_on_device: bool) -> Non
     """Kernels differ: one step from identical parameters and gradients agrees within 1e-6 (float32 rounding)."""
     results = []
     for fused in (False, True):
-        trainer = Trainer(small_config("pendulum", fused_adamw=fused, device_adaptive_lr=lr_on_device))
+        trainer = Runner(small_config("pendulum", fused_adamw=fused, device_adaptive_lr=lr_on_device))
         trainer.cfg.iterations = 1
         trainer.learn()  # fills storage and optimizer state
         results.append(trainer)
     plain, fused = results
     fused.policy.load_state_dict(plain.policy.state_dict())
-    fused.ppo.load_state_dict(copy.deepcopy(plain.ppo.state_dict()))  # no shared moment tensors
-    assert fused.ppo.optimizer.param_groups[0]["fused"]
-    mb = Batch(*(x[:64] for x in plain.storage.flat()))
+    fused.algorithm.load_state_dict(copy.deepcopy(plain.algorithm.state_dict()))  # no shared moment tensors
+    assert fused.algorithm.optim.optimizer.param_groups[0]["fused"]
+    mb = Batch(*(x[:64] for x in plain.algorithm.storage.flat()))
     before = [p.detach().clone() for p in plain.policy.parameters()]
     torch.manual_seed(0)
-    plain.ppo.minibatch_update(mb)
+    plain.algorithm.minibatch_update(mb)
     torch.manual_seed(0)
-    fused.ppo.minibatch_update(mb)
+    fused.algorithm.minibatch_update(mb)
     for (name, a), b in zip(plain.policy.named_parameters(), fused.policy.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
     assert all(not torch.equal(b, a) for b, a in zip(before, plain.policy.parameters(), strict=True))
@@ -81,12 +81,12 @@ def test_fused_adamw_matches_plain_adamw_for_one_step(lr_on_device: bool) -> Non
 
 def test_set_to_none_every_parameter_gets_a_gradient_each_minibatch() -> None:
     """`zero_grad(set_to_none=True)` equals zeroing only if no parameter is ever left without a gradient."""
-    trainer = Trainer(small_config("pendulum"))
+    trainer = Runner(small_config("pendulum"))
     trainer.cfg.iterations = 1
     trainer.learn()
-    data = trainer.storage.flat()
+    data = trainer.algorithm.storage.flat()
     for start in (0, 64, 128):
-        trainer.ppo.minibatch_update(Batch(*(x[start : start + 64] for x in data)))
+        trainer.algorithm.minibatch_update(Batch(*(x[start : start + 64] for x in data)))
         missing = [n for n, p in trainer.policy.named_parameters() if p.grad is None]
         assert not missing
 
@@ -106,29 +106,29 @@ def test_deterministic_mode_reruns_identically() -> None:
 ])
 @pytest.mark.parametrize("task", ["pendulum", "g1-track"])
 def test_non_finite_gradient_skips_the_step_and_counts_it(perf: dict, task: str) -> None:
-    trainer = Trainer(small_config(task, **perf))
+    trainer = Runner(small_config(task, **perf))
     trainer.cfg.iterations = 1
     trainer.learn()
     params = {n: p.detach().clone() for n, p in trainer.policy.named_parameters()}
-    opt_state = copy.deepcopy(trainer.ppo.optimizer.state_dict()["state"])
-    skipped = int(trainer.ppo.skipped_steps)
+    opt_state = copy.deepcopy(trainer.algorithm.optim.optimizer.state_dict()["state"])
+    skipped = int(trainer.algorithm.optim.skipped_steps)
     hook = trainer.policy.critic[0].weight.register_hook(lambda g: torch.full_like(g, float("nan")))
-    trainer.ppo.minibatch_update(Batch(*(x[:64] for x in trainer.storage.flat())))
+    trainer.algorithm.minibatch_update(Batch(*(x[:64] for x in trainer.algorithm.storage.flat())))
     hook.remove()
-    assert int(trainer.ppo.skipped_steps) == skipped + 1
+    assert int(trainer.algorithm.optim.skipped_steps) == skipped + 1
     for n, p in trainer.policy.named_parameters():
         assert torch.equal(p, params[n]), n
-    for key, state in trainer.ppo.optimizer.state_dict()["state"].items():
+    for key, state in trainer.algorithm.optim.optimizer.state_dict()["state"].items():
         for name, value in state.items():
             assert torch.equal(value, opt_state[key][name]), (key, name)
     # a finite step afterwards goes through and moves the parameters
-    trainer.ppo.minibatch_update(Batch(*(x[:64] for x in trainer.storage.flat())))
-    assert int(trainer.ppo.skipped_steps) == skipped + 1
+    trainer.algorithm.minibatch_update(Batch(*(x[:64] for x in trainer.algorithm.storage.flat())))
+    assert int(trainer.algorithm.optim.skipped_steps) == skipped + 1
     assert not torch.equal(trainer.policy.critic[0].weight, params["critic.0.weight"])
 
 
 def test_skipped_steps_are_reported_in_the_iteration_record() -> None:
-    trainer = Trainer(small_config("pendulum"))
+    trainer = Runner(small_config("pendulum"))
     trainer.policy.actor[0].weight.register_hook(lambda g: torch.full_like(g, float("inf")))
     trainer.cfg.iterations = 1
     record = trainer.learn()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from syncfree.algo.vtrace import gae_advantages, vtrace_advantages
-from syncfree.perf import count_syncs
+from syncfree.core.counters import count_syncs
 
 GAMMA, LAM = 0.97, 0.9
 

@@ -52,8 +52,9 @@ def parse_train_config(argv: Sequence[str]):
     """Defaults come from the task's preset (or the resumed checkpoint's config); arguments override them."""
     from jsonargparse import ArgumentParser, set_parsing_settings
 
-    from syncfree.config import TrainConfig, from_dict, preset, validate
-    from syncfree.envs.tasks import TASKS, is_task
+    from syncfree.config import TrainConfig, from_dict, validate
+    from syncfree.envs.tasks import check_task
+    from syncfree.presets import preset
     from syncfree.train import checkpoint
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
@@ -67,8 +68,7 @@ def parse_train_config(argv: Sequence[str]):
         base.resume = known.resume
     else:
         task = known.task or task_in_config_file(known.config) or TrainConfig.task
-        if not is_task(task):
-            raise UserError(f"config: task={task!r} is invalid; allowed: {', '.join(sorted(TASKS))}, gym:<id>")
+        check_task(task)
         base = preset(task)
     parser = ArgumentParser(prog="syncfree train", exit_on_error=False, allow_abbrev=False,
                             description="Train PPO on a built-in task. Defaults shown are the task's preset.")
@@ -80,7 +80,9 @@ def parse_train_config(argv: Sequence[str]):
         message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
         raise UserError(f"config: {message}{allowed_keys_hint(message)}") from None
     ns.pop("config", None)
-    return validate(from_dict(TrainConfig, ns.as_dict()))
+    cfg = validate(from_dict(TrainConfig, ns.as_dict()))
+    check_task(cfg.task)
+    return cfg
 
 
 def task_in_config_file(path: str | None) -> str | None:
@@ -138,7 +140,7 @@ def cmd_train(argv: Sequence[str]) -> int:
 def train(cfg: TrainConfig, dist: Distributed | None) -> int:
     """`syncfree train` on this process (one rank of several when `dist` is given)."""
     from syncfree.train import checkpoint
-    from syncfree.train.trainer import make_trainer
+    from syncfree.train.runner import Runner
 
     if cfg.resume:
         run_dir = Path(cfg.resume).parent
@@ -146,7 +148,7 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
         run_dir = Path(cfg.log.dir) / (cfg.log.run_name or f"{cfg.task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}")
     main_rank = dist is None or dist.is_main
     info = log.info if main_rank else (lambda *args: None)  # only rank 0 reports
-    trainer = make_trainer(cfg, run_dir=run_dir, dist=dist)
+    trainer = Runner(cfg, run_dir=run_dir, dist=dist)
     if cfg.resume:
         trainer.load_state_dict(checkpoint.load(cfg.resume), source=f"checkpoint {cfg.resume}")
         info("resumed %s at iteration %d", cfg.resume, trainer.iteration)
@@ -184,11 +186,9 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
 
 def cmd_eval(argv: Sequence[str]) -> int:
     from syncfree.config import TrainConfig, from_dict
-    from syncfree.envs import make_env
     from syncfree.train import checkpoint
-    from syncfree.train.evaluate import evaluate
-    from syncfree.train.sequence import evaluate_recurrent
-    from syncfree.train.trainer import make_trainer
+    from syncfree.train.evaluate import evaluate, evaluate_recurrent
+    from syncfree.train.runner import Runner, make_task_env
 
     parser = argparse.ArgumentParser(prog="syncfree eval",
                                      description="Run a checkpoint's deterministic policy and print the mean return.")
@@ -202,19 +202,19 @@ def cmd_eval(argv: Sequence[str]) -> int:
     state = checkpoint.load(args.checkpoint)
     cfg = from_dict(TrainConfig, state["config"])
     cfg.device, cfg.log.progress = args.device, False
-    trainer = make_trainer(cfg)
+    trainer = Runner(cfg)
     trainer.load_state_dict(state, source=f"checkpoint {args.checkpoint}", resume=False)
+    trainer.close()
+    env = make_task_env(cfg, args.episodes, trainer.device, args.seed)
     if cfg.policy.kind == "recurrent":  # --episodes simulations, every agent's first episode
-        env = make_env(cfg.task, args.episodes, trainer.device, args.seed, cfg.env.max_episode_length,
-                       grid=cfg.env.grid)
         returns = evaluate_recurrent(trainer.policy, env)
-        env.close()
         episodes = f"{len(returns)} agents' episodes ({args.episodes} simulations)"
     else:
-        env = make_env(cfg.task, args.episodes, trainer.device, args.seed, cfg.env.max_episode_length,
-                       robot=cfg.env.robot, motions=cfg.env.motions, backend=cfg.env.backend)
         returns = evaluate(trainer.policy, env)
         episodes = f"{args.episodes} episodes"
+    close_env = getattr(env, "close", None)
+    if close_env is not None:
+        close_env()
     print(f"{cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over {episodes} "
           f"(min {returns.min():.2f}, max {returns.max():.2f}; checkpoint at iteration {trainer.iteration})")
     return 0
@@ -238,8 +238,9 @@ def cmd_export(argv: Sequence[str]) -> int:
 def cmd_bench(argv: Sequence[str]) -> int:
     from jsonargparse import ArgumentParser, set_parsing_settings
 
+    from syncfree import bench
+    from syncfree.bench import report
     from syncfree.envs.tasks import TASKS
-    from syncfree.perf import bench, report
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     parser = ArgumentParser(prog="syncfree bench", exit_on_error=False, allow_abbrev=False,
@@ -282,7 +283,7 @@ def cmd_tasks(argv: Sequence[str]) -> int:
 def cmd_switches(argv: Sequence[str]) -> int:
     import docstring_parser
 
-    from syncfree.config import PerfConfig
+    from syncfree.core.switches import PerfConfig
 
     argparse.ArgumentParser(prog="syncfree switches",
                             description="List the performance switches (set them with --perf.NAME).").parse_args(argv)

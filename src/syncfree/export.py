@@ -31,7 +31,13 @@ import torch
 from torch import Tensor, nn
 
 import syncfree
+from syncfree.config import TrainConfig, from_dict
+from syncfree.envs.api import ActionSpec
 from syncfree.errors import UserError
+from syncfree.policy.actor_critic import set_autocast
+from syncfree.policy.build import build_policy
+from syncfree.policy.token_encoder import TokenActorCritic
+from syncfree.train import checkpoint
 
 log = logging.getLogger("syncfree")
 
@@ -99,8 +105,6 @@ class _TokenActor(nn.Module):
 def export_checkpoint(path: str | Path, out_dir: str | Path | None = None, format: str = "onnx") -> list[Path]:
     """Export the deterministic actor of the checkpoint at `path` into `out_dir` (default: the checkpoint's
     folder). Returns the written files, the JSON sidecar last. Bad input raises `UserError`."""
-    from syncfree.train import checkpoint
-
     if format not in FORMATS:
         raise UserError(f"export: format={format!r} is invalid; allowed: {', '.join(FORMATS)}")
     require_onnx()
@@ -138,11 +142,6 @@ def require_onnx() -> None:
 
 def load_policy(state: dict[str, Any], path: Path) -> tuple[nn.Module, str]:
     """The checkpoint's policy (CPU, eval mode, diagnostics caches off) and its task name, built without an env."""
-    from syncfree.config import TrainConfig, from_dict
-    from syncfree.envs.api import ActionSpec
-    from syncfree.policy.actor_critic import set_autocast
-    from syncfree.train.trainer import build_policy
-
     source = f"checkpoint {path}"
     try:
         raw = state["config"]
@@ -181,8 +180,6 @@ def load_policy(state: dict[str, Any], path: Path) -> tuple[nn.Module, str]:
 
 def actor_graphs(policy: nn.Module, rows: int = _EXAMPLE_ROWS) -> list[Graph]:
     """The graphs to export, with example inputs of `rows` rows (zeros, encoder index 0)."""
-    from syncfree.policy.token_encoder import TokenActorCritic
-
     obs = torch.zeros(rows, policy.actor_obs_dim)
     if not isinstance(policy, TokenActorCritic):
         outputs = ["actions", "logits"] if policy.action_spec.kind == "discrete" else ["actions"]

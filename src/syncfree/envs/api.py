@@ -69,8 +69,10 @@ class VecEnv(ABC):
         reduces it, so that every rank acts on the statistics of all envs. Overrides may leave the argument out:
         the trainer then calls `end_iteration()` and the statistics stay per rank."""
 
-    def pop_log(self) -> dict[str, float]:
-        """Task-specific statistics gathered since the last call, as host floats (read once per iteration)."""
+    def pop_log(self) -> dict[str, Tensor]:
+        """Task-specific statistics gathered since the last call, as 0-dim device tensors (called once per
+        iteration; the trainer moves them to the host with everything else it logs, in one transfer). A statistic
+        with no sample since the last call is NaN and is left out of the log."""
         return {}
 
     def compile_step(self, wrap: Callable[[Callable], Callable]) -> None:  # noqa: B027

@@ -108,6 +108,9 @@ class PolicyBase(nn.Module):
     """What PPO and the trainer use; subclasses provide `head`, `dist_params`, `value` and `actor_input`."""
 
     head: GaussianHead | CategoricalHead
+    assembles_actor_obs: bool = False
+    """Whether `actor_input` builds the actor's observation from several groups (then the trainer hands it a
+    buffer to fill, `out`); False: it is the env's `policy` group itself."""
 
     def act(self, actor_obs: Tensor, critic_obs: Tensor) -> Act:
         params = self.dist_params(actor_obs)

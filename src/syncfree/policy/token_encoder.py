@@ -136,6 +136,8 @@ class TokenActorCritic(PolicyBase):
             and copy per call, no sync. Outputs are unchanged.
     """
 
+    assembles_actor_obs = True
+
     def __init__(self, layout: dict[str, int], critic_obs_dim: int, action_spec: ActionSpec,
                  cfg: TokenEncoderConfig | None = None, validate_distributions: bool = False,
                  cache_encoded_outputs: bool = False, cache_full_latent: bool = False,

@@ -5,9 +5,11 @@ its own (seeded `seed + rank`), keeps its own rollout, and the ranks agree on ev
 
 - parameters and normalizer buffers: broadcast from rank 0 at start and after loading a checkpoint;
 - gradients and the minibatch KL (which drives the adaptive learning rate): averaged every minibatch with
-  one `all_reduce` of a preallocated flat buffer (`GradientAllReduce`), before the global norm is clipped,
-  so the clipped norm, the skip-on-non-finite decision and the learning rate are identical on every rank;
-- advantage normalization: global mean and std from one `all_reduce` of (sum, sum of squares, count);
+  one `all_reduce` of a preallocated flat buffer (`syncfree.algo.optim.GradientAllReduce`), before the global
+  norm is clipped, so the clipped norm, the skip-on-non-finite decision and the learning rate are identical on
+  every rank;
+- advantage normalization: global mean and std from one `all_reduce` of (sum, sum of squares, count)
+  (`syncfree.algo.advantages.global_mean_std`);
 - observation normalizers: merged once per iteration with one `all_reduce` (`NormalizerSync`);
 - env statistics that span envs (the g1-track adaptive sampler's visit and failure counts): summed through the
   `reduce` argument of `VecEnv.end_iteration`;
@@ -29,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from syncfree.core.device import resolve_device
 from syncfree.errors import DistributedError, UserError
 from syncfree.policy.normalizer import RunningNorm
 
@@ -106,7 +109,7 @@ def init_from_env(device: str, backend: str = "auto", timeout: float = 120.0) ->
         raise UserError(f"distributed: WORLD_SIZE={world_size} but RANK is not set (launch with torchrun)")
     rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", os.environ["RANK"]))
     ctx = Distributed(rank, world_size, local_rank, timeout)
-    on_cuda = rank_device(device, ctx).type == "cuda"
+    on_cuda = resolve_device(device, local_rank).type == "cuda"
     if backend == "auto":
         backend = "nccl" if on_cuda else "gloo"
     if backend == "nccl" and not on_cuda:
@@ -133,70 +136,6 @@ def shutdown(wait_for_peers: bool = True) -> None:
         with contextlib.suppress(RuntimeError):  # a peer is gone: nothing left to wait for
             dist.barrier()
     dist.destroy_process_group()
-
-
-def rank_device(name: str, ctx: Distributed | None) -> torch.device:
-    """The device this process trains on: with several processes, `cuda` (or `auto` with CUDA present) means
-    `cuda:LOCAL_RANK`."""
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device={name!r}: CUDA is not available on this machine (use device=cpu)")
-    if ctx is None or device.type != "cuda":
-        return device
-    if device.index is not None and device.index != ctx.local_rank:
-        raise UserError(f"device={name!r}: with several processes each rank trains on cuda:LOCAL_RANK "
-                        f"(here cuda:{ctx.local_rank}); use device=cuda")
-    return torch.device("cuda", ctx.local_rank)
-
-
-class GradientAllReduce:
-    """Average gradients over ranks with one `all_reduce` per minibatch.
-
-    Gradients are copied into a flat buffer preallocated once (one `_foreach_copy_`), the buffer is summed over
-    ranks (one collective) and divided by the world size, and the averages are copied back (one
-    `_foreach_copy_`). A few extra scalars (the minibatch KL) ride along in the same buffer. Parameters without
-    a gradient (unused in this minibatch on every rank, as the graph is the same everywhere) are skipped."""
-
-    def __init__(self, params: list[nn.Parameter], ctx: Distributed, extra: int = 1) -> None:
-        dtypes = {p.dtype for p in params}
-        if len(dtypes) != 1:
-            raise ValueError(f"gradient all-reduce: parameters must share one dtype, got {sorted(map(str, dtypes))}")
-        self.params, self.ctx = params, ctx
-        total = sum(p.numel() for p in params)
-        self.flat = torch.zeros(total + extra, dtype=params[0].dtype, device=params[0].device)
-        self.views = [v.view_as(p) for v, p in zip(self.flat[:total].split([p.numel() for p in params]), params,
-                                                   strict=True)]
-        self.extra = self.flat[total:]
-
-    def __call__(self, extra: Tensor) -> Tensor:
-        """Average every parameter's gradient in place; returns the rank average of `extra` (a view into the
-        buffer, valid until the next call)."""
-        views, grads = [], []
-        for view, p in zip(self.views, self.params, strict=True):
-            if p.grad is not None:
-                views.append(view)
-                grads.append(p.grad)
-        torch._foreach_copy_([*views, self.extra], [*grads, extra.reshape(-1)])
-        self.ctx.all_reduce(self.flat, "gradient all-reduce")
-        self.flat.div_(self.ctx.world_size)
-        torch._foreach_copy_(grads, views)
-        return self.extra.view(extra.shape)
-
-
-def global_mean_std(x: Tensor, ctx: Distributed) -> tuple[Tensor, Tensor]:
-    """Mean and (Bessel-corrected) std of `x` over all ranks: one `all_reduce` of (sum, sum of squares, count),
-    accumulated in float64 from each rank's own mean and variance."""
-    var, mean = torch.var_mean(x, correction=0)
-    m = mean.double()
-    n = torch.full_like(m, float(x.numel()))
-    moments = ctx.all_reduce(torch.stack((m * n, (var.double() + m * m) * n, n)), "advantage statistics")
-    total = moments[2]
-    global_mean = moments[0] / total
-    population_var = (moments[1] / total - global_mean * global_mean).clamp(min=0.0)
-    std = torch.sqrt(population_var * total / (total - 1.0).clamp(min=1.0))
-    return global_mean.to(x.dtype), std.to(x.dtype)
 
 
 class NormalizerSync:

@@ -1,4 +1,4 @@
-"""Per-step bookkeeping that the trainer reads once per iteration: finished episodes and non-finite env output.
+"""Per-step bookkeeping that the runner reads once per iteration: finished episodes and non-finite env output.
 
 Each monitor has a deferred path (device buffers, moved to the host inside the iteration's single transfer)
 and the conventional path (host reads at every step). Both produce the same values in the same order.
@@ -11,6 +11,39 @@ from collections import deque
 import numpy as np
 import torch
 from torch import Tensor
+
+from syncfree.core.compile import hot
+from syncfree.core.switches import PerfConfig
+from syncfree.envs.api import StepResult
+
+
+class StepMonitors:
+    """The episode statistics and the non-finite check of every rollout step: with both deferred, one pure
+    function of device tensors per step (`record_rows`; a compiled graph with `perf.compile` on)."""
+
+    def __init__(self, steps: int, num_envs: int, device: torch.device, perf: PerfConfig) -> None:
+        self.episodes = EpisodeStats(steps, num_envs, device, deferred=perf.deferred_episode_stats)
+        self.nonfinite = NonFiniteMonitor(num_envs, device, deferred=perf.deferred_nonfinite_check, steps=steps)
+        self.deferred = self.episodes.deferred and self.nonfinite.deferred
+        self._record_rows = hot(self.record_rows, perf, device)
+        self._done = torch.zeros(num_envs, dtype=torch.bool, device=device)
+
+    def record(self, t: int, step: StepResult) -> None:
+        episode_return, episode_length = step.info["episode_return"], step.info["episode_length"]
+        if self.deferred:
+            self._record_rows(step.obs, step.reward, step.terminated, step.truncated, episode_return,
+                              episode_length, self.episodes.rows[t], self.nonfinite.step_values[t])
+            return
+        done = torch.logical_or(step.terminated, step.truncated, out=self._done)
+        self.episodes.record(t, done, episode_return, episode_length)
+        self.nonfinite.check(t, step.obs, step.reward)
+
+    def record_rows(self, obs: dict[str, Tensor], reward: Tensor, terminated: Tensor, truncated: Tensor,
+                    episode_return: Tensor, episode_length: Tensor, episode_row: Tensor, step_value: Tensor) -> None:
+        """The deferred bookkeeping of one step into its rows (`EpisodeStats.rows[t]`, `step_values[t]`)."""
+        done = torch.logical_or(terminated, truncated, out=self._done)
+        record_row(episode_row, done, episode_return, episode_length)
+        self.nonfinite.check_row(step_value, obs, reward)
 
 
 class EpisodeStats:

@@ -32,7 +32,7 @@ class RslRlVecEnv(VecEnv):
       clip them in the env, e.g. Isaac Lab's `clip_actions`).
     - `pop_log()`: the mean of each value seen in `extras["episode"]`, or else `extras["log"]`, since the last
       call (a tensor counts as its mean), as rsl_rl's logger reports them; summed on the device and moved to
-      the host in one transfer.
+      the host with the trainer's one transfer per iteration.
     - `reset()` calls the env's own `reset()` when it has one (Isaac Lab's wrapper does) and reads
       `get_observations()`. Such envs cannot be saved (`saveable = False`): a resumed run restores the trainer
       state exactly and starts new episodes.
@@ -104,11 +104,8 @@ class RslRlVecEnv(VecEnv):
         self._obs = self._groups(obs)
         return StepResult(self._obs, self._reward, self._terminated, self._truncated, self._info)
 
-    def pop_log(self) -> dict[str, float]:
-        if not self._log_sums:
-            return {}
-        sums = torch.stack(list(self._log_sums.values())).cpu().tolist()
-        out = {k: s / self._log_counts[k] for k, s in zip(self._log_sums, sums, strict=True)}
+    def pop_log(self) -> dict[str, Tensor]:
+        out = {k: s.double() / self._log_counts[k] for k, s in self._log_sums.items()}
         self._log_sums, self._log_counts = {}, {}  # new sums: these may be inference tensors of the rollout
         return out
 

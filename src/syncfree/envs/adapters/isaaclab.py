@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from syncfree.config import PerfConfig
+from syncfree.core.switches import PerfConfig
 from syncfree.errors import UserError
 
 

@@ -21,7 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -109,6 +109,16 @@ class MettaGridSpec:
             raise UserError(f"MettaGrid spec: width x height = {self.width} x {self.height} is too small for "
                             f"agents_per_env={self.agents_per_env}{objects[1]} on map={self.map!r} "
                             f"(needs at least {needed} cells)")
+
+    @classmethod
+    def from_options(cls, grid: Any = None, max_episode_length: int = 0) -> MettaGridSpec:
+        """The spec of the grid-arena task: `grid` is the config's `env.grid` section (map, agents_per_env, width,
+        height, max_steps, mines; `learnable_spec()` when None); a `max_episode_length` > 0 replaces its
+        `max_steps`."""
+        if grid is None:
+            return learnable_spec(max_episode_length or 64)
+        return cls(grid.map, agents_per_env=grid.agents_per_env, width=grid.width, height=grid.height,
+                   max_steps=max_episode_length or grid.max_steps, mines=grid.mines)
 
     def to_config(self, seed: int = 0) -> MettaGridConfig:
         """The MettaGrid config of one simulation. Maps are drawn from `seed`: a `Simulator` gives the k-th
@@ -346,11 +356,12 @@ class MettaGridVecEnv(HostStaging, VecEnv):
         self.episode_length.masked_fill_(done, 0)
         return StepResult(self._obs_groups, self._reward, self._terminated, self._truncated, self._info)
 
-    def pop_log(self) -> dict[str, float]:
-        """Simulations restarted since the last call, and the seconds spent restarting them."""
-        out = {"mettagrid/restarts": float(self._restarts), "mettagrid/restart_s": self._restart_s}
+    def pop_log(self) -> dict[str, Tensor]:
+        """Simulations restarted since the last call, and the seconds spent restarting them (host counters, handed
+        over as device tensors like every env's log)."""
+        values = torch.tensor([float(self._restarts), self._restart_s], dtype=torch.float64, device=self.device)
         self._restarts, self._restart_s = 0, 0.0
-        return out
+        return {"mettagrid/restarts": values[0], "mettagrid/restart_s": values[1]}
 
     def close(self) -> None:
         self._wait_for_copies()
@@ -359,28 +370,6 @@ class MettaGridVecEnv(HostStaging, VecEnv):
 
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.zeros(0, dtype)).dtype
-
-
-def env_only_throughput(env: VecEnv, steps: int = 200, warmup: int = 10, seed: int = 0) -> float:
-    """Agent-steps (env rows) per second of stepping `env` with uniformly random actions, drawn beforehand."""
-    if steps < 1:
-        raise UserError(f"env_only_throughput: steps={steps} must be >= 1")
-    gen = torch.Generator(device=env.device)
-    gen.manual_seed(seed)
-    shape = (min(steps, 16), env.num_envs)
-    if env.action_spec.kind == "discrete":
-        actions = torch.randint(0, env.action_spec.size, shape, generator=gen, device=env.device)
-    else:
-        actions = torch.rand(*shape, env.action_spec.size, generator=gen, device=env.device) * 2 - 1
-    env.reset()
-    for t in range(warmup):
-        env.step(actions[t % len(actions)])
-    _sync(env.device)
-    start = time.perf_counter()
-    for t in range(steps):
-        env.step(actions[t % len(actions)])
-    _sync(env.device)
-    return steps * env.num_envs / (time.perf_counter() - start)
 
 
 def random_policy_reward(spec: MettaGridSpec, num_simulations: int, steps: int, seed: int = 0) -> float:
@@ -404,7 +393,7 @@ def mettagrid_raw_throughput(spec: MettaGridSpec, num_simulations: int, steps: i
                              seed: int = 0) -> float:
     """Agent-steps per second of MettaGrid alone at the adapter's settings, without the adapter: the same
     simulations on shared numpy arrays, random actions (drawn beforehand) copied into the action array, a plain
-    `sim.step()` loop, finished simulations restarted. The gap to `env_only_throughput` is the adapter's cost."""
+    `sim.step()` loop, finished simulations restarted. The gap to `syncfree.bench.envs.env_only_throughput` is the adapter's cost."""
     if steps < 1:
         raise UserError(f"mettagrid_raw_throughput: steps={steps} must be >= 1")
     sims = _Simulations(spec.to_config(seed), num_simulations, seed, lambda shape, dtype: np.zeros(shape, dtype))
@@ -426,10 +415,5 @@ def mettagrid_raw_throughput(spec: MettaGridSpec, num_simulations: int, steps: i
     return steps * sims.actions.size / elapsed
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-__all__ = ["MAPS", "MettaGridSpec", "MettaGridVecEnv", "env_only_throughput", "learnable_spec",
-           "mettagrid_raw_throughput", "random_policy_reward"]
+__all__ = ["MAPS", "MettaGridSpec", "MettaGridVecEnv", "learnable_spec", "mettagrid_raw_throughput",
+           "random_policy_reward"]

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from syncfree.config import PerfConfig
+from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import StepResult, VecEnv
 from syncfree.envs.managers.commands import CommandTerm
 from syncfree.envs.managers.events import EventManager, EventTerm
@@ -158,7 +158,7 @@ class ManagerBasedEnv(VecEnv):
         fill_(self.episode_length, selection, 0)
         fill_(self.episode_return, selection, 0.0)
 
-    def pop_log(self) -> dict[str, float]:
+    def pop_log(self) -> dict[str, Tensor]:
         return self.log.pop()
 
     # -- checkpoints -------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """Statistics an env gathers at resets, averaged over the reset steps of an iteration.
 
 Values reach it either as host floats (conventional: read with `.item()` where they are produced) or as device
-tensors with a validity flag (no host read; accumulated on the device and read in one transfer by `pop`).
+tensors with a validity flag (no host read; accumulated on the device). `pop` returns the means as device tensors,
+which the trainer moves to the host with the rest of the iteration's statistics, in one transfer.
 """
 
 from __future__ import annotations
@@ -37,22 +38,23 @@ class EnvLog:
             total.add_(torch.where(valid, values, torch.zeros((), device=self.device)))
             steps.add_(valid)
 
-    def pop(self) -> dict[str, float]:
-        """Means since the last call (host and device values of a key pooled): one host transfer in all."""
-        sums, steps = dict(self._host_sum), {k: float(n) for k, n in self._host_steps.items()}
-        if self._device:
-            groups = list(self._device.items())
-            packed = torch.cat([torch.cat((total, count.view(1))) for _, (total, count) in groups]).cpu().tolist()
-            offset = 0
-            for names, _ in groups:
-                count = packed[offset + len(names)]
-                for i, name in enumerate(names):
-                    sums[name] = sums.get(name, 0.0) + packed[offset + i]
-                    steps[name] = steps.get(name, 0.0) + count
-                offset += len(names) + 1
+    def pop(self) -> dict[str, Tensor]:
+        """Means since the last call, as 0-dim float64 device tensors (host and device values of a key pooled; NaN
+        for a key with no sample): no host read here, the caller moves them with the iteration's transfer."""
+        sums: dict[str, Tensor] = {}
+        counts: dict[str, Tensor] = {}
+        for names, (total, count) in self._device.items():
+            for name, value in zip(names, total.double().unbind(), strict=True):
+                sums[name] = sums[name] + value if name in sums else value
+                counts[name] = counts[name] + count.double() if name in counts else count.double()
+        for name, value in self._host_sum.items():
+            host = torch.tensor([value, float(self._host_steps[name])], dtype=torch.float64, device=self.device)
+            sums[name] = sums[name] + host[0] if name in sums else host[0]
+            counts[name] = counts[name] + host[1] if name in counts else host[1]
+        means = {name: sums[name] / counts[name] for name in sums}
         self._host_sum.clear()
         self._host_steps.clear()
         for total, count in self._device.values():
             total.zero_()
             count.zero_()
-        return {name: sums[name] / steps[name] for name in sums if steps[name] > 0}
+        return means

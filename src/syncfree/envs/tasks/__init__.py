@@ -33,19 +33,14 @@ def _g1_track(*args: Any, **kwargs: Any) -> VecEnv:
 
 def _grid_arena(num_envs: int, device: torch.device | str, seed: int, max_episode_length: int = 0,
                 grid: Any = None) -> VecEnv:
-    """`num_envs` MettaGrid simulations of `grid` (a `GridEnvConfig`; its defaults when None)."""
-    from syncfree.config import GridEnvConfig
-
+    """`num_envs` MettaGrid simulations of `grid` (the `env.grid` section of the config, read by attribute; the
+    defaults of `MettaGridSpec` when None)."""
     try:  # imports mettagrid: only when asked for
         from syncfree.envs.adapters.mettagrid import MettaGridSpec, MettaGridVecEnv
     except ImportError:
         raise UserError("task grid-arena needs MettaGrid: pip install 'syncfree[grid]'") from None
 
-    g = grid or GridEnvConfig()
-    steps = max_episode_length or g.max_steps
-    spec = MettaGridSpec(g.map, agents_per_env=g.agents_per_env, width=g.width, height=g.height, max_steps=steps,
-                         mines=g.mines)
-    return MettaGridVecEnv(spec, num_envs, device, seed)
+    return MettaGridVecEnv(MettaGridSpec.from_options(grid, max_episode_length), num_envs, device, seed)
 
 
 TASKS: dict[str, Task] = {
@@ -67,6 +62,9 @@ TASKS: dict[str, Task] = {
 }
 
 
+SECTIONS = ("perf", "grid")
+"""Options that are whole config sections, always given: a task that does not read one ignores it."""
+
 GYMNASIUM_PREFIX = "gym:"
 """`gym:<id>` names a registered Gymnasium env (e.g. `gym:Humanoid-v5`), run as CPU vector envs."""
 
@@ -75,13 +73,22 @@ def is_task(name: str) -> bool:
     return name in TASKS or (name.startswith(GYMNASIUM_PREFIX) and len(name) > len(GYMNASIUM_PREFIX))
 
 
+def check_task(name: str) -> None:
+    """One line naming the allowed tasks when `name` is none of them."""
+    if not is_task(name):
+        raise UserError(f"config: task={name!r} is invalid; allowed: {', '.join(sorted(TASKS))}, "
+                        f"{GYMNASIUM_PREFIX}<id> (a Gymnasium env)")
+
+
 def make_env(task: str, num_envs: int, device: torch.device | str = "cpu", seed: int = 0,
              max_episode_length: int = 0, **options: Any) -> VecEnv:
-    """Options left at their empty defaults are dropped; a set option the task does not read is an error."""
+    """Options left at their empty defaults are dropped, and so are config sections (`perf`, `grid`) the task does
+    not read; a set option the task does not read is an error."""
     if task.startswith(GYMNASIUM_PREFIX):
         return _make_gymnasium(task, num_envs, device, seed, max_episode_length, options)
+    check_task(task)
     spec = TASKS[task]
-    options = {k: v for k, v in options.items() if v and (k != "perf" or "perf" in spec.options)}
+    options = {k: v for k, v in options.items() if v and (k not in SECTIONS or k in spec.options)}
     for key in options:
         if key not in spec.options:
             raise UserError(f"env.{key}: task {task!r} does not use it"
@@ -93,7 +100,7 @@ def _make_gymnasium(task: str, num_envs: int, device: torch.device | str, seed: 
                     options: dict[str, Any]) -> VecEnv:
     from syncfree.envs.adapters.gymnasium import make_gymnasium
 
-    unused = [f"env.{k}" for k, v in options.items() if v and k != "perf"]
+    unused = [f"env.{k}" for k, v in options.items() if v and k not in SECTIONS]
     if max_episode_length:
         unused.append("env.max_episode_length")
     if unused:

@@ -7,7 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from syncfree.perf.phases import ALL_PHASES
+from syncfree.core.phases import ALL_PHASES
 
 HOURS = 1.0
 """Wall-clock budget for the seeds' view (env steps done in that time)."""

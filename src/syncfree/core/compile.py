@@ -2,7 +2,7 @@
 
 Every compiled function is a whole graph (`fullgraph=True`): a host read or an unsupported call inside it fails at
 the first call instead of splitting the graph silently, which is how "no host read" is checked for compiled code
-(the op counters of `syncfree.perf` see eager code only). Shapes are static (`dynamic=False`): after the first
+(the op counters of `syncfree.core.counters` see eager code only). Shapes are static (`dynamic=False`): after the first
 iteration nothing compiles again.
 """
 
@@ -16,7 +16,7 @@ import torch
 import torch._dynamo
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-from syncfree.config import PerfConfig
+from syncfree.core.switches import PerfConfig
 from syncfree.errors import UserError
 
 F = TypeVar("F", bound=Callable)
@@ -33,7 +33,7 @@ def use_cuda_graphs(perf: PerfConfig, device: torch.device) -> bool:
 def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
     """`fn` itself with compile off, else its compiled whole graph.
 
-    Under a dispatch mode (the op and sync counters of `syncfree.perf`) dynamo does not compile, so there the
+    Under a dispatch mode (the op and sync counters of `syncfree.core.counters`) dynamo does not compile, so there the
     compiled form runs `fn` eagerly: counts of a compiled configuration are those of the same functions run
     eagerly, and the graph itself is checked by `fullgraph=True`. With dynamo disabled (`TORCH_COMPILE_DISABLE=1`)
     `fn` runs eagerly too."""

@@ -13,7 +13,7 @@ from typing import Protocol
 
 import torch
 
-from syncfree.perf.counters import Counts, count_syncs
+from syncfree.core.counters import Counts, count_syncs
 
 ROLLOUT_PHASES = ("act", "store", "env", "normalizer", "stats")
 """Once per rollout step."""

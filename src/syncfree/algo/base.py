@@ -1,0 +1,83 @@
+"""The interface between the runner and an algorithm.
+
+The runner (`syncfree.train.runner`) owns the env, the loop, logging, checkpoints and the process group; an
+algorithm owns its policy's training: its storage, the two halves of a rollout step around the env step (`act`
+before, `record` after), its advantages, its update, its statistics (device tensors, read by the runner once
+per iteration) and its state. Two algorithms implement it: PPO on flat rollouts (`syncfree.algo.feedforward`)
+and PPO on BPTT segments (`syncfree.algo.recurrent`).
+
+Every method that runs per rollout step or per minibatch keeps the rules of the hot loop: device tensors only,
+no host read, nothing allocated that a preallocated buffer could hold.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from torch import Tensor, nn
+
+from syncfree.algo.optim import PolicyOptimizer
+from syncfree.core.phases import Phases
+from syncfree.envs.api import StepResult
+
+
+class Algorithm(ABC):
+    """PPO in one of its forms, driven by the runner.
+
+    Per iteration the runner calls `begin_rollout()`, then per step `act(obs, t)`, steps the env and calls
+    `record(t, step)`; then `compute_returns(obs)` with the observation after the last step, and `update()`.
+    `statistics()` names the device tensors the runner moves to the host once per iteration."""
+
+    policy: nn.Module
+    optim: PolicyOptimizer
+    """The optimizer half shared by both algorithms: AdamW, clip, skip on non-finite gradients, learning rate."""
+    phases: Phases
+    stat_names: tuple[str, ...]
+    """The update's statistics, in the order `statistics()` gives them (means over the iteration's minibatches,
+    averaged over ranks with several processes); `statistics()` adds `skipped_steps` and `learning_rate`."""
+    steps_per_env: int
+    """Rollout steps per iteration."""
+    num_envs: int
+    """Env rows the algorithm acts for (agents, for multi-agent envs)."""
+    switches_read: tuple[str, ...] | None = None
+    """The `PerfConfig` switches this algorithm (with its env and policy) reads; None: all of them."""
+
+    def begin_rollout(self) -> None:  # noqa: B027 - optional hook
+        """Before the first `act` of an iteration."""
+
+    @abstractmethod
+    def act(self, obs: dict[str, Tensor], t: int) -> Tensor:
+        """The policy's actions for rollout step `t`, with the policy's side of the step stored."""
+
+    @abstractmethod
+    def record(self, t: int, step: StepResult) -> None:
+        """Store the env's side of rollout step `t` (rewards, dones, the next observation's statistics)."""
+
+    @abstractmethod
+    def compute_returns(self, obs: dict[str, Tensor]) -> None:
+        """Advantages and returns of the finished rollout; `obs`: the observation after its last step."""
+
+    @abstractmethod
+    def update(self) -> None:
+        """Epochs x minibatches over the rollout; the statistics stay on the device (`statistics()`)."""
+
+    @abstractmethod
+    def statistics(self) -> dict[str, Tensor]:
+        """The last iteration's statistics as device tensors, by name: `stat_names`, then `skipped_steps` (steps
+        skipped for non-finite gradients) and `learning_rate`, then any the algorithm adds."""
+
+    @abstractmethod
+    def storage_tensors(self) -> list[Tensor]:
+        """The rollout storage and per-agent state the algorithm holds (for the bench's memory figures)."""
+
+    def reset_episodes(self) -> None:  # noqa: B027 - optional hook
+        """The env was reset everywhere (at start, and where a checkpoint could not restore it): forget any
+        per-episode state (e.g. recurrent states)."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer's state (the policy's parameters are saved by the runner)."""
+        return self.optim.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.optim.load_state_dict(state)

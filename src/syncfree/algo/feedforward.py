@@ -1,0 +1,226 @@
+"""PPO on flat rollouts (rsl_rl's algorithm): preallocated `[steps, envs]` storage, GAE, clipped surrogate and value
+losses, entropy bonus, KL-adaptive learning rate.
+
+The rollout step's two halves are pure functions of device tensors: `act_step` (normalize, act, store the policy's
+side) and `record_step` (normalizer updates, the env's side of the storage); with `perf.compile` on each is one
+compiled graph. The minibatch update is a compiled forward and loss (`hot`), or the whole minibatch as one graph
+(`step`, `syncfree.algo.minibatch_step`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from torch import Tensor
+
+from syncfree.algo.advantages import compute_gae, global_mean_std
+from syncfree.algo.base import Algorithm
+from syncfree.algo.minibatch_step import MinibatchStep
+from syncfree.algo.optim import Collective, PolicyOptimizer
+from syncfree.algo.storage import Batch, RolloutStorage, StepRow, store_env, store_policy
+from syncfree.config import PPOConfig
+from syncfree.core.compile import hot, mark_static, use_cuda_graphs
+from syncfree.core.phases import Phases
+from syncfree.core.switches import PerfConfig
+from syncfree.envs.api import ActionSpec, StepResult
+from syncfree.policy.actor_critic import PolicyBase
+
+log = logging.getLogger("syncfree")
+
+UPDATE_STATS = ("surrogate_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
+"""Means over the iteration's minibatches; followed by `skipped_steps` (a count) and `learning_rate`."""
+
+
+class FeedForwardPPO(Algorithm):
+    """PPO for a feed-forward policy (`ActorCritic` or `TokenActorCritic`) on `num_envs` envs."""
+
+    stat_names = UPDATE_STATS
+
+    def __init__(self, policy: PolicyBase, cfg: PPOConfig, perf: PerfConfig, num_envs: int, critic_dim: int,
+                 action_spec: ActionSpec, device: torch.device, dist: Collective | None = None) -> None:
+        self.policy, self.cfg, self.perf, self.device, self.dist = policy, cfg, perf, device, dist
+        self.phases = Phases()
+        self.steps_per_env, self.num_envs = cfg.steps_per_env, num_envs
+        self.params = [p for p in policy.parameters() if p.requires_grad]
+        self.optim = PolicyOptimizer(self.params, cfg, perf, device, dist)
+        self.storage = RolloutStorage(cfg.steps_per_env, num_envs, policy.actor_obs_dim, critic_dim, action_spec,
+                                      policy.head.num_params, device)
+        self._next_actor_obs = (torch.zeros(num_envs, policy.actor_obs_dim, device=device)
+                                if policy.assembles_actor_obs else None)
+        """Where a policy that assembles its observation builds the next one for its normalizers."""
+        self.stats = torch.zeros(len(UPDATE_STATS), device=device)
+        self._done = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        aux = getattr(policy, "auxiliary_loss", None)
+        self.auxiliary_loss = aux if aux is not None and policy.cfg.reconstruction_weight > 0 else None
+        """The policy's own extra loss (the token policy's reconstruction), added to PPO's."""
+
+        use_cuda_graphs(perf, device)  # rejects cuda_graphs=on off a GPU
+        self._act_step = hot(self.act_step, perf, device)
+        self._record_step = hot(self.record_step, perf, device)
+        self._gae = compute_gae if dist is not None else hot(compute_gae, perf, device)
+        """With several processes the advantage statistics need a collective: GAE then stays eager."""
+        self.losses = hot(self.minibatch_losses, perf, device)
+        """`minibatch_losses`, or its compiled graph (`PerfConfig.compile`); its backward is compiled with it."""
+        self.whole_step: MinibatchStep | None = None
+        """`compile=step`: the whole minibatch update as one function (`syncfree.algo.minibatch_step`)."""
+        fallback = self.whole_step_fallback() if perf.compile == "step" else None
+        if fallback is not None:
+            log.info("perf.compile=step: the minibatch update is compiled as with perf.compile=hot (%s)", fallback)
+        elif perf.compile == "step":
+            adapt = self.optim.next_learning_rate if self.optim.adaptive else None
+            self.whole_step = MinibatchStep(policy, self.minibatch_losses, self.optim.optimizer, cfg.max_grad_norm,
+                                            adapt)
+            self._whole_step = hot(self.whole_step, perf, device)
+
+    # -- rollout -------------------------------------------------------------------------------------------
+
+    def act(self, obs: dict[str, Tensor], t: int) -> Tensor:
+        row, phase = self.storage.rows[t], self.phases
+        if self.perf.compile != "off":
+            with phase("act"):
+                return self._act_step(obs, row)
+        with phase("act"):
+            actor_obs = self.policy.actor_input(obs, out=row.actor_obs if self._next_actor_obs is not None else None)
+            act = self.policy.act(actor_obs, obs["critic"])
+        with phase("store"):
+            store_policy(row, actor_obs, obs["critic"], act)
+        return act.actions
+
+    def record(self, t: int, step: StepResult) -> None:
+        row, phase = self.storage.rows[t], self.phases
+        bootstrap_values = self.final_values(step)
+        if self.perf.compile != "off":
+            with phase("store"):
+                self._record_step(step.obs, step.reward, step.terminated, step.truncated, bootstrap_values, row)
+            return
+        with phase("normalizer"):
+            self.update_normalizers(step.obs)
+        with phase("store"):
+            done = torch.logical_or(step.terminated, step.truncated, out=self._done)
+            store_env(row, step.reward, done, step.truncated, self.cfg.gamma, bootstrap_values)
+
+    def act_step(self, obs: dict[str, Tensor], row: StepRow) -> Tensor:
+        """Normalize, act, sample and store the policy's side of one step; returns the actions."""
+        actor_obs = self.policy.actor_input(obs, out=row.actor_obs if self._next_actor_obs is not None else None)
+        act = self.policy.act(actor_obs, obs["critic"])
+        store_policy(row, actor_obs, obs["critic"], act)
+        return act.actions
+
+    def record_step(self, obs: dict[str, Tensor], reward: Tensor, terminated: Tensor, truncated: Tensor,
+                    bootstrap_values: Tensor | None, row: StepRow) -> None:
+        """Normalizer updates and the env's side of the storage of one step."""
+        self.update_normalizers(obs)
+        done = torch.logical_or(terminated, truncated, out=self._done)
+        store_env(row, reward, done, truncated, self.cfg.gamma, bootstrap_values)
+
+    def update_normalizers(self, obs: dict[str, Tensor]) -> None:
+        self.policy.update_normalizers(self.policy.actor_input(obs, out=self._next_actor_obs), obs["critic"])
+
+    def final_values(self, step: StepResult) -> Tensor | None:
+        """Time-outs bootstrap from the value of the episode's last observation, when the env provides it."""
+        if "final_obs" not in step.info:
+            return None
+        with self.phases("act"), torch.inference_mode():
+            return self.policy.value(step.info["final_obs"]["critic"])
+
+    def compute_returns(self, obs: dict[str, Tensor]) -> None:
+        s = self.storage
+        with self.phases("advantages"):
+            last_values = self.policy.value(obs["critic"])
+            mean_std = None if self.dist is None else (lambda x: global_mean_std(x, self.dist))
+            self._gae(s.rewards, s.values, s.dones, last_values, self.cfg.gamma, self.cfg.lam, s.advantages,
+                      s.returns, mean_std=mean_std)
+
+    # -- update --------------------------------------------------------------------------------------------
+
+    def update(self, progress: float = 0.0) -> None:
+        """Epochs x minibatches over the rollout."""
+        cfg = self.cfg
+        data = self.storage.flat()
+        batch_size = data.returns.shape[0]
+        minibatch_size = batch_size // cfg.num_minibatches
+        self.stats.zero_()
+        self.optim.begin_update()
+        state = None
+        if self.whole_step is not None:
+            state = self.whole_step.state(self.optim.lr, self.stats, self.optim.skipped_steps)
+            mark_static(self.perf, self.device, *data, *state.moments, *state.steps, state.lr, state.stats,
+                                state.skipped)  # the rollout too: CUDA graph trees copy other inputs in at each replay
+        for _ in range(cfg.num_epochs):
+            order = self.minibatch_order(batch_size)
+            for start in range(0, batch_size, minibatch_size):
+                idx = order[start : start + minibatch_size]
+                if state is not None:
+                    with self.phases("update.step"):
+                        self._whole_step(data, idx, state)
+                else:
+                    self.minibatch_update(Batch(*(x[idx] for x in data)))
+
+    def statistics(self) -> dict[str, Tensor]:
+        means = self.stats / (self.cfg.num_epochs * self.cfg.num_minibatches)
+        return {**dict(zip(UPDATE_STATS, means.unbind(), strict=True)), **self.optim.skipped_and_lr()}
+
+    def storage_tensors(self) -> list[Tensor]:
+        return list(self.storage.state_tensors().values())
+
+    def whole_step_fallback(self) -> str | None:
+        """Why `compile=step` runs the minibatch update as `hot` does (None: it does not): the conventional
+        paths of these switches, and the gradient all-reduce of several processes, sit between the backward and
+        the optimizer step, on the host or in a collective."""
+        if self.dist is not None:
+            return "several processes (the gradient all-reduce)"
+        if not self.perf.grad_finite_from_norm:
+            return "perf.grad_finite_from_norm=false"
+        if self.optim.adaptive and not self.perf.device_adaptive_lr:
+            return "perf.device_adaptive_lr=false"
+        return None
+
+    def minibatch_order(self, batch_size: int) -> Tensor:
+        """The order in which an epoch visits the rollout's samples (consecutive slices are the minibatches).
+
+        With several processes each rank permutes its own rollout, so a minibatch is `world_size` random
+        slices, one per rank, rather than one random slice of the combined rollout: the same distribution
+        of minibatches, not the same draws."""
+        return torch.randperm(batch_size, device=self.device)
+
+    def minibatch_update(self, mb: Batch) -> None:
+        phase, optim = self.phases, self.optim
+        with phase("update.forward"):
+            loss, parts, kl_mean = self.losses(mb)
+            if optim.adaptive and optim.grad_all_reduce is None:
+                optim.adapt_learning_rate(kl_mean)
+        with phase("update.backward"):
+            optim.zero_grad()
+            loss.backward()
+            if optim.grad_all_reduce is not None:
+                kl_mean = optim.grad_all_reduce(kl_mean)  # the learning rate only matters at the step, below
+        with phase("update.optimizer"):
+            if optim.adaptive and optim.grad_all_reduce is not None:
+                optim.adapt_learning_rate(kl_mean)
+            grad_norm = optim.clip_and_step()
+            with torch.no_grad():
+                self.stats.add_(torch.stack((*parts, grad_norm)))
+
+    def minibatch_losses(self, mb: Batch) -> tuple[Tensor, tuple[Tensor, ...], Tensor]:
+        """The loss to minimize; its parts (surrogate, value loss, entropy, KL, clip fraction) without gradient;
+        the mean KL. A pure function of the minibatch and the parameters (compiled when asked)."""
+        cfg = self.cfg
+        ev = self.policy.evaluate(mb.actor_obs, mb.critic_obs, mb.actions)
+        with torch.no_grad():
+            kl_mean = self.policy.head.kl(mb.old_dist_params, ev.dist_params).mean()
+        ratio = torch.exp(ev.log_prob - mb.old_log_prob)
+        surrogate = torch.max(-mb.advantages * ratio,
+                              -mb.advantages * ratio.clamp(1.0 - cfg.clip_param, 1.0 + cfg.clip_param)).mean()
+        if cfg.clipped_value_loss:
+            clipped = mb.old_values + (ev.value - mb.old_values).clamp(-cfg.clip_param, cfg.clip_param)
+            value_loss = torch.max((ev.value - mb.returns).square(), (clipped - mb.returns).square()).mean()
+        else:
+            value_loss = (ev.value - mb.returns).square().mean()
+        entropy = ev.entropy.mean()
+        loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
+        if self.auxiliary_loss is not None:
+            loss = loss + self.auxiliary_loss(mb.actor_obs)
+        with torch.no_grad():
+            clip_fraction = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
+        return loss, (surrogate.detach(), value_loss.detach(), entropy.detach(), kl_mean, clip_fraction), kl_mean

@@ -1,0 +1,171 @@
+"""The optimizer half of PPO, shared by both algorithms: AdamW, global-norm clip, the skip on non-finite gradients,
+the KL-adaptive learning rate, and (with several processes) the gradient all-reduce."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor, nn
+
+from syncfree.config import PPOConfig
+from syncfree.core.switches import PerfConfig
+
+
+class Collective(Protocol):
+    """The collectives an algorithm needs with several processes (`syncfree.train.distributed.Distributed`)."""
+
+    world_size: int
+
+    def all_reduce(self, tensor: Tensor, what: str) -> Tensor:
+        """Sum `tensor` over all ranks in place and return it; `what` names it in errors."""
+        ...
+
+
+MIN_LR, MAX_LR = 1e-5, 1e-2
+"""Bounds of the adaptive learning rate (rsl_rl's)."""
+
+
+class PolicyOptimizer:
+    """AdamW over `params` with PPO's step rules; `lr_on_device` (`perf.device_adaptive_lr` with the adaptive
+    schedule) keeps the learning rate in a device tensor that the schedule updates without a host read."""
+
+    def __init__(self, params: list[nn.Parameter], cfg: PPOConfig, perf: PerfConfig, device: torch.device,
+                 dist: Collective | None = None) -> None:
+        self.params, self.cfg, self.perf = params, cfg, perf
+        self.adaptive = cfg.schedule == "adaptive"
+        self.lr_on_device = self.adaptive and perf.device_adaptive_lr
+        self.learning_rate = cfg.learning_rate
+        """Host-side learning rate (the conventional adaptive schedule and the fixed one)."""
+        self.lr = torch.tensor(cfg.learning_rate, dtype=torch.float64, device=device)
+        """Device-side learning rate (float64, so each step rounds exactly like the host schedule)."""
+        optimizer_lr: float | Tensor = cfg.learning_rate
+        if self.lr_on_device:
+            # The CUDA fused kernel reads a float32 lr tensor; the CPU kernels use the float64 one, which rounds
+            # each step exactly like a Python float learning rate.
+            optimizer_lr = self.lr.float() if perf.fused_adamw and device.type != "cpu" else self.lr
+        self.optimizer_lr = optimizer_lr
+        self.optimizer = torch.optim.AdamW(
+            params, lr=optimizer_lr, weight_decay=cfg.weight_decay, fused=perf.fused_adamw or None,
+            foreach=False if isinstance(optimizer_lr, Tensor) and not perf.fused_adamw else None,
+        )
+        self.found_inf = torch.zeros((), dtype=torch.float32, device=device)
+        if perf.grad_finite_from_norm and perf.fused_adamw:
+            self.optimizer.found_inf = self.found_inf  # read by the fused kernel: skips the step when 1
+        self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
+        self.grad_all_reduce = GradientAllReduce(params, dist) if dist is not None else None
+        """With several processes: averages gradients and the minibatch KL over ranks (one collective)."""
+        self._skipped_before = torch.zeros_like(self.skipped_steps)
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)
+
+    def clip_and_step(self) -> Tensor:
+        """Clip the global gradient norm and step, skipping (and counting) steps with non-finite gradients."""
+        if not self.perf.grad_finite_from_norm:
+            finite = all(bool(torch.isfinite(p.grad).all()) for p in self.params if p.grad is not None)
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+            if finite:
+                self.optimizer.step()
+            else:
+                self.skipped_steps.add_(1)
+            return grad_norm
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        torch.logical_not(torch.isfinite(grad_norm), out=self.found_inf)
+        self.skipped_steps.add_(self.found_inf.long())
+        if self.perf.fused_adamw:
+            self.optimizer.step()  # the fused kernel leaves parameters and state untouched when found_inf is 1
+        elif not bool(self.found_inf):  # one host read: the for-loop AdamW cannot skip on the device
+            self.optimizer.step()
+        return grad_norm
+
+    def adapt_learning_rate(self, kl_mean: Tensor) -> None:
+        """Divide the learning rate by 1.5 when the KL is above twice its target, multiply below half of it."""
+        target = self.cfg.desired_kl
+        if not self.lr_on_device:
+            if kl_mean > target * 2.0:
+                self.learning_rate = max(MIN_LR, self.learning_rate / 1.5)
+            elif kl_mean < target / 2.0 and kl_mean > 0.0:
+                self.learning_rate = min(MAX_LR, self.learning_rate * 1.5)
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.learning_rate
+            return
+        self.lr.copy_(self.next_learning_rate(self.lr, kl_mean))
+        if self.optimizer_lr is not self.lr:
+            self.optimizer_lr.copy_(self.lr)
+
+    def next_learning_rate(self, lr: Tensor, kl_mean: Tensor) -> Tensor:
+        """The adaptive schedule on the device: `lr` / 1.5 above twice the KL target, x 1.5 below half of it."""
+        target = self.cfg.desired_kl
+        lower = (lr / 1.5).clamp_(min=MIN_LR)
+        higher = (lr * 1.5).clamp_(max=MAX_LR)
+        raise_lr = (kl_mean < target / 2.0) & (kl_mean > 0.0)
+        return torch.where(kl_mean > target * 2.0, lower, torch.where(raise_lr, higher, lr))
+
+    def begin_update(self) -> None:
+        """Mark the start of an iteration's update (for `skipped_and_lr`)."""
+        self._skipped_before.copy_(self.skipped_steps)
+
+    def skipped_and_lr(self) -> dict[str, Tensor]:
+        """Steps skipped since `begin_update` and the current learning rate, as device tensors."""
+        lr = self.lr if self.lr_on_device else torch.tensor(self.learning_rate, dtype=torch.float64,
+                                                            device=self.lr.device)
+        return {"skipped_steps": self.skipped_steps - self._skipped_before, "learning_rate": lr}
+
+    def state_dict(self) -> dict:
+        """The learning rate is saved as one float64 tensor whichever path kept it, so a run may resume with
+        `device_adaptive_lr` switched."""
+        lr = self.lr if self.lr_on_device else torch.tensor(self.learning_rate, dtype=torch.float64)
+        return {"optimizer": self.optimizer.state_dict(), "lr": lr.clone(), "skipped_steps": self.skipped_steps.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.load_optimizer_state(state["optimizer"])
+        self.lr.copy_(state["lr"])
+        if isinstance(self.optimizer_lr, Tensor) and self.optimizer_lr is not self.lr:
+            self.optimizer_lr.copy_(self.lr)
+        self.learning_rate = float(state["lr"])
+        self.skipped_steps.copy_(state["skipped_steps"])
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.optimizer_lr if isinstance(self.optimizer_lr, Tensor) else self.learning_rate
+
+    def load_optimizer_state(self, state: dict) -> None:
+        """Load moments and step counts but keep this run's optimizer options (fused, foreach, lr object). The
+        tensors are copied: `torch.optim` would otherwise keep those of a live state dict and share them."""
+        own_groups = self.optimizer.state_dict()["param_groups"]
+        moments = {key: {name: value.clone() if isinstance(value, Tensor) else value for name, value in entry.items()}
+                   for key, entry in state["state"].items()}
+        self.optimizer.load_state_dict({"state": moments, "param_groups": own_groups})
+
+
+class GradientAllReduce:
+    """Average gradients over ranks with one `all_reduce` per minibatch.
+
+    Gradients are copied into a flat buffer preallocated once (one `_foreach_copy_`), the buffer is summed over
+    ranks (one collective) and divided by the world size, and the averages are copied back (one
+    `_foreach_copy_`). A few extra scalars (the minibatch KL) ride along in the same buffer. Parameters without
+    a gradient (unused in this minibatch on every rank, as the graph is the same everywhere) are skipped."""
+
+    def __init__(self, params: list[nn.Parameter], ctx: Collective, extra: int = 1) -> None:
+        dtypes = {p.dtype for p in params}
+        if len(dtypes) != 1:
+            raise ValueError(f"gradient all-reduce: parameters must share one dtype, got {sorted(map(str, dtypes))}")
+        self.params, self.ctx = params, ctx
+        total = sum(p.numel() for p in params)
+        self.flat = torch.zeros(total + extra, dtype=params[0].dtype, device=params[0].device)
+        self.views = [v.view_as(p) for v, p in zip(self.flat[:total].split([p.numel() for p in params]), params,
+                                                   strict=True)]
+        self.extra = self.flat[total:]
+
+    def __call__(self, extra: Tensor) -> Tensor:
+        """Average every parameter's gradient in place; returns the rank average of `extra` (a view into the
+        buffer, valid until the next call)."""
+        views, grads = [], []
+        for view, p in zip(self.views, self.params, strict=True):
+            if p.grad is not None:
+                views.append(view)
+                grads.append(p.grad)
+        torch._foreach_copy_([*views, self.extra], [*grads, extra.reshape(-1)])
+        self.ctx.all_reduce(self.flat, "gradient all-reduce")
+        self.flat.div_(self.ctx.world_size)
+        torch._foreach_copy_(grads, views)
+        return self.extra.view(extra.shape)

@@ -1,0 +1,230 @@
+"""PPO with truncated backpropagation through time on many agents (the gridworld pipeline; grid-arena).
+
+Each iteration collects `steps_per_env` steps of every agent into a `[segments, bptt_horizon]` buffer (each agent
+fills consecutive rows; the recurrent state an agent carried into a row is snapshotted with it), computes
+advantages over the rows (GAE, or V-trace recomputed every epoch from the latest ratios), and trains on whole rows
+replayed from their snapshots, with the losses `losses.*` enable (`syncfree.algo.losses`).
+
+The rules of the hot loop hold: no host read per rollout step or minibatch on the training side (a CPU simulator
+such as MettaGrid is the env boundary: its step copies the actions to the host and the observations back,
+explicitly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from syncfree.algo.base import Algorithm
+from syncfree.algo.losses import LossInputs, build_losses, needed_fields, needs_full_log_probs, teacher_fields
+from syncfree.algo.optim import PolicyOptimizer
+from syncfree.algo.segments import Field, Minibatch, SegmentBuffer, prioritized_beta
+from syncfree.algo.vtrace import vtrace_advantages
+from syncfree.config import LossesConfig, PPOConfig
+from syncfree.core.phases import Phases
+from syncfree.core.switches import PerfConfig
+from syncfree.envs.api import StepResult
+from syncfree.policy.recurrent import RecurrentTokenPolicy
+
+SWITCHES_READ = ("gate_full_log_probs", "cached_batch_metadata", "preallocated_last_actions", "cpu_time_index",
+                 "cached_minibatch_indices", "deferred_episode_stats", "deferred_nonfinite_check",
+                 "grad_finite_from_norm", "fused_adamw", "device_adaptive_lr", "zero_grad_set_to_none",
+                 "deterministic", "retain_host_memory")
+"""The `PerfConfig` switches this algorithm reads (the others, e.g. `compile`, do not apply to it yet)."""
+
+TRAINING_STATS = ("grad_norm",)
+"""Logged after the losses' own statistics; then `skipped_steps`, `learning_rate` and `reward_per_agent_step`."""
+
+Teacher = Callable[[Tensor], Tensor]
+"""A scripted teacher: observation tokens [agents, tokens, 3] -> its actions [agents] (int64)."""
+
+
+class RecurrentPPO(Algorithm):
+    """PPO on BPTT segments for a `RecurrentTokenPolicy` acting for `num_agents` agents.
+
+    `losses` picks the losses and their weights; `teacher` is a frozen policy (the `kickstarter` and
+    `behavior_cloning` losses read its full log-probabilities, `kickstarter_value` its values), `env_teacher` a
+    scripted teacher (the `supervised` loss imitates its actions)."""
+
+    switches_read = SWITCHES_READ
+
+    def __init__(self, policy: RecurrentTokenPolicy, cfg: PPOConfig, losses: LossesConfig, perf: PerfConfig,
+                 num_agents: int, obs_shape: tuple[int, ...], stored_tokens: int, device: torch.device,
+                 teacher: RecurrentTokenPolicy | None = None, env_teacher: Teacher | None = None) -> None:
+        self.policy, self.cfg, self.perf, self.device = policy, cfg, perf, device
+        self.teacher, self.env_teacher = teacher, env_teacher
+        self.phases = Phases()
+        self.steps_per_env, self.num_envs = cfg.steps_per_env, num_agents
+        self.losses = build_losses(losses, cfg)
+        self.stat_names = tuple(name for _, loss in self.losses for name in loss.stats) + TRAINING_STATS
+        self.optim = PolicyOptimizer([p for p in policy.parameters() if p.requires_grad], cfg, perf, device)
+        """The optimizer, gradient clipping, non-finite step skipping and learning-rate schedule."""
+
+        num_actions = policy.num_actions
+        self.stored_tokens = stored_tokens
+        """Tokens stored per observation: those the policy reads (MettaGrid packs the valid ones first)."""
+        fields = {"obs": Field((stored_tokens, obs_shape[-1]), torch.uint8), "actions": Field((), torch.int64),
+                  "log_prob": Field((), torch.float32), "values": Field((), torch.float32),
+                  "rewards": Field((), torch.float32), "dones": Field((), torch.bool)}
+        if policy.last_action is not None:
+            fields["last_actions"] = Field((), torch.int64)
+        if cfg.advantage == "vtrace":
+            fields["ratio"] = Field((), torch.float32)
+        if policy.emit_full_log_probs:  # the behaviour policy's full distribution, kept with the step (what the gate saves)
+            fields["full_log_probs"] = Field((num_actions,), torch.float32)
+        fields.update({k: v for k, v in teacher_fields(num_actions).items() if k in needed_fields(self.losses)})
+        segments = num_agents * (cfg.steps_per_env // cfg.bptt_horizon)
+        self.buffer = SegmentBuffer(fields, segments, cfg.bptt_horizon, num_agents, [(policy.hidden,)] *
+                                    policy.state_size, device, cpu_time_index=perf.cpu_time_index,
+                                    preallocated_last_actions=perf.preallocated_last_actions,
+                                    cached_minibatch_indices=perf.cached_minibatch_indices,
+                                    cached_batch_metadata=perf.cached_batch_metadata)
+        self.returns = torch.zeros_like(self.buffer.advantages)
+        self.reward_total = torch.zeros((), device=device)
+        """The env reward of the iteration's rollout, summed over agents and steps."""
+        self.stats = torch.zeros(len(self.stat_names), device=device)
+        self._everyone = slice(0, num_agents)
+        self._ones = torch.ones(num_agents, device=device)
+        self._bootstrap = torch.zeros(num_agents, device=device)
+        self._values = torch.zeros(num_agents, device=device)
+        """The values of the step's observations, kept from `act` for the time-outs `record` bootstraps."""
+        self.reset_episodes()
+
+    @staticmethod
+    def full_log_probs_needed(losses: LossesConfig, cfg: PPOConfig, perf: PerfConfig) -> bool:
+        """Whether the policy must emit full log-probabilities: some enabled loss reads them, or the gate is off."""
+        return needs_full_log_probs(build_losses(losses, cfg)) or not perf.gate_full_log_probs
+
+    def reset_episodes(self) -> None:
+        """Zero the recurrent states and mark every agent's next step as an episode's first."""
+        n = self.num_envs
+        self.state = self.policy.initial_state(n, self.device)
+        self.teacher_state = self.teacher.initial_state(n, self.device) if self.teacher is not None else None
+        self.done = torch.ones(n, dtype=torch.bool, device=self.device)
+        self.reward_in = torch.zeros(n, device=self.device)
+        """The reward that led to the current observation (stored with it: the row convention of `vtrace`)."""
+
+    # -- rollout -------------------------------------------------------------------------------------------
+
+    def begin_rollout(self) -> None:
+        self.buffer.reset_for_rollout()
+        self.reward_total.zero_()
+
+    def act(self, obs: dict[str, Tensor], t: int) -> Tensor:
+        buf, phase, tokens = self.buffer, self.phases, obs["policy"]
+        with phase("act"):
+            last_actions = buf.previous_actions(self._everyone) if "last_actions" in buf.data else None
+            out, self._next_state = self.policy.step(tokens, self.state, self.done, last_actions)
+            data = {"obs": tokens[:, : self.stored_tokens], "actions": out.actions, "log_prob": out.log_prob,
+                    "values": out.value, "rewards": self.reward_in, "dones": self.done}
+            if last_actions is not None:
+                data["last_actions"] = last_actions  # stored before `store` overwrites them with `actions`
+            if out.full_log_probs is not None:
+                data["full_log_probs"] = out.full_log_probs
+            self.teacher_step(tokens, data, last_actions)
+        with phase("store"):
+            if "ratio" in buf.data:
+                data["ratio"] = self._ones
+            buf.store(self._everyone, data, self.state)
+            self._values = out.value
+        return out.actions
+
+    def record(self, t: int, step: StepResult) -> None:
+        with self.phases("stats"):
+            # time-outs bootstrap from the value before the step (MettaGrid gives no final observation)
+            torch.mul(self._values, step.truncated, out=self._bootstrap)
+            torch.add(step.reward, self._bootstrap, alpha=self.cfg.gamma, out=self.reward_in)
+            torch.logical_or(step.terminated, step.truncated, out=self.done)
+            self.reward_total.add_(step.reward.sum())
+        self.state = self._next_state
+
+    def teacher_step(self, tokens: Tensor, data: dict, last_actions: Tensor | None) -> None:
+        """The teachers' outputs for this step, for the fields some enabled loss reads."""
+        fields = self.buffer.data
+        if "teacher_actions" in fields:
+            data["teacher_actions"] = self.env_teacher(tokens)
+        if self.teacher is not None:
+            out, self.teacher_state = self.teacher.step(tokens, self.teacher_state, self.done, last_actions)
+            if "teacher_log_probs" in fields:
+                data["teacher_log_probs"] = out.full_log_probs
+            if "teacher_values" in fields:
+                data["teacher_values"] = out.value
+
+    def compute_returns(self, obs: dict[str, Tensor]) -> None:
+        """The first epoch's advantages (every row's last step has no successor in the row: `obs` is not read)."""
+        with self.phases("advantages"):
+            self.compute_advantages()
+
+    def compute_advantages(self) -> None:
+        p, d, buf = self.cfg, self.buffer.data, self.buffer
+        ratio = d["ratio"] if p.advantage == "vtrace" else None
+        vtrace_advantages(d["rewards"], d["values"], d["dones"], ratio, p.gamma, p.lam, p.vtrace_rho_clip,
+                          p.vtrace_c_clip, out=buf.advantages)
+        torch.add(buf.advantages, d["values"], out=self.returns)
+
+    # -- update --------------------------------------------------------------------------------------------
+
+    def minibatch(self, mb: int, count: int, beta: float) -> Minibatch:
+        p = self.cfg
+        if p.minibatch_sampler == "prioritized":
+            return self.buffer.prioritized_minibatch(mb, count, p.prio_alpha, beta)
+        return self.buffer.sequential_minibatch(mb, count)
+
+    def update(self, progress: float = 0.0) -> None:
+        """Epochs x minibatches of whole rows; `progress` (the fraction of the run done) anneals the prioritized
+        sampler's importance-weight exponent."""
+        p, phase, buf, optim = self.cfg, self.phases, self.buffer, self.optim
+        count = buf.segments // p.num_minibatches
+        beta = prioritized_beta(p.prio_beta0, progress)
+        self.stats.zero_()
+        optim.begin_update()
+        for epoch in range(p.num_epochs):
+            if epoch > 0 and p.advantage == "vtrace":
+                with phase("advantages"), torch.no_grad():
+                    self.compute_advantages()
+            for mb in range(p.num_minibatches):
+                with phase("update.forward"):
+                    batch = self.minibatch(mb, count, beta)
+                    loss, parts = self.minibatch_loss(batch)
+                with phase("update.backward"):
+                    optim.zero_grad()
+                    loss.backward()
+                with phase("update.optimizer"):
+                    grad_norm = optim.clip_and_step()
+                    with torch.no_grad():
+                        self.stats.add_(torch.stack((*parts, grad_norm)))
+
+    def minibatch_loss(self, batch: Minibatch) -> tuple[Tensor, list[Tensor]]:
+        """The weighted sum of the enabled losses on a minibatch of rows, and their statistics."""
+        d = batch.data
+        ev = self.policy.evaluate_sequence(d["obs"], d["actions"], batch.initial_state, d["dones"],
+                                           d.get("last_actions"))
+        inputs = LossInputs(ev, d, batch.advantages, self.returns.index_select(0, batch.indices), batch.prio_weights)
+        total, parts = None, []
+        for weight, loss_fn in self.losses:
+            value, stats = loss_fn(inputs)
+            total = weight * value if total is None else total + weight * value
+            parts.extend(stats)
+        if "ratio" in self.buffer.data or self.optim.adaptive:
+            with torch.no_grad():
+                log_ratio = ev.log_prob - d["log_prob"]
+                ratio = log_ratio.exp()
+                if "ratio" in self.buffer.data:  # V-trace reads the latest policy's ratios at the next epoch
+                    self.buffer.data["ratio"].index_copy_(0, batch.indices, ratio)
+                if self.optim.adaptive:
+                    self.optim.adapt_learning_rate(((ratio - 1.0) - log_ratio)[:, :-1].mean())
+        return total, parts
+
+    def storage_tensors(self) -> list[Tensor]:
+        """The segment buffer (rows and scratch rows, state snapshots, advantages, last actions), the returns and
+        the agents' recurrent states."""
+        buf = self.buffer
+        return [*buf._data.values(), *buf._states, buf.advantages, buf.last_actions, self.returns, *self.state]
+
+    def statistics(self) -> dict[str, Tensor]:
+        means = self.stats / (self.cfg.num_epochs * self.cfg.num_minibatches)
+        steps = self.cfg.steps_per_env * self.num_envs
+        return {**dict(zip(self.stat_names, means.unbind(), strict=True)), **self.optim.skipped_and_lr(),
+                "reward_per_agent_step": self.reward_total.double() / steps}

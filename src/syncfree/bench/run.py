@@ -1,0 +1,185 @@
+"""`syncfree bench`: configurations of the perf switches timed side by side, counted, and set against a compute floor.
+
+Timing rules: warm-up first; configurations interleaved (A B C A B C ...) for several repeats, with the same
+seeds; medians, extremes and per-repeat ratios reported. Counts (host syncs, ops, allocations) come from a
+separate, untimed iteration: a dispatch mode slows everything it watches.
+
+Tasks with a recurrent policy (grid-arena) train with the recurrent algorithm (`syncfree.algo.recurrent`): sizes
+count MettaGrid simulations (as `env.num_envs` does), steps are agent steps (simulations x `env.grid.agents_per_env`
+x `ppo.steps_per_env` per iteration), the ablation rows cover only the switches that algorithm reads
+(`syncfree.algo.recurrent.SWITCHES_READ`), everything runs eagerly, and each size also reports MettaGrid's own
+env-only speed and the adapter's at the same settings.
+
+The parts: `config` (profiles, sizes), `matrix` (the configurations), `timing` (seconds and counts of a runner's
+iterations), `floor` (the compute floor), `envs` (env-only loops), `report` (JSON, markdown, plots); this module
+runs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import platform
+import statistics
+import time
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from syncfree.algo.recurrent import SWITCHES_READ
+from syncfree.bench.config import BenchConfig, is_recurrent, train_config
+from syncfree.bench.envs import env_only
+from syncfree.bench.floor import Floor, make_floor
+from syncfree.bench.matrix import bench_configurations
+from syncfree.bench.timing import count_iteration, summarize, tensor_bytes, time_iterations, time_phases
+from syncfree.core.device import resolve_device
+from syncfree.core.memory import live_bytes, peak_resident_bytes
+from syncfree.core.switches import PerfConfig
+from syncfree.train.runner import Runner
+
+
+def interleave(runners: dict[str, Runner], floor: Floor, bench: BenchConfig,
+               progress: tqdm | None = None) -> tuple[dict[str, list[float]], dict[str, float], int]:
+    """Seconds per iteration of every runner, repeat by repeat (A B C ... A B C ...), and the median floor.
+
+    Each measurement runs enough iterations to last `min_seconds` (at least `iterations`), judged from the
+    optimized runner's speed so every configuration runs the same count.
+    """
+    per_iteration = time_iterations(runners["optimized"], 1)
+    iterations = max(bench.iterations, math.ceil(bench.min_seconds / per_iteration))
+    times: dict[str, list[float]] = {name: [] for name in runners}
+    floors = []
+    for _ in range(bench.repeats):
+        for name, runner in runners.items():
+            times[name].append(time_iterations(runner, iterations))
+            if progress is not None:
+                progress.update(1)
+        floors.append(floor.measure())
+    floor_median = {key: statistics.median(f[key] for f in floors) for key in floors[0]}
+    return times, floor_median, iterations
+
+
+def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfConfig]],
+               progress: tqdm) -> dict[str, Any]:
+    """Every configuration at one size: interleaved timing, counts, phases, memory, floor."""
+    runners: dict[str, Runner] = {}
+    memory: dict[str, dict[str, float]] = {}
+    warmup_seconds: dict[str, float] = {}
+    """Untimed warm-up iterations, compile time included (graphs another configuration compiled are reused)."""
+    for name, perf in configs:
+        cfg = train_config(bench, num_envs, perf)
+        if cfg.device != "cpu" and torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats()
+        runner = Runner(cfg)
+        started = time.perf_counter()
+        time_iterations(runner, bench.warmup)
+        warmup_seconds[name] = time.perf_counter() - started
+        runners[name] = runner
+        memory[name] = {"tensor_bytes": tensor_bytes(runner), "bytes_per_env": tensor_bytes(runner) / num_envs}
+        if runner.env.num_envs != num_envs:  # agents of multi-agent simulations
+            memory[name]["bytes_per_agent"] = tensor_bytes(runner) / runner.env.num_envs
+        if runner.device.type == "cuda":
+            memory[name]["cuda_max_allocated"] = torch.cuda.max_memory_allocated(runner.device)
+        progress.update(1)
+    floor = make_floor(bench, num_envs)
+    live_after_warmup = live_bytes(runners["optimized"].device)
+    times, floor_time, iterations = interleave(runners, floor, bench, progress)
+    live_after_timing = live_bytes(runners["optimized"].device)
+    first = next(iter(runners.values()))
+    steps_per_iteration = first.cfg.ppo.steps_per_env * first.env.num_envs
+    rows = {}
+    for name, runner in runners.items():
+        row = summarize(times[name], times["baseline"], steps_per_iteration)
+        row["efficiency"] = floor_time["total"] / statistics.median(times[name])
+        row["counts"] = count_iteration(runner)
+        row["phase_seconds"] = time_phases(runner)
+        row["memory"] = memory[name]
+        row["warmup_seconds"] = warmup_seconds[name]
+        rows[name] = row
+        progress.update(1)
+    out = {"num_envs": num_envs, "steps_per_iteration": steps_per_iteration, "floor_seconds": floor_time,
+           "iterations_per_measurement": iterations,
+           "live_bytes": {"after_warmup": live_after_warmup, "after_timing": live_after_timing,
+                          "timed_iterations_per_config": bench.repeats * iterations},
+           "floor_steps_per_s": steps_per_iteration / floor_time["total"], "configs": rows}
+    if is_recurrent(bench.task):
+        out["num_agents"] = first.env.num_envs
+        out["env_only"] = env_only(bench, num_envs, bench.repeats)
+    return out
+
+
+def bench_scaling(bench: BenchConfig, progress: tqdm) -> list[dict[str, Any]]:
+    """Steps/s of baseline and optimized, and the floor, against the number of envs."""
+    points = []
+    for num_envs in bench.scaling:
+        runners = {name: Runner(train_config(bench, num_envs, perf))
+                    for name, perf in bench_configurations(dataclasses.replace(bench, ablations=False, rows=[]))}
+        for runner in runners.values():
+            time_iterations(runner, bench.warmup)
+        times, floor_time, _ = interleave(runners, make_floor(bench, num_envs), bench)
+        optimized = runners["optimized"]
+        steps = optimized.cfg.ppo.steps_per_env * optimized.env.num_envs
+        point = {"num_envs": num_envs, "floor_steps_per_s": steps / floor_time["total"]}
+        for name, ts in times.items():
+            median = statistics.median(ts)
+            point[name] = {"steps_per_s": steps / median, "efficiency": floor_time["total"] / median}
+        if is_recurrent(bench.task):
+            point["num_agents"] = optimized.env.num_envs
+            point["env_only"] = env_only(bench, num_envs, bench.repeats)
+        points.append(point)
+        progress.update(1)
+    return points
+
+
+def run(bench: BenchConfig) -> dict[str, Any]:
+    bench = bench.resolved()
+    if bench.threads:
+        torch.set_num_threads(bench.threads)
+    configs = bench_configurations(bench)
+    per_size = 2 * len(configs) + bench.repeats * len(configs)
+    progress = tqdm(total=per_size * len(bench.num_envs) + len(bench.scaling), unit="step", desc="bench",
+                    dynamic_ncols=True)
+    started = time.time()
+    sizes = [bench_size(bench, n, configs, progress) for n in bench.num_envs]
+    scaling = bench_scaling(bench, progress)
+    progress.close()
+    device = str(resolve_device(bench.device))
+    cfg = train_config(bench, bench.num_envs[0], PerfConfig())
+    out = {
+        "bench": dataclasses.asdict(bench),
+        "machine": machine_info(device),
+        "train": dataclasses.asdict(cfg.ppo),
+        "sizes": sizes,
+        "scaling": scaling,
+        "peak_rss_bytes": peak_resident_bytes(),
+        "wall_seconds": time.time() - started,
+        "notes": "Counts see eager code only (a dispatch mode stops dynamo from compiling what it watches): a "
+                 "compiled configuration is counted with its hot functions run eagerly.",
+    }
+    if is_recurrent(bench.task):
+        out["recurrent"] = {"agents_per_env": cfg.env.grid.agents_per_env, "grid": dataclasses.asdict(cfg.env.grid),
+                            "switches_read": list(SWITCHES_READ)}
+    return out
+
+
+def machine_info(device: str) -> dict[str, Any]:
+    """What the figures were measured on."""
+    info = {"device": device, "torch": torch.__version__, "python": platform.python_version(),
+            "processor": _cpu_model(), "cpu_count": len(os.sched_getaffinity(0)),
+            "torch_threads": torch.get_num_threads()}
+    if device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

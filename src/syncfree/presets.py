@@ -1,0 +1,54 @@
+"""Per-task presets: the hyperparameters `syncfree train --task T` starts from."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from syncfree.config import PPOConfig, TrainConfig
+
+
+def preset(task: str, size: Literal["default", "small"] = "default") -> TrainConfig:
+    """Default hyperparameters per task; `small` is the quick preset tests use (g1-track)."""
+    cfg = TrainConfig(task=task)
+    if task.startswith("cartpole"):
+        cfg.env.num_envs = 64
+        cfg.ppo = PPOConfig(steps_per_env=32, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.99)
+        cfg.iterations = 150
+        cfg.perf.compile = "off"  # a 14 s run: compiling (15-30 s here) would cost more than it saves
+    elif task == "pendulum":
+        cfg.env.num_envs = 256
+        cfg.ppo = PPOConfig(steps_per_env=32, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.95)
+        cfg.iterations = 300
+    elif task == "point-mass":
+        cfg.env.num_envs = 4096
+        cfg.policy.actor_hidden, cfg.policy.critic_hidden = [128, 128], [128, 128]
+        cfg.ppo = PPOConfig(steps_per_env=24, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.99)
+        cfg.iterations = 50
+    elif task.startswith("gym:"):  # Gymnasium envs step on the host, one core: few envs, longer rollouts
+        cfg.env.num_envs = 16
+        cfg.policy.actor_hidden, cfg.policy.critic_hidden = [256, 256], [256, 256]
+        cfg.ppo = PPOConfig(steps_per_env=64, num_epochs=5, num_minibatches=4, learning_rate=3e-4, gamma=0.99)
+        cfg.iterations = 300
+    elif task == "grid-arena":
+        cfg.env.num_envs = 16  # MettaGrid simulations (x 4 agents)
+        cfg.policy.kind = "recurrent"
+        cfg.ppo = PPOConfig(steps_per_env=32, num_epochs=4, num_minibatches=4, learning_rate=3e-3,
+                            schedule="fixed", gamma=0.99, lam=0.95, entropy_coef=0.01, value_loss_coef=0.5,
+                            max_grad_norm=0.5, bptt_horizon=16)
+        cfg.iterations = 100
+        cfg.save_every = 25
+        cfg.perf.compile = "off"
+    elif task == "g1-track":
+        cfg.env.num_envs = 4096
+        cfg.policy.actor_hidden, cfg.policy.critic_hidden = [512, 256, 128], [512, 256, 128]
+        cfg.policy.init_std = 0.5  # at 1.0 the action-rate penalty outweighs tracking and ending episodes pays
+        cfg.ppo = PPOConfig(steps_per_env=24, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.99,
+                            entropy_coef=0.005)
+        cfg.iterations = 1000
+        if size == "small":
+            cfg.env.num_envs = 32
+            cfg.policy.actor_hidden, cfg.policy.critic_hidden = [64, 64], [64, 64]
+            cfg.ppo.steps_per_env, cfg.ppo.num_epochs, cfg.ppo.num_minibatches = 8, 1, 2
+            cfg.iterations = 4
+            cfg.perf.compile = "off"  # 4 iterations: compiling g1-track's graphs takes about a minute
+    return cfg

@@ -1,0 +1,334 @@
+"""The training loop, one for every algorithm: rollout, advantages, update, one host transfer, log, save.
+
+`Runner` builds the env, the policy and the algorithm a config asks for (`FeedForwardPPO` for MLP and token
+policies, `RecurrentPPO` for recurrent ones), and drives them; the algorithm owns storage, the rollout step's two
+halves, advantages and the update (`syncfree.algo.base`). Everything the host needs from an iteration (the
+algorithm's statistics, the monitors' buffers, the env's log, with several processes the ranks' shared flags)
+reaches it in one named transfer (`syncfree.core.transfer`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from syncfree.algo.base import Algorithm
+from syncfree.algo.feedforward import FeedForwardPPO
+from syncfree.algo.recurrent import RecurrentPPO
+from syncfree.config import TrainConfig, to_dict, validate
+from syncfree.core.device import resolve_device, set_deterministic
+from syncfree.core.memory import retain_freed_memory
+from syncfree.core.transfer import HostTransfer
+from syncfree.envs import VecEnv, make_env
+from syncfree.envs.tasks import check_task
+from syncfree.errors import NonFiniteError, UserError
+from syncfree.policy.actor_critic import set_autocast
+from syncfree.policy.build import build_policy, obs_dim, obs_dims, teacher_from_checkpoint
+from syncfree.train import checkpoint
+from syncfree.train.distributed import Distributed, NormalizerSync, running_norms
+from syncfree.train.logger import RunLogger
+from syncfree.train.monitors import StepMonitors
+
+
+class Runner:
+    """PPO on one process, or on one rank of several (`dist`; by default the initialized process group, if
+    any, see `syncfree.train.distributed`)."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path | None = None, env: VecEnv | None = None,
+                 dist: Distributed | None = None) -> None:
+        self.cfg = validate(cfg)
+        self.dist = dist or Distributed.current()
+        """None in a single process: then no collective runs and nothing below differs from one process."""
+        self.rank = self.dist.rank if self.dist is not None else 0
+        self.world_size = self.dist.world_size if self.dist is not None else 1
+        self.is_main = self.rank == 0
+        if cfg.policy.kind == "recurrent" and self.dist is not None:
+            raise UserError("policy.kind=recurrent trains in one process; several processes (torchrun) are not "
+                            "supported for it")
+        self.device = resolve_device(cfg.device, self.dist.local_rank if self.dist is not None else None)
+        set_deterministic(cfg.perf.deterministic)
+        checkpoint.seed_everything(cfg.seed + self.rank)
+        if cfg.perf.retain_host_memory:
+            retain_freed_memory()
+        if env is not None and cfg.policy.kind != "recurrent" and env.num_envs != cfg.env.num_envs:
+            raise UserError(f"env: {type(env).__name__} has {env.num_envs} envs but env.num_envs={cfg.env.num_envs}")
+        self._owns_env = env is None
+        self.env = env or make_task_env(cfg, cfg.env.num_envs, self.device, cfg.seed + self.rank)
+        self.algorithm = make_algorithm(cfg, self.env, self.device, self.dist)
+        self.policy = self.algorithm.policy
+        self.phases = self.algorithm.phases
+        """Attach a recorder (`syncfree.core.phases`) to time or count each phase of the hot loop."""
+        self.monitors = StepMonitors(cfg.ppo.steps_per_env, self.env.num_envs, self.device, cfg.perf)
+        self.steps_per_iteration = self.algorithm.steps_per_env * self.env.num_envs * self.world_size
+        """Env steps (agent steps) of one iteration, all ranks together."""
+
+        self.transfer = HostTransfer()
+        """The iteration's one host read: the algorithm's statistics, the monitors' buffers, the env's log."""
+        self.transfer.register("algo", self.algorithm.statistics)
+        self.transfer.register("episodes", self.monitors.episodes.device_payload)
+        self.transfer.register("nonfinite", self.monitors.nonfinite.device_payload)
+        self.transfer.register("env", self.env.pop_log)
+        self.norm_sync: NormalizerSync | None = None
+        self._env_takes_reduce = False
+        if self.dist is not None:
+            self.dist.broadcast_module(self.policy)
+            self.norm_sync = NormalizerSync(running_norms(self.policy), self.dist)
+            self._env_takes_reduce = "reduce" in inspect.signature(self.env.end_iteration).parameters
+            self._shared = torch.zeros(len(self.algorithm.stat_names) + 2, device=self.device)
+            """Per-iteration all-reduce: summed losses, any rank's non-finite flag, any rank's stop request."""
+            self.transfer.register("ranks", lambda: self._shared)
+
+        self.obs = self.env.reset()
+        self.algorithm.reset_episodes()
+        self.iteration = 0
+        self.env_steps = 0
+        """Env steps of all ranks."""
+        self.run_dir = run_dir if self.is_main else None
+        """Only rank 0 writes metrics and checkpoints."""
+        self.stop_requested = False
+        """Set from a signal handler: the loop finishes the current iteration, saves, and returns (with several
+        processes: once any rank asked, all stop after the same iteration)."""
+        self._stop_agreed = False
+        self.logger = (RunLogger(self.run_dir, cfg.log.tensorboard, cfg.log.wandb, to_dict(cfg))
+                       if self.run_dir is not None else None)
+
+    def learn(self) -> dict[str, Any]:
+        """Train until `cfg.iterations`; returns the last iteration's record."""
+        cfg, algorithm, record = self.cfg, self.algorithm, {}
+        set_deterministic(cfg.perf.deterministic)  # a process-wide setting: other runners may have changed it
+        bar = tqdm(total=cfg.iterations, initial=self.iteration, disable=not cfg.log.progress or not self.is_main,
+                   unit="it", dynamic_ncols=True)
+        while self.iteration < cfg.iterations and not self.stopping():
+            start = time.perf_counter()
+            algorithm.begin_rollout()
+            with torch.inference_mode():
+                for t in range(algorithm.steps_per_env):
+                    self.rollout_step(t)
+                if self.norm_sync is not None:
+                    self.norm_sync.merge()
+                algorithm.compute_returns(self.obs)
+            self.end_env_iteration()
+            algorithm.update(progress=self.iteration / max(cfg.iterations, 1))
+            with self.phases("logging"):
+                host = self.read_iteration()  # the iteration's only host transfer
+                self.iteration += 1
+                self.env_steps += self.steps_per_iteration
+                record = self.finish_iteration(host, time.perf_counter() - start)
+            bar.set_postfix(steps_per_s=f"{record['steps_per_s']:.0f}", **progress_value(record), refresh=False)
+            bar.update(1)
+            if self.iteration % cfg.save_every == 0 or self.iteration == cfg.iterations or self.stopping():
+                self.save()
+        bar.close()
+        return record
+
+    def rollout_step(self, t: int) -> None:
+        """Act, step the env, record: device tensors only."""
+        actions = self.algorithm.act(self.obs, t)
+        with self.phases("env"):
+            step = self.env.step(actions)
+        self.algorithm.record(t, step)
+        with self.phases("stats"):
+            self.monitors.record(t, step)
+        self.obs = step.obs
+
+    def stopping(self) -> bool:
+        """A stop was requested: on this process, or with several processes on any rank (agreed each iteration,
+        so that all ranks leave the loop after the same iteration)."""
+        return self.stop_requested if self.dist is None else self._stop_agreed
+
+    def end_env_iteration(self) -> None:
+        if self._env_takes_reduce:
+            self.env.end_iteration(reduce=self.reduce_env_statistics)
+        else:
+            self.env.end_iteration()
+
+    def reduce_env_statistics(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Passed to `VecEnv.end_iteration` with several processes: sums `tensor` over ranks in place."""
+        return self.dist.all_reduce(tensor, "env statistics (VecEnv.end_iteration)")
+
+    def read_iteration(self) -> dict[str, np.ndarray]:
+        """Everything the host needs from the iteration, in one transfer (with several processes, after one
+        all-reduce of the losses, any rank's non-finite output and any rank's stop request)."""
+        if self.dist is not None:
+            names = self.algorithm.stat_names
+            stats = self.algorithm.statistics()
+            torch.stack([stats[name] for name in names], out=self._shared[: len(names)])
+            self.monitors.nonfinite.any_bad(out=self._shared[len(names)])
+            self._shared[len(names) + 1].fill_(float(self.stop_requested))
+            self.dist.all_reduce(self._shared, "iteration statistics")
+        return self.transfer.read()
+
+    def finish_iteration(self, host: dict[str, np.ndarray], seconds: float) -> dict[str, Any]:
+        """Read the transfer by name: stop on non-finite env output, update the episode statistics, log."""
+        stats = {name.removeprefix("algo/"): float(value) for name, value in host.items() if name.startswith("algo/")}
+        shared = host.get("ranks")
+        names = self.algorithm.stat_names
+        if shared is not None:  # losses averaged over ranks
+            stats.update(zip(names, (shared[: len(names)] / self.world_size).tolist(), strict=True))
+            self._stop_agreed = bool(shared[-1] > 0)
+        first_bad = self.monitors.nonfinite.end_iteration(host.get("nonfinite"))
+        where = f"rank {self.rank}: " if self.dist is not None else ""
+        if first_bad is not None:
+            step, envs = first_bad
+            shown = ", ".join(map(str, envs[:8])) + (f", ... ({len(envs)} envs)" if len(envs) > 8 else "")
+            raise NonFiniteError(f"{where}iteration {self.iteration}: non-finite observation or reward from env ids "
+                                 f"[{shown}] at rollout step {step}; stopped, last good checkpoint kept")
+        if shared is not None and shared[len(names)] > 0:
+            raise NonFiniteError(f"{where}iteration {self.iteration}: another rank's envs produced a non-finite "
+                                 "observation or reward (its error names them); stopped, last good checkpoint kept")
+        episodes = self.monitors.episodes
+        episodes.end_iteration(host.get("episodes"))
+        record: dict[str, Any] = {"iteration": self.iteration, "env_steps": self.env_steps,
+                                  "steps_per_s": self.steps_per_iteration / seconds, "iteration_seconds": seconds,
+                                  "episodes": len(episodes.iteration_episodes), **episodes.summary()}
+        record.update({name.removeprefix("env/"): float(value) for name, value in host.items()
+                       if name.startswith("env/") and not math.isnan(value)})  # NaN: no sample this iteration
+        record.update(stats)
+        record["skipped_steps"] = int(stats["skipped_steps"])
+        if self.logger is not None:
+            self.logger.log(record)
+        return record
+
+    # -- checkpoints -------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "format": checkpoint.FORMAT_VERSION,
+            "config": to_dict(self.cfg),
+            "task": self.cfg.task,
+            "obs_dims": obs_dims(self.policy, self.env),
+            "action_spec": (self.env.action_spec.kind, self.env.action_spec.size),
+            "num_envs": self.env.num_envs,
+            "world_size": self.world_size,
+            "iteration": self.iteration,
+            "env_steps": self.env_steps,
+            "policy": self.policy.state_dict(),
+            "ppo": self.algorithm.state_dict(),
+            "env": self.env.state_dict() if self.env.saveable else None,
+            "obs": {k: v.clone() for k, v in self.obs.items()},
+            "episodes": self.monitors.episodes.state_dict(),
+            "rng": checkpoint.rng_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any], source: str = "checkpoint", resume: bool = True) -> None:
+        """Load a checkpoint. `resume`: training continues from it, so it must come from as many processes (and
+        envs) as this run has (False when only the policy is wanted, as in evaluation).
+
+        With several processes every rank reads the same file: trainer state (policy, optimizer, learning rate,
+        iteration) on all ranks, env state, last observations and RNG states (rank 0's, as saved) on rank 0 only;
+        the other ranks' envs start new episodes and their RNGs are reseeded from (seed, rank, iteration). Envs
+        that cannot be saved (MettaGrid, Gymnasium, Isaac Lab) start new episodes; everything else continues
+        exactly."""
+        if resume:
+            saved = state.get("world_size", 1)
+            if saved != self.world_size:
+                raise UserError(f"{source}: written by {saved} process{'es' if saved != 1 else ''} (world size "
+                                f"{saved}) but this run has world size {self.world_size}; resume it with "
+                                f"{saved} process{'es' if saved != 1 else ''}")
+            if self.cfg.policy.kind == "recurrent" and state.get("num_envs") != self.env.num_envs:
+                raise UserError(f"{source}: written with {state.get('num_envs')} agents but this run has "
+                                f"{self.env.num_envs} (env.num_envs x env.grid.agents_per_env); resume with the "
+                                "same")
+        check_compatible(state, self, source)
+        try:
+            self.policy.load_state_dict(state["policy"])
+        except RuntimeError as e:
+            lines = str(e).strip().splitlines()
+            detail = lines[1].strip() if len(lines) > 1 else lines[0]
+            raise UserError(f"{source}: policy does not fit this config ({detail})") from None
+        self.algorithm.load_state_dict(state["ppo"])
+        self.iteration, self.env_steps = state["iteration"], state["env_steps"]
+        if not self.is_main:
+            self.reset_env()
+            checkpoint.seed_everything(self.cfg.seed + self.rank + 1_000_003 * self.iteration)
+        else:
+            self.monitors.episodes.load_state_dict(state["episodes"])
+            if state["env"] is not None and self.env.saveable:
+                with torch.inference_mode(False):
+                    self.env.load_state_dict(state["env"])
+                self.obs = {k: v.to(self.device) for k, v in state["obs"].items()}
+            else:
+                self.reset_env()  # external envs cannot be saved: they start new episodes
+            checkpoint.set_rng_state(state["rng"])
+        if self.dist is not None:
+            self.dist.broadcast_module(self.policy)
+            self.norm_sync.snapshot()
+
+    def reset_env(self) -> None:
+        """New episodes everywhere."""
+        self.obs = self.env.reset()
+        self.algorithm.reset_episodes()
+
+    def save(self) -> Path | None:
+        if self.run_dir is None:
+            return None
+        return checkpoint.save_run(self.state_dict(), self.run_dir, self.iteration)
+
+    def close(self) -> None:
+        if self.logger is not None:
+            self.logger.close()
+        close_env = getattr(self.env, "close", None)
+        if self._owns_env and close_env is not None:  # an env passed in stays its owner's to close
+            close_env()
+
+
+def make_task_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
+    """`num_envs` envs of `cfg.task` with the options its config gives (grid-arena: `num_envs` simulations)."""
+    check_task(cfg.task)
+    return make_env(cfg.task, num_envs, device, seed, cfg.env.max_episode_length, robot=cfg.env.robot,
+                    motions=cfg.env.motions, backend=cfg.env.backend, tokenizer=cfg.policy.kind == "token",
+                    perf=cfg.perf, grid=cfg.env.grid)
+
+
+def make_algorithm(cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Distributed | None) -> Algorithm:
+    """The policy `cfg.policy` describes, on `device`, and the algorithm that trains it on `env`."""
+    if cfg.policy.kind == "recurrent":
+        emit = RecurrentPPO.full_log_probs_needed(cfg.losses, cfg.ppo, cfg.perf)
+        policy = build_policy(cfg, env, emit_full_log_probs=emit).to(device)
+        teacher = None
+        if cfg.losses.teacher:
+            state = checkpoint.load(cfg.losses.teacher)
+            teacher = teacher_from_checkpoint(state, env, cfg.losses.teacher).to(device)
+        tokens = env.obs_shapes["policy"]
+        return RecurrentPPO(policy, cfg.ppo, cfg.losses, cfg.perf, env.num_envs, tokens,
+                            min(tokens[0], cfg.policy.recurrent.max_tokens or tokens[0]), device, teacher=teacher,
+                            env_teacher=scripted_teacher(env) if cfg.losses.supervised > 0 else None)
+    policy = build_policy(cfg, env).to(device)
+    set_autocast(policy, cfg.perf.autocast, device)
+    return FeedForwardPPO(policy, cfg.ppo, cfg.perf, env.num_envs, obs_dim(env, "critic"), env.action_spec, device,
+                          dist=dist)
+
+
+def scripted_teacher(env: VecEnv):
+    """The scripted teacher of the grid-arena `mines` map (the `supervised` loss imitates it)."""
+    # imports mettagrid: only when asked for
+    from syncfree.envs.adapters.mettagrid_teacher import MinesTeacher
+
+    return MinesTeacher.from_env(env)
+
+
+def check_compatible(state: dict[str, Any], runner: Runner, source: str) -> None:
+    """A checkpoint must match the task's observation and action shapes and the env count."""
+    env = runner.env
+    expected = {"task": runner.cfg.task, "obs_dims": obs_dims(runner.policy, env),
+                "action_spec": (env.action_spec.kind, env.action_spec.size), "num_envs": env.num_envs}
+    for key, value in expected.items():
+        got = state.get(key)
+        if isinstance(got, list):
+            got = tuple(got)
+        if got != value:
+            raise UserError(f"{source}: {key} is {got!r} but this run has {value!r}")
+
+
+def progress_value(record: dict[str, Any]) -> dict[str, str]:
+    """The progress bar's learning figure: the mean return, or for multi-agent runs the reward per agent step."""
+    if "reward_per_agent_step" in record:
+        return {"reward": f"{record['reward_per_agent_step']:.3f}"}
+    return {"mean_return": f"{record.get('mean_return', float('nan')):.1f}"}
