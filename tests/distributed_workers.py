@@ -145,3 +145,51 @@ def _dead_rank_worker(rank: int, tmp: str) -> None:
         outcome = f"{type(e).__name__}: {e}"
     (Path(tmp) / f"rank{rank}.txt").write_text(f"{time.monotonic() - start:.1f}\n{outcome}")
     dist.destroy_process_group()  # as the command line does on its way out
+
+
+def grid_config(iterations: int):
+    """The recurrent algorithm on 2 MettaGrid simulations x 4 agents per rank, 8 steps in rows of 4."""
+    import dataclasses
+
+    from syncfree.presets import preset
+
+    cfg = preset("grid-arena")
+    cfg.seed, cfg.iterations, cfg.log.progress = 5, iterations, False
+    cfg.env.num_envs, cfg.env.grid.max_steps = 2, 16
+    cfg.policy.recurrent = dataclasses.replace(cfg.policy.recurrent, hidden=16, embed_dim=8, encoder_hidden=16)
+    cfg.ppo = dataclasses.replace(cfg.ppo, steps_per_env=8, bptt_horizon=4, num_epochs=2, num_minibatches=2)
+    return cfg
+
+
+def _two_rank_grid_worker(rank: int, tmp: str) -> None:
+    """The recurrent algorithm on 2 ranks: 2 iterations, then one minibatch and one iteration counted, then a
+    resume of the 2-process checkpoint."""
+    _join(tmp, rank, timeout=60)
+    out: dict = {}
+    try:
+        trainer = Runner(grid_config(2), run_dir=Path(tmp) / f"grid{rank}")
+        out["record"] = trainer.learn()
+        out["vectors"] = _gather(_policy_vector(trainer))
+        algorithm = trainer.algorithm
+        batch = algorithm.minibatch(0, algorithm.buffer.segments // 2, 1.0)
+        with count_syncs() as update:
+            loss, _, kl_mean = algorithm.minibatch_loss(batch)
+            algorithm.optim.zero_grad()
+            loss.backward()
+            algorithm.optim.step(kl_mean)
+        out["update_counts"] = (update.syncs, update.ops["c10d::allreduce_"])
+        trainer.cfg.iterations, trainer.run_dir = 3, None
+        with count_syncs() as iteration:
+            trainer.learn()
+        out["iteration_syncs"] = iteration.syncs
+        out["after_counted"] = _gather(_policy_vector(trainer))
+        trainer.close()
+        resumed = Runner(grid_config(3))
+        resumed.load_state_dict(checkpoint.load(Path(tmp) / "grid0" / "latest.pt"))
+        out["resumed_at"] = resumed.iteration
+        resumed.learn()
+        out["resumed_trained"] = _gather(_policy_vector(resumed))
+        resumed.close()
+    finally:
+        torch.save(out, Path(tmp) / f"grid_rank{rank}.pt")
+        dist.destroy_process_group()

@@ -21,6 +21,7 @@ from distributed_workers import (
     ROLLOUT_FIELDS,
     WORLD,
     _dead_rank_worker,
+    _two_rank_grid_worker,
     _two_rank_worker,
     equivalence_config,
     identity_order,
@@ -156,6 +157,25 @@ def test_two_rank_update_equals_single_process_update_on_the_combined_rollout(tw
     moved = max((a - b).abs().max().item() for a, b in zip(ref["updated"], ref["before"], strict=True))
     assert moved > 100 * TOLERANCE  # the update did move the parameters
     torch.testing.assert_close(r0["update_stats"][-1], ref["update_stats"][-1])  # learning rate
+
+
+def test_the_recurrent_algorithm_trains_on_two_ranks(tmp_path: Path) -> None:
+    """grid-arena on 2 gloo ranks: parameters and Adam moments stay bitwise equal across ranks, a minibatch is one
+    all-reduce and no host read, an iteration one host read, agent steps count both ranks, only rank 0 writes, and
+    the 2-process checkpoint resumes on 2 processes."""
+    pytest.importorskip("mettagrid")
+    mp.start_processes(_two_rank_grid_worker, args=(str(tmp_path),), nprocs=WORLD, start_method="spawn")
+    r0, r1 = (torch.load(tmp_path / f"grid_rank{r}.pt", weights_only=False) for r in range(WORLD))
+    v0, v1 = r0["vectors"]
+    assert v0.numel() > 1000 and torch.equal(v0, v1)
+    assert torch.equal(*r0["after_counted"])
+    assert r0["update_counts"] == r1["update_counts"] == (0, 1)
+    assert r0["iteration_syncs"] == r1["iteration_syncs"] == 1
+    assert r0["record"]["env_steps"] == 2 * WORLD * 8 * 8  # iterations x ranks x agents per rank x steps
+    assert 0 <= r0["record"]["reward_per_agent_step"] <= 1
+    assert not (tmp_path / "grid1").exists()
+    assert checkpoint.load(tmp_path / "grid0" / "latest.pt")["world_size"] == WORLD
+    assert r0["resumed_at"] == r1["resumed_at"] == 2 and torch.equal(*r0["resumed_trained"])
 
 
 def test_a_dead_rank_makes_the_other_fail_with_a_clear_error(tmp_path: Path) -> None:

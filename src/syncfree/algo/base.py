@@ -13,13 +13,34 @@ no host read, nothing allocated that a preallocated buffer could hold.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, Protocol
 
 from torch import Tensor, nn
 
 from syncfree.algo.optim import PolicyOptimizer
 from syncfree.core.phases import Phases
 from syncfree.envs.api import StepResult
+
+
+class StepObserver(Protocol):
+    """Bookkeeping that reads every env step beside the algorithm (the runner's episode statistics and non-finite
+    check). The algorithm runs it from its own record step, so that a compiled record step stays one graph."""
+
+    fused: bool
+    """Whether `record_rows` is a pure function of device tensors that a record step may run inside itself; if
+    not, the algorithm calls `record` after its own record step."""
+
+    def rows(self, t: int) -> tuple[Tensor, ...]:
+        """Where step `t` is written (views made once: a compiled step takes them as inputs)."""
+        ...
+
+    def record_rows(self, step: StepResult, rows: tuple[Tensor, ...]) -> None:
+        """Record one step into `rows`: device tensors only."""
+        ...
+
+    def record(self, t: int, step: StepResult) -> None:
+        """Record step `t` by whichever path the observer's switches choose."""
+        ...
 
 
 class Algorithm(ABC):
@@ -42,6 +63,8 @@ class Algorithm(ABC):
     """Env rows the algorithm acts for (agents, for multi-agent envs)."""
     switches_read: tuple[str, ...] | None = None
     """The `PerfConfig` switches this algorithm (with its env and policy) reads; None: all of them."""
+    observer: StepObserver | None = None
+    """Run at every `record` (set by the runner: its monitors)."""
 
     def begin_rollout(self) -> None:  # noqa: B027 - optional hook
         """Before the first `act` of an iteration."""
@@ -52,7 +75,8 @@ class Algorithm(ABC):
 
     @abstractmethod
     def record(self, t: int, step: StepResult) -> None:
-        """Store the env's side of rollout step `t` (rewards, dones, the next observation's statistics)."""
+        """Store the env's side of rollout step `t` (rewards, dones, the next observation's statistics), and run the
+        observer on it."""
 
     @abstractmethod
     def compute_returns(self, obs: dict[str, Tensor]) -> None:

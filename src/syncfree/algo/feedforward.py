@@ -88,17 +88,24 @@ class FeedForwardPPO(Algorithm):
         return act.actions
 
     def record(self, t: int, step: StepResult) -> None:
-        row, phase = self.storage.rows[t], self.phases
+        row, phase, observer = self.storage.rows[t], self.phases, self.observer
         bootstrap_values = self.final_values(step)
         if self.perf.compile != "off":
-            with phase("store"):
-                self._record_step(step.obs, step.reward, step.terminated, step.truncated, bootstrap_values, row)
+            fused = observer is not None and observer.fused
+            with phase("stats"):  # one graph: normalizers, storage and the observer's bookkeeping
+                self._record_step(step, bootstrap_values, row, observer.rows(t) if fused else None)
+            if observer is not None and not fused:  # the conventional monitors read the host: outside the graph
+                with phase("stats"):
+                    observer.record(t, step)
             return
         with phase("normalizer"):
             self.update_normalizers(step.obs)
         with phase("store"):
             done = torch.logical_or(step.terminated, step.truncated, out=self._done)
             store_env(row, step.reward, done, step.truncated, self.cfg.gamma, bootstrap_values)
+        if observer is not None:
+            with phase("stats"):
+                observer.record(t, step)
 
     def act_step(self, obs: dict[str, Tensor], row: StepRow) -> Tensor:
         """Normalize, act, sample and store the policy's side of one step; returns the actions."""
@@ -107,12 +114,15 @@ class FeedForwardPPO(Algorithm):
         store_policy(row, actor_obs, obs["critic"], act)
         return act.actions
 
-    def record_step(self, obs: dict[str, Tensor], reward: Tensor, terminated: Tensor, truncated: Tensor,
-                    bootstrap_values: Tensor | None, row: StepRow) -> None:
-        """Normalizer updates and the env's side of the storage of one step."""
-        self.update_normalizers(obs)
-        done = torch.logical_or(terminated, truncated, out=self._done)
-        store_env(row, reward, done, truncated, self.cfg.gamma, bootstrap_values)
+    def record_step(self, step: StepResult, bootstrap_values: Tensor | None, row: StepRow,
+                    observed: tuple[Tensor, ...] | None) -> None:
+        """Normalizer updates, the env's side of the storage and (given its rows) the observer's bookkeeping of one
+        step."""
+        self.update_normalizers(step.obs)
+        done = torch.logical_or(step.terminated, step.truncated, out=self._done)
+        store_env(row, step.reward, done, step.truncated, self.cfg.gamma, bootstrap_values)
+        if observed is not None:
+            self.observer.record_rows(step, observed)
 
     def update_normalizers(self, obs: dict[str, Tensor]) -> None:
         self.policy.update_normalizers(self.policy.actor_input(obs, out=self._next_actor_obs), obs["critic"])
@@ -188,17 +198,11 @@ class FeedForwardPPO(Algorithm):
         phase, optim = self.phases, self.optim
         with phase("update.forward"):
             loss, parts, kl_mean = self.losses(mb)
-            if optim.adaptive and optim.grad_all_reduce is None:
-                optim.adapt_learning_rate(kl_mean)
         with phase("update.backward"):
             optim.zero_grad()
             loss.backward()
-            if optim.grad_all_reduce is not None:
-                kl_mean = optim.grad_all_reduce(kl_mean)  # the learning rate only matters at the step, below
         with phase("update.optimizer"):
-            if optim.adaptive and optim.grad_all_reduce is not None:
-                optim.adapt_learning_rate(kl_mean)
-            grad_norm = optim.clip_and_step()
+            grad_norm = optim.step(kl_mean)
             with torch.no_grad():
                 self.stats.add_(torch.stack((*parts, grad_norm)))
 

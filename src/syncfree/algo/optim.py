@@ -56,9 +56,20 @@ class PolicyOptimizer:
         self.grad_all_reduce = GradientAllReduce(params, dist) if dist is not None else None
         """With several processes: averages gradients and the minibatch KL over ranks (one collective)."""
         self._skipped_before = torch.zeros_like(self.skipped_steps)
+        self._no_kl = torch.zeros((), device=device)
+        """What rides along the gradient all-reduce when the schedule reads no KL."""
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)
+
+    def step(self, kl_mean: Tensor | None = None) -> Tensor:
+        """After the backward pass: average the gradients (and `kl_mean`) over ranks, adapt the learning rate to
+        the minibatch KL (adaptive schedule), clip the global norm and step; returns the norm."""
+        if self.grad_all_reduce is not None:
+            kl_mean = self.grad_all_reduce(kl_mean if kl_mean is not None else self._no_kl)
+        if self.adaptive:
+            self.adapt_learning_rate(kl_mean)
+        return self.clip_and_step()
 
     def clip_and_step(self) -> Tensor:
         """Clip the global gradient norm and step, skipping (and counting) steps with non-finite gradients."""

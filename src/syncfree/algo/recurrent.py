@@ -19,7 +19,7 @@ from torch import Tensor
 
 from syncfree.algo.base import Algorithm
 from syncfree.algo.losses import LossInputs, build_losses, needed_fields, needs_full_log_probs, teacher_fields
-from syncfree.algo.optim import PolicyOptimizer
+from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.segments import Field, Minibatch, SegmentBuffer, prioritized_beta
 from syncfree.algo.vtrace import vtrace_advantages
 from syncfree.config import LossesConfig, PPOConfig
@@ -46,20 +46,22 @@ class RecurrentPPO(Algorithm):
 
     `losses` picks the losses and their weights; `teacher` is a frozen policy (the `kickstarter` and
     `behavior_cloning` losses read its full log-probabilities, `kickstarter_value` its values), `env_teacher` a
-    scripted teacher (the `supervised` loss imitates its actions)."""
+    scripted teacher (the `supervised` loss imitates its actions). With several processes (`dist`) each rank
+    trains on its own agents' rows and the gradients are averaged over ranks before every step."""
 
     switches_read = SWITCHES_READ
 
     def __init__(self, policy: RecurrentTokenPolicy, cfg: PPOConfig, losses: LossesConfig, perf: PerfConfig,
                  num_agents: int, obs_shape: tuple[int, ...], stored_tokens: int, device: torch.device,
-                 teacher: RecurrentTokenPolicy | None = None, env_teacher: Teacher | None = None) -> None:
+                 teacher: RecurrentTokenPolicy | None = None, env_teacher: Teacher | None = None,
+                 dist: Collective | None = None) -> None:
         self.policy, self.cfg, self.perf, self.device = policy, cfg, perf, device
         self.teacher, self.env_teacher = teacher, env_teacher
         self.phases = Phases()
         self.steps_per_env, self.num_envs = cfg.steps_per_env, num_agents
         self.losses = build_losses(losses, cfg)
         self.stat_names = tuple(name for _, loss in self.losses for name in loss.stats) + TRAINING_STATS
-        self.optim = PolicyOptimizer([p for p in policy.parameters() if p.requires_grad], cfg, perf, device)
+        self.optim = PolicyOptimizer([p for p in policy.parameters() if p.requires_grad], cfg, perf, device, dist)
         """The optimizer, gradient clipping, non-finite step skipping and learning-rate schedule."""
 
         num_actions = policy.num_actions
@@ -138,6 +140,8 @@ class RecurrentPPO(Algorithm):
             torch.add(step.reward, self._bootstrap, alpha=self.cfg.gamma, out=self.reward_in)
             torch.logical_or(step.terminated, step.truncated, out=self.done)
             self.reward_total.add_(step.reward.sum())
+            if self.observer is not None:
+                self.observer.record(t, step)
         self.state = self._next_state
 
     def teacher_step(self, tokens: Tensor, data: dict, last_actions: Tensor | None) -> None:
@@ -187,17 +191,18 @@ class RecurrentPPO(Algorithm):
             for mb in range(p.num_minibatches):
                 with phase("update.forward"):
                     batch = self.minibatch(mb, count, beta)
-                    loss, parts = self.minibatch_loss(batch)
+                    loss, parts, kl_mean = self.minibatch_loss(batch)
                 with phase("update.backward"):
                     optim.zero_grad()
                     loss.backward()
                 with phase("update.optimizer"):
-                    grad_norm = optim.clip_and_step()
+                    grad_norm = optim.step(kl_mean)
                     with torch.no_grad():
                         self.stats.add_(torch.stack((*parts, grad_norm)))
 
-    def minibatch_loss(self, batch: Minibatch) -> tuple[Tensor, list[Tensor]]:
-        """The weighted sum of the enabled losses on a minibatch of rows, and their statistics."""
+    def minibatch_loss(self, batch: Minibatch) -> tuple[Tensor, list[Tensor], Tensor | None]:
+        """The weighted sum of the enabled losses on a minibatch of rows, their statistics, and the approximate KL
+        of the rows (for the adaptive schedule; None with a fixed one)."""
         d = batch.data
         ev = self.policy.evaluate_sequence(d["obs"], d["actions"], batch.initial_state, d["dones"],
                                            d.get("last_actions"))
@@ -207,6 +212,7 @@ class RecurrentPPO(Algorithm):
             value, stats = loss_fn(inputs)
             total = weight * value if total is None else total + weight * value
             parts.extend(stats)
+        kl_mean = None
         if "ratio" in self.buffer.data or self.optim.adaptive:
             with torch.no_grad():
                 log_ratio = ev.log_prob - d["log_prob"]
@@ -214,8 +220,8 @@ class RecurrentPPO(Algorithm):
                 if "ratio" in self.buffer.data:  # V-trace reads the latest policy's ratios at the next epoch
                     self.buffer.data["ratio"].index_copy_(0, batch.indices, ratio)
                 if self.optim.adaptive:
-                    self.optim.adapt_learning_rate(((ratio - 1.0) - log_ratio)[:, :-1].mean())
-        return total, parts
+                    kl_mean = ((ratio - 1.0) - log_ratio)[:, :-1].mean()
+        return total, parts, kl_mean
 
     def storage_tensors(self) -> list[Tensor]:
         """The segment buffer (rows and scratch rows, state snapshots, advantages, last actions), the returns and

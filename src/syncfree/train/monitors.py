@@ -12,38 +12,37 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from syncfree.core.compile import hot
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import StepResult
 
 
 class StepMonitors:
-    """The episode statistics and the non-finite check of every rollout step: with both deferred, one pure
-    function of device tensors per step (`record_rows`; a compiled graph with `perf.compile` on)."""
+    """The episode statistics and the non-finite check of every rollout step (a `syncfree.algo.base.StepObserver`:
+    the algorithm runs them from its record step). With both deferred they are a pure function of device tensors
+    that a compiled record step takes into its graph."""
 
     def __init__(self, steps: int, num_envs: int, device: torch.device, perf: PerfConfig) -> None:
         self.episodes = EpisodeStats(steps, num_envs, device, deferred=perf.deferred_episode_stats)
         self.nonfinite = NonFiniteMonitor(num_envs, device, deferred=perf.deferred_nonfinite_check, steps=steps)
-        self.deferred = self.episodes.deferred and self.nonfinite.deferred
-        self._record_rows = hot(self.record_rows, perf, device)
+        self.fused = self.episodes.deferred and self.nonfinite.deferred
         self._done = torch.zeros(num_envs, dtype=torch.bool, device=device)
 
+    def rows(self, t: int) -> tuple[Tensor, Tensor]:
+        return self.episodes.rows[t], self.nonfinite.step_values[t]
+
+    def record_rows(self, step: StepResult, rows: tuple[Tensor, ...]) -> None:
+        episode_row, step_value = rows
+        done = torch.logical_or(step.terminated, step.truncated, out=self._done)
+        record_row(episode_row, done, step.info["episode_return"], step.info["episode_length"])
+        self.nonfinite.check_row(step_value, step.obs, step.reward)
+
     def record(self, t: int, step: StepResult) -> None:
-        episode_return, episode_length = step.info["episode_return"], step.info["episode_length"]
-        if self.deferred:
-            self._record_rows(step.obs, step.reward, step.terminated, step.truncated, episode_return,
-                              episode_length, self.episodes.rows[t], self.nonfinite.step_values[t])
+        if self.fused:
+            self.record_rows(step, self.rows(t))
             return
         done = torch.logical_or(step.terminated, step.truncated, out=self._done)
-        self.episodes.record(t, done, episode_return, episode_length)
+        self.episodes.record(t, done, step.info["episode_return"], step.info["episode_length"])
         self.nonfinite.check(t, step.obs, step.reward)
-
-    def record_rows(self, obs: dict[str, Tensor], reward: Tensor, terminated: Tensor, truncated: Tensor,
-                    episode_return: Tensor, episode_length: Tensor, episode_row: Tensor, step_value: Tensor) -> None:
-        """The deferred bookkeeping of one step into its rows (`EpisodeStats.rows[t]`, `step_values[t]`)."""
-        done = torch.logical_or(terminated, truncated, out=self._done)
-        record_row(episode_row, done, episode_return, episode_length)
-        self.nonfinite.check_row(step_value, obs, reward)
 
 
 class EpisodeStats:

@@ -23,6 +23,7 @@ from syncfree.algo.base import Algorithm
 from syncfree.algo.feedforward import FeedForwardPPO
 from syncfree.algo.recurrent import RecurrentPPO
 from syncfree.config import TrainConfig, to_dict, validate
+from syncfree.core.compile import hot
 from syncfree.core.device import resolve_device, set_deterministic
 from syncfree.core.memory import retain_freed_memory
 from syncfree.core.transfer import HostTransfer
@@ -35,6 +36,9 @@ from syncfree.train import checkpoint
 from syncfree.train.distributed import Distributed, NormalizerSync, running_norms
 from syncfree.train.logger import RunLogger
 from syncfree.train.monitors import StepMonitors
+
+RANK_SHARED = ("skipped_steps", "learning_rate")
+"""Statistics every rank holds the same value of (the gradients and the KL are averaged before the step)."""
 
 
 class Runner:
@@ -49,9 +53,6 @@ class Runner:
         self.rank = self.dist.rank if self.dist is not None else 0
         self.world_size = self.dist.world_size if self.dist is not None else 1
         self.is_main = self.rank == 0
-        if cfg.policy.kind == "recurrent" and self.dist is not None:
-            raise UserError("policy.kind=recurrent trains in one process; several processes (torchrun) are not "
-                            "supported for it")
         self.device = resolve_device(cfg.device, self.dist.local_rank if self.dist is not None else None)
         set_deterministic(cfg.perf.deterministic)
         checkpoint.seed_everything(cfg.seed + self.rank)
@@ -66,6 +67,9 @@ class Runner:
         self.phases = self.algorithm.phases
         """Attach a recorder (`syncfree.core.phases`) to time or count each phase of the hot loop."""
         self.monitors = StepMonitors(cfg.ppo.steps_per_env, self.env.num_envs, self.device, cfg.perf)
+        self.algorithm.observer = self.monitors
+        if cfg.perf.compile != "off":
+            self.env.compile_step(lambda fn: hot(fn, cfg.perf, self.device))
         self.steps_per_iteration = self.algorithm.steps_per_env * self.env.num_envs * self.world_size
         """Env steps (agent steps) of one iteration, all ranks together."""
 
@@ -81,8 +85,10 @@ class Runner:
             self.dist.broadcast_module(self.policy)
             self.norm_sync = NormalizerSync(running_norms(self.policy), self.dist)
             self._env_takes_reduce = "reduce" in inspect.signature(self.env.end_iteration).parameters
-            self._shared = torch.zeros(len(self.algorithm.stat_names) + 2, device=self.device)
-            """Per-iteration all-reduce: summed losses, any rank's non-finite flag, any rank's stop request."""
+            self._rank_means = [name for name in self.algorithm.statistics() if name not in RANK_SHARED]
+            """Statistics averaged over ranks (the others, the skip count and the learning rate, are equal on all)."""
+            self._shared = torch.zeros(len(self._rank_means) + 2, dtype=torch.float64, device=self.device)
+            """Per-iteration all-reduce: summed statistics, any rank's non-finite flag, any rank's stop request."""
             self.transfer.register("ranks", lambda: self._shared)
 
         self.obs = self.env.reset()
@@ -129,13 +135,11 @@ class Runner:
         return record
 
     def rollout_step(self, t: int) -> None:
-        """Act, step the env, record: device tensors only."""
+        """Act, step the env, record (the algorithm runs the monitors too): device tensors only."""
         actions = self.algorithm.act(self.obs, t)
         with self.phases("env"):
             step = self.env.step(actions)
         self.algorithm.record(t, step)
-        with self.phases("stats"):
-            self.monitors.record(t, step)
         self.obs = step.obs
 
     def stopping(self) -> bool:
@@ -157,9 +161,9 @@ class Runner:
         """Everything the host needs from the iteration, in one transfer (with several processes, after one
         all-reduce of the losses, any rank's non-finite output and any rank's stop request)."""
         if self.dist is not None:
-            names = self.algorithm.stat_names
+            names = self._rank_means
             stats = self.algorithm.statistics()
-            torch.stack([stats[name] for name in names], out=self._shared[: len(names)])
+            self._shared[: len(names)].copy_(torch.stack([stats[name].double() for name in names]))
             self.monitors.nonfinite.any_bad(out=self._shared[len(names)])
             self._shared[len(names) + 1].fill_(float(self.stop_requested))
             self.dist.all_reduce(self._shared, "iteration statistics")
@@ -169,8 +173,8 @@ class Runner:
         """Read the transfer by name: stop on non-finite env output, update the episode statistics, log."""
         stats = {name.removeprefix("algo/"): float(value) for name, value in host.items() if name.startswith("algo/")}
         shared = host.get("ranks")
-        names = self.algorithm.stat_names
-        if shared is not None:  # losses averaged over ranks
+        names = self._rank_means if shared is not None else []
+        if shared is not None:  # statistics averaged over ranks
             stats.update(zip(names, (shared[: len(names)] / self.world_size).tolist(), strict=True))
             self._stop_agreed = bool(shared[-1] > 0)
         first_bad = self.monitors.nonfinite.end_iteration(host.get("nonfinite"))
@@ -299,7 +303,7 @@ def make_algorithm(cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Di
         tokens = env.obs_shapes["policy"]
         return RecurrentPPO(policy, cfg.ppo, cfg.losses, cfg.perf, env.num_envs, tokens,
                             min(tokens[0], cfg.policy.recurrent.max_tokens or tokens[0]), device, teacher=teacher,
-                            env_teacher=scripted_teacher(env) if cfg.losses.supervised > 0 else None)
+                            env_teacher=scripted_teacher(env) if cfg.losses.supervised > 0 else None, dist=dist)
     policy = build_policy(cfg, env).to(device)
     set_autocast(policy, cfg.perf.autocast, device)
     return FeedForwardPPO(policy, cfg.ppo, cfg.perf, env.num_envs, obs_dim(env, "critic"), env.action_spec, device,
