@@ -131,3 +131,37 @@ def test_step_and_replay_with_backward_read_nothing_on_the_host() -> None:
         (ev.log_prob.mean() + ev.value.square().mean() - ev.entropy.mean()).backward()
     assert counts.syncs == 0
     assert all(p.grad is not None for p in net.parameters())
+
+
+def masked_amax_encoder(encoder: TokenEncoder, tokens: torch.Tensor) -> torch.Tensor:
+    """The encoder as first written: padding masked to 0 in a copy of the features, then `amax` over the tokens."""
+    tokens = tokens[..., : encoder.max_tokens, :]
+    index = tokens.long()
+    valid = tokens[..., 0] != EMPTY_TOKEN
+    x = (encoder.coordinate(index[..., 0]) + encoder.feature(index[..., 1])
+         + encoder.value(tokens[..., 2:].float() / 255.0))
+    return encoder.mlp(x).masked_fill(~valid.unsqueeze(-1), 0.0).amax(-2)
+
+
+def test_encoder_equals_the_masked_copy_formulation_bitwise_forward_and_backward() -> None:
+    """Padding at -inf before the last ReLU, in-place ReLUs on 2-D rows and `max` give the outputs and gradients of
+    a masked copy of the features and `amax`, bit for bit (no two tokens tie at a positive value here), also for
+    an observation without a valid token and for inputs with two batch dimensions."""
+    gen = torch.Generator().manual_seed(4)
+    torch.manual_seed(4)
+    encoder = TokenEncoder(8, 16, 12, max_tokens=20)
+    with torch.no_grad():  # padding tokens' own features are large: they would win any max they took part in
+        encoder.coordinate.weight[EMPTY_TOKEN] = 50.0
+        encoder.feature.weight[EMPTY_TOKEN] = 50.0
+    tokens = random_tokens(3, 10, gen=gen)
+    tokens[1, 2] = EMPTY_TOKEN  # nothing visible
+    weights = torch.randn(3, 10, 12, generator=gen)
+    results = []
+    for forward in (lambda t: masked_amax_encoder(encoder, t), encoder):
+        encoder.zero_grad()
+        out = forward(tokens)
+        (out * weights).sum().backward()
+        results.append((out.detach(), [p.grad.clone() for p in encoder.parameters()]))
+    (reference, reference_grads), (out, grads) = results
+    assert torch.equal(out, reference) and bool((out[1, 2] == 0).all())
+    assert all(torch.equal(a, b) for a, b in zip(grads, reference_grads, strict=True))

@@ -215,6 +215,16 @@ def test_bad_grid_config_is_one_line(args: list[str], culprit: str, capsys) -> N
     assert culprit in err and err.count("\n") == 1
 
 
+def test_observations_with_unread_tokens_are_counted() -> None:
+    """The log says what share of observations held more valid tokens than `policy.recurrent.max_tokens`: none
+    at the preset's bound, most of them at a bound of 8."""
+    default = Runner(grid_config(iterations=1))
+    assert default.learn()["obs_over_max_tokens"] == 0.0
+    cfg = grid_config(iterations=1)
+    cfg.policy.recurrent.max_tokens = 8
+    assert Runner(cfg).learn()["obs_over_max_tokens"] > 0.5
+
+
 def test_teacher_losses_are_refused_outside_grid_arena() -> None:
     cfg = TrainConfig(task="cartpole", ppo=PPOConfig(), losses=LossesConfig(supervised=1.0))
     with pytest.raises(UserError, match=r"losses\.supervised"):

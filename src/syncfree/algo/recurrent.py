@@ -26,7 +26,7 @@ from syncfree.config import LossesConfig, PPOConfig
 from syncfree.core.phases import Phases
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import StepResult
-from syncfree.policy.recurrent import RecurrentTokenPolicy
+from syncfree.policy.recurrent import EMPTY_TOKEN, RecurrentTokenPolicy
 
 SWITCHES_READ = ("gate_full_log_probs", "cached_batch_metadata", "preallocated_last_actions", "cpu_time_index",
                  "cached_minibatch_indices", "deferred_episode_stats", "deferred_nonfinite_check",
@@ -86,6 +86,10 @@ class RecurrentPPO(Algorithm):
         self.returns = torch.zeros_like(self.buffer.advantages)
         self.reward_total = torch.zeros((), device=device)
         """The env reward of the iteration's rollout, summed over agents and steps."""
+        self.over_max_tokens = torch.zeros((), device=device)
+        """Observations of the rollout with more valid tokens than the policy reads (their excess goes unread)."""
+        self._first_unread = stored_tokens if stored_tokens < obs_shape[0] else None
+        """The first token the policy does not read (tokens are packed: valid there means some are unread)."""
         self.stats = torch.zeros(len(self.stat_names), device=device)
         self._everyone = slice(0, num_agents)
         self._ones = torch.ones(num_agents, device=device)
@@ -113,6 +117,7 @@ class RecurrentPPO(Algorithm):
     def begin_rollout(self) -> None:
         self.buffer.reset_for_rollout()
         self.reward_total.zero_()
+        self.over_max_tokens.zero_()
 
     def act(self, obs: dict[str, Tensor], t: int) -> Tensor:
         buf, phase, tokens = self.buffer, self.phases, obs["policy"]
@@ -126,6 +131,8 @@ class RecurrentPPO(Algorithm):
             if out.full_log_probs is not None:
                 data["full_log_probs"] = out.full_log_probs
             self.teacher_step(tokens, data, last_actions)
+            if self._first_unread is not None:
+                self.over_max_tokens.add_((tokens[:, self._first_unread, 0] != EMPTY_TOKEN).sum())
         with phase("store"):
             if "ratio" in buf.data:
                 data["ratio"] = self._ones
@@ -233,4 +240,5 @@ class RecurrentPPO(Algorithm):
         means = self.stats / (self.cfg.num_epochs * self.cfg.num_minibatches)
         steps = self.cfg.steps_per_env * self.num_envs
         return {**dict(zip(self.stat_names, means.unbind(), strict=True)), **self.optim.skipped_and_lr(),
-                "reward_per_agent_step": self.reward_total.double() / steps}
+                "reward_per_agent_step": self.reward_total.double() / steps,
+                "obs_over_max_tokens": self.over_max_tokens.double() / steps}

@@ -108,11 +108,20 @@ class TokenEncoder(nn.Module):
         if self.max_tokens is not None:
             tokens = tokens[..., : self.max_tokens, :]
         index = tokens.long()
-        valid = tokens[..., 0] != EMPTY_TOKEN
         x = (self.coordinate(index[..., 0]) + self.feature(index[..., 1])
              + self.value(tokens[..., 2:].float() / 255.0))
-        features = self.mlp(x)  # >= 0: padding set to 0 never wins the max over a valid token
-        return features.masked_fill(~valid.unsqueeze(-1), 0.0).amax(-2)
+        first, _, last, _ = self.mlp
+        # the MLP on 2-D rows: each layer's output is a tensor of its own, so the ReLUs and the padding run in place
+        # (on a view, autograd would copy the whole base back in the backward)
+        hidden = torch.relu_(first(x.flatten(0, -2)))
+        # padding goes to -inf before the last ReLU, so it ends as 0 and never wins the max over a valid token (>= 0);
+        # the add's backward passes the gradient through, where a masked copy would cost a pass each way
+        padding = torch.where(tokens[..., :1] == EMPTY_TOKEN, float("-inf"), 0.0)
+        features = torch.relu_(last(hidden).add_(padding.flatten(0, -2))).view(*tokens.shape[:-1], -1)
+        # `max` sends each output's gradient to one token, `amax` shares it among equal maxima (a mask, a count and
+        # a product over the whole [..., tokens, out_dim] tensor); they differ only where two tokens tie at a
+        # positive value, and at 0 the ReLU passes no gradient either way
+        return features.max(-2).values
 
 
 class RecurrentTokenPolicy(nn.Module):
