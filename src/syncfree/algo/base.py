@@ -13,8 +13,10 @@ no host read, nothing allocated that a preallocated buffer could hold.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, Protocol
 
+import torch
 from torch import Tensor, nn
 
 from syncfree.algo.optim import PolicyOptimizer
@@ -90,6 +92,21 @@ class Algorithm(ABC):
     def statistics(self) -> dict[str, Tensor]:
         """The last iteration's statistics as device tensors, by name: `stat_names`, then `skipped_steps` (steps
         skipped for non-finite gradients) and `learning_rate`, then any the algorithm adds."""
+
+    stats: Tensor
+    """The update's statistics (`stat_names`), summed over the iteration's minibatches on the device."""
+
+    def backward_and_step(self, loss: Tensor, parts: Sequence[Tensor], kl_mean: Tensor | None) -> None:
+        """The second half of a minibatch update, the same for every algorithm: gradients of `loss`, then the
+        optimizer's step (`PolicyOptimizer.step`), and the minibatch's statistics (`parts`, then the gradient norm)
+        added to `stats`."""
+        with self.phases("update.backward"):
+            self.optim.zero_grad()
+            loss.backward()
+        with self.phases("update.optimizer"):
+            grad_norm = self.optim.step(kl_mean)
+            with torch.no_grad():
+                self.stats.add_(torch.stack((*parts, grad_norm)))
 
     @abstractmethod
     def storage_tensors(self) -> list[Tensor]:

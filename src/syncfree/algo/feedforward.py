@@ -195,16 +195,9 @@ class FeedForwardPPO(Algorithm):
         return torch.randperm(batch_size, device=self.device)
 
     def minibatch_update(self, mb: Batch) -> None:
-        phase, optim = self.phases, self.optim
-        with phase("update.forward"):
+        with self.phases("update.forward"):
             loss, parts, kl_mean = self.losses(mb)
-        with phase("update.backward"):
-            optim.zero_grad()
-            loss.backward()
-        with phase("update.optimizer"):
-            grad_norm = optim.step(kl_mean)
-            with torch.no_grad():
-                self.stats.add_(torch.stack((*parts, grad_norm)))
+        self.backward_and_step(loss, parts, kl_mean)
 
     def minibatch_losses(self, mb: Batch) -> tuple[Tensor, tuple[Tensor, ...], Tensor]:
         """The loss to minimize; its parts (surrogate, value loss, entropy, KL, clip fraction) without gradient;

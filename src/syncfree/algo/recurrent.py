@@ -186,11 +186,11 @@ class RecurrentPPO(Algorithm):
     def update(self, progress: float = 0.0) -> None:
         """Epochs x minibatches of whole rows; `progress` (the fraction of the run done) anneals the prioritized
         sampler's importance-weight exponent."""
-        p, phase, buf, optim = self.cfg, self.phases, self.buffer, self.optim
+        p, phase, buf = self.cfg, self.phases, self.buffer
         count = buf.segments // p.num_minibatches
         beta = prioritized_beta(p.prio_beta0, progress)
         self.stats.zero_()
-        optim.begin_update()
+        self.optim.begin_update()
         for epoch in range(p.num_epochs):
             if epoch > 0 and p.advantage == "vtrace":
                 with phase("advantages"), torch.no_grad():
@@ -199,13 +199,7 @@ class RecurrentPPO(Algorithm):
                 with phase("update.forward"):
                     batch = self.minibatch(mb, count, beta)
                     loss, parts, kl_mean = self.minibatch_loss(batch)
-                with phase("update.backward"):
-                    optim.zero_grad()
-                    loss.backward()
-                with phase("update.optimizer"):
-                    grad_norm = optim.step(kl_mean)
-                    with torch.no_grad():
-                        self.stats.add_(torch.stack((*parts, grad_norm)))
+                self.backward_and_step(loss, parts, kl_mean)
 
     def minibatch_loss(self, batch: Minibatch) -> tuple[Tensor, list[Tensor], Tensor | None]:
         """The weighted sum of the enabled losses on a minibatch of rows, their statistics, and the approximate KL

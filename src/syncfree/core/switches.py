@@ -62,7 +62,9 @@ class PerfConfig:
     non-finite gradients) as one graph (`syncfree.algo.minibatch_step`); with `grad_finite_from_norm` or
     `device_adaptive_lr` off, whose conventional paths read the host between backward and step, and with several
     processes (the gradient all-reduce), the update is compiled as in `hot`. The first iteration pays the compile
-    time. Needs `validate_distributions=false` (validation reads the host inside the graph). Off: eager PyTorch."""
+    time. Needs `validate_distributions=false` (validation reads the host inside the graph). Off: eager PyTorch.
+    The recurrent algorithm (grid-arena) runs eagerly whatever this says: compiled, its token encoder's forward and
+    backward ran 1.24x slower than eager on the 2-core CPU (`benchmarks/recurrent_encoder_modes.py`)."""
 
     autocast: Literal["off", "auto", "bf16"] = switch(baseline="off", optimized="auto",
                                                      seed="mixed precision (bf16 autocast)")
@@ -70,7 +72,9 @@ class PerfConfig:
     critic) run under `torch.autocast` in bfloat16, forward and backward, with float32 parameters, optimizer state
     and output layers. `auto`: the same for calls large enough to gain (rows x widest layer >= 2**17) on CPUs with
     bfloat16 instructions (AVX512-BF16, AMX); float32 elsewhere, CUDA included until measured there. Not bitwise:
-    outputs move by about 0.1-0.5 %. Off: float32 throughout. The recurrent gridworld policy stays float32."""
+    outputs move by about 0.1-0.5 %. Off: float32 throughout. The recurrent gridworld policy stays float32: under
+    bfloat16 autocast its token encoder (embedding gathers, matrix products of width 32 and 64) ran 7.2x slower on
+    the 2-core CPU (`benchmarks/recurrent_encoder_modes.py`)."""
 
     retain_host_memory: bool = switch(baseline=False, optimized=True, seed="host allocator: no mmap/munmap per step",
                                       process_wide=True)

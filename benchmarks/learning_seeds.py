@@ -1,0 +1,79 @@
+"""A task's preset trained with several seeds: the learning figure of iteration windows, mean and spread over seeds.
+
+    python benchmarks/learning_seeds.py --task grid-arena --seeds 0 1 2 3 4 --out results.json
+    PYTHONPATH=/tmp/before/src python benchmarks/learning_seeds.py ...   # the same with another checkout's syncfree
+
+The figure is `reward_per_agent_step` for multi-agent tasks (grid-arena) and `mean_return` otherwise, averaged over
+each window of iterations (`--windows 11-20 31-50 76-100`, 1-based, inclusive), per seed; the report gives each
+window's mean, sample standard deviation, min and max over the seeds, and the wall time of each run. Runs go one
+after another on one intra-op thread. Imports either layout of the trainer (`syncfree.train.runner.Runner`, or
+before it `syncfree.train.trainer.make_trainer`), so two checkouts can be compared with the same script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+try:
+    from syncfree.presets import preset
+    from syncfree.train.runner import Runner as make_runner
+except ImportError:  # a checkout from before the runner
+    from syncfree.config import preset
+    from syncfree.train.trainer import make_trainer as make_runner
+
+
+def run(task: str, seed: int, iterations: int) -> dict:
+    cfg = preset(task)
+    cfg.seed, cfg.log.progress = seed, False
+    cfg.iterations = iterations or cfg.iterations
+    runner = make_runner(cfg)
+    figures, records = [], []
+    start = time.perf_counter()
+    for it in tqdm(range(1, cfg.iterations + 1), desc=f"{task} seed {seed}", unit="it", file=sys.stderr):
+        runner.cfg.iterations = it
+        record = runner.learn()
+        records.append(record)
+        figures.append(record.get("reward_per_agent_step", record.get("mean_return", float("nan"))))
+    runner.close()
+    return {"seed": seed, "figure": figures, "wall_seconds": time.perf_counter() - start,
+            "last_record": records[-1]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="grid-arena")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--iterations", type=int, default=0, help="0: the preset's")
+    parser.add_argument("--windows", nargs="+", default=["11-20", "31-50", "76-100"])
+    parser.add_argument("--out", default="")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    runs = [run(args.task, seed, args.iterations) for seed in args.seeds]
+    windows = {}
+    for window in args.windows:
+        first, last = (int(x) for x in window.split("-"))
+        values = [statistics.mean(r["figure"][first - 1 : last]) for r in runs]
+        windows[window] = {"per_seed": values, "mean": statistics.mean(values),
+                           "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+                           "min": min(values), "max": max(values)}
+        w = windows[window]
+        print(f"iterations {window}: {w['mean']:.3f} ± {w['sd']:.3f} (min {w['min']:.3f}, max {w['max']:.3f}) "
+              f"over {len(values)} seeds")
+    walls = [r["wall_seconds"] for r in runs]
+    print(f"wall time per run: {statistics.mean(walls):.0f} s (min {min(walls):.0f}, max {max(walls):.0f})")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps({"task": args.task, "seeds": args.seeds, "windows": windows,
+                                              "wall_seconds": walls, "runs": runs}, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
