@@ -1,9 +1,21 @@
-"""Atomic checkpoints holding everything needed to continue a run exactly."""
+"""Atomic checkpoints holding everything needed to continue a run exactly, and nothing that could run code.
+
+A checkpoint file is an envelope `{"format", "sha256", "payload"}`: the payload is the run's state serialized by
+`torch.save` (tensors, plain containers, numbers and strings only: RNG states included), kept as a uint8 tensor,
+and `sha256` its digest. Loading reads both levels with `weights_only=True`, so a crafted file cannot execute
+anything, and checks the digest, the keys a run needs and that the policy and optimizer state are finite. Every
+failure is one line naming the file.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import math
 import os
+import pickle
 import random
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,15 +25,35 @@ import torch
 
 from syncfree.errors import UserError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: the envelope above. 1 (earlier versions): the state itself, its NumPy RNG state a NumPy array; still read,
+with NumPy's array-rebuilding functions allowed (they build arrays and run nothing else), without a digest."""
+
+REQUIRED_KEYS = ("config", "task", "obs_dims", "action_spec", "num_envs", "iteration", "env_steps", "policy", "ppo",
+                 "obs", "episodes", "rng")
+"""What every run's checkpoint holds (`Runner.state_dict`)."""
+
+_NUMPY_ARRAY_GLOBALS = [np.ndarray, np.dtype, type(np.dtype(np.uint32)),
+                        getattr(np, "_core", getattr(np, "core", None)).multiarray._reconstruct]
+"""What a format-1 checkpoint's NumPy RNG state needs to be rebuilt under `weights_only=True`."""
+
+
+def serialize(state: dict[str, Any]) -> dict[str, Any]:
+    """The envelope of `state`: its `torch.save` bytes as a uint8 tensor, with their SHA-256."""
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    data = buffer.getvalue()
+    return {"format": FORMAT_VERSION, "sha256": hashlib.sha256(data).hexdigest(),
+            "payload": torch.frombuffer(bytearray(data), dtype=torch.uint8)}
 
 
 def save_atomic(state: dict[str, Any], path: str | Path) -> Path:
-    """Write to a temporary file in the same folder, then rename: a crash never leaves a half-written file."""
+    """Write the envelope of `state` to a temporary file in the same folder, then rename: a crash never leaves a
+    half-written file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(state, tmp)
+    torch.save(serialize(state), tmp)
     with open(tmp, "rb") as f:
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -38,20 +70,73 @@ def save_run(state: dict[str, Any], run_dir: Path, iteration: int) -> Path:
 
 
 def load(path: str | Path) -> dict[str, Any]:
+    """A run's state from the checkpoint at `path`, read without running any code from the file; one line naming
+    the file and what is wrong when it is missing, unreadable, damaged, incomplete or holds non-finite weights."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint {path}: no such file")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as e:
-        raise UserError(f"checkpoint {path}: not a readable checkpoint ({type(e).__name__})") from None
-    if not isinstance(state, dict) or state.get("format") != FORMAT_VERSION:
+    outer = _load_data(path.read_bytes(), path)
+    if isinstance(outer, dict) and outer.get("format") == FORMAT_VERSION and isinstance(outer.get("payload"),
+                                                                                       torch.Tensor):
+        data = outer["payload"].numpy().tobytes()
+        if hashlib.sha256(data).hexdigest() != outer.get("sha256"):
+            raise UserError(f"checkpoint {path}: its content does not match its SHA-256 digest (the file is damaged)")
+        state = _load_data(data, path)
+    elif isinstance(outer, dict) and outer.get("format") == 1:
+        state = outer
+    else:
         raise UserError(f"checkpoint {path}: not a syncfree checkpoint (format {FORMAT_VERSION})")
+    if not isinstance(state, dict):
+        raise UserError(f"checkpoint {path}: not a syncfree checkpoint (format {FORMAT_VERSION})")
+    missing = [key for key in REQUIRED_KEYS if key not in state]
+    if missing:
+        raise UserError(f"checkpoint {path}: lacks {', '.join(missing)}")
+    _check_finite(state, path)
     return state
 
 
+def _load_data(data: bytes, path: Path) -> Any:
+    try:
+        with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS):
+            return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        refused = re.search(r"GLOBAL ([\w.]+)", str(e))
+        if refused is None:  # no object refused: bytes that are no pickle at all
+            raise UserError(f"checkpoint {path}: not a readable checkpoint (UnpicklingError)") from None
+        raise UserError(f"checkpoint {path}: holds a reference to {refused.group(1)}, which a syncfree checkpoint "
+                        "never does; not loaded (loading it could run code)") from None
+    except Exception as e:
+        raise UserError(f"checkpoint {path}: not a readable checkpoint ({type(e).__name__})") from None
+
+
+def _check_finite(state: dict[str, Any], path: Path) -> None:
+    """Refuse weights, optimizer moments or a learning rate that are NaN or infinite (a diverged run's)."""
+    tensors = {f"policy.{name}": t for name, t in _tensors(state["policy"])}
+    tensors.update({f"ppo.{name}": t for name, t in _tensors(state["ppo"])})
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise UserError(f"checkpoint {path}: {name} holds non-finite values (the run had diverged); not loaded")
+    lr = state["ppo"].get("lr") if isinstance(state["ppo"], dict) else None
+    if lr is not None and not math.isfinite(float(lr)):
+        raise UserError(f"checkpoint {path}: ppo.lr is {float(lr)}; not loaded")
+
+
+def _tensors(tree: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
+    if isinstance(tree, torch.Tensor):
+        return [(prefix, tree)]
+    if isinstance(tree, dict):
+        return [item for key, value in tree.items() for item in _tensors(value, f"{prefix}.{key}" if prefix else str(key))]
+    if isinstance(tree, (list, tuple)):
+        return [item for i, value in enumerate(tree) for item in _tensors(value, f"{prefix}[{i}]")]
+    return []
+
+
 def rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    """Every random stream's state as tensors and plain numbers (NumPy's Mersenne Twister keys as an int64 tensor)."""
+    name, keys, position, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": {"bit_generator": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(position),
+                       "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -59,7 +144,11 @@ def rng_state() -> dict[str, Any]:
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
+    numpy_state = state["numpy"]
+    if isinstance(numpy_state, dict):
+        numpy_state = (numpy_state["bit_generator"], numpy_state["keys"].numpy().astype(np.uint32), numpy_state["pos"],
+                       numpy_state["has_gauss"], numpy_state["cached_gaussian"])
+    np.random.set_state(numpy_state)
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

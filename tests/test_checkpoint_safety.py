@@ -1,0 +1,126 @@
+"""Checkpoints are data: a crafted file runs nothing, a damaged or incomplete one is one line, non-finite weights
+are refused, and the earlier format still loads."""
+
+from __future__ import annotations
+
+import copy
+import io
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import small_config
+from syncfree.cli import main
+from syncfree.errors import UserError
+from syncfree.train import checkpoint
+from syncfree.train.runner import Runner
+
+
+class Payload:
+    """What a hostile pickle carries: unpickling it calls `os.system`."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run = tmp_path_factory.mktemp("run")
+    runner = Runner(small_config("pendulum"), run_dir=run)
+    runner.cfg.iterations = 1
+    runner.learn()
+    return run / "latest.pt"
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("command", [["eval", "--checkpoint"], ["export", "--checkpoint"], ["train", "--resume"]])
+def test_a_crafted_checkpoint_runs_nothing(command: list[str], tmp_path: Path, capsys) -> None:
+    marker = tmp_path / "ran"
+    for name, content in (("bare.pt", Payload(marker)), ("nested.pt", {"format": 1, "config": Payload(marker)})):
+        torch.save(content, tmp_path / name)
+        assert main([*command, str(tmp_path / name)]) == 2
+        err = one_line_error(capsys)
+        assert name in err and "could run code" in err
+    assert not marker.exists()
+
+
+def test_a_crafted_teacher_runs_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("mettagrid")
+    from syncfree.presets import preset
+
+    marker = tmp_path / "ran"
+    torch.save(checkpoint.serialize({"format": 2, "config": Payload(marker)}), tmp_path / "teacher.pt")
+    cfg = preset("grid-arena")
+    cfg.env.num_envs, cfg.log.progress = 1, False
+    cfg.ppo.num_minibatches = 1
+    cfg.losses.kickstarter, cfg.losses.teacher = 1.0, str(tmp_path / "teacher.pt")
+    with pytest.raises(UserError, match=r"teacher\.pt: holds .* could run code"):
+        Runner(cfg)
+    assert not marker.exists()
+
+
+def test_a_flipped_byte_is_caught_by_the_digest(trained: Path, tmp_path: Path, capsys) -> None:
+    envelope = torch.load(trained, weights_only=True)
+    envelope["payload"][len(envelope["payload"]) // 2] ^= 0xFF
+    damaged = tmp_path / "damaged.pt"
+    torch.save(envelope, damaged)
+    assert main(["eval", "--checkpoint", str(damaged)]) == 2
+    assert "damaged.pt: its content does not match its SHA-256 digest" in one_line_error(capsys)
+
+
+def test_a_missing_key_is_named(trained: Path, tmp_path: Path, capsys) -> None:
+    state = checkpoint.load(trained)
+    del state["ppo"], state["config"]
+    checkpoint.save_atomic(state, tmp_path / "partial.pt")
+    for command in (["eval", "--checkpoint"], ["train", "--resume"]):
+        assert main([*command, str(tmp_path / "partial.pt")]) == 2
+        assert "partial.pt: lacks config, ppo" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("where", ["policy", "optimizer"])
+def test_non_finite_weights_are_refused(where: str, trained: Path, tmp_path: Path, capsys) -> None:
+    state = checkpoint.load(trained)
+    if where == "policy":
+        state["policy"]["actor.0.weight"][0, 0] = float("nan")
+    else:
+        next(iter(state["ppo"]["optimizer"]["state"].values()))["exp_avg"].view(-1)[0] = float("inf")
+    checkpoint.save_atomic(state, tmp_path / "diverged.pt")
+    for command in (["eval", "--checkpoint"], ["export", "--checkpoint"], ["train", "--resume"]):
+        assert main([*command, str(tmp_path / "diverged.pt")]) == 2
+        assert "diverged.pt: " in (err := one_line_error(capsys)) and "non-finite" in err
+
+
+def test_the_earlier_format_still_loads_and_restores_every_random_stream(trained: Path, tmp_path: Path) -> None:
+    """Format 1 kept NumPy's RNG state as a NumPy array and had no envelope: read with NumPy's array globals only."""
+    state = checkpoint.load(trained)
+    np.random.seed(7)
+    old = copy.deepcopy(state)
+    old["format"], old["rng"]["numpy"] = 1, np.random.get_state()
+    torch.save(old, tmp_path / "format1.pt")
+    expected = np.random.rand(3)
+    loaded = checkpoint.load(tmp_path / "format1.pt")
+    checkpoint.set_rng_state(loaded["rng"])
+    assert np.array_equal(np.random.rand(3), expected)
+    checkpoint.set_rng_state(state["rng"])  # today's format: NumPy's keys as a tensor
+    again = np.random.rand(3)
+    checkpoint.set_rng_state(checkpoint.load(trained)["rng"])
+    assert np.array_equal(np.random.rand(3), again)
+
+
+def test_a_checkpoint_is_plain_data(trained: Path) -> None:
+    """Both levels load with `weights_only=True` and no allowed extra globals."""
+    envelope = torch.load(trained, weights_only=True)
+    assert set(envelope) == {"format", "sha256", "payload"} and envelope["format"] == checkpoint.FORMAT_VERSION
+    state = torch.load(io.BytesIO(envelope["payload"].numpy().tobytes()), weights_only=True)
+    assert set(checkpoint.REQUIRED_KEYS) <= set(state)
