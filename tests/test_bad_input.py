@@ -11,7 +11,7 @@ import torch
 from conftest import small_config
 from syncfree.cli import main
 from syncfree.envs.tasks import TASKS, Task
-from syncfree.envs.tasks.classic import Pendulum
+from syncfree.envs.tasks.classic import CartPole, Pendulum
 from syncfree.errors import NonFiniteError
 from syncfree.train import checkpoint
 from syncfree.train.runner import Runner
@@ -110,11 +110,32 @@ class NaNPendulum(Pendulum):
         return obs
 
 
+class NaNCartPole(CartPole):
+    """Emits a NaN observation from envs 3 and 5 once `steps` steps have passed (discrete actions: the NaN reaches
+    the categorical sampler)."""
+
+    def __init__(self, *args, nan_after: int = 20, **kwargs) -> None:
+        self.steps, self.nan_after = 0, nan_after
+        super().__init__(*args, **kwargs)
+
+    def _observe(self):
+        obs = super()._observe()
+        self.steps += 1
+        if self.steps > self.nan_after:
+            obs["policy"][[3, 5], 1] = float("nan")
+        return obs
+
+
+@pytest.mark.parametrize("validate", [False, True])
 @pytest.mark.parametrize("deferred", [True, False])
-def test_non_finite_env_output_stops_at_iteration_end_naming_envs(tmp_path: Path, deferred: bool) -> None:
-    cfg = small_config("pendulum", deferred_nonfinite_check=deferred)
+@pytest.mark.parametrize(("task", "env_class"), [("pendulum", NaNPendulum), ("cartpole", NaNCartPole)])
+def test_non_finite_env_output_stops_at_iteration_end_naming_envs(tmp_path: Path, task: str, env_class: type,
+                                                                  deferred: bool, validate: bool) -> None:
+    """Continuous and discrete actions, the monitor deferred or not, distribution validation on or off: the run stops
+    with the monitor's message, whatever the sampler made of the NaN."""
+    cfg = small_config(task, deferred_nonfinite_check=deferred, validate_distributions=validate)
     cfg.iterations, cfg.save_every = 5, 1
-    env = NaNPendulum(cfg.env.num_envs, seed=cfg.seed, max_episode_length=10, nan_after=20)
+    env = env_class(cfg.env.num_envs, seed=cfg.seed, max_episode_length=10, nan_after=20)
     trainer = Runner(cfg, run_dir=tmp_path, env=env)
     with pytest.raises(NonFiniteError) as info:
         trainer.learn()

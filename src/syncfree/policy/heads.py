@@ -36,7 +36,7 @@ class GaussianHead(nn.Module):
     def sample(self, params: Tensor) -> tuple[Tensor, Tensor]:
         mean, std = params.split(self.size, dim=-1)
         if self.validate:
-            dist = Normal(mean, std, validate_args=True)
+            dist = Normal(finite_rows(mean), std, validate_args=True)
             actions = dist.sample()
             return actions, dist.log_prob(actions).sum(-1)
         actions = mean + std * torch.randn_like(mean)
@@ -45,7 +45,7 @@ class GaussianHead(nn.Module):
     def log_prob_entropy(self, params: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
         mean, std = params.split(self.size, dim=-1)
         if self.validate:
-            dist = Normal(mean, std, validate_args=True)
+            dist = Normal(finite_rows(mean), std, validate_args=True)
             return dist.log_prob(actions).sum(-1), dist.entropy().sum(-1)
         return normal_log_prob(mean, std, actions), normal_entropy(std)
 
@@ -76,16 +76,19 @@ class CategoricalHead(nn.Module):
 
     def sample(self, params: Tensor) -> tuple[Tensor, Tensor]:
         if self.validate:
-            dist = Categorical(logits=params, validate_args=True)
+            dist = Categorical(logits=finite_rows(params), validate_args=True)
             actions = dist.sample()
             return actions, dist.log_prob(actions)
         log_pmf = normalize_logits(params)
-        actions = torch.multinomial(torch.softmax(log_pmf, -1), 1, True).squeeze(-1)
+        # a row made non-finite by the env's output samples uniformly (`multinomial` would raise on it); the runner's
+        # non-finite monitor stops the run at the iteration's end, naming the envs
+        probs = torch.softmax(log_pmf, -1).nan_to_num_(nan=1.0)
+        actions = torch.multinomial(probs, 1, True).squeeze(-1)
         return actions, log_pmf.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
     def log_prob_entropy(self, params: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
         if self.validate:
-            dist = Categorical(logits=params, validate_args=True)
+            dist = Categorical(logits=finite_rows(params), validate_args=True)
             return dist.log_prob(actions), dist.entropy()
         log_pmf = normalize_logits(params)
         log_prob = log_pmf.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
@@ -97,6 +100,13 @@ class CategoricalHead(nn.Module):
     def kl(self, old: Tensor, new: Tensor) -> Tensor:
         old_log, new_log = normalize_logits(old), normalize_logits(new)
         return torch.sum(old_log.exp() * (old_log - new_log), -1)
+
+
+def finite_rows(params: Tensor) -> Tensor:
+    """`params` with every row that holds a NaN or an infinity set to 0, for `torch.distributions`' argument checks
+    (which would raise on it): a non-finite env output then reaches the runner's non-finite monitor, which stops
+    the run at the iteration's end naming the envs, rather than a raw error from the sampler."""
+    return torch.where(torch.isfinite(params).all(-1, keepdim=True), params, 0.0)
 
 
 def normal_log_prob(mean: Tensor, std: Tensor, value: Tensor) -> Tensor:
