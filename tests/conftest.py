@@ -47,11 +47,11 @@ def copy_trained_state(source, target) -> None:
         getattr(target.algorithm.storage, name).copy_(x)
 
 
-def update_stats(runner) -> torch.Tensor:
-    """One update of `runner`'s algorithm on its stored rollout; its statistics (`Algorithm.statistics`) stacked,
+def update_stats(runner) -> dict[str, torch.Tensor]:
+    """One update of `runner`'s algorithm on its stored rollout; its statistics (`Algorithm.statistics`) by name,
     as float64."""
     runner.algorithm.update()
-    return torch.stack([value.double() for value in runner.algorithm.statistics().values()])
+    return {name: value.double() for name, value in runner.algorithm.statistics().items()}
 
 
 def train_iterations(cfg: TrainConfig) -> tuple:

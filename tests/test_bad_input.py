@@ -191,3 +191,31 @@ def test_malformed_motion_file_is_one_line_naming_file_and_field(capsys, tmp_pat
 def test_task_option_the_task_does_not_read_is_refused(capsys, tmp_path: Path) -> None:
     code, err = run_cli(capsys, "train", "--task", "cartpole", "--env.motions", "[a.npz]", "--log.dir", str(tmp_path))
     assert code == 2 and "env.motions" in one_line(err)
+
+
+@pytest.mark.parametrize("task", ["pendulum", "cartpole"])
+@pytest.mark.parametrize("learning_rate", ["1e6", "1e20", "1e38"])
+def test_divergence_stops_the_run_before_it_is_saved(capsys, tmp_path: Path, task: str, learning_rate: str) -> None:
+    """A learning rate that wrecks the weights: every later update is skipped for non-finite gradients, or the
+    parameters themselves become non-finite. The run stops with one line at the end of that iteration, and no
+    checkpoint of it (or of anything later) is written."""
+    code, err = run_cli(capsys, "train", "--task", task, "--ppo.schedule", "fixed", "--ppo.learning_rate",
+                        learning_rate, "--iterations", "3", "--env.num_envs", "16", "--ppo.steps_per_env", "8",
+                        "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress", "false")
+    line = one_line(err)
+    assert code == 2 and line.startswith("syncfree: error: iteration 1: ") and "diverged" in line
+    assert not list((tmp_path / "run").glob("*.pt"))
+
+
+def test_the_skip_limit_can_be_turned_off(tmp_path: Path) -> None:
+    cfg = small_config("pendulum")
+    cfg.ppo.schedule, cfg.ppo.learning_rate, cfg.ppo.max_skipped_updates, cfg.iterations = "fixed", 1e6, 0, 2
+    record = Runner(cfg).learn()
+    # the first update steps (and wrecks the weights); every later one is skipped, the second iteration's all
+    assert record["iteration"] == 2 and record["longest_skip_run"] >= cfg.ppo.num_epochs * cfg.ppo.num_minibatches
+
+
+@pytest.mark.parametrize("value", ["1e400", "-1e400"])
+def test_an_infinite_number_in_the_config_is_refused(capsys, value: str) -> None:
+    code, err = run_cli(capsys, "train", "--task", "pendulum", f"--ppo.learning_rate={value}")
+    assert code == 2 and "ppo.learning_rate=" in one_line(err) and "a finite number" in one_line(err)

@@ -110,7 +110,7 @@ def test_one_compiled_update_on_an_identical_rollout_matches_eager(mode: str) ->
     # the means of the minibatch losses: the surrogate is a small difference of large terms (~1e-4 of them)
     torch.testing.assert_close(stats[0], stats[1], rtol=1e-3, atol=1e-6)
     # the learning rate moved inside the compiled code and the move was kept
-    assert float(stats[1][-1]) == pytest.approx(max(1e-5, lr_before / 1.5**4), rel=1e-6)
+    assert float(stats[1]["learning_rate"]) == pytest.approx(max(1e-5, lr_before / 1.5**4), rel=1e-6)
     assert_close_tensors(dict(eager.policy.named_parameters()), dict(compiled.policy.named_parameters()))
     for (_, a), (_, b) in zip(eager.algorithm.optim.optimizer.state_dict()["state"].items(),
                               compiled.algorithm.optim.optimizer.state_dict()["state"].items(), strict=True):

@@ -110,7 +110,8 @@ def test_a_non_finite_gradient_skips_the_step_like_fused_adamw() -> None:
     moments = {k: {n: t.clone() for n, t in s.items()} for k, s in whole.algorithm.optim.optimizer.state_dict()["state"].items()}
     stats = update_both(pair)
     updates = whole.cfg.ppo.num_epochs * whole.cfg.ppo.num_minibatches
-    assert stats[0][-2] == stats[1][-2] == updates  # skipped_steps
+    assert stats[0]["skipped_steps"] == stats[1]["skipped_steps"] == updates
+    assert stats[0]["longest_skip_run"] == stats[1]["longest_skip_run"] == updates  # every path tracks the run
     assert all(torch.equal(p, before[n]) for n, p in whole.policy.named_parameters())
     for key, state in whole.algorithm.optim.optimizer.state_dict()["state"].items():
         for name, value in state.items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -156,6 +157,9 @@ class PPOConfig:
     """Weight of the entropy bonus."""
     max_grad_norm: float = 1.0
     """Global gradient-norm clip."""
+    max_skipped_updates: int = 8
+    """Stop the run (keeping the last good checkpoint) once this many minibatch updates in a row were skipped for
+    non-finite gradients: the run has diverged. 0: never stop for it."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     bptt_horizon: int = 16
@@ -256,6 +260,8 @@ def _check(ok: bool, key: str, allowed: str, value: Any) -> None:
 def validate(cfg: TrainConfig) -> TrainConfig:
     """Reject values that parse but make no sense, naming the key (the task name is checked where envs are made:
     `syncfree.envs.tasks.check_task`)."""
+    for key, value in _numbers(cfg):
+        _check(math.isfinite(value), key, "a finite number", value)
     _check(cfg.device == "auto" or cfg.device == "cpu" or cfg.device.startswith("cuda"), "device",
            "auto, cpu, cuda, cuda:N", cfg.device)
     _check(cfg.iterations >= 0, "iterations", "an integer >= 0", cfg.iterations)
@@ -279,6 +285,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _check(0 <= p.lam <= 1, "ppo.lam", "a number in [0, 1]", p.lam)
     _check(p.clip_param > 0, "ppo.clip_param", "a number > 0", p.clip_param)
     _check(p.max_grad_norm > 0, "ppo.max_grad_norm", "a number > 0", p.max_grad_norm)
+    _check(p.max_skipped_updates >= 0, "ppo.max_skipped_updates", "an integer >= 0 (0: never stop)",
+           p.max_skipped_updates)
     _check(p.weight_decay >= 0, "ppo.weight_decay", "a number >= 0", p.weight_decay)
     _check(cfg.distributed.timeout > 0, "distributed.timeout", "a number of seconds > 0", cfg.distributed.timeout)
     _check(cfg.distributed.backend in ("auto", "nccl", "gloo"), "distributed.backend", "auto, nccl, gloo",
@@ -339,6 +347,18 @@ def _validate_recurrent(cfg: TrainConfig) -> None:
            "0 unless env.grid.map=mines (the scripted teacher walks to mines)", losses.supervised)
     _check(losses.ppo + losses.supervised + losses.kickstarter + losses.kickstarter_value
            + losses.behavior_cloning > 0, "losses", "at least one weight > 0", "all 0")
+
+
+def _numbers(section: Any, prefix: str = "") -> list[tuple[str, float]]:
+    """Every float of a config (a value such as `1e400` parses to infinity)."""
+    found = []
+    for f in dataclasses.fields(section):
+        value = getattr(section, f.name)
+        if dataclasses.is_dataclass(value):
+            found += _numbers(value, f"{prefix}{f.name}.")
+        elif isinstance(value, float):
+            found.append((prefix + f.name, value))
+    return found
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

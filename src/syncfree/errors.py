@@ -6,7 +6,8 @@ class UserError(Exception):
 
 
 class NonFiniteError(UserError):
-    """The environment produced NaN or Inf observations or rewards."""
+    """The environment produced NaN or Inf observations or rewards, or the training diverged (non-finite parameters,
+    or updates skipped one after another for non-finite gradients)."""
 
 
 class DistributedError(RuntimeError):

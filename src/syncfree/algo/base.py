@@ -90,8 +90,9 @@ class Algorithm(ABC):
 
     @abstractmethod
     def statistics(self) -> dict[str, Tensor]:
-        """The last iteration's statistics as device tensors, by name: `stat_names`, then `skipped_steps` (steps
-        skipped for non-finite gradients) and `learning_rate`, then any the algorithm adds."""
+        """The last iteration's statistics as device tensors, by name: `stat_names`, then the optimizer's
+        (`PolicyOptimizer.statistics`: `skipped_steps`, `learning_rate`, `longest_skip_run`,
+        `non_finite_parameters`), then any the algorithm adds."""
 
     stats: Tensor
     """The update's statistics (`stat_names`), summed over the iteration's minibatches on the device."""

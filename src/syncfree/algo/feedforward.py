@@ -164,12 +164,13 @@ class FeedForwardPPO(Algorithm):
                 if state is not None:
                     with self.phases("update.step"):
                         self._whole_step(data, idx, state)
+                        self.optim.track_skips()
                 else:
                     self.minibatch_update(Batch(*(x[idx] for x in data)))
 
     def statistics(self) -> dict[str, Tensor]:
         means = self.stats / (self.cfg.num_epochs * self.cfg.num_minibatches)
-        return {**dict(zip(UPDATE_STATS, means.unbind(), strict=True)), **self.optim.skipped_and_lr()}
+        return {**dict(zip(UPDATE_STATS, means.unbind(), strict=True)), **self.optim.statistics()}
 
     def storage_tensors(self) -> list[Tensor]:
         return list(self.storage.state_tensors().values())

@@ -56,6 +56,12 @@ class PolicyOptimizer:
         self.grad_all_reduce = GradientAllReduce(params, dist) if dist is not None else None
         """With several processes: averages gradients and the minibatch KL over ranks (one collective)."""
         self._skipped_before = torch.zeros_like(self.skipped_steps)
+        self._skipped_last = torch.zeros_like(self.skipped_steps)
+        self._step_skipped = torch.zeros_like(self.skipped_steps)
+        self.skip_run = torch.zeros_like(self.skipped_steps)
+        """Minibatch updates skipped in a row up to now (0 after an update that stepped)."""
+        self.longest_skip_run = torch.zeros_like(self.skipped_steps)
+        """The longest run of skipped updates that reached into this iteration's update."""
         self._no_kl = torch.zeros((), device=device)
         """What rides along the gradient all-reduce when the schedule reads no KL."""
 
@@ -69,7 +75,17 @@ class PolicyOptimizer:
             kl_mean = self.grad_all_reduce(kl_mean if kl_mean is not None else self._no_kl)
         if self.adaptive:
             self.adapt_learning_rate(kl_mean)
-        return self.clip_and_step()
+        grad_norm = self.clip_and_step()
+        self.track_skips()
+        return grad_norm
+
+    def track_skips(self) -> None:
+        """After each minibatch update, whichever path stepped: extend or end the run of skipped updates (on the
+        device, allocating nothing)."""
+        torch.sub(self.skipped_steps, self._skipped_last, out=self._step_skipped)
+        self.skip_run.add_(1).mul_(self._step_skipped)
+        torch.maximum(self.longest_skip_run, self.skip_run, out=self.longest_skip_run)
+        self._skipped_last.copy_(self.skipped_steps)
 
     def clip_and_step(self) -> Tensor:
         """Clip the global gradient norm and step, skipping (and counting) steps with non-finite gradients."""
@@ -114,14 +130,19 @@ class PolicyOptimizer:
         return torch.where(kl_mean > target * 2.0, lower, torch.where(raise_lr, higher, lr))
 
     def begin_update(self) -> None:
-        """Mark the start of an iteration's update (for `skipped_and_lr`)."""
+        """Mark the start of an iteration's update (for `statistics`)."""
         self._skipped_before.copy_(self.skipped_steps)
+        self._skipped_last.copy_(self.skipped_steps)
+        self.longest_skip_run.copy_(self.skip_run)
 
-    def skipped_and_lr(self) -> dict[str, Tensor]:
-        """Steps skipped since `begin_update` and the current learning rate, as device tensors."""
+    def statistics(self) -> dict[str, Tensor]:
+        """Steps skipped since `begin_update`, the current learning rate, the longest run of skipped updates and
+        whether any parameter is NaN or infinite, as device tensors."""
         lr = self.lr if self.lr_on_device else torch.tensor(self.learning_rate, dtype=torch.float64,
                                                             device=self.lr.device)
-        return {"skipped_steps": self.skipped_steps - self._skipped_before, "learning_rate": lr}
+        finite = torch.stack([torch.isfinite(p).all() for p in self.params]).all()
+        return {"skipped_steps": self.skipped_steps - self._skipped_before, "learning_rate": lr,
+                "longest_skip_run": self.longest_skip_run, "non_finite_parameters": finite.logical_not()}
 
     def state_dict(self) -> dict:
         """The learning rate is saved as one float64 tensor whichever path kept it, so a run may resume with

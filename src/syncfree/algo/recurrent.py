@@ -233,6 +233,6 @@ class RecurrentPPO(Algorithm):
     def statistics(self) -> dict[str, Tensor]:
         means = self.stats / (self.cfg.num_epochs * self.cfg.num_minibatches)
         steps = self.cfg.steps_per_env * self.num_envs
-        return {**dict(zip(self.stat_names, means.unbind(), strict=True)), **self.optim.skipped_and_lr(),
+        return {**dict(zip(self.stat_names, means.unbind(), strict=True)), **self.optim.statistics(),
                 "reward_per_agent_step": self.reward_total.double() / steps,
                 "obs_over_max_tokens": self.over_max_tokens.double() / steps}

@@ -37,7 +37,7 @@ from syncfree.train.distributed import Distributed, NormalizerSync, running_norm
 from syncfree.train.logger import RunLogger
 from syncfree.train.monitors import StepMonitors
 
-RANK_SHARED = ("skipped_steps", "learning_rate")
+RANK_SHARED = ("skipped_steps", "learning_rate", "longest_skip_run", "non_finite_parameters")
 """Statistics every rank holds the same value of (the gradients and the KL are averaged before the step)."""
 
 
@@ -187,6 +187,7 @@ class Runner:
         if shared is not None and shared[len(names)] > 0:
             raise NonFiniteError(f"{where}iteration {self.iteration}: another rank's envs produced a non-finite "
                                  "observation or reward (its error names them); stopped, last good checkpoint kept")
+        self.check_divergence(stats, where)
         episodes = self.monitors.episodes
         episodes.end_iteration(host.get("episodes"))
         record: dict[str, Any] = {"iteration": self.iteration, "env_steps": self.env_steps,
@@ -195,10 +196,23 @@ class Runner:
         record.update({name.removeprefix("env/"): float(value) for name, value in host.items()
                        if name.startswith("env/") and not math.isnan(value)})  # NaN: no sample this iteration
         record.update(stats)
-        record["skipped_steps"] = int(stats["skipped_steps"])
+        record["skipped_steps"], record["longest_skip_run"] = int(stats["skipped_steps"]), int(stats["longest_skip_run"])
+        del record["non_finite_parameters"]  # 0 whenever a record is written
         if self.logger is not None:
             self.logger.log(record)
         return record
+
+    def check_divergence(self, stats: dict[str, float], where: str) -> None:
+        """Stop, before the iteration is saved, when the update left NaN or infinite parameters or skipped
+        `ppo.max_skipped_updates` minibatch updates in a row for non-finite gradients."""
+        if stats["non_finite_parameters"] > 0:
+            raise NonFiniteError(f"{where}iteration {self.iteration}: the update left non-finite parameters (the run "
+                                 "diverged: try a smaller ppo.learning_rate); stopped, last good checkpoint kept")
+        limit = self.cfg.ppo.max_skipped_updates
+        if limit and stats["longest_skip_run"] >= limit:
+            raise NonFiniteError(f"{where}iteration {self.iteration}: {int(stats['longest_skip_run'])} minibatch "
+                                 "updates in a row skipped for non-finite gradients (ppo.max_skipped_updates="
+                                 f"{limit}): the run diverged; stopped, last good checkpoint kept")
 
     # -- checkpoints -------------------------------------------------------------------------------------
 
