@@ -95,24 +95,8 @@ def test_resume_with_incompatible_override_exits_2(capsys, pendulum_checkpoint: 
     assert code == 2 and "policy" in one_line(err)
 
 
-class NaNPendulum(Pendulum):
-    """Emits a NaN observation from envs 3 and 5 once `steps` steps have passed."""
-
-    def __init__(self, *args, nan_after: int = 20, **kwargs) -> None:
-        self.steps, self.nan_after = 0, nan_after
-        super().__init__(*args, **kwargs)
-
-    def _observe(self):
-        obs = super()._observe()
-        self.steps += 1
-        if self.steps > self.nan_after:
-            self._obs[[3, 5], 1] = float("nan")
-        return obs
-
-
-class NaNCartPole(CartPole):
-    """Emits a NaN observation from envs 3 and 5 once `steps` steps have passed (discrete actions: the NaN reaches
-    the categorical sampler)."""
+class NaNAfter:
+    """Emits a NaN observation from envs 3 and 5 once `nan_after` steps have passed."""
 
     def __init__(self, *args, nan_after: int = 20, **kwargs) -> None:
         self.steps, self.nan_after = 0, nan_after
@@ -124,6 +108,14 @@ class NaNCartPole(CartPole):
         if self.steps > self.nan_after:
             obs["policy"][[3, 5], 1] = float("nan")
         return obs
+
+
+class NaNPendulum(NaNAfter, Pendulum):
+    """Continuous actions: the NaN reaches the Gaussian sampler."""
+
+
+class NaNCartPole(NaNAfter, CartPole):
+    """Discrete actions: the NaN reaches the categorical sampler."""
 
 
 @pytest.mark.parametrize("validate", [False, True])
