@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -61,22 +62,20 @@ def test_checkpoint_holds_everything(tmp_path: Path) -> None:
 
 
 def test_save_is_atomic_when_writing_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk fills while the new file is written: the old file stays, the partial one is removed."""
     path = tmp_path / "ck.pt"
     state = {**{key: {} for key in checkpoint.REQUIRED_KEYS}, "format": checkpoint.FORMAT_VERSION}
     checkpoint.save_atomic({**state, "x": 1}, path)
-    save = torch.save
 
-    def broken_save(obj, f, *a, **k):
-        if not isinstance(f, str | Path):  # the payload serialized in memory
-            return save(obj, f, *a, **k)
-        Path(f).write_bytes(b"partial")
-        raise OSError("disk full")
+    def disk_full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(torch, "save", broken_save)
-    with pytest.raises(OSError):
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space left"):
         checkpoint.save_atomic({**state, "x": 2}, path)
     monkeypatch.undo()
     assert checkpoint.load(path)["x"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.pt"]
 
 
 def test_ctrl_c_saves_the_last_completed_iteration(tmp_path: Path) -> None:
@@ -111,3 +110,13 @@ def test_resume_keeps_the_adapted_learning_rate_when_the_lr_switch_changes(tmp_p
     assert resumed.algorithm.optim.learning_rate == pytest.approx(record["learning_rate"], rel=1e-6)
     assert float(resumed.algorithm.optim.lr) == pytest.approx(record["learning_rate"], rel=1e-6)
     assert resumed.algorithm.optim.optimizer.param_groups[0]["lr"] == pytest.approx(record["learning_rate"], rel=1e-6)
+
+
+def test_a_resumed_run_drops_the_records_past_its_checkpoint(tmp_path: Path) -> None:
+    from syncfree.train.logger import truncate_records
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"iteration": i, "x": 1.0}) + "\n" for i in (1, 2, 3, 4)) + '{"iterat')
+    assert truncate_records(path, 2) == 3  # iterations 3 and 4, and the line a kill cut short
+    assert [json.loads(line)["iteration"] for line in path.read_text().splitlines()] == [1, 2]
+    assert truncate_records(path, 2) == 0 and truncate_records(tmp_path / "none.jsonl", 0) == 0

@@ -10,6 +10,7 @@ import torch
 from conftest import assert_same_state
 from syncfree.config import PerfConfig
 from syncfree.envs.tasks.g1_track import G1TrackConfig, G1TrackEnv
+from syncfree.errors import UserError
 
 ALL_GROUPS = ("policy", "critic", "tokenizer")
 
@@ -82,7 +83,7 @@ def test_env_state_round_trips():
 
 def test_state_of_another_env_count_is_refused():
     a, b = make(num_envs=4), make(num_envs=8)
-    with pytest.raises(ValueError, match="4 envs saved"):
+    with pytest.raises(UserError, match="4 envs saved"):
         b.load_state_dict(a.state_dict())
 
 
@@ -127,3 +128,42 @@ def test_conventional_env_side_logging():
 def test_unknown_observation_group_is_named():
     with pytest.raises(ValueError, match="unknown observation group"):
         make(observation_groups=("policy", "vision"))
+
+
+def test_gains_of_a_joint_without_armature_come_from_its_inertia():
+    import dataclasses
+
+    from syncfree.envs.physics.torch_pd import pd_gains
+    from syncfree.envs.robots import load_robot
+
+    robot = load_robot()
+    stiffness, damping = pd_gains(robot)
+    bare = dataclasses.replace(robot, armature=torch.where(torch.arange(len(robot.joint_names)) == 2, 0.0,
+                                                           robot.armature))
+    bare_stiffness, bare_damping = pd_gains(bare)
+    others = torch.arange(len(robot.joint_names)) != 2
+    assert torch.equal(bare_stiffness[others], stiffness[others]) and torch.equal(bare_damping[others], damping[others])
+    assert torch.allclose(bare_stiffness[2] / stiffness[2], robot.joint_inertia[2] / robot.armature[2])
+    massless = dataclasses.replace(bare, joint_inertia=torch.where(others, robot.joint_inertia, 0.0))
+    with pytest.raises(UserError, match=f"joint {robot.joint_names[2]!r} moves no mass and has no armature"):
+        pd_gains(massless)
+
+
+def test_soft_limits_leave_an_unlimited_joint_unlimited():
+    from syncfree.envs.tasks.g1_track.env import soft_limits
+
+    inf = float("inf")
+    lower, upper = soft_limits(torch.tensor([-1.0, -inf]), torch.tensor([3.0, inf]))
+    assert torch.allclose(lower, torch.tensor([1.0 - 1.8, -inf])) and torch.allclose(upper, torch.tensor([2.8, inf]))
+
+
+def test_state_of_another_clip_set_is_refused():
+    env = G1TrackEnv(4, cfg=G1TrackConfig())
+    state = env.state_dict()
+    state["command"]["clip_names"] = ["walk", *state["command"]["clip_names"][1:]]
+    with pytest.raises(UserError, match=r"trained on \d+ clips \(walk, .*resume with the clips the run was trained on"):
+        env.load_state_dict(state)
+    state = env.state_dict()
+    state["command"]["clip_length"][0] += 1
+    with pytest.raises(UserError, match="their lengths differ"):
+        env.load_state_dict(state)

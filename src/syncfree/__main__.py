@@ -1,5 +1,3 @@
-import sys
+from syncfree.cli import run
 
-from syncfree.cli import main
-
-sys.exit(main())
+run()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import re
 import signal
 import sys
@@ -38,6 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[0] not in commands:
         print(f"syncfree: unknown command {argv[0]!r}; choose from {', '.join(commands)}", file=sys.stderr)
         return 2
+    # until training installs its own handlers, a signal stops start-up quietly
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         return commands[argv[0]](argv[1:])
     except UserError as e:
@@ -45,7 +48,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except DistributedError as e:
         print(f"syncfree: error: {e}", file=sys.stderr)
-        return 1
+        from syncfree.train import distributed
+
+        return distributed.exit_now(1)
+    except KeyboardInterrupt:
+        print("syncfree: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except (MemoryError, RuntimeError) as e:
+        message = out_of_memory(e)
+        if message is None:
+            raise
+        print(f"syncfree: error: {message}", file=sys.stderr)
+        return 2
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def run() -> None:
+    """The `syncfree` command: `main`, then exit with its code. After an interrupt the process ends at once,
+    output flushed: a signal that lands while torch is being imported leaves modules half set up, whose exit
+    handlers would print their diagnostics or die on the way out."""
+    code = main()
+    if code == INTERRUPTED:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+INTERRUPTED = 130
+"""Exit code of a run stopped by a signal without saving (128 + SIGINT)."""
+
+
+def interrupt(signum, frame):
+    """Ctrl-C, or SIGTERM (from `timeout`, SLURM, Kubernetes), outside the training loop: there is nothing to save
+    yet, so the process ends at once, quietly. (A KeyboardInterrupt raised here could land inside an import of
+    torch or NumPy, which then fail later with unrelated errors.)"""
+    os.write(2, b"syncfree: interrupted\n")
+    os._exit(INTERRUPTED)
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """One line for an allocation that failed (the config asks for more memory than there is), else None."""
+    text = str(error)
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in text:
+        tried = re.search(r"tried to allocate (\d+) bytes", text)
+        what = f"an allocation of {int(tried.group(1)) / 2**30:.1f} GiB failed" if tried else first
+        return f"out of memory: {what}; lower env.num_envs (or ppo.steps_per_env)"
+    return None
 
 
 def parse_train_config(argv: Sequence[str]):
@@ -148,9 +201,12 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
         run_dir = Path(cfg.log.dir) / (cfg.log.run_name or f"{cfg.task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}")
     main_rank = dist is None or dist.is_main
     info = log.info if main_rank else (lambda *args: None)  # only rank 0 reports
+    if not cfg.resume and main_rank:
+        checkpoint.check_run_dir_unused(run_dir)
     trainer = Runner(cfg, run_dir=run_dir, dist=dist)
     if cfg.resume:
         trainer.load_state_dict(checkpoint.load(cfg.resume), source=f"checkpoint {cfg.resume}")
+        trainer.last_saved = Path(cfg.resume)
         info("resumed %s at iteration %d", cfg.resume, trainer.iteration)
     ranks = f"{dist.world_size} ranks x " if dist is not None else ""
     envs = f"{trainer.env.num_envs} envs"
@@ -164,24 +220,30 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
             raise KeyboardInterrupt
         trainer.stop_requested = True
         if main_rank:
-            print("\nstopping after this iteration (Ctrl-C again to abort without saving)", file=sys.stderr)
+            print(f"\n{signal.Signals(signum).name}: stopping after this iteration (a second signal aborts without "
+                  "saving)", file=sys.stderr)
 
-    previous = signal.signal(signal.SIGINT, request_stop)
+    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         record = trainer.learn()
     except KeyboardInterrupt:
-        info("aborted; last checkpoint kept in %s", run_dir)
-        return 130
+        info("aborted; %s", saved_line(trainer.last_saved))
+        return INTERRUPTED
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         trainer.close()
     summary = ", ".join(f"{k}={record[k]:.{3 if k.startswith('reward') else 1}f}"
                         for k in ("mean_return", "mean_length", "reward_per_agent_step") if k in record)
     summary = summary or "no episode finished yet"
-    info("%s at iteration %d (%d env steps): %s; checkpoint %s",
-         "stopped" if trainer.stopping() else "done", trainer.iteration, trainer.env_steps, summary,
-         run_dir / "latest.pt")
+    info("%s at iteration %d (%d env steps): %s; %s", "stopped" if trainer.stopping() else "done", trainer.iteration,
+         trainer.env_steps, summary, saved_line(trainer.last_saved))
     return 0
+
+
+def saved_line(path: Path | None) -> str:
+    """Where the run's newest checkpoint is, or that there is none."""
+    return f"checkpoint {path}" if path is not None else "no checkpoint written (no iteration finished)"
 
 
 def cmd_eval(argv: Sequence[str]) -> int:

@@ -323,6 +323,9 @@ def _validate_recurrent(cfg: TrainConfig) -> None:
                    getattr(losses, name))
         return
     p, r, g = cfg.ppo, cfg.policy.recurrent, cfg.env.grid
+    for name in ("agents_per_env", "width", "height", "max_steps"):
+        _check(getattr(g, name) >= 1, f"env.grid.{name}", "an integer >= 1", getattr(g, name))
+    _check(g.mines >= 0, "env.grid.mines", "an integer >= 0", g.mines)
     _check(p.bptt_horizon >= 2 and p.steps_per_env % p.bptt_horizon == 0, "ppo.bptt_horizon",
            f"an integer >= 2 dividing ppo.steps_per_env={p.steps_per_env}", p.bptt_horizon)
     segments = cfg.env.num_envs * g.agents_per_env * (p.steps_per_env // max(p.bptt_horizon, 1))

@@ -16,7 +16,6 @@ import os
 import pickle
 import random
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -49,24 +48,71 @@ def serialize(state: dict[str, Any]) -> dict[str, Any]:
 
 def save_atomic(state: dict[str, Any], path: str | Path) -> Path:
     """Write the envelope of `state` to a temporary file in the same folder, then rename: a crash never leaves a
-    half-written file."""
+    half-written file, and a failed write (disk full, no permission: `OSError`) removes its temporary file and
+    leaves the previous file at `path` as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(serialize(state), tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    buffer = io.BytesIO()
+    torch.save(serialize(state), buffer)
+    _write_replace(buffer.getbuffer(), path)
     return path
 
 
 def save_run(state: dict[str, Any], run_dir: Path, iteration: int) -> Path:
     """`run_dir/checkpoint_<iteration>.pt`, and a copy as `run_dir/latest.pt` (both written atomically)."""
     path = save_atomic(state, run_dir / f"checkpoint_{iteration:06d}.pt")
-    tmp = run_dir / ".latest.pt.tmp"
-    shutil.copyfile(path, tmp)
-    os.replace(tmp, run_dir / "latest.pt")
+    _write_replace(path.read_bytes(), run_dir / "latest.pt")
     return path
+
+
+def _write_replace(data: bytes | memoryview, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+RUN_FILES = ("latest.pt", "metrics.jsonl")
+"""A folder holding either (or a numbered checkpoint) holds a run."""
+
+
+def check_run_dir_unused(run_dir: Path) -> None:
+    """A new run never writes into another run's folder (it would overwrite its checkpoints and mix its metrics)."""
+    if not run_dir.is_dir():
+        return
+    held = [name for name in RUN_FILES if (run_dir / name).exists()] or sorted(
+        p.name for p in run_dir.glob("checkpoint_*.pt"))[:1]
+    if held:
+        raise UserError(f"run folder {run_dir} already holds a run ({held[0]}); choose another log.run_name, or "
+                        f"continue that run with --resume {run_dir / 'latest.pt'}")
+
+
+def prepare_run_dir(run_dir: Path) -> list[Path]:
+    """Create `run_dir`, prove a new file can be written there, and remove temporary files a killed save (or
+    start-up) left; returns those. One line naming the path and the OS's reason when the folder is unusable."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"run folder {run_dir}: exists and is not a folder")
+    probe = run_dir / f".write-test-{os.getpid()}"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with open(probe, "wb") as f:
+            f.write(b"syncfree")
+            f.flush()
+            os.fsync(f.fileno())
+        probe.unlink()
+    except OSError as e:
+        culprit = e.filename or run_dir
+        raise UserError(f"run folder {run_dir}: cannot write there ({culprit}: {e.strerror or e})") from None
+    stale = [p for p in (*run_dir.glob(".*.tmp"), *run_dir.glob(".write-test-*")) if p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import os
 import re
+import sys
 from collections.abc import Iterable
 
 import torch
@@ -129,13 +131,27 @@ def init_from_env(device: str, backend: str = "auto", timeout: float = 120.0) ->
 
 def shutdown(wait_for_peers: bool = True) -> None:
     """Leave the process group. After a normal finish, first wait for every rank (rank 0 may still be writing
-    its checkpoint): tearing a gloo group down while a peer is still connected can abort that peer."""
+    its checkpoint): tearing a gloo group down while a peer is still connected can abort that peer. After a
+    failure (`wait_for_peers` False) the group is left as it is: with a peer that hangs, its teardown can block
+    or abort the process; `exit_now` ends the process instead."""
     if not (dist.is_available() and dist.is_initialized()):
         return
     if wait_for_peers:
         with contextlib.suppress(RuntimeError):  # a peer is gone: nothing left to wait for
             dist.barrier()
-    dist.destroy_process_group()
+        dist.destroy_process_group()
+
+
+def exit_now(code: int) -> int:
+    """With a process group that a failed collective left behind, end the process with `code` at once, output
+    flushed and no destructor run (gloo's, with work still pending on a hung peer, can abort the process with
+    SIGABRT at interpreter exit); without one, return `code`."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return code
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 class NormalizerSync:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,10 +12,15 @@ from syncfree.errors import UserError
 
 
 class RunLogger:
+    """Appends one record per iteration. `start_iteration`: the iteration the run continues from (a resume); the
+    records of later iterations, written before by the run that is resumed, are dropped from `metrics.jsonl` and
+    TensorBoard, so that both read as one run."""
+
     def __init__(self, run_dir: Path, tensorboard: bool = False, wandb: bool = False,
-                 config: dict[str, Any] | None = None) -> None:
+                 config: dict[str, Any] | None = None, start_iteration: int = 0) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / "metrics.jsonl"
+        truncate_records(self.path, start_iteration)
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - closed in close()
         self._tb = None
         self._wandb = None
@@ -23,7 +30,7 @@ class RunLogger:
             except ImportError:
                 raise UserError("log.tensorboard: the tensorboard package is not installed "
                                 "(pip install 'syncfree[tensorboard]')") from None
-            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_iteration + 1)
         if wandb:
             try:
                 import wandb as wandb_module
@@ -47,3 +54,24 @@ class RunLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def truncate_records(path: Path, last_iteration: int) -> int:
+    """Drop the records of iterations after `last_iteration` from the JSONL file at `path` (rewritten atomically);
+    returns how many were dropped."""
+    if not path.is_file():
+        return 0
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if _iteration(line) <= last_iteration]
+    if len(kept) < len(lines):
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text("".join(kept))
+        os.replace(tmp, path)
+    return len(lines) - len(kept)
+
+
+def _iteration(line: str) -> float:
+    try:
+        return json.loads(line)["iteration"]
+    except (ValueError, KeyError, TypeError):
+        return math.inf  # a line cut by a kill, or not a record: dropped

@@ -10,6 +10,7 @@ reaches it in one named transfer (`syncfree.core.transfer`).
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import time
 from pathlib import Path
@@ -37,6 +38,8 @@ from syncfree.train.distributed import Distributed, NormalizerSync, running_norm
 from syncfree.train.logger import RunLogger
 from syncfree.train.monitors import StepMonitors
 
+log = logging.getLogger("syncfree")
+
 RANK_SHARED = ("skipped_steps", "learning_rate", "longest_skip_run", "non_finite_parameters")
 """Statistics every rank holds the same value of (the gradients and the KL are averaged before the step)."""
 
@@ -53,6 +56,12 @@ class Runner:
         self.rank = self.dist.rank if self.dist is not None else 0
         self.world_size = self.dist.world_size if self.dist is not None else 1
         self.is_main = self.rank == 0
+        self.run_dir = run_dir if self.is_main else None
+        """Only rank 0 writes metrics and checkpoints."""
+        if self.run_dir is not None:
+            removed = checkpoint.prepare_run_dir(self.run_dir)
+            if removed:
+                log.info("removed %d temporary file(s) an interrupted save left in %s", len(removed), self.run_dir)
         self.device = resolve_device(cfg.device, self.dist.local_rank if self.dist is not None else None)
         set_deterministic(cfg.perf.deterministic)
         checkpoint.seed_everything(cfg.seed + self.rank)
@@ -96,19 +105,20 @@ class Runner:
         self.iteration = 0
         self.env_steps = 0
         """Env steps of all ranks."""
-        self.run_dir = run_dir if self.is_main else None
-        """Only rank 0 writes metrics and checkpoints."""
+        self.last_saved: Path | None = None
+        """The run's newest checkpoint: `latest.pt` once this runner saved, else the one it resumed, if any."""
         self.stop_requested = False
         """Set from a signal handler: the loop finishes the current iteration, saves, and returns (with several
         processes: once any rank asked, all stop after the same iteration)."""
         self._stop_agreed = False
-        self.logger = (RunLogger(self.run_dir, cfg.log.tensorboard, cfg.log.wandb, to_dict(cfg))
-                       if self.run_dir is not None else None)
+        self.logger: RunLogger | None = None
+        """Opened when training starts, where it knows whether the run continues a checkpoint."""
 
     def learn(self) -> dict[str, Any]:
         """Train until `cfg.iterations`; returns the last iteration's record."""
         cfg, algorithm, record = self.cfg, self.algorithm, {}
         set_deterministic(cfg.perf.deterministic)  # a process-wide setting: other runners may have changed it
+        self.open_logger()
         bar = tqdm(total=cfg.iterations, initial=self.iteration, disable=not cfg.log.progress or not self.is_main,
                    unit="it", dynamic_ncols=True)
         while self.iteration < cfg.iterations and not self.stopping():
@@ -129,8 +139,9 @@ class Runner:
                 record = self.finish_iteration(host, time.perf_counter() - start)
             bar.set_postfix(steps_per_s=f"{record['steps_per_s']:.0f}", **progress_value(record), refresh=False)
             bar.update(1)
-            if self.iteration % cfg.save_every == 0 or self.iteration == cfg.iterations or self.stopping():
-                self.save()
+            last = self.iteration == cfg.iterations or self.stopping()
+            if self.iteration % cfg.save_every == 0 or last:
+                self.save(last)
         bar.close()
         return record
 
@@ -284,10 +295,32 @@ class Runner:
         self.obs = self.env.reset()
         self.algorithm.reset_episodes()
 
-    def save(self) -> Path | None:
+    def open_logger(self) -> None:
+        """Start the metrics of this run (rank 0, with a run folder): a fresh run refuses a folder that holds
+        another run; a resumed run drops the records past its checkpoint's iteration."""
+        if self.run_dir is None or self.logger is not None:
+            return
+        if self.iteration == 0:
+            checkpoint.check_run_dir_unused(self.run_dir)
+        self.logger = RunLogger(self.run_dir, self.cfg.log.tensorboard, self.cfg.log.wandb, to_dict(self.cfg),
+                                start_iteration=self.iteration)
+
+    def save(self, last: bool = True) -> Path | None:
+        """Write this iteration's checkpoint (rank 0, with a run folder). A write that fails (disk full, no
+        permission) keeps the previous checkpoint and, unless it is the run's `last` save, lets training go on
+        with a warning; the last save failing is an error naming the newest checkpoint that exists."""
         if self.run_dir is None:
             return None
-        return checkpoint.save_run(self.state_dict(), self.run_dir, self.iteration)
+        try:
+            checkpoint.save_run(self.state_dict(), self.run_dir, self.iteration)
+            self.last_saved = self.run_dir / "latest.pt"
+        except OSError as e:
+            reason = f"cannot write {e.filename or self.run_dir} ({e.strerror or e})"
+            kept = f"newest checkpoint {self.last_saved}" if self.last_saved else "no checkpoint written by this run"
+            if last:
+                raise UserError(f"iteration {self.iteration}: checkpoint not saved: {reason}; {kept}") from None
+            log.warning("iteration %d: checkpoint not saved: %s; %s; training goes on", self.iteration, reason, kept)
+        return self.last_saved
 
     def close(self) -> None:
         if self.logger is not None:
@@ -343,6 +376,27 @@ def check_compatible(state: dict[str, Any], runner: Runner, source: str) -> None
             got = tuple(got)
         if got != value:
             raise UserError(f"{source}: {key} is {got!r} but this run has {value!r}")
+    saved = flatten(state["config"].get("policy", {}), "policy.")
+    for key, value in flatten(to_dict(runner.cfg.policy), "policy.").items():
+        if key not in POLICY_CHANGEABLE and key in saved and saved[key] != value:
+            raise UserError(f"{source}: trained with {key}={saved[key]!r} but this run has {key}={value!r}; the "
+                            "network's weights only mean something with the settings they were trained with")
+
+
+POLICY_CHANGEABLE = ("policy.init_std", "policy.token.init_std", "policy.token.reconstruction_weight")
+"""Policy settings a resumed run may change: they shape a fresh network (a checkpoint's weights replace their
+effect) or weigh a loss, and leave what the saved weights compute as it was."""
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"a": {"b": 1}}` as `{"a.b": 1}`; lists compared as tuples."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
+    return flat
 
 
 def progress_value(record: dict[str, Any]) -> dict[str, str]:

@@ -23,6 +23,7 @@ from syncfree.envs.managers.observations import ObservationManager, ObsGroup
 from syncfree.envs.managers.rewards import RewardManager, RewardTerm, TerminationManager, TerminationTerm
 from syncfree.envs.managers.select import fill_
 from syncfree.envs.physics import Physics
+from syncfree.errors import UserError
 
 
 class JointPositionAction:
@@ -178,8 +179,7 @@ class ManagerBasedEnv(VecEnv):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["episode_length"].shape != self.episode_length.shape:
-            raise ValueError(f"env state: {state['episode_length'].shape[0]} envs saved, "
-                             f"this env has {self.num_envs}")
+            raise UserError(f"env state: {state['episode_length'].shape[0]} envs saved, this env has {self.num_envs}")
         self.generator.set_state(state["generator"])
         self.episode_length.copy_(state["episode_length"])
         self.episode_return.copy_(state["episode_return"])

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from syncfree.errors import UserError
+
 
 class AdaptiveSampler:
     def __init__(self, clip_length: Tensor, num_envs: int, generator: torch.Generator, bin_frames: int = 50,
@@ -95,5 +97,7 @@ class AdaptiveSampler:
         for name in ("visits", "failures", "probabilities"):
             value = state[name]
             if value.shape != getattr(self, name).shape:
-                raise ValueError(f"adaptive sampler {name}: expected {self.num_bins} bins, got {tuple(value.shape)}")
+                raise UserError(f"env state: the adaptive sampler's {name} has {value.shape[-1]} bins but this run's "
+                                f"clips (env.motions) give {self.num_bins}; resume with the clips the run was trained "
+                                "on")
             getattr(self, name).copy_(value)

@@ -17,12 +17,27 @@ from torch import Tensor
 
 from syncfree.envs.physics.base import Physics
 from syncfree.envs.robots import Kinematics, RobotModel
+from syncfree.errors import UserError
 
 
 def pd_gains(robot: RobotModel, natural_freq_hz: float = 10.0, damping_ratio: float = 2.0) -> tuple[Tensor, Tensor]:
-    """Stiffness and damping from each joint's armature, as Isaac Lab G1 tracking configs set them."""
+    """Stiffness and damping from each joint's armature (its rotor inertia), as Isaac Lab G1 tracking configs set
+    them. A joint without armature (MuJoCo's default) is tuned on its joint-space inertia at the reference pose
+    instead (`dof_M0`: the links it moves), so that it is driven at the same natural frequency; a joint with
+    neither cannot be driven and is refused by name."""
+    reflected = gain_inertia(robot)
     omega = 2.0 * math.pi * natural_freq_hz
-    return robot.armature * omega**2, 2.0 * damping_ratio * robot.armature * omega
+    return reflected * omega**2, 2.0 * damping_ratio * reflected * omega
+
+
+def gain_inertia(robot: RobotModel) -> Tensor:
+    """(J,) the inertia each joint's PD gains are tuned on: its armature, or without one its `dof_M0`."""
+    inertia = torch.where(robot.armature > 0, robot.armature, robot.joint_inertia)
+    massless = (~(inertia > 0)).nonzero().flatten().tolist()
+    if massless:
+        raise UserError(f"{robot.path}: joint {robot.joint_names[massless[0]]!r} moves no mass and has no armature "
+                        "(its joint-space inertia is 0); give it an armature or its bodies an inertial")
+    return inertia
 
 
 class TorchPDPhysics(Physics):

@@ -16,6 +16,7 @@ from syncfree.envs.motion.sampler import AdaptiveSampler
 from syncfree.envs.physics import Physics
 from syncfree.envs.robots import RobotModel
 from syncfree.envs.tasks.g1_track.config import TRACKED_BODIES, G1TrackConfig
+from syncfree.errors import UserError
 
 
 class TrackingEnv(Protocol):
@@ -155,10 +156,20 @@ class MotionCommand(CommandTerm):
     def state_dict(self) -> dict[str, Any]:
         state = super().state_dict()
         state.update(clip_ids=self.clip_ids.clone(), time_steps=self.time_steps.clone(),
-                     encoder_index=self.encoder_index.clone(), sampler=self.sampler.state_dict())
+                     encoder_index=self.encoder_index.clone(), sampler=self.sampler.state_dict(),
+                     clip_length=self.motions.clip_length.clone(), clip_names=list(self.motions.clip_names))
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved_names, saved_lengths = state.get("clip_names"), state.get("clip_length")  # absent in checkpoints of earlier versions
+        names, lengths = self.motions.clip_names, self.motions.clip_length
+        same = (saved_lengths is None or (saved_lengths.shape == lengths.shape
+                                          and torch.equal(saved_lengths.to(lengths.device), lengths)))
+        if not same or (saved_names is not None and list(saved_names) != names):
+            saved_names = saved_names or [f"clip {i}" for i in range(saved_lengths.numel())]
+            raise UserError(f"env state: the run was trained on {len(saved_names)} clips ({_summary(saved_names)}) "
+                            f"but this run's clips (env.motions) are {len(names)} ({_summary(names)}), or their "
+                            "lengths differ; resume with the clips the run was trained on")
         super().load_state_dict(state)
         self.clip_ids.copy_(state["clip_ids"])
         self.time_steps.copy_(state["time_steps"])
@@ -166,3 +177,7 @@ class MotionCommand(CommandTerm):
         self.sampler.load_state_dict(state["sampler"])
         self.frame.copy_(self.motions.frame_index(self.clip_ids, self.time_steps))
         self._update_relative_targets()
+
+
+def _summary(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")

@@ -10,6 +10,7 @@ episode and contact terms join the reward.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -74,6 +75,14 @@ from syncfree.envs.tasks.g1_track.terms import (
 from syncfree.errors import UserError
 
 
+def soft_limits(lower: Tensor, upper: Tensor, fraction: float = 0.9) -> tuple[Tensor, Tensor]:
+    """The middle `fraction` of each joint's range; an unlimited joint (infinite bounds) stays unlimited."""
+    limited = torch.isfinite(lower) & torch.isfinite(upper)
+    mid = torch.where(limited, (lower + upper) / 2, 0.0)
+    half = torch.where(limited, fraction * (upper - lower) / 2, math.inf)
+    return torch.where(limited, mid - half, lower), torch.where(limited, mid + half, upper)
+
+
 class G1TrackEnv(ManagerBasedEnv):
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: int = 0, max_episode_length: int = 0,
                  cfg: G1TrackConfig | None = None, perf: PerfConfig | None = None) -> None:
@@ -94,9 +103,7 @@ class G1TrackEnv(ManagerBasedEnv):
         self.default_joint_pos = torch.tensor([DEFAULT_POSE.get(j, 0.0) for j in robot.joint_names], device=device)
         self.down = torch.tensor([0.0, 0.0, -1.0], device=device).expand(num_envs, 3)
         """Gravity's direction in the world frame, one row per env."""
-        lower, upper = robot.joint_lower.to(device), robot.joint_upper.to(device)
-        mid, half = (lower + upper) / 2, (upper - lower) / 2
-        self.soft_lower, self.soft_upper = mid - 0.9 * half, mid + 0.9 * half
+        self.soft_lower, self.soft_upper = soft_limits(robot.joint_lower.to(device), robot.joint_upper.to(device))
         stiffness = self.physics.stiffness
         self.action = JointPositionAction(self.physics, self.default_joint_pos,
                                           0.25 * self.physics.effort_limit / stiffness)

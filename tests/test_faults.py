@@ -1,0 +1,546 @@
+"""Faults a careful user or a hostile file can cause, one table row each: the row arranges the fault and gives the
+command line; the test runs it and asserts the exit code, the one line on stderr (no traceback) and what is on
+disk afterwards.
+
+`FAULTS` run `syncfree.cli.main` in this process; `PROCESS_FAULTS` need a process of their own (signals, a file
+size limit, a peer that hangs) and run `python -m syncfree`.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import logging
+import os
+import re
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+from test_bad_input import NaNCartPole, NaNPendulum
+from test_checkpoint_safety import Payload
+
+from syncfree.cli import main
+from syncfree.envs.tasks import TASKS, Task
+from syncfree.train import checkpoint
+
+SMALL = ["--task", "pendulum", "--env.num_envs", "16", "--ppo.steps_per_env", "8", "--log.progress", "false",
+         "--perf.compile", "off"]
+"""A run of a second or two."""
+
+G1_SMALL = ["--task", "g1-track", "--env.num_envs", "4", "--ppo.steps_per_env", "2", "--ppo.num_minibatches", "1",
+            "--log.progress", "false", "--perf.compile", "off"]
+
+
+@dataclass
+class Ctx:
+    """What a row's functions get: its own folder, a trained run to copy from, and pytest's monkeypatch."""
+
+    tmp: Path
+    trained: Path
+    monkeypatch: pytest.MonkeyPatch
+    unwritable: Callable[[Path], None]
+    notes: dict = field(default_factory=dict)
+
+    def run_copy(self, name: str = "run") -> Path:
+        """A copy of the trained run's folder (2 iterations of pendulum, `SMALL`); returns its `latest.pt`."""
+        target = self.tmp / name
+        target.mkdir(parents=True)
+        for path in self.trained.parent.iterdir():
+            if path.is_file():
+                (target / path.name).write_bytes(path.read_bytes())
+        return target / "latest.pt"
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    arrange: Callable[[Ctx], list[str]]
+    """Sets the fault up under `ctx.tmp`; returns the command line."""
+    code: int
+    says: str | None
+    """A regular expression the one stderr line must match (exit 2 and 1); for exit 0, the log must match it."""
+    after: Callable[[Ctx], None] = lambda ctx: None
+    """Asserts what is on disk afterwards."""
+
+
+def files(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+
+
+def digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def iterations_logged(run: Path) -> list[int]:
+    return [int(m) for m in re.findall(r'"iteration": (\d+)', (run / "metrics.jsonl").read_text())]
+
+
+# -- the rows' set-ups ---------------------------------------------------------------------------------------
+
+def crafted(command: str) -> Callable[[Ctx], list[str]]:
+    def arrange(ctx: Ctx) -> list[str]:
+        torch.save(Payload(ctx.tmp / "ran"), ctx.tmp / "crafted.pt")
+        flag = "--resume" if command == "train" else "--checkpoint"
+        return [command, flag, str(ctx.tmp / "crafted.pt")]
+    return arrange
+
+
+def flipped_byte(ctx: Ctx) -> list[str]:
+    envelope = torch.load(ctx.trained, weights_only=True)
+    envelope["payload"][len(envelope["payload"]) // 2] ^= 0xFF
+    torch.save(envelope, ctx.tmp / "damaged.pt")
+    return ["eval", "--checkpoint", str(ctx.tmp / "damaged.pt")]
+
+
+def missing_keys(ctx: Ctx) -> list[str]:
+    state = checkpoint.load(ctx.trained)
+    del state["ppo"], state["config"]
+    checkpoint.save_atomic(state, ctx.tmp / "partial.pt")
+    return ["train", "--resume", str(ctx.tmp / "partial.pt")]
+
+
+def nan_weights(ctx: Ctx) -> list[str]:
+    state = checkpoint.load(ctx.trained)
+    state["policy"]["actor.0.weight"][0, 0] = float("nan")
+    checkpoint.save_atomic(state, ctx.tmp / "diverged.pt")
+    return ["export", "--checkpoint", str(ctx.tmp / "diverged.pt")]
+
+
+def nan_observations(env_class: type) -> Callable[[Ctx], list[str]]:
+    def arrange(ctx: Ctx) -> list[str]:
+        ctx.monkeypatch.setitem(TASKS, "nan-task", Task("nan-task", "test", env_class))
+        return ["train", *SMALL, "--task", "nan-task", "--iterations", "3", "--save_every", "1", "--log.dir",
+                str(ctx.tmp), "--log.run_name", "run"]
+    return arrange
+
+
+def learning_rate(value: str) -> Callable[[Ctx], list[str]]:
+    def arrange(ctx: Ctx) -> list[str]:
+        return ["train", *SMALL, "--ppo.schedule", "fixed", "--ppo.learning_rate", value, "--iterations", "3",
+                "--log.dir", str(ctx.tmp), "--log.run_name", "run"]
+    return arrange
+
+
+def fresh_run(log_dir: Callable[[Ctx], Path], run_name: str = "run", *extra: str) -> Callable[[Ctx], list[str]]:
+    def arrange(ctx: Ctx) -> list[str]:
+        return ["train", *SMALL, "--iterations", "1", "--log.dir", str(log_dir(ctx)), "--log.run_name", run_name,
+                *extra]
+    return arrange
+
+
+def log_dir_is_a_file(ctx: Ctx) -> Path:
+    (ctx.tmp / "logs").write_text("not a folder")
+    return ctx.tmp / "logs"
+
+
+def run_name_is_a_file(ctx: Ctx) -> Path:
+    (ctx.tmp / "run").write_text("not a folder")
+    return ctx.tmp
+
+
+def unwritable_log_dir(ctx: Ctx) -> Path:
+    (ctx.tmp / "logs").mkdir()
+    ctx.unwritable(ctx.tmp / "logs")
+    return ctx.tmp / "logs"
+
+
+def missing_log_dir_in_unwritable_folder(ctx: Ctx) -> Path:
+    (ctx.tmp / "ro").mkdir()
+    ctx.unwritable(ctx.tmp / "ro")
+    return ctx.tmp / "ro" / "logs"
+
+
+def resume_where_no_new_file_can_be_made(ctx: Ctx) -> list[str]:
+    """An immutable or read-only run folder: its existing files may be writable, new ones cannot be created."""
+    latest = ctx.run_copy()
+    ctx.notes["before"] = digest(latest.parent)
+    ctx.unwritable(latest.parent)
+    return ["train", "--resume", str(latest), "--iterations", "4"]
+
+
+def unchanged(ctx: Ctx) -> None:
+    assert digest(ctx.tmp / "run") == ctx.notes["before"]
+
+
+def disk_fills_after_the_first_save(ctx: Ctx) -> list[str]:
+    real_fsync, calls = os.fsync, []
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) > 3:  # the start-up write test, the first checkpoint and its latest.pt copy
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_fsync(fd)
+
+    ctx.monkeypatch.setattr(os, "fsync", fsync)
+    return ["train", *SMALL, "--iterations", "3", "--save_every", "1", "--log.dir", str(ctx.tmp), "--log.run_name",
+            "run"]
+
+
+def first_checkpoint_kept(ctx: Ctx) -> None:
+    run = ctx.tmp / "run"
+    assert files(run) == ["checkpoint_000001.pt", "latest.pt", "metrics.jsonl"]  # no .tmp left
+    assert checkpoint.load(run / "latest.pt")["iteration"] == 1
+    assert iterations_logged(run) == [1, 2, 3]  # training went on after the failed save
+
+
+def reused_run_name(ctx: Ctx) -> list[str]:
+    latest = ctx.run_copy()
+    ctx.notes["before"] = digest(latest.parent)
+    return ["train", *SMALL, "--iterations", "1", "--log.dir", str(ctx.tmp), "--log.run_name", "run"]
+
+
+def stale_tmp_files(ctx: Ctx) -> list[str]:
+    latest = ctx.run_copy()
+    for iteration in (7, 8):  # saves this run does not make: their names are not written again
+        (latest.parent / f".checkpoint_{iteration:06d}.pt.tmp").write_bytes(b"half a checkpoint")
+    return ["train", "--resume", str(latest), "--iterations", "3"]
+
+
+def no_tmp_left(ctx: Ctx) -> None:
+    assert not list((ctx.tmp / "run").glob(".*"))
+    assert checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == 3
+
+
+def resume_from_an_earlier_checkpoint(ctx: Ctx) -> list[str]:
+    latest = ctx.run_copy()
+    return ["train", "--resume", str(latest.parent / "checkpoint_000001.pt"), "--iterations", "2"]
+
+
+def metrics_read_as_one_run(ctx: Ctx) -> None:
+    assert iterations_logged(ctx.tmp / "run") == [1, 2]
+
+
+def robot_file(edit: Callable[[str], str]) -> Callable[[Ctx], list[str]]:
+    def arrange(ctx: Ctx) -> list[str]:
+        from syncfree.envs.robots.mjcf import default_robot_path
+
+        shipped = default_robot_path().read_text()
+        edited = edit(shipped)
+        assert edited != shipped
+        (ctx.tmp / "robot.xml").write_text(edited)
+        return ["train", *G1_SMALL, "--iterations", "1", "--env.robot", str(ctx.tmp / "robot.xml"), "--log.dir",
+                str(ctx.tmp), "--log.run_name", "run"]
+    return arrange
+
+
+def trained_one_iteration(ctx: Ctx) -> None:
+    assert checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == 1
+
+
+def resume_with_other_clips(ctx: Ctx) -> list[str]:
+    from syncfree.envs.motion import generate_clips, save_clip
+    from syncfree.envs.robots import load_robot
+
+    assert main(["train", *G1_SMALL, "--iterations", "1", "--log.dir", str(ctx.tmp), "--log.run_name", "run"]) == 0
+    for clip in generate_clips(load_robot(), num_clips=2, seconds=1.0, seed=1):
+        save_clip(ctx.tmp / f"{clip.name}.npz", clip)
+    return ["train", "--resume", str(ctx.tmp / "run" / "latest.pt"), "--iterations", "2", "--env.motions",
+            f"[{ctx.tmp}]"]
+
+
+def resume_with(*override: str) -> Callable[[Ctx], list[str]]:
+    def arrange(ctx: Ctx) -> list[str]:
+        return ["train", "--resume", str(ctx.run_copy()), "--iterations", "3", *override]
+    return arrange
+
+
+def nothing_written(folder: str = "run") -> Callable[[Ctx], None]:
+    def after(ctx: Ctx) -> None:
+        assert not list((ctx.tmp / folder).glob("*.pt")) if (ctx.tmp / folder).is_dir() else True
+        assert not (ctx.tmp / "ran").exists()
+    return after
+
+
+def no_checkpoint_file(ctx: Ctx) -> None:
+    assert not list(ctx.tmp.rglob("*.pt"))
+
+
+FAULTS = [
+    Fault("crafted pickle, eval", crafted("eval"), 2, r"crafted\.pt: holds .* could run code", nothing_written()),
+    Fault("crafted pickle, export", crafted("export"), 2, r"crafted\.pt: holds .* could run code", nothing_written()),
+    Fault("crafted pickle, resume", crafted("train"), 2, r"crafted\.pt: holds .* could run code", nothing_written()),
+    Fault("bit-flipped checkpoint", flipped_byte, 2, r"damaged\.pt: its content does not match its SHA-256"),
+    Fault("checkpoint missing keys", missing_keys, 2, r"partial\.pt: lacks config, ppo"),
+    Fault("checkpoint with NaN weights", nan_weights, 2, r"diverged\.pt: policy\.actor\.0\.weight holds non-finite"),
+    Fault("NaN observations, continuous actions", nan_observations(NaNPendulum), 2,
+          r"iteration 3: non-finite observation or reward from env ids \[3, 5\]",
+          lambda ctx: checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == 2 or pytest.fail()),
+    Fault("NaN observations, discrete actions", nan_observations(NaNCartPole), 2,
+          r"iteration 3: non-finite observation or reward from env ids \[3, 5\]",
+          lambda ctx: checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == 2 or pytest.fail()),
+    *(Fault(f"learning rate {lr}", learning_rate(lr), 2, r"iteration 1: .*diverged", nothing_written())
+      for lr in ("1e6", "1e20", "1e38")),
+    Fault("learning rate inf (1e400)", learning_rate("1e400"), 2, r"ppo\.learning_rate=inf .*a finite number",
+          no_checkpoint_file),
+    Fault("log dir is a file", fresh_run(log_dir_is_a_file), 2, r"run folder .*logs/run: cannot write there .*Not a "
+          r"directory", lambda ctx: (ctx.tmp / "logs").read_text() == "not a folder" or pytest.fail()),
+    Fault("run name is an existing file", fresh_run(run_name_is_a_file), 2, r"run folder .*/run: exists and is not a "
+          "folder", lambda ctx: (ctx.tmp / "run").read_text() == "not a folder" or pytest.fail()),
+    Fault("log dir not writable (read-only, immutable)", fresh_run(unwritable_log_dir), 2,
+          r"run folder .*logs/run: cannot write there \(.*logs/run: (Permission denied|Operation not permitted)\)",
+          lambda ctx: files(ctx.tmp / "logs") == [] or pytest.fail()),
+    Fault("missing log dir in a folder that is not writable", fresh_run(missing_log_dir_in_unwritable_folder), 2,
+          r"run folder .*ro/logs/run: cannot write there \(.*ro/logs: (Permission denied|Operation not permitted)\)",
+          lambda ctx: files(ctx.tmp / "ro") == [] or pytest.fail()),
+    Fault("resume where existing files are writable but new ones are not", resume_where_no_new_file_can_be_made, 2,
+          r"run folder .*run: cannot write there .*(Permission denied|Operation not permitted)", unchanged),
+    Fault("disk fills after the first save", disk_fills_after_the_first_save, 2,
+          r"iteration 3: checkpoint not saved: cannot write .*No space left on device.*newest checkpoint "
+          r".*run/latest\.pt", first_checkpoint_kept),
+    Fault("run name reused", reused_run_name, 2, r"run folder .*run already holds a run \(latest\.pt\); choose another "
+          r"log\.run_name, or continue that run with --resume .*run/latest\.pt", unchanged),
+    Fault("stale .tmp files of a killed save", stale_tmp_files, 0, r"removed 2 temporary file\(s\)", no_tmp_left),
+    Fault("resume from an earlier checkpoint", resume_from_an_earlier_checkpoint, 0, r"resumed .*checkpoint_000001",
+          metrics_read_as_one_run),
+    Fault("robot with zero armature", robot_file(lambda xml: re.sub(r' armature="[^"]*"', "", xml)), 0,
+          r"done at iteration 1", trained_one_iteration),
+    Fault("robot with an unlimited hinge", robot_file(lambda xml: xml.replace(
+        '<joint name="left_hip_roll_joint" class="hip_roll" range="-0.5236 2.9671"/>',
+        '<joint name="left_hip_roll_joint" class="hip_roll"/>')), 0, r"done at iteration 1", trained_one_iteration),
+    Fault("resume g1-track with another clip set", resume_with_other_clips, 2,
+          r"env state: .*clips.*env\.motions.*resume with the clips the run was trained on",
+          lambda ctx: checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == 1 or pytest.fail()),
+    Fault("grid agents_per_env=0", lambda ctx: ["train", "--task", "grid-arena", "--env.grid.agents_per_env", "0",
+                                                "--log.dir", str(ctx.tmp)], 2,
+          r"config: env\.grid\.agents_per_env=0 is invalid; allowed: an integer >= 1", no_checkpoint_file),
+    Fault("--iterations 0", fresh_run(lambda ctx: ctx.tmp, "run", "--iterations", "0"), 0,
+          r"done at iteration 0 .*no checkpoint written", no_checkpoint_file),
+    Fault("huge env.num_envs", fresh_run(lambda ctx: ctx.tmp, "run", "--env.num_envs", "100000000000"), 2,
+          r"out of memory: an allocation of \d+\.\d GiB failed; lower env\.num_envs", no_checkpoint_file),
+    Fault("resume with another policy.activation", resume_with("--policy.activation", "tanh"), 2,
+          r"trained with policy\.activation='elu' but this run has policy\.activation='tanh'",
+          lambda ctx: checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == 2 or pytest.fail()),
+]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """2 iterations of `SMALL`, a checkpoint each."""
+    folder = tmp_path_factory.mktemp("trained")
+    assert main(["train", *SMALL, "--iterations", "2", "--save_every", "1", "--log.dir", str(folder),
+                 "--log.run_name", "run"]) == 0
+    return folder / "run" / "latest.pt"
+
+
+@pytest.fixture
+def unwritable():
+    """Make a folder refuse new entries: `chmod` for a user, the immutable attribute for root (whom permissions
+    do not stop); skipped where neither works."""
+    made: list[Path] = []
+
+    def make(folder: Path) -> None:
+        if os.geteuid() != 0:
+            folder.chmod(0o555)
+        elif subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+            pytest.skip("running as root on a file system without the immutable attribute")
+        made.append(folder)
+        try:
+            (folder / ".probe").touch()
+        except OSError:
+            return
+        (folder / ".probe").unlink()
+        pytest.skip(f"cannot make {folder} unwritable here")
+
+    yield make
+    for folder in made:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(folder)], check=False)
+        else:
+            folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
+def test_fault(fault: Fault, trained: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unwritable,
+               capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
+    if "grid" in fault.name:
+        pytest.importorskip("mettagrid")
+    ctx = Ctx(tmp_path, trained, monkeypatch, unwritable)
+    argv = fault.arrange(ctx)
+    capsys.readouterr()
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="syncfree"):
+        code = main(argv)
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err, err
+    assert code == fault.code, err + caplog.text
+    if fault.code == 0:
+        assert re.search(fault.says, caplog.text), caplog.text
+    else:
+        lines = [line for line in err.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("syncfree: error: "), err
+        assert re.search(fault.says, lines[0]), lines[0]
+    fault.after(ctx)
+
+
+# -- faults that need a process of their own -----------------------------------------------------------------
+
+SLOW = ["--task", "pendulum", "--env.num_envs", "4096", "--ppo.steps_per_env", "64", "--log.progress", "false",
+        "--perf.compile", "off", "--iterations", "1000", "--save_every", "1"]
+"""Iterations of a second or so: long enough for a signal to land inside one."""
+
+
+class Launched:
+    """`python -m syncfree ARGV`, its stderr read as it comes."""
+
+    def __init__(self, argv: list[str], file_size_limit: int | None = None) -> None:
+        def limit() -> None:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen([sys.executable, "-m", "syncfree", *argv], stderr=subprocess.PIPE, text=True,
+                                     env=env, preexec_fn=limit if file_size_limit else None)
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
+        self._reader.start()
+
+    def send(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def said(self, text: str) -> bool:
+        return any(text in line for line in self.lines)
+
+    def finish(self, seconds: float = 120.0) -> tuple[int, str]:
+        try:
+            code = self.proc.wait(timeout=seconds)
+        finally:
+            self.proc.kill()
+        self._reader.join(timeout=10)
+        return code, "".join(self.lines)
+
+
+def wait_for(predicate: Callable[[], bool], seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def logged_iterations(run: Path) -> int:
+    path = run / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def sigterm_in_training(proc: Launched, run: Path) -> None:
+    wait_for(lambda: logged_iterations(run) >= 1)
+    proc.send(signal.SIGTERM)
+
+
+def two_signals_in_training(proc: Launched, run: Path) -> None:
+    wait_for(lambda: logged_iterations(run) >= 1)
+    time.sleep(0.3)  # inside the next iteration
+    proc.send(signal.SIGTERM)
+    time.sleep(0.05)
+    proc.send(signal.SIGINT)
+
+
+def two_ctrl_c_before_the_first_save(proc: Launched, run: Path) -> None:
+    wait_for(lambda: proc.said("training pendulum"))  # the first iteration starts
+    time.sleep(0.2)
+    proc.send(signal.SIGINT)
+    time.sleep(0.05)
+    proc.send(signal.SIGINT)
+
+
+def signal_at_start_up(signum: int) -> Callable[[Launched, Path], None]:
+    def act(proc: Launched, run: Path) -> None:
+        time.sleep(0.5)  # past `main`, importing torch (a second or more here)
+        assert not proc.said("training pendulum")
+        proc.send(signum)
+    return act
+
+
+def saved_as_logged(run: Path) -> None:
+    assert checkpoint.load(run / "latest.pt")["iteration"] == logged_iterations(run) >= 1
+    assert not list(run.glob(".*"))
+
+
+def no_checkpoint(run: Path) -> None:
+    assert not list(run.glob("*.pt")) and not list(run.glob(".*")) if run.exists() else True
+
+
+@dataclass(frozen=True)
+class ProcessFault:
+    name: str
+    act: Callable[[Launched, Path], None]
+    """What happens to the running `syncfree train` (its run folder given)."""
+    codes: tuple[int, ...]
+    says: str
+    """A regular expression the last stderr line must match."""
+    after: Callable[[Path], None]
+    argv: tuple[str, ...] = tuple(SLOW)
+    file_size_limit: int | None = None
+
+
+PROCESS_FAULTS = [
+    ProcessFault("SIGTERM during training saves and exits", sigterm_in_training, (0,),
+                 r"^stopped at iteration \d+ .*checkpoint .*run/latest\.pt$", saved_as_logged),
+    ProcessFault("a second signal aborts without a traceback", two_signals_in_training, (130,),
+                 r"^aborted; checkpoint .*run/latest\.pt$", lambda run: checkpoint.load(run / "latest.pt")),
+    ProcessFault("Ctrl-C twice before the first save", two_ctrl_c_before_the_first_save, (130,),
+                 r"^aborted; no checkpoint written \(no iteration finished\)$", no_checkpoint),
+    ProcessFault("SIGTERM during start-up", signal_at_start_up(signal.SIGTERM), (130, -signal.SIGTERM),
+                 r"^(syncfree: interrupted|training pendulum .*)?$", no_checkpoint),
+    ProcessFault("Ctrl-C during start-up", signal_at_start_up(signal.SIGINT), (130,),
+                 r"^(syncfree: interrupted|aborted; no checkpoint written \(no iteration finished\))$", no_checkpoint),
+    ProcessFault("the disk holds no checkpoint at all", lambda proc, run: None, (2,),
+                 r"^syncfree: error: iteration 2: checkpoint not saved: cannot write .*File too large\); no checkpoint "
+                 r"written by this run$", no_checkpoint,
+                 argv=(*SMALL, "--iterations", "2"), file_size_limit=32 * 1024),
+]
+
+
+@pytest.mark.parametrize("fault", PROCESS_FAULTS, ids=[f.name for f in PROCESS_FAULTS])
+def test_process_fault(fault: ProcessFault, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    proc = Launched(["train", *fault.argv, "--log.dir", str(tmp_path), "--log.run_name", "run"], fault.file_size_limit)
+    fault.act(proc, run)
+    code, err = proc.finish()
+    assert "Traceback" not in err, err
+    assert code in fault.codes, err
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    assert re.search(fault.says, last), err
+    fault.after(run)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_hung_peer_ends_rank_0_with_one_line_and_exit_1(tmp_path: Path) -> None:
+    """Rank 1 stops (SIGSTOP) mid-training: rank 0 names the collective and the timeout in one line and exits 1,
+    without an abort on the way out."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port())}
+    argv = [sys.executable, "-m", "syncfree", "train", *SMALL, "--iterations", "100000", "--save_every", "1",
+            "--distributed.timeout", "5",
+            "--log.dir", str(tmp_path), "--log.run_name", "run"]
+    ranks = [subprocess.Popen(argv, stderr=subprocess.PIPE, text=True,
+                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}) for r in range(2)]
+    try:
+        wait_for(lambda: logged_iterations(tmp_path / "run") >= 2)
+        ranks[1].send_signal(signal.SIGSTOP)
+        _, err = ranks[0].communicate(timeout=60)
+    finally:
+        for proc in ranks:
+            proc.kill()
+            proc.wait()
+    lines = [line for line in err.splitlines() if line.startswith("syncfree")]
+    assert ranks[0].returncode == 1, err
+    assert "Traceback" not in err and len(lines) == 1, err
+    assert re.fullmatch(r"syncfree: error: rank 0/2: .* failed: a peer process exited or did not answer within the "
+                        r"collective timeout \(5 s\) .*", lines[0]), err
+    assert checkpoint.load(tmp_path / "run" / "latest.pt")["iteration"] >= 2
