@@ -20,7 +20,14 @@ except ImportError as e:  # pragma: no cover - exercised only without the extra
 
 class SyncfreeToRslRl(RslRlVecEnv):
     """Observation groups become a TensorDict and time-outs `extras["time_outs"]`; rsl_rl's own logger sums
-    rewards into episode returns."""
+    rewards into episode returns.
+
+    The observations handed to rsl_rl are copies. syncfree envs write each step's observations into the same
+    buffers, while rsl_rl's PPO keeps a reference to the observations it acted on and copies them into its
+    storage only after `env.step`: handed the buffers themselves, it would store every action beside the next
+    step's observation and not learn. The copy is what an env that returns new tensors each step (Isaac Lab's)
+    allocates anyway. Rewards, dones and time-outs are used by rsl_rl before the next step and are not copied.
+    """
 
     def __init__(self, env: VecEnv) -> None:
         if env.action_spec.kind != "continuous":
@@ -36,7 +43,8 @@ class SyncfreeToRslRl(RslRlVecEnv):
         self._obs = env.reset()
 
     def get_observations(self) -> TensorDict:
-        return TensorDict(dict(self._obs), batch_size=[self.num_envs], device=self.device)
+        return TensorDict({name: obs.clone() for name, obs in self._obs.items()}, batch_size=[self.num_envs],
+                          device=self.device)
 
     def step(self, actions: Tensor) -> tuple[TensorDict, Tensor, Tensor, dict]:
         result = self.env.step(actions)
