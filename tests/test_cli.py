@@ -87,3 +87,43 @@ def test_config_file_task_selects_its_preset(tmp_path: Path) -> None:
 def test_unreadable_config_file(capsys, tmp_path: Path) -> None:
     assert main(["train", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_threads_are_chosen_and_said(monkeypatch, tmp_path: Path, caplog) -> None:
+    import logging
+
+    import torch
+
+    from syncfree.core import device
+    from syncfree.core.device import choose_threads
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(device, "TORCH_DEFAULT_THREADS", 8)
+    monkeypatch.setattr(device, "_chosen", [])
+    threads = [8]
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads[0])
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: threads.__setitem__(0, n))
+    assert choose_threads(3, cpu, 4, True, 16) == (3, "threads")
+    assert choose_threads(0, cpu, 2, False, 4096) == (1, "2 processes share the cores")
+    assert choose_threads(0, cpu, 1, True, 4096) == (1, "the simulator steps on threads of its own")
+    assert choose_threads(0, cpu, 1, False, 1023) == (1, "fewer than 1024 envs on the CPU")
+    assert choose_threads(0, cpu, 1, False, 1024) == (8, "torch's default")
+    assert choose_threads(0, cuda, 1, False, 64) == (8, "torch's default")
+    device.apply_threads(1)  # syncfree's own choice: the next run may choose again
+    assert choose_threads(0, cpu, 1, False, 4096) == (8, "torch's default")
+    threads[0] = 3  # the program's: kept
+    assert choose_threads(0, cpu, 1, False, 16) == (3, "set by the program")
+    monkeypatch.setenv("OMP_NUM_THREADS", "5")
+    assert choose_threads(0, cpu, 2, True, 16) == (3, "OMP_NUM_THREADS")
+    monkeypatch.undo()
+
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level(logging.INFO, logger="syncfree"):
+            assert main(["train", "--task", "cartpole", "--iterations", "1", "--env.num_envs", "16", "--threads", "2",
+                         "--log.dir", str(tmp_path), "--log.progress", "false"]) == 0
+        assert torch.get_num_threads() == 2
+        assert "training cartpole on cpu (2 threads: threads): 16 envs" in caplog.text
+    finally:
+        torch.set_num_threads(before)

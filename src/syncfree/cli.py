@@ -212,8 +212,9 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
     envs = f"{trainer.env.num_envs} envs"
     if cfg.policy.kind == "recurrent":
         envs = f"{trainer.env.num_envs} agents ({cfg.env.num_envs} simulations x {cfg.env.grid.agents_per_env})"
-    info("training %s on %s: %s%s x %d steps per iteration, %d iterations -> %s", cfg.task, trainer.device,
-         ranks, envs, cfg.ppo.steps_per_env, cfg.iterations, run_dir)
+    info("training %s on %s (%d thread%s: %s): %s%s x %d steps per iteration, %d iterations -> %s", cfg.task,
+         trainer.device, trainer.threads, "s" if trainer.threads != 1 else "", trainer.threads_reason, ranks, envs,
+         cfg.ppo.steps_per_env, cfg.iterations, run_dir)
 
     def request_stop(signum, frame):
         if trainer.stop_requested:

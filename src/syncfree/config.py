@@ -237,6 +237,11 @@ class TrainConfig:
     """Seeds torch, numpy, Python and the environment."""
     device: str = "auto"
     """`cpu`, `cuda`, `cuda:N`, or `auto` (CUDA when available)."""
+    threads: int = 0
+    """torch intra-op threads of this process; 0 chooses: `OMP_NUM_THREADS` or a count the program set with
+    `torch.set_num_threads` are kept; else 1 when several processes or a simulator's own threads share the cores,
+    or on the CPU with fewer than 1,024 envs (more threads do not pay there and stall on a busy machine); else
+    torch's default (the core count). The start-up line says which."""
     iterations: int = 100
     """Training iterations (rollout + update)."""
     save_every: int = 50
@@ -265,6 +270,7 @@ def validate(cfg: TrainConfig) -> TrainConfig:
     _check(cfg.device == "auto" or cfg.device == "cpu" or cfg.device.startswith("cuda"), "device",
            "auto, cpu, cuda, cuda:N", cfg.device)
     _check(cfg.iterations >= 0, "iterations", "an integer >= 0", cfg.iterations)
+    _check(cfg.threads >= 0, "threads", "an integer >= 0 (0: chosen)", cfg.threads)
     _check(cfg.save_every >= 1, "save_every", "an integer >= 1", cfg.save_every)
     _check(cfg.env.num_envs >= 1, "env.num_envs", "an integer >= 1", cfg.env.num_envs)
     _check(cfg.env.max_episode_length >= 0, "env.max_episode_length", "an integer >= 0", cfg.env.max_episode_length)

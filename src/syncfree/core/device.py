@@ -1,4 +1,4 @@
-"""Device selection and the process-wide determinism setting."""
+"""Device selection, torch's intra-op threads and the process-wide determinism setting."""
 
 from __future__ import annotations
 
@@ -31,3 +31,39 @@ def set_deterministic(on: bool) -> None:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(on)
     torch.backends.cudnn.deterministic = on
+
+
+SMALL_CPU_BATCH = 1024
+"""Below this many envs on the CPU, one intra-op thread: tensors of a few hundred rows gain nothing from more, and
+each extra thread waits for a core on a busy machine (`benchmarks/results/threads-under-load-cpu/`)."""
+
+TORCH_DEFAULT_THREADS = torch.get_num_threads()
+"""torch's intra-op threads when syncfree was imported (the core count unless `OMP_NUM_THREADS` says otherwise)."""
+
+_chosen: list[int] = []
+"""The count `apply_threads` set last: a later choice may change it, while a count the program set stays."""
+
+
+def choose_threads(requested: int, device: torch.device, processes: int, host_threads: bool,
+                   num_envs: int) -> tuple[int, str]:
+    """torch intra-op threads for this process, and why (see `TrainConfig.threads`)."""
+    current = torch.get_num_threads()
+    if requested > 0:
+        return requested, "threads"
+    if os.environ.get("OMP_NUM_THREADS"):
+        return current, "OMP_NUM_THREADS"
+    if current != TORCH_DEFAULT_THREADS and current not in _chosen[-1:]:
+        return current, "set by the program"
+    if processes > 1:
+        return 1, f"{processes} processes share the cores"
+    if host_threads:
+        return 1, "the simulator steps on threads of its own"
+    if device.type == "cpu" and num_envs < SMALL_CPU_BATCH:
+        return 1, f"fewer than {SMALL_CPU_BATCH} envs on the CPU"
+    return TORCH_DEFAULT_THREADS, "torch's default"
+
+
+def apply_threads(threads: int) -> None:
+    """`torch.set_num_threads`, remembered as syncfree's own choice."""
+    torch.set_num_threads(threads)
+    _chosen[:] = [threads]

@@ -47,6 +47,9 @@ class VecEnv(ABC):
     max_episode_length: int
     saveable: bool = True
     """Whether `state_dict()` captures everything needed to continue exactly."""
+    host_threads: bool = False
+    """The env steps a simulator on host threads of its own (C MuJoCo, MettaGrid, Gymnasium): torch's intra-op
+    threads would compete with it for the cores."""
 
     @abstractmethod
     def reset(self) -> dict[str, Tensor]: ...

@@ -25,7 +25,7 @@ from syncfree.algo.feedforward import FeedForwardPPO
 from syncfree.algo.recurrent import RecurrentPPO
 from syncfree.config import TrainConfig, to_dict, validate
 from syncfree.core.compile import hot
-from syncfree.core.device import resolve_device, set_deterministic
+from syncfree.core.device import apply_threads, choose_threads, resolve_device, set_deterministic
 from syncfree.core.memory import retain_freed_memory
 from syncfree.core.transfer import HostTransfer
 from syncfree.envs import VecEnv, make_env
@@ -71,6 +71,10 @@ class Runner:
             raise UserError(f"env: {type(env).__name__} has {env.num_envs} envs but env.num_envs={cfg.env.num_envs}")
         self._owns_env = env is None
         self.env = env or make_task_env(cfg, cfg.env.num_envs, self.device, cfg.seed + self.rank)
+        self.threads, self.threads_reason = choose_threads(cfg.threads, self.device, self.world_size,
+                                                           self.env.host_threads, self.env.num_envs)
+        """torch intra-op threads this run uses, and why (a process-wide setting, made here)."""
+        apply_threads(self.threads)
         self.algorithm = make_algorithm(cfg, self.env, self.device, self.dist)
         self.policy = self.algorithm.policy
         self.phases = self.algorithm.phases

@@ -55,6 +55,7 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
     """
 
     saveable = False
+    host_threads = True
 
     def __init__(self, vector_env: Any, device: torch.device | str = "cpu", seed: int | None = None) -> None:
         if not isinstance(vector_env, gymnasium.vector.VectorEnv):

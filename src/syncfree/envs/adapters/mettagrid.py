@@ -250,6 +250,7 @@ class MettaGridVecEnv(HostStaging, VecEnv):
     """
 
     saveable = False
+    host_threads = True
 
     def __init__(self, spec: MettaGridSpec, num_simulations: int, device: torch.device | str = "cpu",
                  seed: int = 0) -> None:

@@ -25,7 +25,7 @@ from syncfree.envs.managers.observations import ObsGroup, ObsTerm
 from syncfree.envs.managers.rewards import RewardTerm, TerminationTerm
 from syncfree.envs.motion.library import load_motions
 from syncfree.envs.motion.sampler import AdaptiveSampler
-from syncfree.envs.physics import TorchPDPhysics
+from syncfree.envs.physics import MujocoPhysics, TorchPDPhysics
 from syncfree.envs.physics.factory import BACKENDS, make_physics
 from syncfree.envs.robots import RobotModel, load_robot
 from syncfree.envs.tasks.g1_track.command import MotionCommand
@@ -95,6 +95,7 @@ class G1TrackEnv(ManagerBasedEnv):
                                                      cfg.decimation)
         self.real_physics = not isinstance(self.physics, TorchPDPhysics)
         """The robot moves by itself under gravity and contacts (the root does not follow the reference)."""
+        self.host_threads = isinstance(self.physics, MujocoPhysics)
         robot, device = self.robot, self.device
         self.push_scale = torch.tensor(cfg.push_root_velocity, device=device)
         self.tracked_ids = robot.body_index(TRACKED_BODIES).to(device)
