@@ -127,3 +127,52 @@ def test_threads_are_chosen_and_said(monkeypatch, tmp_path: Path, caplog) -> Non
         assert "training cartpole on cpu (2 threads: threads): 16 envs" in caplog.text
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_run_folder_holds_its_config_and_it_reads_back(tmp_path: Path) -> None:
+    from syncfree.cli import parse_train_config
+    from syncfree.config import to_dict
+
+    args = ["--task", "pendulum", "--iterations", "1", "--env.num_envs", "16", "--ppo.learning_rate", "0.0005",
+            "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress", "false"]
+    assert main(["train", *args]) == 0
+    written = tmp_path / "run" / "config.yaml"
+    again = parse_train_config(["--config", str(written), "--log.run_name", "again"])
+    expected = to_dict(parse_train_config(args))
+    expected["log"]["run_name"] = "again"
+    assert to_dict(again) == expected and again.ppo.learning_rate == 0.0005
+
+
+@pytest.mark.parametrize(("argv", "yaml_text", "guess"), [
+    (["--ppo.learning_rat", "1e-3"], None, "did you mean ppo.learning_rate?"),
+    (["--iteration", "3"], None, "did you mean iterations?"),
+    (["--ppp.learning_rate", "1e-3"], None, "did you mean ppo?"),
+    ([], "task: pendulum\nppo:\n  learning_rat: 0.001\n", "did you mean ppo.learning_rate?"),
+    ([], "task: pendulum\niteration: 3\n", "did you mean iterations?"),
+    ([], "env:\n  grid:\n    agent_per_env: 3\n", "did you mean env.grid.agents_per_env?"),
+])
+def test_a_typo_gets_the_nearest_key(capsys, tmp_path: Path, argv: list[str], yaml_text: str | None,
+                                     guess: str) -> None:
+    if yaml_text is not None:
+        (tmp_path / "typo.yaml").write_text(yaml_text)
+        argv = ["--config", str(tmp_path / "typo.yaml")]
+    assert main(["train", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and guess in err and "(allowed: " in err, err
+    assert yaml_text is None or "typo.yaml" in err
+
+
+def test_tensorboard_counts_env_steps_and_a_resume_replaces_what_it_repeats(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    args = ["--task", "pendulum", "--env.num_envs", "16", "--ppo.steps_per_env", "8", "--save_every", "1",
+            "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.tensorboard", "true", "--log.progress", "false"]
+    assert main(["train", "--iterations", "3", *args]) == 0
+    run = tmp_path / "run"
+    assert main(["train", "--resume", str(run / "checkpoint_000001.pt"), "--iterations", "2"]) == 0
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    iterations = events.Scalars("iteration")
+    assert [(e.step, e.value) for e in iterations] == [(128, 1.0), (256, 2.0)]  # iteration 3 of the first run purged
+    assert [e.step for e in events.Scalars("value_loss")] == [128, 256]
+    assert [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]

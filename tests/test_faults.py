@@ -177,7 +177,7 @@ def disk_fills_after_the_first_save(ctx: Ctx) -> list[str]:
 
     def fsync(fd: int) -> None:
         calls.append(fd)
-        if len(calls) > 3:  # the start-up write test, the first checkpoint and its latest.pt copy
+        if len(calls) > 4:  # the start-up write test, config.yaml, the first checkpoint and its latest.pt copy
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real_fsync(fd)
 
@@ -188,7 +188,7 @@ def disk_fills_after_the_first_save(ctx: Ctx) -> list[str]:
 
 def first_checkpoint_kept(ctx: Ctx) -> None:
     run = ctx.tmp / "run"
-    assert files(run) == ["checkpoint_000001.pt", "latest.pt", "metrics.jsonl"]  # no .tmp left
+    assert files(run) == ["checkpoint_000001.pt", "config.yaml", "latest.pt", "metrics.jsonl"]  # no .tmp left
     assert checkpoint.load(run / "latest.pt")["iteration"] == 1
     assert iterations_logged(run) == [1, 2, 3]  # training went on after the failed save
 

@@ -131,7 +131,9 @@ def parse_train_config(argv: Sequence[str]):
         ns = parser.parse_args(list(argv))
     except Exception as e:
         message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
-        raise UserError(f"config: {message}{allowed_keys_hint(message)}") from None
+        from_file = "does not accept" in message or "is not accepted" in message
+        where = f" (in {known.config})" if known.config and from_file else ""
+        raise UserError(f"config: {message}{where}{unknown_key_hint(message)}") from None
     ns.pop("config", None)
     cfg = validate(from_dict(TrainConfig, ns.as_dict()))
     check_task(cfg.task)
@@ -152,24 +154,33 @@ def task_in_config_file(path: str | None) -> str | None:
     return data.get("task") if isinstance(data, dict) else None
 
 
-def allowed_keys_hint(message: str) -> str:
-    """For an unrecognized `--section.key`, name the keys that section does have."""
+UNKNOWN_KEY = (r"unrecognized arguments: --([\w.]+)", r"Group '([\w.]+)' does not accept option '([\w.]+)'",
+               r"Option '([\w.]+)' is not accepted")
+"""How the parser names an unknown key: on the command line, in a section of a YAML file, at its top level."""
+
+
+def unknown_key_hint(message: str) -> str:
+    """For an unknown key (on the command line or in a YAML file), the nearest known key and the keys of its
+    section."""
     import dataclasses
+    import difflib
 
     from syncfree.config import TrainConfig
 
-    match = re.search(r"unrecognized arguments: --([\w.]+)", message)
-    if not match:
+    match = next((m for m in (re.search(p, message) for p in UNKNOWN_KEY) if m), None)
+    if match is None:
         return ""
-    *sections, _ = match.group(1).split(".")
-    cls = TrainConfig
-    for name in sections:
-        field = {f.name: f for f in dataclasses.fields(cls)}.get(name)
+    parts, cls, prefix = ".".join(match.groups()).split("."), TrainConfig, ""
+    for part in parts[:-1]:  # down to the section the unknown name is in
+        field = {f.name: f for f in dataclasses.fields(cls)}.get(part)
         if field is None or not dataclasses.is_dataclass(field.default_factory):
-            return ""
-        cls = field.default_factory
-    prefix = "".join(f"{s}." for s in sections)
-    return "; allowed: " + ", ".join(prefix + f.name for f in dataclasses.fields(cls))
+            parts = [part]  # a section that does not exist: the unknown name is the section's
+            break
+        cls, prefix = field.default_factory, f"{prefix}{part}."
+    names = [f.name for f in dataclasses.fields(cls)]
+    close = difflib.get_close_matches(parts[-1], names, n=1)
+    guess = f"; did you mean {prefix}{close[0]}?" if close else ""
+    return f"{guess} (allowed: {', '.join(prefix + name for name in names)})"
 
 
 def cmd_train(argv: Sequence[str]) -> int:

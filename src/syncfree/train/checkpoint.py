@@ -78,6 +78,16 @@ def _write_replace(data: bytes | memoryview, path: Path) -> None:
         raise
 
 
+def write_config(config: dict[str, Any], run_dir: Path) -> Path:
+    """`run_dir/config.yaml`, written atomically: `syncfree train --config` reads it back (give it another
+    `--log.run_name`)."""
+    import yaml
+
+    path = run_dir / "config.yaml"
+    _write_replace(yaml.safe_dump(config, sort_keys=False).encode(), path)
+    return path
+
+
 RUN_FILES = ("latest.pt", "metrics.jsonl")
 """A folder holding either (or a numbered checkpoint) holds a run."""
 

@@ -12,12 +12,13 @@ from syncfree.errors import UserError
 
 
 class RunLogger:
-    """Appends one record per iteration. `start_iteration`: the iteration the run continues from (a resume); the
-    records of later iterations, written before by the run that is resumed, are dropped from `metrics.jsonl` and
-    TensorBoard, so that both read as one run."""
+    """Appends one record per iteration. `start_iteration` and `start_env_steps`: where the run continues from (a
+    resume); the records of later iterations, written before by the run that is resumed, are dropped from
+    `metrics.jsonl` and TensorBoard, so that both read as one run. TensorBoard's x-axis is env steps (all ranks);
+    the iteration is a series of its own."""
 
     def __init__(self, run_dir: Path, tensorboard: bool = False, wandb: bool = False,
-                 config: dict[str, Any] | None = None, start_iteration: int = 0) -> None:
+                 config: dict[str, Any] | None = None, start_iteration: int = 0, start_env_steps: int = 0) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / "metrics.jsonl"
         truncate_records(self.path, start_iteration)
@@ -30,7 +31,7 @@ class RunLogger:
             except ImportError:
                 raise UserError("log.tensorboard: the tensorboard package is not installed "
                                 "(pip install 'syncfree[tensorboard]')") from None
-            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_iteration + 1)
+            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_env_steps + 1)
         if wandb:
             try:
                 import wandb as wandb_module
@@ -43,8 +44,9 @@ class RunLogger:
         step = record["iteration"]
         scalars = {k: v for k, v in record.items() if isinstance(v, int | float) and k != "iteration"}
         if self._tb is not None:
-            for key, value in scalars.items():
-                self._tb.add_scalar(key, value, step)
+            for key, value in {**scalars, "iteration": step}.items():
+                if key != "env_steps":
+                    self._tb.add_scalar(key, value, record["env_steps"])
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
 

@@ -301,13 +301,15 @@ class Runner:
 
     def open_logger(self) -> None:
         """Start the metrics of this run (rank 0, with a run folder): a fresh run refuses a folder that holds
-        another run; a resumed run drops the records past its checkpoint's iteration."""
+        another run; a resumed run drops the records past its checkpoint's iteration. Writes the run's config as
+        `config.yaml` (a resume, with the options it overrides)."""
         if self.run_dir is None or self.logger is not None:
             return
         if self.iteration == 0:
             checkpoint.check_run_dir_unused(self.run_dir)
+        checkpoint.write_config(to_dict(self.cfg), self.run_dir)
         self.logger = RunLogger(self.run_dir, self.cfg.log.tensorboard, self.cfg.log.wandb, to_dict(self.cfg),
-                                start_iteration=self.iteration)
+                                start_iteration=self.iteration, start_env_steps=self.env_steps)
 
     def save(self, last: bool = True) -> Path | None:
         """Write this iteration's checkpoint (rank 0, with a run folder). A write that fails (disk full, no
