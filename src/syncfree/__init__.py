@@ -1,3 +1,14 @@
-"""syncfree: PPO for massively parallel environments, with no host syncs in the hot loop."""
+"""syncfree: PPO for massively parallel environments, with no host syncs in the hot loop.
+
+`syncfree.learn(task, **overrides)` trains from Python (`syncfree.api`); `syncfree train` from the command line.
+"""
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name in ("learn", "TrainResult"):  # imported on first use: `import syncfree` stays light for the CLI
+        from syncfree import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'syncfree' has no attribute {name!r}")

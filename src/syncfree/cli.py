@@ -8,7 +8,6 @@ import os
 import re
 import signal
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -162,25 +161,10 @@ UNKNOWN_KEY = (r"unrecognized arguments: --([\w.]+)", r"Group '([\w.]+)' does no
 def unknown_key_hint(message: str) -> str:
     """For an unknown key (on the command line or in a YAML file), the nearest known key and the keys of its
     section."""
-    import dataclasses
-    import difflib
-
-    from syncfree.config import TrainConfig
+    from syncfree.config import key_hint
 
     match = next((m for m in (re.search(p, message) for p in UNKNOWN_KEY) if m), None)
-    if match is None:
-        return ""
-    parts, cls, prefix = ".".join(match.groups()).split("."), TrainConfig, ""
-    for part in parts[:-1]:  # down to the section the unknown name is in
-        field = {f.name: f for f in dataclasses.fields(cls)}.get(part)
-        if field is None or not dataclasses.is_dataclass(field.default_factory):
-            parts = [part]  # a section that does not exist: the unknown name is the section's
-            break
-        cls, prefix = field.default_factory, f"{prefix}{part}."
-    names = [f.name for f in dataclasses.fields(cls)]
-    close = difflib.get_close_matches(parts[-1], names, n=1)
-    guess = f"; did you mean {prefix}{close[0]}?" if close else ""
-    return f"{guess} (allowed: {', '.join(prefix + name for name in names)})"
+    return key_hint(".".join(match.groups())) if match else ""
 
 
 def cmd_train(argv: Sequence[str]) -> int:
@@ -203,13 +187,14 @@ def cmd_train(argv: Sequence[str]) -> int:
 
 def train(cfg: TrainConfig, dist: Distributed | None) -> int:
     """`syncfree train` on this process (one rank of several when `dist` is given)."""
+    from syncfree.api import default_run_name
     from syncfree.train import checkpoint
     from syncfree.train.runner import Runner
 
     if cfg.resume:
         run_dir = Path(cfg.resume).parent
     else:
-        run_dir = Path(cfg.log.dir) / (cfg.log.run_name or f"{cfg.task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}")
+        run_dir = Path(cfg.log.dir) / (cfg.log.run_name or default_run_name(cfg))
     main_rank = dist is None or dist.is_main
     info = log.info if main_rank else (lambda *args: None)  # only rank 0 reports
     if not cfg.resume and main_rank:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -374,15 +375,33 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
-def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+def key_hint(key: str) -> str:
+    """For an unknown dotted key of `TrainConfig`: the nearest known key at its level and the keys of its section,
+    as `; did you mean ppo.learning_rate? (allowed: ppo.steps_per_env, ...)`."""
+    parts, cls, prefix = key.split("."), TrainConfig, ""
+    for part in parts[:-1]:  # down to the section the unknown name is in
+        field = {f.name: f for f in dataclasses.fields(cls)}.get(part)
+        if field is None or not dataclasses.is_dataclass(field.default_factory):
+            parts = [part]  # a section that does not exist: the unknown name is the section's
+            break
+        cls, prefix = field.default_factory, f"{prefix}{part}."
+    names = [f.name for f in dataclasses.fields(cls)]
+    close = difflib.get_close_matches(parts[-1], names, n=1)
+    guess = f"; did you mean {prefix}{close[0]}?" if close else ""
+    return f"{guess} (allowed: {', '.join(prefix + name for name in names)})"
+
+
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "", root: type | None = None) -> Any:
     """Build a nested config dataclass from a plain dict (as stored in checkpoints), rejecting unknown keys."""
+    root = root or cls
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
         if key not in fields:
-            raise UserError(f"config: unknown key {prefix + key!r}; allowed: {', '.join(fields)}")
+            hint = key_hint(prefix + key) if root is TrainConfig else f" (allowed: {', '.join(fields)})"
+            raise UserError(f"config: unknown key {prefix + key!r}{hint}")
         sub = fields[key].default_factory if fields[key].default_factory is not dataclasses.MISSING else None
         if sub is not None and dataclasses.is_dataclass(sub) and isinstance(value, dict):
-            value = from_dict(sub, value, prefix=f"{prefix}{key}.")
+            value = from_dict(sub, value, prefix=f"{prefix}{key}.", root=root)
         kwargs[key] = value
     return cls(**kwargs)

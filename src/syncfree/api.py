@@ -1,0 +1,82 @@
+"""Training from Python: `syncfree.learn(...)`, the command line's `syncfree train` as a function (the name
+`syncfree.train` is the package of the training loop)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from syncfree.config import TrainConfig, from_dict, to_dict, validate
+from syncfree.envs import VecEnv
+from syncfree.errors import UserError
+from syncfree.policy.actor_critic import PolicyBase
+from syncfree.presets import preset
+from syncfree.train.runner import Runner
+
+
+@dataclass
+class TrainResult:
+    policy: PolicyBase
+    """The trained policy (`policy.act_deterministic(policy.actor_input(obs))` acts)."""
+    run_dir: Path | None
+    """Where metrics, `config.yaml` and checkpoints went (None with `run_dir=False`)."""
+    record: dict[str, Any]
+    """The last iteration's metrics (those of `metrics.jsonl`)."""
+    runner: Runner
+    """The runner, to continue training (`runner.cfg.iterations += n; runner.learn()`) or save."""
+
+
+def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None, run_dir: str | Path | bool = True,
+          **overrides: Any) -> TrainResult:
+    """Train PPO on a built-in task (its name, see `syncfree tasks`) or on your own env (any `VecEnv`).
+
+    The config starts from `config`, else the task's preset (your own env: the defaults, `num_envs` and `device`
+    taken from the env, `task` its class name), and `overrides` change it: top-level fields as keywords
+    (`iterations=50`), sections as dicts (`ppo={"learning_rate": 3e-4}`), or dotted keys
+    (`**{"ppo.learning_rate": 3e-4}`). A misspelt key is a `UserError` naming the nearest one.
+
+    Metrics, `config.yaml` and checkpoints go to `runs/<task>-<time>/` (printed at start), or to `run_dir` if it is
+    a path; `run_dir=False` writes nothing.
+    """
+    env = task if isinstance(task, VecEnv) else None
+    if config is not None:
+        base = to_dict(config)
+    elif env is not None:
+        base = to_dict(TrainConfig(task=type(env).__name__, device=str(env.device)))
+        base["env"]["num_envs"] = env.num_envs
+    else:
+        base = to_dict(preset(task))
+    for key, value in overrides.items():
+        merge(base, key.split("."), value)
+    cfg = validate(from_dict(TrainConfig, base))
+    folder = None
+    if run_dir:
+        folder = Path(cfg.log.dir) / (cfg.log.run_name or default_run_name(cfg)) if run_dir is True else Path(run_dir)
+        print(f"syncfree: training {cfg.task} -> {folder}")
+    runner = Runner(cfg, run_dir=folder, env=env)
+    try:
+        record = runner.learn()
+    finally:
+        runner.close()
+    return TrainResult(runner.policy, folder, record, runner)
+
+
+def merge(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    """Set `tree[path[0]]...[path[-1]] = value`; a dict value updates a section key by key."""
+    *sections, name = path
+    for section in sections:
+        tree = tree.setdefault(section, {})
+        if not isinstance(tree, dict):
+            raise UserError(f"config: {'.'.join(path)}: {section} is not a section")
+    if isinstance(value, dict) and isinstance(tree.get(name), dict):
+        for key, item in value.items():
+            merge(tree[name], [key], item)
+    else:
+        tree[name] = value
+
+
+def default_run_name(cfg: TrainConfig) -> str:
+    """`<task>-<YYYYmmdd-HHMMSS>`, as the command line names runs."""
+    return f"{cfg.task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -1,0 +1,55 @@
+"""`syncfree.learn`: the README's Python examples run, overrides of every form reach the config, and a misspelt
+key names the nearest one."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import syncfree
+from syncfree.errors import UserError
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_python_examples() -> list[str]:
+    section = re.split(r"\n#{2,3} ", README.read_text().split("### From Python\n", 1)[1], maxsplit=1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+
+
+@pytest.mark.parametrize("index", [0, 1], ids=["own torch env", "gymnasium"])
+def test_the_readme_examples_run(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    if index == 1:
+        pytest.importorskip("gymnasium")
+    examples = readme_python_examples()
+    assert len(examples) == 2
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(examples[index], f"README example {index}", "exec"), namespace)
+    result = namespace["result"]
+    run = tmp_path / result.run_dir
+    assert (run / "latest.pt").is_file() and (run / "config.yaml").is_file() and (run / "metrics.jsonl").is_file()
+    assert f"-> {result.run_dir}" in capsys.readouterr().out
+    if index == 0:  # the point is pushed to 0: a random policy drifts and returns about -25 over 50 steps
+        assert result.runner.cfg.task == "Reach" and result.record["mean_return"] > -15, result.record
+
+
+def test_overrides_of_every_form_reach_the_config() -> None:
+    result = syncfree.learn("pendulum", run_dir=False, iterations=1, env={"num_envs": 16},
+                            perf={"compile": "off"}, log={"progress": False}, **{"ppo.steps_per_env": 8})
+    cfg = result.runner.cfg
+    assert (cfg.iterations, cfg.env.num_envs, cfg.ppo.steps_per_env, cfg.perf.compile) == (1, 16, 8, "off")
+    assert cfg.ppo.learning_rate == 1e-3 and cfg.ppo.gamma == 0.95  # the rest is pendulum's preset
+    assert result.run_dir is None and result.record["env_steps"] == 16 * 8
+
+
+@pytest.mark.parametrize(("overrides", "guess"), [
+    ({"ppo": {"learning_rat": 1e-3}}, "did you mean ppo.learning_rate?"),
+    ({"iteration": 3}, "did you mean iterations?"),
+    ({"perf.compil": "off"}, "did you mean perf.compile?"),
+])
+def test_a_misspelt_override_names_the_nearest_key(overrides: dict, guess: str) -> None:
+    with pytest.raises(UserError, match=re.escape(guess)):
+        syncfree.learn("pendulum", run_dir=False, **overrides)
