@@ -176,3 +176,31 @@ def test_tensorboard_counts_env_steps_and_a_resume_replaces_what_it_repeats(tmp_
     assert [(e.step, e.value) for e in iterations] == [(128, 1.0), (256, 2.0)]  # iteration 3 of the first run purged
     assert [e.step for e in events.Scalars("value_loss")] == [128, 256]
     assert [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_a_compiled_run_says_its_first_iteration_compiles(tmp_path: Path, caplog) -> None:
+    """What the line says follows the config (the suite runs with dynamo disabled, so nothing compiles here)."""
+    import logging
+
+    args = ["train", "--task", "cartpole", "--env.num_envs", "16", "--ppo.steps_per_env", "4", "--log.dir",
+            str(tmp_path), "--log.progress", "false"]
+    with caplog.at_level(logging.INFO, logger="syncfree"):
+        assert main([*args, "--iterations", "0", "--perf.compile", "hot", "--log.run_name", "none"]) == 0
+        assert main([*args, "--iterations", "1", "--perf.compile", "off", "--log.run_name", "off"]) == 0
+        assert "compiles the loop" not in caplog.text  # nothing to compile, or nothing compiled
+        assert main([*args, "--iterations", "1", "--perf.compile", "hot", "--log.run_name", "hot"]) == 0
+    assert "perf.compile=hot: the first iteration compiles the loop" in caplog.text
+
+
+def test_the_command_line_runs_off_the_main_thread(tmp_path: Path) -> None:
+    """Signal handlers can only be set on the main thread: elsewhere (a notebook's worker, a thread pool) `main`
+    trains without them."""
+    import threading
+
+    codes = []
+    worker = threading.Thread(target=lambda: codes.append(main(
+        ["train", "--task", "cartpole", "--iterations", "1", "--env.num_envs", "16", "--log.dir", str(tmp_path),
+         "--log.progress", "false"])))
+    worker.start()
+    worker.join(timeout=120)
+    assert codes == [0]

@@ -256,8 +256,27 @@ def resume_with(*override: str) -> Callable[[Ctx], list[str]]:
 
 def nothing_written(folder: str = "run") -> Callable[[Ctx], None]:
     def after(ctx: Ctx) -> None:
-        assert not list((ctx.tmp / folder).glob("*.pt")) if (ctx.tmp / folder).is_dir() else True
+        assert not (ctx.tmp / folder).is_dir() or not list((ctx.tmp / folder).glob("*.pt"))
         assert not (ctx.tmp / "ran").exists()
+    return after
+
+
+def latest_at(iteration: int) -> Callable[[Ctx], None]:
+    """The run's `latest.pt` is still the checkpoint of `iteration`."""
+    def after(ctx: Ctx) -> None:
+        assert checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == iteration
+    return after
+
+
+def stays_empty(name: str) -> Callable[[Ctx], None]:
+    def after(ctx: Ctx) -> None:
+        assert files(ctx.tmp / name) == []
+    return after
+
+
+def file_unchanged(name: str) -> Callable[[Ctx], None]:
+    def after(ctx: Ctx) -> None:
+        assert (ctx.tmp / name).read_text() == "not a folder"
     return after
 
 
@@ -274,24 +293,24 @@ FAULTS = [
     Fault("checkpoint with NaN weights", nan_weights, 2, r"diverged\.pt: policy\.actor\.0\.weight holds non-finite"),
     Fault("NaN observations, continuous actions", nan_observations(NaNPendulum), 2,
           r"iteration 3: non-finite observation or reward from env ids \[3, 5\]",
-          lambda ctx: checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == 2 or pytest.fail()),
+          latest_at(2)),
     Fault("NaN observations, discrete actions", nan_observations(NaNCartPole), 2,
           r"iteration 3: non-finite observation or reward from env ids \[3, 5\]",
-          lambda ctx: checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == 2 or pytest.fail()),
+          latest_at(2)),
     *(Fault(f"learning rate {lr}", learning_rate(lr), 2, r"iteration 1: .*diverged", nothing_written())
       for lr in ("1e6", "1e20", "1e38")),
     Fault("learning rate inf (1e400)", learning_rate("1e400"), 2, r"ppo\.learning_rate=inf .*a finite number",
           no_checkpoint_file),
     Fault("log dir is a file", fresh_run(log_dir_is_a_file), 2, r"run folder .*logs/run: cannot write there .*Not a "
-          r"directory", lambda ctx: (ctx.tmp / "logs").read_text() == "not a folder" or pytest.fail()),
+          r"directory", file_unchanged("logs")),
     Fault("run name is an existing file", fresh_run(run_name_is_a_file), 2, r"run folder .*/run: exists and is not a "
-          "folder", lambda ctx: (ctx.tmp / "run").read_text() == "not a folder" or pytest.fail()),
+          "folder", file_unchanged("run")),
     Fault("log dir not writable (read-only, immutable)", fresh_run(unwritable_log_dir), 2,
           r"run folder .*logs/run: cannot write there \(.*logs/run: (Permission denied|Operation not permitted)\)",
-          lambda ctx: files(ctx.tmp / "logs") == [] or pytest.fail()),
+          stays_empty("logs")),
     Fault("missing log dir in a folder that is not writable", fresh_run(missing_log_dir_in_unwritable_folder), 2,
           r"run folder .*ro/logs/run: cannot write there \(.*ro/logs: (Permission denied|Operation not permitted)\)",
-          lambda ctx: files(ctx.tmp / "ro") == [] or pytest.fail()),
+          stays_empty("ro")),
     Fault("resume where existing files are writable but new ones are not", resume_where_no_new_file_can_be_made, 2,
           r"run folder .*run: cannot write there .*(Permission denied|Operation not permitted)", unchanged),
     Fault("disk fills after the first save", disk_fills_after_the_first_save, 2,
@@ -309,7 +328,7 @@ FAULTS = [
         '<joint name="left_hip_roll_joint" class="hip_roll"/>')), 0, r"done at iteration 1", trained_one_iteration),
     Fault("resume g1-track with another clip set", resume_with_other_clips, 2,
           r"env state: .*clips.*env\.motions.*resume with the clips the run was trained on",
-          lambda ctx: checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == 1 or pytest.fail()),
+          latest_at(1)),
     Fault("grid agents_per_env=0", lambda ctx: ["train", "--task", "grid-arena", "--env.grid.agents_per_env", "0",
                                                 "--log.dir", str(ctx.tmp)], 2,
           r"config: env\.grid\.agents_per_env=0 is invalid; allowed: an integer >= 1", no_checkpoint_file),
@@ -319,7 +338,7 @@ FAULTS = [
           r"out of memory: an allocation of \d+\.\d GiB failed; lower env\.num_envs", no_checkpoint_file),
     Fault("resume with another policy.activation", resume_with("--policy.activation", "tanh"), 2,
           r"trained with policy\.activation='elu' but this run has policy\.activation='tanh'",
-          lambda ctx: checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == 2 or pytest.fail()),
+          latest_at(2)),
 ]
 
 
@@ -467,7 +486,7 @@ def saved_as_logged(run: Path) -> None:
 
 
 def no_checkpoint(run: Path) -> None:
-    assert not list(run.glob("*.pt")) and not list(run.glob(".*")) if run.exists() else True
+    assert not run.exists() or not (list(run.glob("*.pt")) or list(run.glob(".*")))
 
 
 @dataclass(frozen=True)

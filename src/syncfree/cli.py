@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,8 +39,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[0] not in commands:
         print(f"syncfree: unknown command {argv[0]!r}; choose from {', '.join(commands)}", file=sys.stderr)
         return 2
-    # until training installs its own handlers, a signal stops start-up quietly
-    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
+    # until training installs its own handlers, a signal stops start-up quietly (signals reach the main thread only)
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)
+                if on_main_thread}
     try:
         return commands[argv[0]](argv[1:])
     except UserError as e:
@@ -211,6 +214,9 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
     info("training %s on %s (%d thread%s: %s): %s%s x %d steps per iteration, %d iterations -> %s", cfg.task,
          trainer.device, trainer.threads, "s" if trainer.threads != 1 else "", trainer.threads_reason, ranks, envs,
          cfg.ppo.steps_per_env, cfg.iterations, run_dir)
+    if trainer.compiles_first_iteration() and trainer.iteration < cfg.iterations:
+        info("perf.compile=%s: the first iteration compiles the loop (seconds to minutes on a CPU; a later run of "
+             "the same config reuses torch's compile caches)", cfg.perf.compile)
 
     def request_stop(signum, frame):
         if trainer.stop_requested:
@@ -220,7 +226,8 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
             print(f"\n{signal.Signals(signum).name}: stopping after this iteration (a second signal aborts without "
                   "saving)", file=sys.stderr)
 
-    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)
+                if threading.current_thread() is threading.main_thread()}
     try:
         record = trainer.learn()
     except KeyboardInterrupt:

@@ -109,6 +109,8 @@ class Runner:
         self.iteration = 0
         self.env_steps = 0
         """Env steps of all ranks."""
+        self._iterations_run = 0
+        """Iterations this runner has run (not counting those of a checkpoint it resumed)."""
         self.last_saved: Path | None = None
         """The run's newest checkpoint: `latest.pt` once this runner saved, else the one it resumed, if any."""
         self.stop_requested = False
@@ -125,6 +127,8 @@ class Runner:
         self.open_logger()
         bar = tqdm(total=cfg.iterations, initial=self.iteration, disable=not cfg.log.progress or not self.is_main,
                    unit="it", dynamic_ncols=True)
+        if self.compiles_first_iteration():
+            bar.set_description_str("compiling")  # the first iteration of a compiled loop: graphs are built
         while self.iteration < cfg.iterations and not self.stopping():
             start = time.perf_counter()
             algorithm.begin_rollout()
@@ -141,6 +145,8 @@ class Runner:
                 self.iteration += 1
                 self.env_steps += self.steps_per_iteration
                 record = self.finish_iteration(host, time.perf_counter() - start)
+            self._iterations_run += 1
+            bar.set_description_str("")
             bar.set_postfix(steps_per_s=f"{record['steps_per_s']:.0f}", **progress_value(record), refresh=False)
             bar.update(1)
             last = self.iteration == cfg.iterations or self.stopping()
@@ -148,6 +154,11 @@ class Runner:
                 self.save(last)
         bar.close()
         return record
+
+    def compiles_first_iteration(self) -> bool:
+        """The next iteration is this runner's first with `perf.compile` on: it builds the graphs (seconds to
+        minutes on a CPU; torch keeps them in its on-disk caches for the next run of the same config)."""
+        return self.cfg.perf.compile != "off" and self._iterations_run == 0
 
     def rollout_step(self, t: int) -> None:
         """Act, step the env, record (the algorithm runs the monitors too): device tensors only."""
