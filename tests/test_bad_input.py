@@ -41,6 +41,10 @@ def one_line(err: str) -> str:
     (["--device", "tpu"], "device"),
     (["--perf.fused_adamw", "maybe"], "perf.fused_adamw"),
     (["--policy.actor_hidden", "[]"], "policy.actor_hidden"),
+    (["--task", "g1-track", "--env.g1.history", "0"], "env.g1.history"),
+    (["--task", "g1-track", "--env.g1.sampler_decay", "1"], "env.g1.sampler_decay"),
+    (["--task", "g1-track", "--env.g1.tokenizer_frames", "[0, 1]"], "env.g1.tokenizer_frames"),
+    (["--task", "g1-track", "--policy.kind", "token", "--env.g1.num_encoders", "3"], "env.g1.num_encoders"),
 ])
 def test_bad_config_is_one_line_naming_the_key(capsys, argv: list[str], culprit: str) -> None:
     code, err = run_cli(capsys, "train", *argv)

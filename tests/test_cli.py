@@ -204,3 +204,18 @@ def test_the_command_line_runs_off_the_main_thread(tmp_path: Path) -> None:
     worker.start()
     worker.join(timeout=120)
     assert codes == [0]
+
+
+def test_g1_track_settings_from_the_command_line(tmp_path: Path) -> None:
+    from syncfree.train import checkpoint
+
+    assert main(["train", "--task", "g1-track", "--env.num_envs", "4", "--ppo.steps_per_env", "2", "--iterations", "1",
+                 "--perf.compile", "off", "--env.g1.history", "2", "--env.g1.sampler_bin_frames", "25", "--log.dir",
+                 str(tmp_path), "--log.run_name", "run", "--log.progress", "false"]) == 0
+    state = checkpoint.load(tmp_path / "run" / "latest.pt")
+    assert state["config"]["env"]["g1"]["history"] == 2
+    two_steps = state["obs_dims"]  # the groups' widths with 2 steps of history
+    assert main(["train", "--task", "g1-track", "--env.num_envs", "4", "--ppo.steps_per_env", "2", "--iterations", "1",
+                 "--perf.compile", "off", "--log.dir", str(tmp_path), "--log.run_name", "default",
+                 "--log.progress", "false"]) == 0
+    assert checkpoint.load(tmp_path / "default" / "latest.pt")["obs_dims"] != two_steps

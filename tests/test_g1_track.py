@@ -167,3 +167,25 @@ def test_state_of_another_clip_set_is_refused():
     state["command"]["clip_length"][0] += 1
     with pytest.raises(UserError, match="their lengths differ"):
         env.load_state_dict(state)
+
+
+def test_the_config_section_reaches_the_env_and_its_defaults_change_nothing():
+    from syncfree.config import G1TrackOptions
+    from syncfree.envs import make_env
+
+    plain, configured = make_env("g1-track", 4, seed=1), make_env("g1-track", 4, seed=1, g1=G1TrackOptions())
+    actions = torch.randn(5, 4, len(plain.robot.joint_names), generator=torch.Generator().manual_seed(0))
+    for a in actions:
+        one, two = plain.step(a), configured.step(a)
+        assert all(torch.equal(one.obs[k], two.obs[k]) for k in one.obs) and torch.equal(one.reward, two.reward)
+
+    options = G1TrackOptions(history=3, num_encoders=1, tokenizer_frames=[1, 2], sampler_bin_frames=25,
+                             sampler_uniform_ratio=0.5, sampler_cap=2.0, sampler_decay=0.5)
+    env = make_env("g1-track", 4, seed=1, g1=options, tokenizer=True)
+    per_step = plain.obs_shapes["policy"][0] - env.obs_shapes["policy"][0]
+    assert per_step > 0 and per_step % 7 == 0  # 10 -> 3 steps of every proprioceptive term
+    assert env.command.sampler.num_bins > plain.command.sampler.num_bins  # 25-frame bins instead of 50
+    assert (env.command.sampler.cap, env.command.sampler.decay, env.command.sampler.uniform_ratio) == (2.0, 0.5, 0.5)
+    assert env.cfg.tokenizer_frames == (1, 2) and env.cfg.num_encoders == 1
+    env.reset()
+    assert bool((env.command.encoder_index == 0).all())

@@ -32,6 +32,28 @@ class GridEnvConfig:
 
 
 @dataclass
+class G1TrackOptions:
+    """g1-track: the settings whole-body tracking pipelines tune (read by the task, see `envs/tasks/g1_track`)."""
+
+    history: int = 10
+    """Steps of history of the policy's proprioceptive terms (gravity, angular velocity, joint positions and
+    velocities, last actions)."""
+    num_encoders: int = 2
+    """Encoder types drawn per episode for a token-encoder policy (0: joints, 1: keypoints): 1 or 2, at most the
+    number of `policy.token.encoders`."""
+    tokenizer_frames: list[int] = field(default_factory=lambda: list(range(1, 11)))
+    """Future reference frames (offsets >= 1 from the current target) in the token policy's encoder inputs."""
+    sampler_bin_frames: int = 50
+    """Adaptive start sampling: frames per bin of a clip."""
+    sampler_uniform_ratio: float = 0.1
+    """Share of the sampling probability kept uniform over clips (every clip weighs the same), in [0, 1]."""
+    sampler_cap: float = 5.0
+    """A bin's failure rate counts up to this multiple of the mean rate (> 0)."""
+    sampler_decay: float = 0.9
+    """Per-iteration decay of the bins' visit and failure counts, in [0, 1)."""
+
+
+@dataclass
 class EnvConfig:
     num_envs: int = 256
     """Parallel environments per process: under torchrun each rank steps its own `num_envs` envs, so an
@@ -44,6 +66,8 @@ class EnvConfig:
     """g1-track: motion clips (.npz files or folders of them); empty: syncfree's generated clip set."""
     grid: GridEnvConfig = field(default_factory=GridEnvConfig)
     """grid-arena: the MettaGrid map; `num_envs` counts simulations, each with `grid.agents_per_env` agents."""
+    g1: G1TrackOptions = field(default_factory=G1TrackOptions)
+    """g1-track: history, encoders, tokenizer frames and the adaptive sampler."""
     backend: str = ""
     """g1-track: physics backend, `torch` (PD joints, root driven along the reference; no contacts), `mujoco`
     (MuJoCo on the CPU, real contacts) or `mujoco-warp` (MuJoCo Warp on the env's device: a GPU; Warp's CPU device works but is slow); empty:
@@ -309,10 +333,26 @@ def validate(cfg: TrainConfig) -> TrainConfig:
                 _check(getattr(cfg.perf, other) == needed, f"perf.{other}",
                        f"{str(needed).lower()} while perf.{f.name}={getattr(cfg.perf, f.name)}",
                        getattr(cfg.perf, other))
+    _validate_g1(cfg)
     _validate_recurrent(cfg)
     _check(cfg.perf.critic_chunk_size >= 1, "perf.critic_chunk_size", "an integer >= 1", cfg.perf.critic_chunk_size)
     _check(cfg.perf.physics_partitions >= 1, "perf.physics_partitions", "an integer >= 1", cfg.perf.physics_partitions)
     return cfg
+
+
+def _validate_g1(cfg: TrainConfig) -> None:
+    g = cfg.env.g1
+    _check(g.history >= 1, "env.g1.history", "an integer >= 1", g.history)
+    encoders = len(cfg.policy.token.encoders) if cfg.policy.kind == "token" else 2
+    _check(1 <= g.num_encoders <= min(2, encoders), "env.g1.num_encoders",
+           f"1 or 2, at most the {encoders} policy.token.encoders", g.num_encoders)
+    _check(len(g.tokenizer_frames) > 0 and all(f >= 1 for f in g.tokenizer_frames), "env.g1.tokenizer_frames",
+           "a non-empty list of frame offsets >= 1", g.tokenizer_frames)
+    _check(g.sampler_bin_frames >= 1, "env.g1.sampler_bin_frames", "an integer >= 1", g.sampler_bin_frames)
+    _check(0 <= g.sampler_uniform_ratio <= 1, "env.g1.sampler_uniform_ratio", "a number in [0, 1]",
+           g.sampler_uniform_ratio)
+    _check(g.sampler_cap > 0, "env.g1.sampler_cap", "a number > 0", g.sampler_cap)
+    _check(0 <= g.sampler_decay < 1, "env.g1.sampler_decay", "a number in [0, 1)", g.sampler_decay)
 
 
 def _validate_recurrent(cfg: TrainConfig) -> None:

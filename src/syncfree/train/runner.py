@@ -352,7 +352,7 @@ def make_task_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: i
     check_task(cfg.task)
     return make_env(cfg.task, num_envs, device, seed, cfg.env.max_episode_length, robot=cfg.env.robot,
                     motions=cfg.env.motions, backend=cfg.env.backend, tokenizer=cfg.policy.kind == "token",
-                    perf=cfg.perf, grid=cfg.env.grid)
+                    perf=cfg.perf, grid=cfg.env.grid, g1=cfg.env.g1)
 
 
 def make_algorithm(cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Distributed | None) -> Algorithm:

@@ -54,7 +54,7 @@ TASKS: dict[str, Task] = {
              "(the benchmark's toy task)", PointMass),
         Task("g1-track", "Unitree G1 (29 joints) tracks whole-body reference motions; physics: torch PD joints "
              "with the root driven along the reference (default), or MuJoCo / MuJoCo Warp with contacts "
-             "(env.backend); adaptive start sampling", _g1_track, options=("robot", "motions", "backend", "tokenizer", "perf")),
+             "(env.backend); adaptive start sampling", _g1_track, options=("robot", "motions", "backend", "tokenizer", "perf", "g1")),
         Task("grid-arena", "MettaGrid gridworld (C++ core, CPU), many agents per simulation, token observations, "
              "5 discrete actions; map from env.grid (default: mines, which pay a heart per push); recurrent policy",
              _grid_arena, options=("grid",)),
@@ -62,7 +62,7 @@ TASKS: dict[str, Task] = {
 }
 
 
-SECTIONS = ("perf", "grid")
+SECTIONS = ("perf", "grid", "g1")
 """Options that are whole config sections, always given: a task that does not read one ignores it."""
 
 GYMNASIUM_PREFIX = "gym:"

@@ -40,6 +40,9 @@ class G1TrackConfig:
     """Groups computed each step (add `tokenizer` for token-encoder policies)."""
     num_encoders: int = 2
     """Encoder types a token-encoder policy chooses from, drawn per episode (0: joints, 1: keypoints)."""
+    sampler: dict[str, float] = field(default_factory=dict)
+    """Keyword arguments of the adaptive sampler (`bin_frames`, `uniform_ratio`, `cap`, `decay`); empty: its
+    defaults."""
     reset_joint_noise: float = 0.1
     push_joint_velocity: float = 0.5
     """Torch backend: the largest joint-velocity kick of a push (rad/s)."""

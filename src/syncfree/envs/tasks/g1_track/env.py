@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -113,7 +114,7 @@ class G1TrackEnv(ManagerBasedEnv):
         # with another revision of the robot stay consistent, and clip files' body velocities are not trusted
         motions = load_motions(cfg.motions or None, robot, TRACKED_BODIES, device, control_dt=step_dt,
                                recompute_bodies=True)
-        sampler = AdaptiveSampler(motions.clip_length, num_envs, self.generator)
+        sampler = AdaptiveSampler(motions.clip_length, num_envs, self.generator, **cfg.sampler)
         self.command = MotionCommand(self, motions, sampler)
         self.update_kinematics()
         self.build_managers(self._observation_groups(), self._rewards(), self._terminations(), self._events())
@@ -218,10 +219,16 @@ class G1TrackEnv(ManagerBasedEnv):
 
 def make_g1_track(num_envs: int, device: torch.device | str = "cpu", seed: int = 0, max_episode_length: int = 0,
                   robot: str = "", motions: list[str] | None = None, backend: str = "", tokenizer: bool = False,
-                  perf: PerfConfig | None = None) -> G1TrackEnv:
+                  perf: PerfConfig | None = None, g1: Any = None) -> G1TrackEnv:
+    """`g1`: the config's `env.g1` section (history, encoders, tokenizer frames, sampler), read by attribute;
+    None keeps `G1TrackConfig`'s defaults."""
     if backend not in ("", *BACKENDS):
         raise UserError(f"env.backend={backend!r} is not available; allowed: {', '.join(BACKENDS)}")
     groups = ("policy", "critic", "tokenizer") if tokenizer else ("policy", "critic")
     cfg = G1TrackConfig(robot=robot, motions=[str(Path(m)) for m in motions or []], observation_groups=groups,
                         backend=backend or "torch")
+    if g1 is not None:
+        cfg.history, cfg.num_encoders, cfg.tokenizer_frames = g1.history, g1.num_encoders, tuple(g1.tokenizer_frames)
+        cfg.sampler = {"bin_frames": g1.sampler_bin_frames, "uniform_ratio": g1.sampler_uniform_ratio,
+                       "cap": g1.sampler_cap, "decay": g1.sampler_decay}
     return G1TrackEnv(num_envs, device, seed, max_episode_length, cfg, perf)
