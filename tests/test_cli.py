@@ -219,3 +219,34 @@ def test_g1_track_settings_from_the_command_line(tmp_path: Path) -> None:
                  "--perf.compile", "off", "--log.dir", str(tmp_path), "--log.run_name", "default",
                  "--log.progress", "false"]) == 0
     assert checkpoint.load(tmp_path / "default" / "latest.pt")["obs_dims"] != two_steps
+
+
+def test_plot_draws_seeds_as_a_band_and_other_runs_beside_them(tmp_path: Path, capsys) -> None:
+    import matplotlib.image
+
+    from syncfree.plot import group_runs, read_run
+
+    base = ["train", "--task", "pendulum", "--iterations", "3", "--env.num_envs", "16", "--ppo.steps_per_env", "8",
+            "--env.max_episode_length", "8", "--log.dir", str(tmp_path), "--log.progress", "false"]
+    for name, extra in (("a", ["--seed", "0"]), ("b", ["--seed", "1"]), ("c", ["--ppo.learning_rate", "3e-4"])):
+        assert main([*base, "--log.run_name", name, *extra]) == 0
+    runs = [tmp_path / name for name in "abc"]
+    assert group_runs({d: read_run(d) for d in runs}) == {"a": runs[:2], "c": runs[2:]}
+    capsys.readouterr()
+    assert main(["plot", *map(str, runs), "--out", str(tmp_path / "curves.png")]) == 0
+    assert capsys.readouterr().out.strip() == f"wrote {tmp_path / 'curves.png'}"
+    image = matplotlib.image.imread(tmp_path / "curves.png")
+    assert image.shape[1] > 4 * image.shape[0] * 0.8  # mean_return, mean_length, value_loss, steps_per_s side by side
+    assert image[..., :3].std() > 0.05  # not blank
+
+    assert main(["plot", str(tmp_path / "none")]) == 2
+    assert "plot: cannot read" in capsys.readouterr().err
+    assert main(["plot", str(runs[0]), "--metrics", "mean_retrun"]) == 2
+    assert "no metric 'mean_retrun'" in capsys.readouterr().err
+
+
+def test_seeds_are_averaged_where_every_seed_has_a_value() -> None:
+    from syncfree.plot import mean_band
+
+    xs, means, stds = mean_band([[(1.0, 2.0), (2.0, 4.0), (3.0, 6.0)], [(2.0, 2.0), (3.0, 2.0)]])
+    assert (xs, means, stds) == ([2.0, 3.0], [3.0, 4.0], [1.0, 2.0])

@@ -1,4 +1,4 @@
-"""Command line: `syncfree train | eval | export | tasks | switches`."""
+"""Command line: `syncfree train | eval | export | plot | bench | tasks | switches`."""
 
 from __future__ import annotations
 
@@ -25,13 +25,14 @@ log = logging.getLogger("syncfree")
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    commands = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "bench": cmd_bench, "tasks": cmd_tasks,
-                "switches": cmd_switches}
+    commands = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "plot": cmd_plot, "bench": cmd_bench,
+                "tasks": cmd_tasks, "switches": cmd_switches}
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: syncfree {train,eval,export,bench,tasks,switches} [--help]\n\n"
+        print("usage: syncfree {train,eval,export,plot,bench,tasks,switches} [--help]\n\n"
               "  train     train PPO on a task (default: cartpole, on CPU unless CUDA is available)\n"
               "  eval      run a checkpoint's deterministic policy for N episodes and print the mean return\n"
               "  export    write a checkpoint's deterministic actor as ONNX graphs (normalizer included)\n"
+              "  plot      draw runs' learning curves (seeds of one config as mean and band) to a PNG\n"
               "  bench     time, count and compare configurations of the perf switches\n"
               "  tasks     list the built-in tasks\n"
               "  switches  list the performance switches with their baseline and optimized values")
@@ -298,6 +299,23 @@ def cmd_export(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     for path in export_checkpoint(args.checkpoint, args.out, format=args.format):
         print(f"wrote {path}")
+    return 0
+
+
+def cmd_plot(argv: Sequence[str]) -> int:
+    from syncfree.plot import DEFAULT_METRICS, plot
+
+    parser = argparse.ArgumentParser(prog="syncfree plot", description="Draw learning curves of runs against env "
+                                     "steps: runs of one config with different seeds as their mean and a band of "
+                                     "one standard deviation, other runs overlaid.")
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders (each with its metrics.jsonl)")
+    parser.add_argument("--metrics", nargs="+", default=None,
+                        help=f"metrics to plot (default: those of {', '.join(DEFAULT_METRICS)} the runs have)")
+    parser.add_argument("--out", type=Path, default=None, help="PNG file (default: <first run>/curves.png)")
+    parser.add_argument("--title", default="")
+    args = parser.parse_args(argv)
+    out = plot(args.runs, args.out or args.runs[0] / "curves.png", args.metrics, args.title)
+    print(f"wrote {out}")
     return 0
 
 

@@ -1,0 +1,106 @@
+"""`syncfree plot RUN_DIR...`: learning curves of runs (their `metrics.jsonl`) against env steps, as a PNG.
+
+Runs whose `config.yaml` differ only in their seed (and run name) form one curve: the mean over seeds with a band
+of one standard deviation, at the env steps where every one of them has a value. Other runs are overlaid.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from syncfree.errors import UserError
+
+DEFAULT_METRICS = ("mean_return", "reward_per_agent_step", "mean_length", "value_loss", "steps_per_s")
+"""Plotted when present in the runs (`mean_return` for single-agent tasks, `reward_per_agent_step` for grid-arena)."""
+
+
+def read_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The run's records, and its config when it wrote one. One line naming the file when it cannot be read."""
+    path = run_dir / "metrics.jsonl"
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise UserError(f"plot: cannot read {path} ({e.strerror or type(e).__name__})") from None
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number < len(lines):  # only the last line may be cut short (a run killed while writing it)
+                raise UserError(f"plot: {path}, line {number}: not a JSON record") from None
+    if not records:
+        raise UserError(f"plot: {path} holds no record yet")
+    config_path = run_dir / "config.yaml"
+    config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else None
+    return records, config
+
+
+def group_runs(runs: dict[Path, tuple[list[dict], dict | None]]) -> dict[str, list[Path]]:
+    """Runs that differ only in seed (and name) share a group, labelled by the first run's name."""
+    groups: dict[str, list[Path]] = {}
+    keys: dict[str, str] = {}
+    for run_dir, (_, config) in runs.items():
+        if config is None:
+            key = str(run_dir)
+        else:
+            config = {**config, "seed": None, "resume": None, "log": {**config.get("log", {}), "run_name": None}}
+            key = json.dumps(config, sort_keys=True)
+        label = keys.setdefault(key, run_dir.name)
+        groups.setdefault(label, []).append(run_dir)
+    return groups
+
+
+def mean_band(curves: list[list[tuple[float, float]]]) -> tuple[list[float], list[float], list[float]]:
+    """x, mean and std over the curves, at the env steps every curve has a value for."""
+    points = [dict(c) for c in curves]
+    xs = sorted(set.intersection(*(set(p) for p in points)))
+    columns = [[p[x] for p in points] for x in xs]
+    means = [statistics.fmean(col) for col in columns]
+    stds = [statistics.pstdev(col) if len(col) > 1 else 0.0 for col in columns]
+    return xs, means, stds
+
+
+def plot(run_dirs: list[Path], out: Path, metrics: list[str] | None = None, title: str = "") -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = {Path(d): read_run(Path(d)) for d in run_dirs}
+    present = {name for records, _ in runs.values() for r in records for name in r}
+    if metrics:
+        missing = [m for m in metrics if m not in present]
+        if missing:
+            raise UserError(f"plot: no metric {missing[0]!r} in these runs; they have: {', '.join(sorted(present))}")
+    else:
+        metrics = [m for m in DEFAULT_METRICS if m in present]
+    groups = group_runs(runs)
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), squeeze=False)
+    for ax, name in zip(axes[0], metrics, strict=True):
+        for label, members in groups.items():
+            curves = [[(r["env_steps"] / 1e6, r[name]) for r in runs[d][0] if name in r] for d in members]
+            curves = [c for c in curves if c]
+            if not curves:
+                continue
+            xs, means, stds = mean_band(curves)
+            line = ax.plot(xs, means, lw=1.5, label=label + (f" ({len(curves)} seeds)" if len(curves) > 1 else ""))
+            if len(curves) > 1:
+                ax.fill_between(xs, [m - s for m, s in zip(means, stds, strict=True)],
+                                [m + s for m, s in zip(means, stds, strict=True)], color=line[0].get_color(),
+                                alpha=0.2, lw=0)
+        ax.set_xlabel("env steps (millions)")
+        ax.set_title(name, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
