@@ -90,6 +90,9 @@ class RecurrentPPO(Algorithm):
         """Observations of the rollout with more valid tokens than the policy reads (their excess goes unread)."""
         self._first_unread = stored_tokens if stored_tokens < obs_shape[0] else None
         """The first token the policy does not read (tokens are packed: valid there means some are unread)."""
+        self._unread = torch.zeros(num_agents, dtype=torch.bool, device=device)
+        self._unread_count = torch.zeros((), dtype=torch.int64, device=device)
+        """Per-step buffers of the count above: counting allocates nothing in the rollout step."""
         self.stats = torch.zeros(len(self.stat_names), device=device)
         self._everyone = slice(0, num_agents)
         self._ones = torch.ones(num_agents, device=device)
@@ -132,7 +135,8 @@ class RecurrentPPO(Algorithm):
                 data["full_log_probs"] = out.full_log_probs
             self.teacher_step(tokens, data, last_actions)
             if self._first_unread is not None:
-                self.over_max_tokens.add_((tokens[:, self._first_unread, 0] != EMPTY_TOKEN).sum())
+                torch.ne(tokens[:, self._first_unread, 0], EMPTY_TOKEN, out=self._unread)
+                self.over_max_tokens.add_(torch.sum(self._unread, dim=0, out=self._unread_count))
         with phase("store"):
             if "ratio" in buf.data:
                 data["ratio"] = self._ones
