@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
@@ -37,6 +38,22 @@ def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
     cfg.log.progress = False
     cfg.perf = PerfConfig(**{"compile": "off", **perf})
     return cfg
+
+
+def grid_config(iterations: int = 2, **perf) -> TrainConfig:
+    """2 simulations x 4 agents, 8 steps in rows of 4 (16 segments), 2 epochs x 2 minibatches, a small policy."""
+    from syncfree.presets import preset
+
+    cfg = preset("grid-arena")
+    cfg.seed, cfg.device, cfg.iterations = 5, TEST_DEVICE, iterations
+    cfg.env.num_envs = 2
+    cfg.env.grid.max_steps = 16
+    cfg.policy.recurrent = dataclasses.replace(cfg.policy.recurrent, hidden=16, embed_dim=8, encoder_hidden=16)
+    cfg.ppo = dataclasses.replace(cfg.ppo, steps_per_env=8, bptt_horizon=4, num_epochs=2, num_minibatches=2)
+    cfg.log.progress = False
+    cfg.perf = dataclasses.replace(cfg.perf, **perf)
+    return cfg
+
 
 
 def copy_trained_state(source, target) -> None:

@@ -5,27 +5,63 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from syncfree.bench.matrix import configurations
+import pytest
+
+from conftest import small_config
+from syncfree.bench.config import BenchConfig
+from syncfree.bench.hardware import compute_dtype, flops_per_env_step, hardware_fraction
+from syncfree.bench.matrix import bench_configurations, configurations, skipped_rows
 from syncfree.cli import main
 from syncfree.config import PerfConfig
+from syncfree.policy.actor_critic import set_autocast
+from syncfree.train.runner import Runner
 
 
 def test_configurations_cover_every_switch_both_ways() -> None:
     names = [name for name, _ in configurations(ablations=True)]
     assert names[:2] == ["baseline", "optimized"]
     for f in PerfConfig.switches():
-        if f.metadata["process_wide"]:  # cannot be compared in one process (benchmarks/host_memory.py does it)
+        if f.metadata["process_wide"] or f.metadata["check"]:  # benchmarks/host_memory.py compares the former
             assert not any(f.name in n for n in names)
             continue
         assert any(n.startswith(f"optimized - {f.name}") for n in names) and f"baseline + {f.name}" in names
     configs = dict(configurations(ablations=True))
-    # compile cannot run with distribution validation: the rows that would combine them turn the other off
-    assert configs["optimized - validate_distributions (and compile)"] == PerfConfig(validate_distributions=True,
-                                                                                     compile="off")
     assert configs["baseline + compile"].compile == "step" and not configs["baseline + compile"].validate_distributions
     assert configs["optimized, compile=hot"] == PerfConfig(compile="hot")  # a variant: the update as in `hot`
     assert configs["optimized - fused_adamw"] == PerfConfig(fused_adamw=False)
     assert configs["baseline + fused_adamw"].fused_adamw and not configs["baseline + fused_adamw"].deferred_episode_stats
+
+
+def test_rows_of_inert_switches_are_left_out_with_the_reason() -> None:
+    bench = BenchConfig(task="point-mass", profile="full").resolved()
+    names = [name for name, _ in bench_configurations(bench)]
+    skipped = skipped_rows(bench)
+    # compile=step makes the update one graph with its own AdamW: the fused kernel and set_to_none change nothing
+    # beside the optimized switches, but act beside the baseline ones (eager)
+    assert "optimized - fused_adamw" in skipped and "baseline + fused_adamw" in names
+    assert "compile=step" in skipped["optimized - zero_grad_set_to_none"]
+    assert "optimized - fast_history" in skipped and "baseline + cpu_time_index" in skipped
+    assert "optimized - critic_chunk_size" in names  # 4,096 envs: the baseline's 1,024-row chunks split them
+    assert not set(names) & set(skipped)
+    small = BenchConfig(task="point-mass", profile="full", num_envs=[64]).resolved()
+    assert "optimized - critic_chunk_size" in skipped_rows(small)  # 64 envs x 24 steps / 4: no chunk at either
+    eager = BenchConfig(task="point-mass", profile="full", compile=False).resolved()
+    assert "optimized - fused_adamw" in [name for name, _ in bench_configurations(eager)]
+
+
+def test_policy_flops_per_step_are_counted_from_the_layer_shapes() -> None:
+    """Pendulum's 3 -> 32 -> 32 -> 1 actor and critic: 2 x (3x32 + 32x32 + 32x1) x 2 FLOPs per rollout forward; per
+    update row the forward, the weight gradients and the input gradients but the first layers' (the observations
+    need none), over 2 epochs."""
+    runner = Runner(small_config("pendulum"))
+    runner.learn()
+    forward = 2 * (3 * 32 + 32 * 32 + 32 * 1) * 2
+    assert flops_per_env_step(runner) == {"rollout": forward, "update": 2 * (3 * forward - 2 * 2 * 3 * 32)}
+    assert compute_dtype(runner) == "float32"
+    fraction = hardware_fraction(1000.0, forward, {"float32": 1.0, "bfloat16": 2.0}, "bfloat16")
+    assert fraction == {"dtype": "bfloat16", "fraction": pytest.approx(1000.0 * forward / 2e9)}
+    set_autocast(runner.policy, "bf16")
+    assert compute_dtype(runner) == "bfloat16"
 
 
 def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
@@ -37,18 +73,27 @@ def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     assert {p.name for p in tmp_path.iterdir()} >= {"results.json", "results.md", "steps_per_s.png", "phases.png",
                                                     "scaling.png"}
     size = result["sizes"][0]
-    in_process = [f for f in PerfConfig.switches() if not f.metadata["process_wide"]]
-    assert len(size["configs"]) == 2 + 2 * (len(in_process) - 1)  # no compile rows with --compile false
+    live = {name.split()[-1] for name in size["configs"] if name.startswith(("optimized - ", "baseline + "))}
+    assert live == {"deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm", "fused_adamw",
+                    "device_adaptive_lr", "zero_grad_set_to_none", "deterministic", "autocast"}  # eager, 16 envs
+    assert len(size["configs"]) == 2 + 2 * len(live) + 1  # and the variant `optimized, autocast=bf16`
+    assert size["configs"]["optimized, autocast=bf16"]["hardware_fraction"]["dtype"] == "bfloat16"
+    assert set(result["skipped_rows"]) >= {"optimized - critic_chunk_size", "baseline + gate_full_log_probs"}
     base, opt = size["configs"]["baseline"], size["configs"]["optimized"]
     assert opt["counts"]["syncs_per_step"] == 0 and opt["counts"]["syncs_per_minibatch"] == 0
     assert base["counts"]["syncs_per_step"] > 0 and base["counts"]["syncs_per_minibatch"] > 0
     assert len(opt["seconds_per_iteration"]) == 2 and opt["steps_per_s"]["min"] <= opt["steps_per_s"]["median"]
     assert base["ratio_to_baseline"]["median"] == 1.0
     assert opt["efficiency"] > 0 and size["floor_seconds"]["total"] > 0
+    assert result["matmul_peak_gflops"]["float32"] > 0 and result["matmul_peak_gflops"]["bfloat16"] > 0
+    assert size["flops_per_step"]["rollout"] > 0 and size["flops_per_step"]["update"] > 0
+    assert opt["hardware_fraction"]["dtype"] == "float32" and 0 < opt["hardware_fraction"]["fraction"] < 1
     assert set(opt["phase_seconds"]) >= {"act", "env", "store", "update.backward", "update.optimizer"}
     assert [p["num_envs"] for p in result["scaling"]] == [8, 16]
     report = (tmp_path / "results.md").read_text()
     assert "| optimized - fused_adamw |" in report and "Seeds' view" in report
+    assert "changes nothing here" in report and "critic_chunk_size" in report
+    assert "of fp32 |" in report and "GFLOP/s float32" in report
     assert "# syncfree bench: pendulum" in capsys.readouterr().out
 
 

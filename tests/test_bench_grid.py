@@ -10,7 +10,6 @@ import pytest
 
 pytest.importorskip("mettagrid")
 
-from syncfree.algo.recurrent import SWITCHES_READ as READ
 from syncfree.bench import config as bench_config
 from syncfree.bench.config import BenchConfig, train_config
 from syncfree.bench.matrix import bench_configurations
@@ -18,8 +17,11 @@ from syncfree.cli import main
 from syncfree.config import PerfConfig
 from syncfree.presets import preset
 
-SWITCHES_READ = [s for s in READ if not PerfConfig.switches_by_name()[s].metadata["process_wide"]]
-"""The ablated ones: a process-wide switch cannot be compared in one process."""
+SWITCHES_READ = ["deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm", "fused_adamw",
+                 "zero_grad_set_to_none", "deterministic", "gate_full_log_probs", "preallocated_last_actions",
+                 "cpu_time_index", "cached_minibatch_indices"]
+"""The ablated ones: those the recurrent algorithm reads on grid-arena's preset (its fixed learning-rate schedule
+leaves `device_adaptive_lr` inert), but the process-wide `retain_host_memory`, which one process cannot compare."""
 
 
 def test_grid_arena_rows_cover_the_switches_the_recurrent_trainer_reads() -> None:
@@ -57,7 +59,7 @@ def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
                  "--threads", "1", "--out", str(tmp_path)])
     assert code == 0
     result = json.loads((tmp_path / "results.json").read_text())
-    assert result["bench"]["compile"] is False and result["recurrent"]["switches_read"] == list(READ)
+    assert result["bench"]["compile"] is False and "optimized - device_adaptive_lr" in result["skipped_rows"]
     size = result["sizes"][0]
     agents = result["recurrent"]["agents_per_env"]
     assert size["num_envs"] == 1 and size["num_agents"] == agents

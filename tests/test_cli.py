@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 
 from syncfree.cli import main
-from syncfree.config import PerfConfig
+from syncfree.config import PerfConfig, TrainConfig, from_dict, to_dict
 
 
 def test_train_then_eval(capsys, tmp_path: Path) -> None:
@@ -51,6 +52,41 @@ def test_switches_lists_both_polarities(capsys) -> None:
     out = capsys.readouterr().out
     for f in PerfConfig.switches():
         assert f"{f.name}: baseline={f.metadata['baseline']} optimized={f.metadata['optimized']}" in out
+
+
+def test_switches_for_a_task_mark_the_inert_ones_with_the_reason(capsys) -> None:
+    assert main(["switches", "--task", "grid-arena"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    marks = {line.split(":")[0]: line for line in lines if "  live" in line or "INERT:" in line}
+    assert len(marks) == len(PerfConfig.switches())
+    assert "INERT: the learning-rate schedule is fixed" in marks["device_adaptive_lr"]
+    assert "INERT" in marks["compile"] and marks["cpu_time_index"].endswith("live")
+    assert main(["switches", "--task", "point-mass"]) == 0
+    out = capsys.readouterr().out
+    assert "fused_adamw" in out and "compile=step makes the whole minibatch update one graph" in out
+    assert main(["switches", "--task", "point-mass", "--perf.compile", "off"]) == 0
+    marks = {line.split(":")[0]: line for line in capsys.readouterr().out.splitlines() if "live" in line}
+    assert "fused_adamw" in marks and "zero_grad_set_to_none" in marks  # eager: the optimizer kernel acts
+    assert main(["switches", "--perf.compile", "off"]) == 2
+
+
+def test_setting_an_inert_switch_warns_in_one_line(tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="syncfree")
+    args = ["train", "--task", "cartpole", "--iterations", "1", "--log.progress", "false", "--log.dir", str(tmp_path)]
+    assert main([*args, "--perf.fast_history", "false", "--log.run_name", "a"]) == 0
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == ["perf.fast_history=False changes nothing here: acts only in a manager-based env (g1-track)"]
+    caplog.clear()
+    assert main([*args, "--perf.deferred_episode_stats", "false", "--log.run_name", "b"]) == 0  # it acts here
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def test_a_stored_config_with_a_removed_switch_loads_with_a_warning(caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="syncfree")
+    stored = to_dict(TrainConfig())
+    stored["perf"]["cached_batch_metadata"] = True
+    assert from_dict(TrainConfig, stored) == TrainConfig()
+    assert "perf.cached_batch_metadata is ignored: the switch was removed" in caplog.text
 
 
 def test_help_documents_every_field(capsys) -> None:

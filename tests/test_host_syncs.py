@@ -75,3 +75,56 @@ def test_counter_sees_each_kind_of_read() -> None:
     assert dict(c.host_reads) == {"item": 1, "tolist": 1, "__bool__": 1, "cpu": 1}
     assert c.sync_ops["aten::nonzero"] == 1 and c.sync_ops["aten::index"] == 1
     assert c.syncs == 6
+
+
+def test_baseline_reads_match_rsl_rl_side_by_side(tmp_path) -> None:
+    """rsl_rl 5.5.1's runner (through the adapter, logging on) and syncfree's baseline preset on point-mass, counted
+    the same way: per env step the same reads (4 `check_for_nan` reads: two observation groups, reward, dones; the
+    finished episodes' `nonzero()` and two `.cpu()`). Per minibatch both compare the KL on the host and read
+    AdamW's step counts; rsl_rl adds 3 `.item()` for its loss logs (syncfree keeps its statistics on the device,
+    in both presets), syncfree's baseline one `isfinite` read per parameter tensor (the humanoid pipeline's
+    gradient check before `grad_finite_from_norm`; rsl_rl checks nothing)."""
+    pytest.importorskip("rsl_rl")
+    from rsl_rl.runners import OnPolicyRunner
+    from test_rsl_rl_adapter import rsl_rl_config
+
+    from syncfree.envs import make_env
+    from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
+
+    def rsl_rl(steps: int, minibatches: int):
+        cfg = rsl_rl_config([32, 32])
+        cfg["num_steps_per_env"] = steps
+        cfg["algorithm"].update(num_learning_epochs=1, num_mini_batches=minibatches)
+        env = SyncfreeToRslRl(make_env("point-mass", 32, seed=0, max_episode_length=10))
+        runner = OnPolicyRunner(env, cfg, log_dir=str(tmp_path / f"rsl_rl_{steps}_{minibatches}"), device="cpu")
+        runner.learn(1)
+        with count_syncs() as counts:
+            runner.learn(1)
+        return counts, len([*runner.alg.actor.parameters(), *runner.alg.critic.parameters()])
+
+    def syncfree(steps: int, minibatches: int):
+        cfg = small_config("point-mass")
+        cfg.perf = PerfConfig.preset("baseline")
+        cfg.ppo.steps_per_env, cfg.ppo.num_epochs, cfg.ppo.num_minibatches = steps, 1, minibatches
+        cfg.policy.actor_hidden = cfg.policy.critic_hidden = [32, 32]
+        cfg.iterations = 1
+        runner = Runner(cfg)
+        runner.learn()
+        runner.cfg.iterations = 2
+        with count_syncs() as counts:
+            runner.learn()
+        return counts, len(list(runner.policy.parameters()))
+
+    def per_step_and_minibatch(run):
+        (a, params), (b, _), (c, _) = run(8, 2), run(16, 2), run(8, 4)
+        step = {k: (b.host_reads[k] - a.host_reads[k]) / 8 for k in ("__bool__", "cpu", "item")}
+        step["nonzero"] = (b.sync_ops["aten::nonzero"] - a.sync_ops["aten::nonzero"]) / 8
+        minibatch = {k: (c.host_reads[k] - a.host_reads[k]) / 2 for k in ("__bool__", "item")}
+        return step, minibatch, params
+
+    theirs, ours = per_step_and_minibatch(rsl_rl), per_step_and_minibatch(syncfree)
+    assert ours[0] == theirs[0] == {"__bool__": 4, "cpu": 2, "item": 0, "nonzero": 1}
+    assert ours[2] == theirs[2] == 13  # parameter tensors: the same network
+    assert ours[1]["item"] == theirs[1]["item"] - 3  # AdamW's step counts alike; rsl_rl's 3 loss logs
+    kl_reads_ours, kl_reads_theirs = ours[1]["__bool__"] - ours[2], theirs[1]["__bool__"]
+    assert 1 <= kl_reads_ours <= 3 and 1 <= kl_reads_theirs <= 3  # `kl > 2 * target`, then maybe two more

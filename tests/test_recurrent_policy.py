@@ -97,12 +97,19 @@ def test_padding_and_tokens_beyond_max_tokens_do_not_change_the_encoding() -> No
 def test_full_log_probs_are_emitted_only_when_asked() -> None:
     logits = torch.randn(3, 4, ACTIONS)
     actions = torch.randint(0, ACTIONS, (3, 4))
-    quiet, loud = ActionProbs(emit_full_log_probs=False)(logits, actions), ActionProbs()(logits, actions)
+    with count_syncs() as quiet_ops:
+        quiet = ActionProbs(emit_full_log_probs=False)(logits, actions)
+    with count_syncs() as loud_ops:
+        loud = ActionProbs()(logits, actions)
     assert quiet.full_log_probs is None
+    assert quiet_ops.ops["aten::_log_softmax"] == 0 and loud_ops.ops["aten::_log_softmax"] == 1
     assert loud.full_log_probs.shape == (3, 4, ACTIONS)
     torch.testing.assert_close(loud.full_log_probs.logsumexp(-1), torch.zeros(3, 4))
-    assert torch.equal(loud.full_log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1), quiet.log_prob)
-    assert torch.equal(loud.entropy, quiet.entropy)
+    torch.testing.assert_close(loud.full_log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1), quiet.log_prob)
+    assert torch.equal(loud.log_prob, quiet.log_prob) and torch.equal(loud.entropy, quiet.entropy)
+    reference = torch.distributions.Categorical(logits=logits)
+    torch.testing.assert_close(quiet.log_prob, reference.log_prob(actions))
+    torch.testing.assert_close(quiet.entropy, reference.entropy())
     net = policy(emit_full_log_probs=False)
     obs = random_tokens(3, gen=torch.Generator().manual_seed(4))
     out, _ = net.step(obs, net.initial_state(3), torch.zeros(3, dtype=torch.bool))

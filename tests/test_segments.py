@@ -12,7 +12,7 @@ from syncfree.errors import UserError
 HIDDEN, HORIZON, SEGMENTS = 3, 4, 10
 SLICES = (slice(0, 2), slice(2, 5))
 AGENTS = 5
-SWITCHES = ("cpu_time_index", "preallocated_last_actions", "cached_minibatch_indices", "cached_batch_metadata")
+SWITCHES = ("cpu_time_index", "preallocated_last_actions", "cached_minibatch_indices")
 
 FIELDS = {
     "obs": Field((6, 3), torch.uint8),
@@ -142,30 +142,26 @@ def test_each_switch_off_gives_bitwise_equal_buffers_and_minibatches(switch: str
             assert torch.equal(a.advantages, b.advantages)
             assert all(torch.equal(a.data[k], b.data[k]) for k in FIELDS)
             assert all(torch.equal(x, y) for x, y in zip(a.initial_state, b.initial_state, strict=True))
-            assert torch.equal(a.metadata.batch, b.metadata.batch) and torch.equal(a.metadata.bptt, b.metadata.bptt)
 
 
 def test_switches_change_what_is_allocated_and_read() -> None:
     optimized, baseline = buffer(), buffer(**dict.fromkeys(SWITCHES, False))
+    pointer = optimized.last_actions.data_ptr()
+    assert optimized.last_actions.shape[0] == AGENTS and baseline.last_actions.shape[0] == 0
     for buf in (optimized, baseline):
         rollout(buf, torch.Generator().manual_seed(4))
+    assert optimized.last_actions.data_ptr() == pointer  # sized once, never regrown
+    assert baseline.last_actions.shape[0] == AGENTS  # grown on demand as the slices reached past its end
     first = optimized.sequential_minibatch(1, 5)
     again = optimized.sequential_minibatch(1, 5)
     assert first.indices is again.indices and first.prio_weights is again.prio_weights
-    assert first.metadata.batch is again.metadata.batch
     first, again = baseline.sequential_minibatch(1, 5), baseline.sequential_minibatch(1, 5)
     assert first.indices is not again.indices and first.prio_weights is not again.prio_weights
-    assert first.metadata.batch is not again.metadata.batch
-    assert first.metadata.batch.tolist() == [5] * 5 * HORIZON and first.metadata.bptt.tolist() == [HORIZON] * 20
-    assert optimized.rollout_metadata(3).batch is optimized.rollout_metadata(3).batch
-    assert baseline.rollout_metadata(3).bptt.tolist() == [1, 1, 1]
     assert first.indices.tolist() == [5, 6, 7, 8, 9]
-    assert optimized.last_actions.shape[0] == AGENTS
-    pointer = optimized.last_actions.data_ptr()
-    baseline_pointer = baseline.last_actions.data_ptr()
+    grown = baseline.last_actions.data_ptr()
     for buf in (optimized, baseline):
         rollout(buf, torch.Generator().manual_seed(5))
-    assert optimized.last_actions.data_ptr() == pointer and baseline.last_actions.data_ptr() != baseline_pointer
+    assert optimized.last_actions.data_ptr() == pointer and baseline.last_actions.data_ptr() == grown
 
 
 def test_prioritized_sampling_prefers_large_advantages_and_weights_by_probability() -> None:

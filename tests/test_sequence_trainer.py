@@ -3,7 +3,6 @@ host-sync budgets, checkpoints and the command line."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 
@@ -12,8 +11,9 @@ import torch
 
 pytest.importorskip("mettagrid")
 
-from conftest import TEST_DEVICE, assert_same_state
-from syncfree.algo.recurrent import SWITCHES_READ, RecurrentPPO
+from conftest import assert_same_state, grid_config
+from syncfree.algo.recurrent import RecurrentPPO
+from syncfree.algo.scope import switch_scope
 from syncfree.bench.timing import count_iteration
 from syncfree.cli import main
 from syncfree.config import LossesConfig, PerfConfig, PPOConfig, TrainConfig
@@ -22,24 +22,11 @@ from syncfree.presets import preset
 from syncfree.train import checkpoint
 from syncfree.train.runner import Runner
 
-GRID_SWITCHES = ("gate_full_log_probs", "cached_batch_metadata", "preallocated_last_actions", "cpu_time_index",
+GRID_SWITCHES = ("gate_full_log_probs", "preallocated_last_actions", "cpu_time_index",
                  "cached_minibatch_indices")
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def grid_config(iterations: int = 2, **perf) -> TrainConfig:
-    """2 simulations x 4 agents, 8 steps in rows of 4 (16 segments), 2 epochs x 2 minibatches, a small policy."""
-    cfg = preset("grid-arena")
-    cfg.seed, cfg.device, cfg.iterations = 5, TEST_DEVICE, iterations
-    cfg.env.num_envs = 2
-    cfg.env.grid.max_steps = 16
-    cfg.policy.recurrent = dataclasses.replace(cfg.policy.recurrent, hidden=16, embed_dim=8, encoder_hidden=16)
-    cfg.ppo = dataclasses.replace(cfg.ppo, steps_per_env=8, bptt_horizon=4, num_epochs=2, num_minibatches=2)
-    cfg.log.progress = False
-    cfg.perf = dataclasses.replace(cfg.perf, **perf)
-    return cfg
 
 
 def trained(cfg: TrainConfig) -> Runner:
@@ -234,7 +221,8 @@ def test_teacher_losses_are_refused_outside_grid_arena() -> None:
 def test_grid_switch_list_is_complete() -> None:
     gridworld = {f.name for f in PerfConfig.switches() if f.metadata["seed"].startswith("gridworld:")}
     assert gridworld == set(GRID_SWITCHES) | {"zero_grad_set_to_none", "deterministic"}
-    assert set(GRID_SWITCHES) <= set(SWITCHES_READ) and "compile" not in SWITCHES_READ
+    inert = PerfConfig().inert_switches(switch_scope(preset("grid-arena")))
+    assert not set(GRID_SWITCHES) & set(inert) and {"compile", "autocast", "device_adaptive_lr"} <= set(inert)
 
 
 def test_grid_arena_without_mettagrid_is_one_line(monkeypatch, capsys) -> None:

@@ -277,6 +277,7 @@ def test_one_ppo_update_runs_and_changes_parameters() -> None:
         compute_gae(storage.rewards, storage.values, storage.dones, torch.randn(envs, generator=g), 0.99, 0.95,
                     storage.advantages, storage.returns)
     before = {k: v.clone() for k, v in policy.state_dict().items()}
+    recorded = []
     for p, mode in zip(policies, ("off", "step"), strict=True):
         ppo = FeedForwardPPO(p, PPOConfig(steps_per_env=steps, num_epochs=2, num_minibatches=2),
                              PerfConfig(compile=mode), envs, CRITIC_DIM, SPEC, torch.device("cpu"))
@@ -286,6 +287,8 @@ def test_one_ppo_update_runs_and_changes_parameters() -> None:
         torch.manual_seed(4)
         ppo.update()
         assert all(bool(torch.isfinite(x).all()) for x in ppo.statistics().values())
+        recorded.append(float(ppo.statistics()["reconstruction_loss"]))  # every loss term is logged
+    assert recorded[0] > 0 and recorded[0] == pytest.approx(recorded[1], rel=1e-5)
     changed = [k for k, v in policy.state_dict().items() if not torch.equal(v, before[k])]
     assert any(k.startswith("decoder.") for k in changed)
     assert any(k.startswith("encoders.") for k in changed)

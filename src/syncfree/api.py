@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from syncfree.algo.scope import warn_inert_switches
 from syncfree.config import TrainConfig, from_dict, to_dict, validate
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError
@@ -56,6 +57,7 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
         folder = Path(cfg.log.dir) / (cfg.log.run_name or default_run_name(cfg)) if run_dir is True else Path(run_dir)
         print(f"syncfree: training {cfg.task} -> {folder}")
     runner = Runner(cfg, run_dir=folder, env=env)
+    warn_inert_switches(cfg, runner.switch_scope())
     try:
         record = runner.learn()
     finally:

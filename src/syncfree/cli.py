@@ -1,4 +1,4 @@
-"""Command line: `syncfree train | eval | export | plot | bench | tasks | switches`."""
+"""Command line: `syncfree train | eval | export | plot | bench | doctor | tasks | switches`."""
 
 from __future__ import annotations
 
@@ -26,14 +26,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     commands = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "plot": cmd_plot, "bench": cmd_bench,
-                "tasks": cmd_tasks, "switches": cmd_switches}
+                "tasks": cmd_tasks, "switches": cmd_switches, "doctor": cmd_doctor}
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: syncfree {train,eval,export,plot,bench,tasks,switches} [--help]\n\n"
+        print("usage: syncfree {train,eval,export,plot,bench,doctor,tasks,switches} [--help]\n\n"
               "  train     train PPO on a task (default: cartpole, on CPU unless CUDA is available)\n"
               "  eval      run a checkpoint's deterministic policy for N episodes and print the mean return\n"
               "  export    write a checkpoint's deterministic actor as ONNX graphs (normalizer included)\n"
               "  plot      draw runs' learning curves (seeds of one config as mean and band) to a PNG\n"
               "  bench     time, count and compare configurations of the perf switches\n"
+              "  doctor    find the host syncs, allocations and ops of an env or a training loop, by source line\n"
               "  tasks     list the built-in tasks\n"
               "  switches  list the performance switches with their baseline and optimized values")
         return 0
@@ -191,6 +192,7 @@ def cmd_train(argv: Sequence[str]) -> int:
 
 def train(cfg: TrainConfig, dist: Distributed | None) -> int:
     """`syncfree train` on this process (one rank of several when `dist` is given)."""
+    from syncfree.algo.scope import warn_inert_switches
     from syncfree.api import default_run_name
     from syncfree.train import checkpoint
     from syncfree.train.runner import Runner
@@ -215,6 +217,8 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
     info("training %s on %s (%d thread%s: %s): %s%s x %d steps per iteration, %d iterations -> %s", cfg.task,
          trainer.device, trainer.threads, "s" if trainer.threads != 1 else "", trainer.threads_reason, ranks, envs,
          cfg.ppo.steps_per_env, cfg.iterations, run_dir)
+    if main_rank:
+        warn_inert_switches(cfg, trainer.switch_scope())
     if trainer.compiles_first_iteration() and trainer.iteration < cfg.iterations:
         info("perf.compile=%s: the first iteration compiles the loop (seconds to minutes on a CPU; a later run of "
              "the same config reuses torch's compile caches)", cfg.perf.compile)
@@ -364,17 +368,104 @@ def cmd_tasks(argv: Sequence[str]) -> int:
     return 0
 
 
+def cmd_doctor(argv: Sequence[str]) -> int:
+    from syncfree import doctor
+    from syncfree.config import validate
+    from syncfree.core.switches import PerfConfig
+    from syncfree.envs.tasks import check_task
+    from syncfree.presets import preset
+
+    parser = argparse.ArgumentParser(
+        prog="syncfree doctor", description="Run an env (or, with `train`, a training iteration) for a few warm-up "
+        "steps and a measured window, and report its host syncs, new tensor storages and dispatched ops per phase "
+        "and per source line (file:line), worst first.")
+    parser.add_argument("train", nargs="?", choices=["train"], help="examine the trainer's whole loop on --task")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--task", help="a built-in task or gym:<id>")
+    target.add_argument("--env", help="module:factory returning a syncfree VecEnv or an rsl_rl VecEnv")
+    parser.add_argument("--perf", choices=("optimized", "baseline"), default="optimized",
+                        help="the switches' preset (the env-side switches act on g1-track's env)")
+    parser.add_argument("--switch", action="append", default=[], metavar="NAME=VALUE",
+                        help="set one switch after the preset (repeatable), e.g. --switch fast_history=false")
+    parser.add_argument("--num-envs", type=int, default=0, help="envs (default: the task preset's)")
+    parser.add_argument("--steps", type=int, default=32, help="measured env steps (env targets)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="env steps (env targets, default 8) or iterations (train, default 1) run first")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--top", type=int, default=15, help="source lines to list")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--budget", default="", help="e.g. syncs=0,allocs=20: exit 1 when a per-step count "
+                        "exceeds its bound")
+    args = parser.parse_args(argv)
+    budget = doctor.parse_budget(args.budget)
+    if args.steps < 1 or (args.warmup or 0) < 0 or args.num_envs < 0:
+        raise UserError("doctor: --steps must be >= 1, --warmup and --num-envs >= 0")
+    perf = doctor.with_switches(PerfConfig.preset(args.perf), args.switch)
+    if args.train:
+        if not args.task:
+            raise UserError("doctor: train needs --task")
+        check_task(args.task)
+        cfg = preset(args.task)
+        cfg.perf, cfg.device = perf, args.device
+        cfg.env.num_envs = args.num_envs or cfg.env.num_envs
+        cfg.log.tensorboard = False
+        report = doctor.examine_training(validate(cfg), max(args.warmup or 1, 1),
+                                         target=f"train {args.task} ({args.perf} switches)")
+    else:
+        if args.task:
+            check_task(args.task)
+            env = doctor.task_env(args.task, args.num_envs, perf, args.device)
+            name = f"{args.task} env ({args.perf} switches)"
+        else:
+            env, name = doctor.as_vec_env(doctor.load_factory(args.env)), args.env
+        warmup = 8 if args.warmup is None else args.warmup
+        report = doctor.examine_env(env, args.steps, warmup, target=name)
+    print(doctor.write_json(report) if args.json else doctor.table(report, args.top))
+    exceeded = doctor.over_budget(report, budget)
+    for line in exceeded:
+        print(f"syncfree doctor: over budget: {line}", file=sys.stderr)
+    return 1 if exceeded else 0
+
+
 def cmd_switches(argv: Sequence[str]) -> int:
     import docstring_parser
 
+    from syncfree.algo.scope import switch_scope
+    from syncfree.config import validate
     from syncfree.core.switches import PerfConfig
+    from syncfree.envs.tasks import check_task
+    from syncfree.presets import preset
 
-    argparse.ArgumentParser(prog="syncfree switches",
-                            description="List the performance switches (set them with --perf.NAME).").parse_args(argv)
+    parser = argparse.ArgumentParser(
+        prog="syncfree switches", description="List the performance switches (set them with --perf.NAME); with "
+        "--task, mark which act on that task's preset and which change nothing there, and why.")
+    parser.add_argument("--task", help="a built-in task: mark each switch live or inert on its preset")
+    parser.add_argument("--perf.compile", dest="compile", choices=("off", "hot", "step"),
+                        help="with --task: the compile mode to judge under (default: the preset's)")
+    parser.add_argument("--device", help="with --task: the device to judge for (cpu, cuda; default: the preset's)")
+    args = parser.parse_args(argv)
+    if (args.compile or args.device) and not args.task:
+        raise UserError("switches: --perf.compile and --device need --task")
     docs = {p.arg_name: p.description for p in docstring_parser.parse_from_object(PerfConfig).params}
+    inert: dict[str, str] | None = None
+    if args.task:
+        check_task(args.task)
+        cfg = preset(args.task)
+        cfg.perf.compile = args.compile or cfg.perf.compile
+        cfg.device = args.device or cfg.device
+        cfg = validate(cfg)
+        device = "cpu" if cfg.device == "auto" else cfg.device
+        inert = cfg.perf.inert_switches(switch_scope(cfg, device))
+        print(f"{args.task} (perf.compile={cfg.perf.compile}, device={device}): "
+              f"{len(PerfConfig.switches()) - len(inert)} switches act, {len(inert)} change nothing\n")
     for f in PerfConfig.switches():
-        print(f"{f.name}: baseline={f.metadata['baseline']} optimized={f.metadata['optimized']}  "
-              f"[{f.metadata['seed']}]\n    {' '.join((docs.get(f.name) or '').split())}")
+        mark = ""
+        if inert is not None:
+            mark = f"  INERT: {inert[f.name]}" if f.name in inert else "  live"
+        kind = " (a check, not an optimization)" if f.metadata["check"] else ""
+        print(f"{f.name}: baseline={f.metadata['baseline']} optimized={f.metadata['optimized']}{kind}  "
+              f"[{f.metadata['seed']}]{mark}\n"
+              f"    {' '.join((docs.get(f.name) or '').split())}")
     return 0
 
 

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from syncfree.core.switches import PerfConfig
+from syncfree.core.switches import RETIRED, PerfConfig
 from syncfree.errors import UserError
+
+log = logging.getLogger("syncfree")
 
 
 @dataclass
@@ -437,6 +440,9 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", root: type | No
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
+        if cls is PerfConfig and key in RETIRED:
+            log.warning("config: %s is ignored: the switch was removed (%s)", prefix + key, RETIRED[key])
+            continue
         if key not in fields:
             hint = key_hint(prefix + key) if root is TrainConfig else f" (allowed: {', '.join(fields)})"
             raise UserError(f"config: unknown key {prefix + key!r}{hint}")

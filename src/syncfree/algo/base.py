@@ -63,8 +63,6 @@ class Algorithm(ABC):
     """Rollout steps per iteration."""
     num_envs: int
     """Env rows the algorithm acts for (agents, for multi-agent envs)."""
-    switches_read: tuple[str, ...] | None = None
-    """The `PerfConfig` switches this algorithm (with its env and policy) reads; None: all of them."""
     observer: StepObserver | None = None
     """Run at every `record` (set by the runner: its monitors)."""
 

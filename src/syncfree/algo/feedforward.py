@@ -29,13 +29,12 @@ from syncfree.policy.actor_critic import PolicyBase
 log = logging.getLogger("syncfree")
 
 UPDATE_STATS = ("surrogate_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
-"""Means over the iteration's minibatches; followed by `skipped_steps` (a count) and `learning_rate`."""
+"""Means over the iteration's minibatches; followed by `skipped_steps` (a count) and `learning_rate`. A policy with
+an auxiliary loss (the token policy's reconstruction) adds `reconstruction_loss` before `grad_norm`."""
 
 
 class FeedForwardPPO(Algorithm):
     """PPO for a feed-forward policy (`ActorCritic` or `TokenActorCritic`) on `num_envs` envs."""
-
-    stat_names = UPDATE_STATS
 
     def __init__(self, policy: PolicyBase, cfg: PPOConfig, perf: PerfConfig, num_envs: int, critic_dim: int,
                  action_spec: ActionSpec, device: torch.device, dist: Collective | None = None) -> None:
@@ -49,11 +48,14 @@ class FeedForwardPPO(Algorithm):
         self._next_actor_obs = (torch.zeros(num_envs, policy.actor_obs_dim, device=device)
                                 if policy.assembles_actor_obs else None)
         """Where a policy that assembles its observation builds the next one for its normalizers."""
-        self.stats = torch.zeros(len(UPDATE_STATS), device=device)
         self._done = torch.zeros(num_envs, dtype=torch.bool, device=device)
         aux = getattr(policy, "auxiliary_loss", None)
         self.auxiliary_loss = aux if aux is not None and policy.cfg.reconstruction_weight > 0 else None
         """The policy's own extra loss (the token policy's reconstruction), added to PPO's."""
+        self.stat_names = UPDATE_STATS
+        if self.auxiliary_loss is not None:
+            self.stat_names = (*UPDATE_STATS[:-1], "reconstruction_loss", UPDATE_STATS[-1])
+        self.stats = torch.zeros(len(self.stat_names), device=device)
 
         use_cuda_graphs(perf, device)  # rejects cuda_graphs=on off a GPU
         self._act_step = hot(self.act_step, perf, device)
@@ -170,7 +172,7 @@ class FeedForwardPPO(Algorithm):
 
     def statistics(self) -> dict[str, Tensor]:
         means = self.stats / (self.cfg.num_epochs * self.cfg.num_minibatches)
-        return {**dict(zip(UPDATE_STATS, means.unbind(), strict=True)), **self.optim.statistics()}
+        return {**dict(zip(self.stat_names, means.unbind(), strict=True)), **self.optim.statistics()}
 
     def storage_tensors(self) -> list[Tensor]:
         return list(self.storage.state_tensors().values())
@@ -201,8 +203,9 @@ class FeedForwardPPO(Algorithm):
         self.backward_and_step(loss, parts, kl_mean)
 
     def minibatch_losses(self, mb: Batch) -> tuple[Tensor, tuple[Tensor, ...], Tensor]:
-        """The loss to minimize; its parts (surrogate, value loss, entropy, KL, clip fraction) without gradient;
-        the mean KL. A pure function of the minibatch and the parameters (compiled when asked)."""
+        """The loss to minimize; its parts (surrogate, value loss, entropy, KL, clip fraction, and the reconstruction
+        error before its weight when the policy has that loss) without gradient; the mean KL. A pure function of
+        the minibatch and the parameters (compiled when asked)."""
         cfg = self.cfg
         ev = self.policy.evaluate(mb.actor_obs, mb.critic_obs, mb.actions)
         with torch.no_grad():
@@ -217,8 +220,11 @@ class FeedForwardPPO(Algorithm):
             value_loss = (ev.value - mb.returns).square().mean()
         entropy = ev.entropy.mean()
         loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
-        if self.auxiliary_loss is not None:
-            loss = loss + self.auxiliary_loss(mb.actor_obs)
         with torch.no_grad():
             clip_fraction = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
-        return loss, (surrogate.detach(), value_loss.detach(), entropy.detach(), kl_mean, clip_fraction), kl_mean
+        parts = (surrogate.detach(), value_loss.detach(), entropy.detach(), kl_mean, clip_fraction)
+        if self.auxiliary_loss is not None:
+            auxiliary = self.auxiliary_loss(mb.actor_obs)
+            loss = loss + auxiliary
+            parts = (*parts, auxiliary.detach() / self.policy.cfg.reconstruction_weight)
+        return loss, parts, kl_mean

@@ -28,12 +28,6 @@ from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import StepResult
 from syncfree.policy.recurrent import EMPTY_TOKEN, RecurrentTokenPolicy
 
-SWITCHES_READ = ("gate_full_log_probs", "cached_batch_metadata", "preallocated_last_actions", "cpu_time_index",
-                 "cached_minibatch_indices", "deferred_episode_stats", "deferred_nonfinite_check",
-                 "grad_finite_from_norm", "fused_adamw", "device_adaptive_lr", "zero_grad_set_to_none",
-                 "deterministic", "retain_host_memory")
-"""The `PerfConfig` switches this algorithm reads (the others, e.g. `compile`, do not apply to it yet)."""
-
 TRAINING_STATS = ("grad_norm",)
 """Logged after the losses' own statistics; then `skipped_steps`, `learning_rate` and `reward_per_agent_step`."""
 
@@ -48,8 +42,6 @@ class RecurrentPPO(Algorithm):
     `behavior_cloning` losses read its full log-probabilities, `kickstarter_value` its values), `env_teacher` a
     scripted teacher (the `supervised` loss imitates its actions). With several processes (`dist`) each rank
     trains on its own agents' rows and the gradients are averaged over ranks before every step."""
-
-    switches_read = SWITCHES_READ
 
     def __init__(self, policy: RecurrentTokenPolicy, cfg: PPOConfig, losses: LossesConfig, perf: PerfConfig,
                  num_agents: int, obs_shape: tuple[int, ...], stored_tokens: int, device: torch.device,
@@ -81,8 +73,7 @@ class RecurrentPPO(Algorithm):
         self.buffer = SegmentBuffer(fields, segments, cfg.bptt_horizon, num_agents, [(policy.hidden,)] *
                                     policy.state_size, device, cpu_time_index=perf.cpu_time_index,
                                     preallocated_last_actions=perf.preallocated_last_actions,
-                                    cached_minibatch_indices=perf.cached_minibatch_indices,
-                                    cached_batch_metadata=perf.cached_batch_metadata)
+                                    cached_minibatch_indices=perf.cached_minibatch_indices)
         self.returns = torch.zeros_like(self.buffer.advantages)
         self.reward_total = torch.zeros((), device=device)
         """The env reward of the iteration's rollout, summed over agents and steps."""

@@ -18,10 +18,13 @@ Switches (all bitwise-equivalent; the optimized value is the default):
 - `cpu_time_index`: the store reads the slice's time index from a host mirror; off, from the device tensor
   (`.item()`, a host sync per store).
 - `preallocated_last_actions`: `last_actions` sized to `total_agents` once; off, grown on demand as slices reach
-  past its end and reallocated every rollout.
+  past its end (a new tensor and a copy each time it grows, in the first rollout).
 - `cached_minibatch_indices`: sequential minibatch indices computed once per (minibatch, size) and one all-ones
   priority-weight tensor reused; off, both rebuilt for every minibatch.
-- `cached_batch_metadata`: the `batch`/`bptt` metadata tensors cached per (device, rows, bptt); off, built per call.
+
+The gridworld seed's cached `batch`/`bptt` metadata tensors have no counterpart: its policies receive minibatches
+flattened in a TensorDict and recover `[rows, bptt]` from those tensors, while these minibatches keep their shape.
+Its int64 row tracking is how this buffer is built (`row_slot_ids`, `t_in_row`, indices), not a switch.
 """
 
 from __future__ import annotations
@@ -42,16 +45,6 @@ class Field(NamedTuple):
     dtype: torch.dtype
 
 
-class BatchMetadata(NamedTuple):
-    """Constant per-sample tensors of a flattened `[rows * bptt]` batch, from which a consumer that receives the
-    batch flat (the seed's TensorDict policies) recovers its `[rows, bptt]` shape without a host read."""
-
-    batch: Tensor
-    """[rows * bptt] int64, every entry `rows`."""
-    bptt: Tensor
-    """[rows * bptt] int64, every entry `bptt`."""
-
-
 class Minibatch(NamedTuple):
     indices: Tensor
     """[count] int64 segment (row) ids."""
@@ -64,30 +57,6 @@ class Minibatch(NamedTuple):
     prio_weights: Tensor
     """[count, bptt_horizon] importance weights of prioritized sampling (all ones otherwise; with
     `cached_minibatch_indices` a shared tensor: do not modify it in place)."""
-    metadata: BatchMetadata
-
-
-class MetadataCache:
-    """`BatchMetadata` per (device, rows, bptt): built once when `cached`, else at every call."""
-
-    def __init__(self, cached: bool = True) -> None:
-        self.cached = cached
-        self._cache: dict[tuple[str, int, int], BatchMetadata] = {}
-
-    def get(self, rows: int, bptt: int, device: torch.device) -> BatchMetadata:
-        if not self.cached:
-            return _build_metadata(rows, bptt, device)
-        key = (str(device), rows, bptt)
-        found = self._cache.get(key)
-        if found is None:
-            found = self._cache[key] = _build_metadata(rows, bptt, device)
-        return found
-
-
-def _build_metadata(rows: int, bptt: int, device: torch.device) -> BatchMetadata:
-    n = rows * bptt
-    return BatchMetadata(torch.full((n,), rows, dtype=torch.int64, device=device),
-                         torch.full((n,), bptt, dtype=torch.int64, device=device))
 
 
 def prioritized_beta(beta0: float, progress: float) -> float:
@@ -103,14 +72,13 @@ class SegmentBuffer:
         segments, bptt_horizon: rows and steps per row; `segments >= total_agents`.
         total_agents: agents writing into the buffer (rows `0 .. total_agents - 1` at a rollout's start).
         state_shapes: per-agent shape of each recurrent state tensor (e.g. `[(hidden,), (hidden,)]` for an LSTM).
-        cpu_time_index, preallocated_last_actions, cached_minibatch_indices, cached_batch_metadata: switches,
-            see the module docstring.
+        cpu_time_index, preallocated_last_actions, cached_minibatch_indices: switches, see the module docstring.
     """
 
     def __init__(self, fields: dict[str, Field], segments: int, bptt_horizon: int, total_agents: int,
                  state_shapes: Sequence[tuple[int, ...]] = (), device: torch.device | str = "cpu", *,
                  cpu_time_index: bool = True, preallocated_last_actions: bool = True,
-                 cached_minibatch_indices: bool = True, cached_batch_metadata: bool = True) -> None:
+                 cached_minibatch_indices: bool = True) -> None:
         if total_agents < 1 or bptt_horizon < 1:
             raise UserError(f"segment buffer: total_agents={total_agents} and bptt_horizon={bptt_horizon} "
                             f"must be >= 1")
@@ -123,7 +91,6 @@ class SegmentBuffer:
         self.cpu_time_index = cpu_time_index
         self.preallocated_last_actions = preallocated_last_actions
         self.cached_minibatch_indices = cached_minibatch_indices
-        self.metadata = MetadataCache(cached_batch_metadata)
 
         rows = segments + total_agents  # the rows, then one scratch row per agent
         self._data = {name: torch.zeros(rows, bptt_horizon, *f.shape, dtype=f.dtype, device=self.device)
@@ -173,8 +140,6 @@ class SegmentBuffer:
         self.t_in_row.zero_()
         if self.t_in_row_cpu is not None:
             self.t_in_row_cpu.fill(0)
-        if not self.preallocated_last_actions:
-            self.last_actions = self.last_actions.clone()
 
     def time_index(self, env: slice) -> int:
         """The time index shared by the agents of `env` (a host mirror read, or a device read when the
@@ -232,10 +197,6 @@ class SegmentBuffer:
         """The last action each agent of `env` stored (zeros before its first)."""
         return self._last_actions_for(env)
 
-    def rollout_metadata(self, agents: int) -> BatchMetadata:
-        """Metadata of a rollout step of `agents` agents (bptt 1)."""
-        return self.metadata.get(agents, 1, self.device)
-
     # --------------------------------------------------------------------------------------------- minibatches
     def sequential_indices(self, mb_idx: int, count: int) -> Tensor:
         """Rows of minibatch `mb_idx`: `count` consecutive segments from `mb_idx * count`, wrapping."""
@@ -245,7 +206,7 @@ class SegmentBuffer:
             if found is None:
                 found = self._sequential_cache[key] = _sequential(self._all_segments, mb_idx, count)
             return found
-        return _sequential(torch.sort(self._all_segments).values, mb_idx, count)
+        return _sequential(self._all_segments, mb_idx, count)
 
     def _unit_weights(self, count: int) -> Tensor:
         if not self.cached_minibatch_indices:
@@ -276,8 +237,7 @@ class SegmentBuffer:
     def _gather(self, indices: Tensor, prio_weights: Tensor) -> Minibatch:
         data = {name: value.index_select(0, indices) for name, value in self.data.items()}
         state = tuple(s.index_select(0, indices) for s in self.states)
-        metadata = self.metadata.get(indices.shape[0], self.bptt_horizon, self.device)
-        return Minibatch(indices, data, state, self.advantages.index_select(0, indices), prio_weights, metadata)
+        return Minibatch(indices, data, state, self.advantages.index_select(0, indices), prio_weights)
 
 
 def _sequential(order: Tensor, mb_idx: int, count: int) -> Tensor:

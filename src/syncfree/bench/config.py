@@ -51,8 +51,8 @@ class BenchConfig:
     scaling: list[int] = field(default_factory=list)
     """Sizes for the scaling sweep (empty: the profile's; the quick and gpu-smoke profiles have none)."""
     ablations: bool | None = None
-    """Leave-one-out and add-one-in rows for every switch (default: only in the full profile); for grid-arena, for
-    every switch the recurrent algorithm reads (`syncfree.algo.recurrent.SWITCHES_READ`)."""
+    """Leave-one-out and add-one-in rows for every switch that acts at the bench's sizes (default: only in the full
+    profile; `syncfree.bench.matrix` leaves out the inert ones and says why)."""
     add_one_in: bool = True
     """With ablations: the add-one-in rows too (false: leave-one-out only, half the trainers and memory)."""
     rows: list[str] = field(default_factory=list)

@@ -1,24 +1,24 @@
-"""The configurations `syncfree bench` compares: baseline, optimized, and per switch the ablation rows."""
+"""The configurations `syncfree bench` compares: baseline, optimized, and per switch the ablation rows.
+
+An ablation row is left out where its switch changes nothing (`PerfConfig.inert_switches` on the bench's
+sizes): a leave-one-out row where the switch is inert beside the optimized ones, an add-one-in row where it is inert
+beside the baseline ones. `skipped_rows` says which and why, for the report."""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 
-from syncfree.algo.recurrent import SWITCHES_READ
-from syncfree.bench.config import BenchConfig, is_recurrent
-from syncfree.core.switches import PerfConfig
+from syncfree.algo.scope import switch_scope
+from syncfree.bench.config import BenchConfig, is_recurrent, train_config
+from syncfree.core.switches import PerfConfig, Scope
 from syncfree.errors import UserError
 
 
 def bench_configurations(bench: BenchConfig) -> list[tuple[str, PerfConfig]]:
-    """The task's configurations: for a recurrent task, ablation rows only for the switches its algorithm reads;
-    with `bench.rows`, only those rows (and baseline and optimized)."""
-    if is_recurrent(bench.task):
-        configs = configurations(bench.ablations or bool(bench.rows), bench.add_one_in, compile=False,
-                                 switches=SWITCHES_READ)
-    else:
-        configs = configurations(bench.ablations or bool(bench.rows), bench.add_one_in, bench.compile)
+    """The task's configurations (eager only for a recurrent task, which does not compile); with `bench.rows`,
+    only those rows (and baseline and optimized)."""
+    compile = bench.compile and not is_recurrent(bench.task)
+    configs = configurations(bench.ablations or bool(bench.rows), bench.add_one_in, compile, bench_scopes(bench))
     if not bench.rows:
         return configs
     names = [name for name, _ in configs]
@@ -28,32 +28,66 @@ def bench_configurations(bench: BenchConfig) -> list[tuple[str, PerfConfig]]:
     return [(name, perf) for name, perf in configs if name in ("baseline", "optimized", *bench.rows)]
 
 
+def bench_scopes(bench: BenchConfig) -> list[Scope]:
+    """The scope of each size the bench compares configurations at (a switch may act at one size only, such as
+    the critic chunk size)."""
+    return [switch_scope(train_config(bench, n, PerfConfig()), "cpu" if bench.device == "auto" else bench.device)
+            for n in bench.num_envs or [0]]
+
+
+def skipped_rows(bench: BenchConfig) -> dict[str, str]:
+    """The ablation rows left out because their switch changes nothing there: row name -> why."""
+    if not (bench.ablations or bench.rows):
+        return {}
+    compile = bench.compile and not is_recurrent(bench.task)
+    return _ablations(bench.add_one_in, compile, bench_scopes(bench))[1]
+
+
 def configurations(ablations: bool, add_one_in: bool = True, compile: bool = True,
-                   switches: Sequence[str] | None = None) -> list[tuple[str, PerfConfig]]:
+                   scopes: list[Scope] | None = None) -> list[tuple[str, PerfConfig]]:
     """baseline, optimized, and per switch: optimized without it (leave-one-out), baseline with it (add-one-in).
-    `compile=False`: all eager, without the compile rows. `switches`: ablation rows for these switches only
-    (None: every switch)."""
-    if not compile:
-        return [(name, dataclasses.replace(perf, compile="off"))
-                for name, perf in configurations(ablations, add_one_in, switches=switches)
-                if not name.endswith(" compile") and "compile=" not in name]
+    `compile=False`: all eager, without the compile rows. `scopes`: leave out the rows whose switch changes
+    nothing in every one of these (None: keep every row)."""
     configs = [("baseline", PerfConfig.preset("baseline")), ("optimized", PerfConfig.preset("optimized"))]
-    # a process-wide switch (e.g. retain_host_memory) is on for every trainer once one turned it on: rows in one
-    # process cannot compare its values (benchmarks/host_memory.py does, in separate processes)
-    ablated = [f for f in PerfConfig.switches()
-               if (switches is None or f.name in switches) and not f.metadata["process_wide"]]
     if ablations:
-        for f in ablated:
-            changes = {f.name: f.metadata["baseline"]}
-            needing = [g.name for g in PerfConfig.switches()  # switches that cannot run without this one
-                       if g.metadata["requires"].get(f.name, f.metadata["baseline"]) != f.metadata["baseline"]]
-            changes.update({name: PerfConfig.switches_by_name()[name].metadata["baseline"] for name in needing})
-            also = f" (and {', '.join(needing)})" if needing else ""
-            configs.append((f"optimized - {f.name}{also}", dataclasses.replace(PerfConfig(), **changes)))
-        for f in ablated:
-            configs.extend((f"optimized, {f.name}={value}", dataclasses.replace(PerfConfig(), **{f.name: value}))
-                           for value in f.metadata["variants"])
-        for f in ablated if add_one_in else ():  # with the values it needs (e.g. compile)
-            configs.append((f"baseline + {f.name}", dataclasses.replace(
-                PerfConfig.preset("baseline"), **{f.name: f.metadata["optimized"], **f.metadata["requires"]})))
+        configs += _ablations(add_one_in, compile, scopes)[0]
+    if not compile:
+        configs = [(name, dataclasses.replace(perf, compile="off")) for name, perf in configs]
     return configs
+
+
+def _ablations(add_one_in: bool, compile: bool, scopes: list[Scope] | None
+               ) -> tuple[list[tuple[str, PerfConfig]], dict[str, str]]:
+    """The ablation rows kept, and those left out with the reason."""
+    base, opt = PerfConfig.preset("baseline"), PerfConfig.preset("optimized")
+    if not compile:
+        base, opt = dataclasses.replace(base, compile="off"), dataclasses.replace(opt, compile="off")
+    # a process-wide switch (e.g. retain_host_memory) is on for every trainer once one turned it on: rows in one
+    # process cannot compare its values (benchmarks/host_memory.py does, in separate processes); a check is not an
+    # optimization; compile has no row where everything runs eagerly
+    ablated = [f for f in PerfConfig.switches() if not f.metadata["process_wide"] and not f.metadata["check"]
+               and (compile or f.name != "compile")]
+    kept: list[tuple[str, PerfConfig]] = []
+    skipped: dict[str, str] = {}
+
+    def add(name: str, perf: PerfConfig, switch: str, beside: PerfConfig) -> None:
+        reasons = [beside.inert_reason(switch, scope) for scope in scopes or ()]
+        if scopes and all(reasons):
+            skipped[name] = reasons[-1]
+        else:
+            kept.append((name, perf))
+
+    for f in ablated:
+        changes = {f.name: f.metadata["baseline"]}
+        needing = [g.name for g in PerfConfig.switches()  # switches that cannot run without this one
+                   if g.metadata["requires"].get(f.name, f.metadata["baseline"]) != f.metadata["baseline"]]
+        changes.update({name: PerfConfig.switches_by_name()[name].metadata["baseline"] for name in needing})
+        also = f" (and {', '.join(needing)})" if needing else ""
+        add(f"optimized - {f.name}{also}", dataclasses.replace(opt, **changes), f.name, opt)
+    for f in ablated:
+        for value in f.metadata["variants"]:
+            add(f"optimized, {f.name}={value}", dataclasses.replace(opt, **{f.name: value}), f.name, opt)
+    for f in ablated if add_one_in else ():  # with the values it needs (e.g. compile)
+        perf = dataclasses.replace(base, **{f.name: f.metadata["optimized"], **f.metadata["requires"]})
+        add(f"baseline + {f.name}", perf, f.name, perf)
+    return kept, skipped

@@ -7,6 +7,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from syncfree.bench.hardware import PEAK_SIZE
 from syncfree.core.phases import ALL_PHASES
 
 HOURS = 1.0
@@ -58,6 +59,13 @@ def _env_only(size: dict[str, Any]) -> str:
             f"{trained / raw['median']:.1%} of MettaGrid raw.")
 
 
+def _hardware(row: dict[str, Any]) -> str:
+    hardware = row.get("hardware_fraction")
+    if not hardware:
+        return "–"
+    return f"{hardware['fraction']:.2%} of {'bf16' if hardware['dtype'] == 'bfloat16' else 'fp32'}"
+
+
 def markdown(result: dict[str, Any]) -> str:
     m, b, t = result["machine"], result["bench"], result["train"]
     recurrent = result.get("recurrent")
@@ -81,16 +89,29 @@ def markdown(result: dict[str, Any]) -> str:
         "Counts (host syncs, aten ops, new storages) come from one untimed iteration; they see eager code only (a "
         "compiled configuration is counted with its hot functions run eagerly). Warm-up: the untimed first "
         "iterations, compile time included (a graph compiled for an earlier configuration is reused).",
-        "Efficiency = compute floor time / measured time, the floor being env-only + policy-forward-only + "
-        "update-only loops at the same sizes with the optimized kernels, measured in every repeat alongside the "
-        "configurations (median).",
+        "Floor efficiency = compute floor time / measured time, the floor being the trainer's own pieces run alone "
+        "(env-only + policy-forward-only + update-only loops at the same sizes with the optimized kernels, measured "
+        "in every repeat alongside the configurations; median).",
     ]
+    peaks = result.get("matmul_peak_gflops")
+    if peaks:
+        lines += ["", "Hardware = steps/s x the policy's matrix-product FLOPs per step (rollout forward, and "
+                  "forward and backward of every minibatch, from the layers' shapes) / the GFLOP/s of a "
+                  f"{PEAK_SIZE} x {PEAK_SIZE} matrix product in the dtype the configuration computes in (bf16 where "
+                  "autocast runs), measured on this device in this run: "
+                  f"{peaks['float32']:.1f} GFLOP/s float32, {peaks['bfloat16']:.1f} bfloat16."]
     if recurrent:
         g = recurrent["grid"]
         lines += ["", f"Recurrent trainer (grid-arena): sizes count MettaGrid simulations ({g['map']} map, "
                   f"{g['width']} x {g['height']}, {agents} agents each, {g['max_steps']}-step episodes); steps/s are "
-                  "agent steps/s. Ablation rows cover the switches this trainer reads: "
-                  f"{', '.join(recurrent['switches_read'])}. All configurations run eagerly."]
+                  "agent steps/s. All configurations run eagerly."]
+    skipped = result.get("skipped_rows") or {}
+    if skipped:
+        by_reason: dict[str, list[str]] = {}
+        for name, why in skipped.items():
+            by_reason.setdefault(why, []).append(name)
+        lines += ["", "Ablation rows left out because their switch changes nothing here (`syncfree switches --task "
+                  f"{b['task']}`):", ""] + [f"- {why}: {', '.join(names)}" for why, names in by_reason.items()]
     for size in result["sizes"]:
         floor = size["floor_seconds"]
         lines += ["", f"## {_heading(size, agents)} ({size.get('iterations_per_measurement', b['iterations'])} "
@@ -98,19 +119,24 @@ def markdown(result: dict[str, Any]) -> str:
                   f"Floor: env {floor['env'] * 1e3:.1f} ms + policy forward {floor['policy_forward'] * 1e3:.1f} ms + "
                   f"update {floor['update'] * 1e3:.1f} ms per iteration = {_fmt(size['floor_steps_per_s'])} {unit}/s."
                   + _live_bytes(size)]
+        if "flops_per_step" in size:
+            f = size["flops_per_step"]
+            lines += ["", f"Policy FLOPs per {unit[:-1]}: rollout forward {_fmt(f['rollout'])}, update "
+                      f"{_fmt(f['update'])} (all epochs), {_fmt(f['rollout'] + f['update'])} in all."]
         if "env_only" in size:
             lines += ["", _env_only(size)]
         per_unit = "agent" if recurrent else "env"
         lines += ["",
-                  f"| configuration | {unit}/s median (min–max) | × baseline (min–max) | efficiency | syncs/step | "
-                  "ops/step | allocs/step | syncs/minibatch | ops/minibatch | allocs/minibatch | syncs/iteration | "
-                  f"bytes/{per_unit} | warm-up s |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                  f"| configuration | {unit}/s median (min–max) | × baseline (min–max) | floor efficiency | "
+                  "hardware | syncs/step | ops/step | allocs/step | syncs/minibatch | ops/minibatch | "
+                  f"allocs/minibatch | syncs/iteration | bytes/{per_unit} | warm-up s |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for name, row in size["configs"].items():
             s, r, c = row["steps_per_s"], row["ratio_to_baseline"], row["counts"]
             lines.append(
                 f"| {name} | {_fmt(s['median'])} ({_fmt(s['min'])}–{_fmt(s['max'])}) | {r['median']:.3f} "
-                f"({r['min']:.3f}–{r['max']:.3f}) | {row['efficiency']:.2f} | {c['syncs_per_step']:g} | "
+                f"({r['min']:.3f}–{r['max']:.3f}) | {row['efficiency']:.2f} | {_hardware(row)} | "
+                f"{c['syncs_per_step']:g} | "
                 f"{c['ops_per_step']:g} | {c['allocations_per_step']:g} | {c['syncs_per_minibatch']:g} | "
                 f"{c['ops_per_minibatch']:g} | {c['allocations_per_minibatch']:g} | {c['syncs_per_iteration']} | "
                 f"{row['memory'].get(f'bytes_per_{per_unit}', row['memory']['bytes_per_env']):,.0f} | "

@@ -6,9 +6,11 @@ separate, untimed iteration: a dispatch mode slows everything it watches.
 
 Tasks with a recurrent policy (grid-arena) train with the recurrent algorithm (`syncfree.algo.recurrent`): sizes
 count MettaGrid simulations (as `env.num_envs` does), steps are agent steps (simulations x `env.grid.agents_per_env`
-x `ppo.steps_per_env` per iteration), the ablation rows cover only the switches that algorithm reads
-(`syncfree.algo.recurrent.SWITCHES_READ`), everything runs eagerly, and each size also reports MettaGrid's own
+x `ppo.steps_per_env` per iteration), everything runs eagerly, and each size also reports MettaGrid's own
 env-only speed and the adapter's at the same settings.
+
+Ablation rows are run only for switches that act at the bench's sizes (`syncfree.bench.matrix`); the report lists
+the rows left out and why.
 
 The parts: `config` (profiles, sizes), `matrix` (the configurations), `timing` (seconds and counts of a runner's
 iterations), `floor` (the compute floor), `envs` (env-only loops), `report` (JSON, markdown, plots); this module
@@ -28,11 +30,11 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from syncfree.algo.recurrent import SWITCHES_READ
 from syncfree.bench.config import BenchConfig, is_recurrent, train_config
 from syncfree.bench.envs import env_only
 from syncfree.bench.floor import Floor, make_floor
-from syncfree.bench.matrix import bench_configurations
+from syncfree.bench.hardware import compute_dtype, flops_per_env_step, hardware_fraction, measure_peaks
+from syncfree.bench.matrix import bench_configurations, skipped_rows
 from syncfree.bench.timing import count_iteration, summarize, tensor_bytes, time_iterations, time_phases
 from syncfree.core.device import resolve_device
 from syncfree.core.memory import live_bytes, peak_resident_bytes
@@ -62,8 +64,9 @@ def interleave(runners: dict[str, Runner], floor: Floor, bench: BenchConfig,
 
 
 def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfConfig]],
-               progress: tqdm) -> dict[str, Any]:
-    """Every configuration at one size: interleaved timing, counts, phases, memory, floor."""
+               progress: tqdm, peaks: dict[str, float]) -> dict[str, Any]:
+    """Every configuration at one size: interleaved timing, counts, phases, memory, floor, and the fraction of the
+    device's matrix-product peak (`peaks`, GFLOP/s by dtype) each reaches."""
     runners: dict[str, Runner] = {}
     memory: dict[str, dict[str, float]] = {}
     warmup_seconds: dict[str, float] = {}
@@ -89,10 +92,13 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
     live_after_timing = live_bytes(runners["optimized"].device)
     first = next(iter(runners.values()))
     steps_per_iteration = first.cfg.ppo.steps_per_env * first.env.num_envs
+    flops = flops_per_env_step(runners["optimized"])
     rows = {}
     for name, runner in runners.items():
         row = summarize(times[name], times["baseline"], steps_per_iteration)
         row["efficiency"] = floor_time["total"] / statistics.median(times[name])
+        row["hardware_fraction"] = hardware_fraction(row["steps_per_s"]["median"], sum(flops.values()), peaks,
+                                                     compute_dtype(runner))
         row["counts"] = count_iteration(runner)
         row["phase_seconds"] = time_phases(runner)
         row["memory"] = memory[name]
@@ -103,7 +109,8 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
            "iterations_per_measurement": iterations,
            "live_bytes": {"after_warmup": live_after_warmup, "after_timing": live_after_timing,
                           "timed_iterations_per_config": bench.repeats * iterations},
-           "floor_steps_per_s": steps_per_iteration / floor_time["total"], "configs": rows}
+           "floor_steps_per_s": steps_per_iteration / floor_time["total"], "flops_per_step": flops,
+           "configs": rows}
     if is_recurrent(bench.task):
         out["num_agents"] = first.env.num_envs
         out["env_only"] = env_only(bench, num_envs, bench.repeats)
@@ -142,7 +149,8 @@ def run(bench: BenchConfig) -> dict[str, Any]:
     progress = tqdm(total=per_size * len(bench.num_envs) + len(bench.scaling), unit="step", desc="bench",
                     dynamic_ncols=True)
     started = time.time()
-    sizes = [bench_size(bench, n, configs, progress) for n in bench.num_envs]
+    peaks = measure_peaks(resolve_device(bench.device))
+    sizes = [bench_size(bench, n, configs, progress, peaks) for n in bench.num_envs]
     scaling = bench_scaling(bench, progress)
     progress.close()
     device = str(resolve_device(bench.device))
@@ -153,14 +161,15 @@ def run(bench: BenchConfig) -> dict[str, Any]:
         "train": dataclasses.asdict(cfg.ppo),
         "sizes": sizes,
         "scaling": scaling,
+        "skipped_rows": skipped_rows(bench),
+        "matmul_peak_gflops": peaks,
         "peak_rss_bytes": peak_resident_bytes(),
         "wall_seconds": time.time() - started,
         "notes": "Counts see eager code only (a dispatch mode stops dynamo from compiling what it watches): a "
                  "compiled configuration is counted with its hot functions run eagerly.",
     }
     if is_recurrent(bench.task):
-        out["recurrent"] = {"agents_per_env": cfg.env.grid.agents_per_env, "grid": dataclasses.asdict(cfg.env.grid),
-                            "switches_read": list(SWITCHES_READ)}
+        out["recurrent"] = {"agents_per_env": cfg.env.grid.agents_per_env, "grid": dataclasses.asdict(cfg.env.grid)}
     return out
 
 

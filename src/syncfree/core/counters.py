@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
@@ -44,6 +46,39 @@ def _is_sync_op(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
 
 
 @dataclass
+class Site:
+    """What one source line caused: host syncs by kind, dispatched ops, new storages."""
+
+    syncs: Counter = field(default_factory=Counter)
+    """`item`, `__bool__`, `cpu`, ... and sync ops (`aten::nonzero`, boolean-mask indexing, ...)."""
+    ops: Counter = field(default_factory=Counter)
+    allocations: int = 0
+    allocated_bytes: int = 0
+
+    def add(self, other: Site) -> None:
+        self.syncs.update(other.syncs)
+        self.ops.update(other.ops)
+        self.allocations += other.allocations
+        self.allocated_bytes += other.allocated_bytes
+
+
+_SKIPPED_FILES = (os.path.dirname(torch.__file__) + os.sep, __file__, contextlib.__file__)
+"""Frames that are not the code being examined: torch itself, these counters, context managers."""
+
+
+def caller_site(skip: tuple[str, ...] = ()) -> str:
+    """`file:line` of the innermost Python frame outside torch, this module and `skip` (path prefixes)."""
+    frame = sys._getframe(1)
+    skipped = (*_SKIPPED_FILES, *skip)
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not name.startswith(skipped):
+            return f"{name}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+@dataclass
 class Counts:
     host_reads: Counter = field(default_factory=Counter)
     """Python-visible reads (`item`, `tolist`, `bool(t)`, ...)."""
@@ -56,6 +91,20 @@ class Counts:
     """New tensor storages created by dispatched ops (views, in-place and `out=` writes create none)."""
     allocated_bytes: int = 0
     in_read: int = 0
+    sites: dict[str, Site] | None = None
+    """`file:line` -> what it caused, when the counter attributes events to source lines (`count_syncs(sites=...)`)."""
+    skip: tuple[str, ...] = ()
+    """Path prefixes of frames that are not attributed (the instrument's own code)."""
+
+    def site(self) -> Site | None:
+        """The `Site` of the calling source line, or None when not attributing."""
+        if self.sites is None:
+            return None
+        key = caller_site(self.skip)
+        found = self.sites.get(key)
+        if found is None:
+            found = self.sites[key] = Site()
+        return found
 
     @property
     def syncs(self) -> int:
@@ -81,6 +130,9 @@ class _FunctionCounter(TorchFunctionMode):
         if args and self._is_host_copy(args[0]):
             return func(*args, **(kwargs or {}))
         self.counts.host_reads[name] += 1
+        site = self.counts.site()
+        if site is not None:
+            site.syncs[name] += 1
         self.counts.in_read += 1
         try:
             result = func(*args, **(kwargs or {}))
@@ -103,16 +155,26 @@ class _DispatchCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._schema.name
         kwargs = kwargs or {}
-        self.counts.ops[name] += 1
-        if not self.counts.in_read and _is_sync_op(func, args, kwargs):
-            self.counts.sync_ops[name] += 1
+        counts = self.counts
+        site = counts.site()
+        counts.ops[name] += 1
+        if site is not None:
+            site.ops[name] += 1
+        if not counts.in_read and _is_sync_op(func, args, kwargs):
+            counts.sync_ops[name] += 1
+            if site is not None:
+                site.syncs[name] += 1
         inputs = {_storage_ptr(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
         out = func(*args, **kwargs)
         for t in pytree.tree_leaves(out):
             if isinstance(t, torch.Tensor) and _storage_ptr(t) not in inputs and t.untyped_storage().nbytes() > 0:
                 inputs.add(_storage_ptr(t))
-                self.counts.allocations += 1
-                self.counts.allocated_bytes += t.untyped_storage().nbytes()
+                nbytes = t.untyped_storage().nbytes()
+                counts.allocations += 1
+                counts.allocated_bytes += nbytes
+                if site is not None:
+                    site.allocations += 1
+                    site.allocated_bytes += nbytes
         return out
 
 
@@ -136,8 +198,10 @@ class count_syncs:
     >>> c.syncs, c.num_ops
     """
 
-    def __init__(self) -> None:
-        self.counts = Counts()
+    def __init__(self, sites: bool = False, skip: tuple[str, ...] = ()) -> None:
+        """`sites`: also attribute every event to the source line that caused it (`Counts.sites`), skipping
+        frames under the path prefixes `skip`."""
+        self.counts = Counts(sites={} if sites else None, skip=skip)
         self._modes = (_FunctionCounter(self.counts), _DispatchCounter(self.counts))
 
     def __enter__(self) -> Counts:

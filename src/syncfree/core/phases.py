@@ -13,7 +13,7 @@ from typing import Protocol
 
 import torch
 
-from syncfree.core.counters import Counts, count_syncs
+from syncfree.core.counters import Counts, Site, count_syncs
 
 ROLLOUT_PHASES = ("act", "store", "env", "normalizer", "stats")
 """Once per rollout step."""
@@ -80,17 +80,21 @@ class PhaseTimer:
 
 
 class PhaseCounter:
-    """Host syncs, ops and allocations per phase (eager code only)."""
+    """Host syncs, ops and allocations per phase (eager code only); with `sites`, per source line too (see
+    `count_syncs`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sites: bool = False, skip: tuple[str, ...] = ()) -> None:
         self.counts: dict[str, Counts] = {}
+        self.sites, self.skip = sites, skip
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        counter = count_syncs()
+        counter = count_syncs(self.sites, (*self.skip, __file__))
         with counter:
             yield
-        total = self.counts.setdefault(name, Counts())
+        total = self.counts.setdefault(name, Counts(sites={} if self.sites else None))
+        for key, site in (counter.counts.sites or {}).items():
+            total.sites.setdefault(key, Site()).add(site)
         total.host_reads.update(counter.counts.host_reads)
         total.sync_ops.update(counter.counts.sync_ops)
         total.ops.update(counter.counts.ops)

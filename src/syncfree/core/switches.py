@@ -3,19 +3,119 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 
+@dataclass(frozen=True)
+class Scope:
+    """Where a run stands, as far as the switches care: which of them act there (`inert_reason`)."""
+
+    algorithm: Literal["feedforward", "recurrent"] = "feedforward"
+    policy: Literal["mlp", "token", "recurrent"] = "mlp"
+    env_layer: bool = False
+    """The env is manager-based (g1-track): it reads the env-side switches."""
+    isaaclab: bool = False
+    """The env is an Isaac Lab env config built through `syncfree.envs.adapters.isaaclab`."""
+    device: str = "cpu"
+    """The device type (`cpu`, `cuda`)."""
+    adaptive_lr: bool = True
+    """`ppo.schedule=adaptive`."""
+    world_size: int = 1
+    critic_rows: int = 0
+    """The most rows one critic evaluation sees (the envs of a rollout step, the rows of a minibatch)."""
+    full_log_probs_needed: bool = False
+    """An enabled loss reads the policy's full log-probabilities (then they are emitted whatever the gate says)."""
+    sequential_minibatches: bool = True
+    """Minibatches are sequential rows (the prioritized sampler with `prio_alpha > 0` draws its own)."""
+
+
+Inert = Callable[[Scope, "PerfConfig"], "str | None"]
+"""A switch's applicability: why it changes nothing in a scope (with the other switches as set), or None."""
+
+
+def _only_for(where: str, **wanted: Any) -> Inert:
+    """Inert unless every named `Scope` field has the given value; `where` says in words where it acts."""
+    def inert(scope: Scope, perf: PerfConfig) -> str | None:
+        if any(getattr(scope, name) != value for name, value in wanted.items()):
+            return f"acts only {where}"
+        return None
+    return inert
+
+
+_FEEDFORWARD = _only_for("in the feed-forward algorithm (the recurrent one runs eagerly, float32, with its own "
+                         "action sampling)", algorithm="feedforward")
+_RECURRENT = _only_for("in the recurrent algorithm's segment buffer (grid-arena)", algorithm="recurrent")
+_ENV_LAYER = _only_for("in a manager-based env (g1-track)", env_layer=True)
+_ISAACLAB = _only_for("on Isaac Lab env configs (PhysX); syncfree's own physics has no partitions", isaaclab=True)
+_TOKEN_POLICY = _only_for("in the token-encoder policy (policy.kind=token)", policy="token")
+
+
+def _whole_step_graph(scope: Scope, perf: PerfConfig) -> str | None:
+    """Inert where the minibatch update is one compiled graph (`compile=step`, feed-forward, one process, the
+    optimized finiteness and learning-rate paths): its AdamW and gradients are the graph's own."""
+    if (scope.algorithm == "feedforward" and perf.compile == "step" and perf.grad_finite_from_norm
+            and perf.device_adaptive_lr and scope.world_size == 1):
+        return "compile=step makes the whole minibatch update one graph with its own AdamW and gradients"
+    return None
+
+
+def _adaptive_lr(scope: Scope, perf: PerfConfig) -> str | None:
+    return None if scope.adaptive_lr else "the learning-rate schedule is fixed (ppo.schedule=fixed)"
+
+
+def _critic_chunks(scope: Scope, perf: PerfConfig) -> str | None:
+    if scope.algorithm == "recurrent":
+        return "the recurrent policy evaluates its critic per row, unchunked"
+    least = min(perf.critic_chunk_size, PerfConfig.switches_by_name()["critic_chunk_size"].metadata["baseline"])
+    if scope.critic_rows and scope.critic_rows <= least:
+        return f"no critic evaluation has more than {scope.critic_rows} rows, so neither value splits one"
+    return None
+
+
+def _cuda_graphs(scope: Scope, perf: PerfConfig) -> str | None:
+    if scope.device != "cuda" or perf.compile == "off":
+        return "CUDA graphs replay compiled graphs on a CUDA device (compile=hot or step)"
+    return None
+
+
+def _gate(scope: Scope, perf: PerfConfig) -> str | None:
+    if scope.algorithm != "recurrent":
+        return "only the recurrent policy has full log-probabilities to gate"
+    if scope.full_log_probs_needed:
+        return "an enabled loss reads the full log-probabilities: they are emitted either way"
+    return None
+
+
+def _sequential_cache(scope: Scope, perf: PerfConfig) -> str | None:
+    if scope.algorithm != "recurrent":
+        return _RECURRENT(scope, perf)
+    if not scope.sequential_minibatches:
+        return "the prioritized sampler draws its own rows and weights"
+    return None
+
+
 def switch(*, baseline: Any, optimized: Any, seed: str, requires: dict[str, Any] | None = None,
-           process_wide: bool = False, variants: tuple[Any, ...] = ()) -> Any:
+           process_wide: bool = False, variants: tuple[Any, ...] = (), check: bool = False,
+           inert: Inert | None = None) -> Any:
     """A perf switch: defaults to its optimized value and records both polarities, its origin, the values of
     other switches its optimized value needs (`requires`), whether it changes the whole process for good
     (`process_wide`: then trainers in one process cannot compare its two values), and other values worth a bench
-    row of their own (`variants`, with the same `requires`)."""
+    row of their own (`variants`, with the same `requires`). `check`: not an optimization but a debugging check
+    that both presets leave at one value (the conventional code's), so the bench has no row for it. `inert`: where
+    it changes nothing (None: it acts everywhere)."""
     return field(default=optimized, metadata={"baseline": baseline, "optimized": optimized, "seed": seed,
                                               "requires": requires or {}, "process_wide": process_wide,
-                                              "variants": variants})
+                                              "variants": variants, "check": check, "inert": inert})
+
+
+RETIRED = {
+    "cached_batch_metadata": "the gridworld seed's cached batch/bptt metadata tensors serve policies that receive "
+                             "flattened minibatches; syncfree's minibatches keep their [rows, bptt] shape, so "
+                             "nothing read them",
+}
+"""Switches that existed once and why they went: a stored config that sets one loads with a warning."""
 
 
 @dataclass
@@ -35,25 +135,36 @@ class PerfConfig:
     (fused AdamW's `found_inf`; one read with the plain optimizer). Off: per-parameter `isfinite` checks
     read on the host."""
 
-    fused_adamw: bool = switch(baseline=False, optimized=True, seed="humanoid: optim adamw_torch_fused")
-    """Use PyTorch's fused AdamW kernel. Off: AdamW with PyTorch's default (foreach/for-loop) implementation."""
+    fused_adamw: bool = switch(baseline=False, optimized=True, seed="humanoid: optim adamw_torch_fused",
+                               inert=_whole_step_graph)
+    """Use PyTorch's fused AdamW kernel. Off: AdamW with PyTorch's default (foreach/for-loop) implementation.
+    Inert under `compile=step` (the default) where the whole minibatch update is one graph with its own AdamW."""
 
-    device_adaptive_lr: bool = switch(baseline=False, optimized=True, seed="rsl_rl adaptive schedule, on device")
+    device_adaptive_lr: bool = switch(baseline=False, optimized=True, seed="rsl_rl adaptive schedule, on device",
+                                      inert=_adaptive_lr)
     """Keep the KL-adaptive learning rate in a float64 device tensor updated with `torch.where`. Off: compare
-    the KL on the host every minibatch and write a Python float into the optimizer."""
+    the KL on the host every minibatch and write a Python float into the optimizer. Inert on a fixed schedule
+    (`ppo.schedule=fixed`, grid-arena's preset)."""
 
-    validate_distributions: bool = switch(baseline=True, optimized=False, seed="torch.distributions validation")
-    """Sample through `torch.distributions` with argument validation (host reads). Off: the same formulas as
-    pure tensor functions."""
+    validate_distributions: bool = switch(baseline=False, optimized=False, seed="torch.distributions validation",
+                                          check=True, inert=_FEEDFORWARD)
+    """A check, off in both presets as in rsl_rl 5.5.1 (`Normal.set_default_validate_args(False)`): on, sample
+    and score through `torch.distributions` with argument validation, which reads the host 3 times per step and
+    per minibatch and refuses non-finite distribution parameters. Off: the same formulas as pure tensor
+    functions."""
 
-    zero_grad_set_to_none: bool = switch(baseline=False, optimized=True, seed="gridworld: zero_grad(set_to_none=True)")
-    """Free gradients between minibatches instead of filling them with zeros."""
+    zero_grad_set_to_none: bool = switch(baseline=False, optimized=True, seed="gridworld: zero_grad(set_to_none=True)",
+                                         inert=_whole_step_graph)
+    """Free gradients between minibatches instead of filling them with zeros (the gridworld code's before; torch
+    >= 2's plain `zero_grad()`, which rsl_rl calls, already frees them). Inert under `compile=step` where the
+    update computes its gradients functionally."""
 
     deterministic: bool = switch(baseline=True, optimized=False, seed="gridworld: deterministic mode off")
     """`torch.use_deterministic_algorithms(True)`; costs speed on GPUs, needed only for bit-exact GPU reruns."""
 
     compile: Literal["off", "hot", "step"] = switch(baseline="off", optimized="step", seed="torch.compile of the hot loop",
-                                                    requires={"validate_distributions": False}, variants=("hot",))
+                                                    requires={"validate_distributions": False}, variants=("hot",),
+                                                    inert=_FEEDFORWARD)
     """`hot`: `torch.compile` (whole graphs, `fullgraph=True`) the rollout step's trainer side (act, storage
     writes, normalizer updates, episode and non-finite bookkeeping, as two graphs around the env step), the env
     step of envs that offer it (the built-in torch tasks, `VecEnv.compile_step`), the advantages, and each
@@ -67,7 +178,8 @@ class PerfConfig:
     backward ran 1.24x slower than eager on the 2-core CPU (`benchmarks/recurrent_encoder_modes.py`)."""
 
     autocast: Literal["off", "auto", "bf16"] = switch(baseline="off", optimized="auto",
-                                                     seed="mixed precision (bf16 autocast)")
+                                                     seed="mixed precision (bf16 autocast)", variants=("bf16",),
+                                                     inert=_FEEDFORWARD)
     """`bf16`: the hidden layers of the policy's MLPs (actor, critic; the token policy's encoders, decoder and
     critic) run under `torch.autocast` in bfloat16, forward and backward, with float32 parameters, optimizer state
     and output layers. `auto`: the same for calls large enough to gain (rows x widest layer >= 2**17) on CPUs with
@@ -83,71 +195,87 @@ class PerfConfig:
     minibatch. Process-wide and permanent once a trainer turns it on. Off: the C library's defaults."""
 
     cuda_graphs: Literal["off", "auto", "on"] = switch(baseline="off", optimized="auto",
-                                                       seed="LeanRL: compile + CUDA graphs")
+                                                       seed="LeanRL: compile + CUDA graphs",
+                                                       inert=_cuda_graphs)
     """With `compile=hot` on a CUDA device, replay the compiled graphs as CUDA graphs (`torch.compile`'s
     `reduce-overhead` mode; random numbers are drawn inside the graphs). `auto`: on for CUDA devices, off
     elsewhere; `on` on another device is an error."""
 
     # -- env side and model (the humanoid tracking task; inert for the classic tasks) --------------------
 
-    shared_obs_terms: bool = switch(baseline=False, optimized=True, seed="humanoid: sonic_shared_observation_cache")
+    shared_obs_terms: bool = switch(baseline=False, optimized=True, seed="humanoid: sonic_shared_observation_cache",
+                                    inert=_ENV_LAYER)
     """Compute a deterministic observation term once per step when several groups use it (cache cleared after
     every observation compute). Off: each group computes its own terms."""
 
-    critic_chunk_size: int = switch(baseline=1024, optimized=4096, seed="humanoid: value_evaluate_chunk_size")
+    critic_chunk_size: int = switch(baseline=1024, optimized=4096, seed="humanoid: value_evaluate_chunk_size",
+                                    inert=_critic_chunks)
     """Rows per critic forward when values are evaluated (rollout and update); larger batches are split into
     chunks of this size and concatenated."""
 
-    log_env_actions: bool = switch(baseline=True, optimized=False, seed="humanoid: store_env_actions")
+    log_env_actions: bool = switch(baseline=True, optimized=False, seed="humanoid: store_env_actions",
+                                   inert=_ENV_LAYER)
     """Copy the actions to the host every step into the env's `extras["env_actions"]` (for callbacks)."""
 
     sampling_diagnostics: bool = switch(baseline=True, optimized=False,
-                                        seed="humanoid: collect_adaptive_sampling_diagnostics")
+                                        seed="humanoid: collect_adaptive_sampling_diagnostics",
+                                        inert=_ENV_LAYER)
     """Read the min/max/mean of the adaptive-sampling distribution on the host every step."""
 
-    reset_without_sync: bool = switch(baseline=False, optimized=True, seed="humanoid: avoid reset synchronization")
+    reset_without_sync: bool = switch(baseline=False, optimized=True, seed="humanoid: avoid reset synchronization",
+                                      inert=_ENV_LAYER)
     """Reset finished envs with masks (`torch.where`) and keep reset statistics on the device. Off: pick them with
     `nonzero()` behind a host `if len(ids) > 0`, read termination counts with `.item()`."""
 
-    fast_history: bool = switch(baseline=False, optimized=True, seed="humanoid: sonic_fast_circular_buffer")
+    fast_history: bool = switch(baseline=False, optimized=True, seed="humanoid: sonic_fast_circular_buffer",
+                                inert=_ENV_LAYER)
     """History buffers with the length as a Python int, a branchless first-push back-fill and no clone before the
     roll. Off: Isaac Lab 2.x's CircularBuffer (length read from a device tensor, `any()` branch, clone + roll)."""
 
-    batched_command_metrics: bool = switch(baseline=False, optimized=True, seed="humanoid: sonic_fast_command_reset")
+    batched_command_metrics: bool = switch(baseline=False, optimized=True, seed="humanoid: sonic_fast_command_reset",
+                                           inert=_ENV_LAYER)
     """Stack the command's reset metrics and keep them on the device until the iteration's transfer. Off: one
     `.item()` per metric at every reset."""
 
-    physics_partitions: int = switch(baseline=8, optimized=1, seed="humanoid: gpu_max_num_partitions")
+    physics_partitions: int = switch(baseline=8, optimized=1, seed="humanoid: gpu_max_num_partitions",
+                                     inert=_ISAACLAB)
     """PhysX GPU partitions, applied to Isaac Lab env configs by `syncfree.envs.adapters.isaaclab`. Inert for
     syncfree's torch physics, which has no partitions."""
 
-    cache_encoded_outputs: bool = switch(baseline=True, optimized=False, seed="humanoid: cache_encoded_outputs")
-    """Token-encoder policy: keep host copies of tokens and latents of every forward for diagnostics."""
+    cache_encoded_outputs: bool = switch(baseline=True, optimized=False, seed="humanoid: cache_encoded_outputs",
+                                         inert=_TOKEN_POLICY)
+    """Token-encoder policy: keep host copies of tokens and latents of every forward for diagnostics. Inert with
+    the MLP policy."""
 
-    cache_full_latent: bool = switch(baseline=True, optimized=False, seed="humanoid: cache_full_latent")
-    """Token-encoder policy: keep a device copy of the full latent of every forward."""
+    cache_full_latent: bool = switch(baseline=True, optimized=False, seed="humanoid: cache_full_latent",
+                                     inert=_TOKEN_POLICY)
+    """Token-encoder policy: keep a device copy of the full latent of every forward. Inert with the MLP policy."""
 
     # -- recurrent trainer (grid-arena; inert for the others) --------------------------------------------
 
     gate_full_log_probs: bool = switch(baseline=False, optimized=True,
-                                       seed="gridworld: emit full_log_probs only when a loss needs them")
-    """Emit (and store) the policy's full log-probabilities only when an enabled loss declares that it needs them.
-    Off: always emitted, and stored every rollout step."""
-
-    cached_batch_metadata: bool = switch(baseline=False, optimized=True, seed="gridworld: cached batch/bptt tensors")
-    """Build the `batch`/`bptt` metadata tensors of rollout steps and minibatches once per shape. Off: per call."""
+                                       seed="gridworld: emit full_log_probs only when a loss needs them",
+                                       inert=_gate)
+    """Compute, emit and store the policy's full log-probability table (`log_softmax` over the actions) only when
+    an enabled loss declares that it needs it; the chosen action's log-prob and the entropy come from the logits
+    and their log-normaliser either way. Off: the table computed, emitted and stored every rollout step."""
 
     preallocated_last_actions: bool = switch(baseline=False, optimized=True,
-                                             seed="gridworld: last actions sized to total agents")
-    """Size the previous-action buffer to all agents once. Off: grown on demand and reallocated every rollout."""
+                                             seed="gridworld: last actions sized to total agents",
+                                             inert=_RECURRENT)
+    """Size the previous-action buffer to all agents when the buffer is built. Off: grown on demand when a slice of
+    agents first reaches past its end (a new tensor and a copy; the recurrent algorithm steps all agents as one
+    slice, so that is once, at the first rollout step: the switch saves start-up work, not per-step work)."""
 
-    cpu_time_index: bool = switch(baseline=False, optimized=True, seed="gridworld: CPU mirror of t_in_row")
+    cpu_time_index: bool = switch(baseline=False, optimized=True, seed="gridworld: CPU mirror of t_in_row",
+                                  inert=_RECURRENT)
     """Read the rows' time index from a host mirror when storing a step. Off: from the device (`.item()`)."""
 
     cached_minibatch_indices: bool = switch(baseline=False, optimized=True,
-                                            seed="gridworld: cached sequential indices and unit weights")
+                                            seed="gridworld: cached sequential indices and unit weights",
+                                            inert=_sequential_cache)
     """Compute sequential minibatch row indices once and reuse one all-ones priority-weight tensor. Off: both
-    rebuilt for every minibatch."""
+    rebuilt for every minibatch (an `arange`, a modulo and a gather; a `ones`), as the gridworld sampler did."""
 
     @classmethod
     def preset(cls, which: Literal["baseline", "optimized"]) -> PerfConfig:
@@ -161,3 +289,13 @@ class PerfConfig:
     @classmethod
     def switches_by_name(cls) -> dict[str, dataclasses.Field]:
         return {f.name: f for f in dataclasses.fields(cls)}
+
+    def inert_reason(self, name: str, scope: Scope) -> str | None:
+        """Why switch `name` changes nothing in `scope` with the other switches as set here, or None when it acts."""
+        inert = self.switches_by_name()[name].metadata["inert"]
+        return inert(scope, self) if inert is not None else None
+
+    def inert_switches(self, scope: Scope) -> dict[str, str]:
+        """Every switch that changes nothing in `scope`, with the reason."""
+        found = {f.name: self.inert_reason(f.name, scope) for f in self.switches()}
+        return {name: reason for name, reason in found.items() if reason is not None}

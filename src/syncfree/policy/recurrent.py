@@ -67,8 +67,12 @@ class SequenceEvaluation(NamedTuple):
 
 class ActionProbs(nn.Module):
     """Categorical over logits: sampled (or given) actions, their log-prob, the entropy, and the full log-probs
-    only when `emit_full_log_probs` (losses such as distillation or a KL to a teacher need them; PPO does not, and
-    not emitting them spares storing a [batch, actions] tensor per step)."""
+    only when `emit_full_log_probs` (losses such as distillation or a KL to a teacher need them; PPO does not).
+
+    The chosen action's log-prob and the entropy come from the logits, their log-normaliser and the probabilities
+    (`log p(a) = logit(a) - logsumexp`, `H = logsumexp - sum(p * logits)`), the same arithmetic either way; the
+    `[..., actions]` log-probability table (a `log_softmax`, its storage in the rollout buffer and its backward)
+    exists only when emitted."""
 
     def __init__(self, emit_full_log_probs: bool = True) -> None:
         super().__init__()
@@ -77,16 +81,16 @@ class ActionProbs(nn.Module):
     def forward(self, logits: Tensor, actions: Tensor | None = None, greedy: bool = False) -> ActionOutput:
         """Sample one action per row of `logits` [..., actions] (the most likely one when `greedy`) unless
         `actions` [...] are given."""
-        log_probs = logits.log_softmax(-1)
-        probs = log_probs.exp()
+        probs = logits.softmax(-1)
         if actions is None and greedy:
-            actions = log_probs.argmax(-1)
+            actions = logits.argmax(-1)
         if actions is None:
             flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, replacement=True)
             actions = flat.view(probs.shape[:-1])
-        log_prob = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
-        entropy = -(probs * log_probs.clamp(min=torch.finfo(log_probs.dtype).min)).sum(-1)
-        return ActionOutput(actions, log_prob, entropy, log_probs if self.emit_full_log_probs else None)
+        log_norm = logits.logsumexp(-1)
+        log_prob = logits.gather(-1, actions.unsqueeze(-1)).squeeze(-1) - log_norm
+        entropy = log_norm - (probs * logits).sum(-1)
+        return ActionOutput(actions, log_prob, entropy, logits.log_softmax(-1) if self.emit_full_log_probs else None)
 
 
 class TokenEncoder(nn.Module):

@@ -42,7 +42,7 @@ class StepMonitors:
             return
         done = torch.logical_or(step.terminated, step.truncated, out=self._done)
         self.episodes.record(t, done, step.info["episode_return"], step.info["episode_length"])
-        self.nonfinite.check(t, step.obs, step.reward)
+        self.nonfinite.check(t, step.obs, step.reward, done)
 
 
 class EpisodeStats:
@@ -115,14 +115,16 @@ class NonFiniteMonitor:
         else:
             self._first: tuple[int, list[int]] | None = None
 
-    def check(self, t: int, obs: dict[str, Tensor], reward: Tensor) -> None:
+    def check(self, t: int, obs: dict[str, Tensor], reward: Tensor, done: Tensor) -> None:
+        """Step `t`'s check. Conventional path: rsl_rl's `check_for_nan`, one host read per observation group, for
+        the reward and for the done flags (here `isfinite`, which also catches Inf)."""
         if self.deferred:
             self.check_row(self.step_values[t], obs, reward)
             return
-        tensors = _distinct(obs, reward)
         if self._first is not None:
             return
-        for x in tensors:
+        tensors = _distinct(obs, reward)
+        for x in (*obs.values(), reward, done):
             if not torch.isfinite(x).all():
                 bad = torch.zeros(self.num_envs, dtype=torch.bool, device=x.device)
                 for y in tensors:

@@ -9,6 +9,7 @@ reaches it in one named transfer (`syncfree.core.transfer`).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 import math
@@ -23,12 +24,15 @@ from tqdm import tqdm
 from syncfree.algo.base import Algorithm
 from syncfree.algo.feedforward import FeedForwardPPO
 from syncfree.algo.recurrent import RecurrentPPO
+from syncfree.algo.scope import switch_scope
 from syncfree.config import TrainConfig, to_dict, validate
 from syncfree.core.compile import hot
 from syncfree.core.device import apply_threads, choose_threads, resolve_device, set_deterministic
 from syncfree.core.memory import retain_freed_memory
+from syncfree.core.switches import Scope
 from syncfree.core.transfer import HostTransfer
 from syncfree.envs import VecEnv, make_env
+from syncfree.envs.managers.env import ManagerBasedEnv
 from syncfree.envs.tasks import check_task
 from syncfree.errors import NonFiniteError, UserError
 from syncfree.policy.actor_critic import set_autocast
@@ -154,6 +158,11 @@ class Runner:
                 self.save(last)
         bar.close()
         return record
+
+    def switch_scope(self) -> Scope:
+        """Where this run stands for the perf switches (`PerfConfig.inert_switches` says which change nothing)."""
+        return dataclasses.replace(switch_scope(self.cfg, self.device, self.world_size),
+                                   env_layer=isinstance(self.env, ManagerBasedEnv))
 
     def compiles_first_iteration(self) -> bool:
         """The next iteration is this runner's first with `perf.compile` on: it builds the graphs (seconds to

@@ -1,0 +1,329 @@
+"""`syncfree doctor`: where an env or a training loop reads the host, allocates and dispatches, per phase and per
+source line.
+
+A target runs for a few warm-up steps, then for a measured window under the counters of `syncfree.core.counters`
+with every event attributed to the innermost line of Python outside torch that caused it (`file:line`). The report
+gives, per phase and per line, host syncs by kind (`item`, `__bool__`, `cpu`, `tolist`, `nonzero`, boolean-mask
+indexing, ...), new tensor storages (count and bytes) and dispatched aten ops, per env step (per minibatch for the
+update phases, per iteration for advantages and logging).
+
+Targets: an env alone (a built-in task, `gym:<id>`, or `module:factory` returning a syncfree `VecEnv` or an
+rsl_rl / Isaac Lab `VecEnv`, which goes through `syncfree.envs.adapters.from_rsl_rl`), or a whole training
+iteration of a task (`train`). The counters see eager code only: a compiled target is examined with its compiled
+functions run eagerly (what `fullgraph=True` then checks in the graph).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import json
+import os
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from syncfree.config import TrainConfig
+from syncfree.core import phases as phases_module
+from syncfree.core.counters import Counts, caller_site
+from syncfree.core.phases import ROLLOUT_PHASES, UPDATE_PHASES, PhaseCounter, Phases
+from syncfree.core.switches import PerfConfig
+from syncfree.envs.api import VecEnv
+from syncfree.errors import UserError
+from syncfree.presets import preset
+from syncfree.train.runner import Runner, make_task_env
+
+ENV_PHASE = "env"
+"""The phase of an env-only target: every `step` of the env."""
+
+BUDGET_KEYS = ("syncs", "allocs", "ops", "repeats")
+"""What `--budget` bounds: host syncs, new storages, dispatched ops and ops repeated on the same inputs, per env
+step (the phases that run once per step)."""
+
+
+class RepeatFinder(TorchDispatchMode):
+    """Ops run again on the same inputs within one run of a phase (one env step): the same aten op, the same
+    tensors (storage, offset, shape, strides, dtype, and no op has written to the storage since) and the same other
+    arguments. In-place and `out=` ops, views, random ops and ops without tensor inputs are not counted themselves.
+    Writes the dispatcher does not see (e.g. numpy writing into a tensor's shared memory) are missed, so such a
+    tensor may look unchanged. The inputs' storages are held until the run ends, so an address is not reused for
+    another tensor within it."""
+
+    def __init__(self, skip: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.skip = skip
+        self.repeats: Counter = Counter()
+        """`file:line` -> ops that repeated an earlier call of the same run."""
+        self._seen: set = set()
+        self._held: list = []
+        self._writes: Counter = Counter()
+        """Storage address -> how many dispatched ops wrote to it in this run."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        schema = func._schema
+        if schema.is_mutable:
+            for arg, value in zip(schema.arguments, args, strict=False):
+                if arg.alias_info is not None and arg.alias_info.is_write and isinstance(value, torch.Tensor):
+                    self._writes[value.untyped_storage().data_ptr()] += 1
+            for name, value in kwargs.items():
+                if isinstance(value, torch.Tensor) and name == "out":
+                    self._writes[value.untyped_storage().data_ptr()] += 1
+        elif not (func.is_view or torch.Tag.nondeterministic_seeded in func.tags):
+            leaves = pytree.tree_leaves((args, kwargs))
+            tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+            if tensors:
+                key = (func, tuple(self._key(x) for x in leaves))
+                if key in self._seen:
+                    self.repeats[caller_site(self.skip)] += 1
+                else:
+                    self._seen.add(key)
+                    self._held.extend(x.untyped_storage() for x in tensors)
+        return func(*args, **kwargs)
+
+    def _key(self, x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            ptr = x.untyped_storage().data_ptr()
+            return ptr, x.storage_offset(), tuple(x.shape), x.stride(), x.dtype, self._writes[ptr]
+        return x if isinstance(x, (int, float, bool, str, type(None), torch.dtype, torch.device)) else repr(x)
+
+
+class DoctorRecorder(PhaseCounter):
+    """Per phase: the counts and sites of `PhaseCounter`, and the repeated ops of each run (`RepeatFinder`)."""
+
+    def __init__(self) -> None:
+        super().__init__(sites=True, skip=(__file__,))
+        self.repeats: dict[str, Counter] = {}
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        finder = RepeatFinder(skip=(__file__, phases_module.__file__))
+        with super().phase(name), finder:
+            yield
+        self.repeats.setdefault(name, Counter()).update(finder.repeats)
+
+
+@dataclass
+class Report:
+    """Counts of a measured window: per phase, per source line, and how many steps (minibatches, iterations)
+    each phase covered."""
+
+    target: str
+    phases: dict[str, Counts]
+    per: dict[str, int]
+    """Phase -> the number of times it ran in the window (env steps, minibatches or iterations)."""
+    unit: dict[str, str] = field(default_factory=dict)
+    """Phase -> what it is counted per (`step`, `minibatch`, `iteration`)."""
+    repeats: dict[str, Counter] = field(default_factory=dict)
+    """Phase -> `file:line` -> ops that repeated an identical earlier call within the same run of the phase."""
+
+    def per_step(self) -> dict[str, float]:
+        """Syncs, allocations and ops per env step over the phases that run once per step."""
+        totals = dict.fromkeys(BUDGET_KEYS, 0.0)
+        for name, counts in self.phases.items():
+            if self.unit.get(name) != "step":
+                continue
+            totals["syncs"] += counts.syncs / self.per[name]
+            totals["allocs"] += counts.allocations / self.per[name]
+            totals["ops"] += counts.num_ops / self.per[name]
+            totals["repeats"] += sum(self.repeats.get(name, Counter()).values()) / self.per[name]
+        return totals
+
+    def sites(self) -> list[dict[str, Any]]:
+        """Every source line with what it caused per run of its phase, worst first (syncs, then allocations, then
+        ops)."""
+        rows = []
+        for phase, counts in self.phases.items():
+            n = self.per[phase]
+            repeats = self.repeats.get(phase, Counter())
+            for where, site in (counts.sites or {}).items():
+                rows.append({"site": _short(where), "phase": phase, "per": self.unit.get(phase, "step"),
+                             "repeats": repeats[where] / n,
+                             "syncs": sum(site.syncs.values()) / n,
+                             "sync_kinds": {k: v / n for k, v in site.syncs.most_common()},
+                             "allocs": site.allocations / n, "bytes": site.allocated_bytes / n,
+                             "ops": sum(site.ops.values()) / n,
+                             "top_ops": {k: v / n for k, v in site.ops.most_common(3)}})
+        return sorted(rows, key=lambda r: (-r["syncs"], -r["repeats"], -r["allocs"], -r["ops"]))
+
+    def to_json(self) -> dict[str, Any]:
+        phases = {name: {"per": self.unit.get(name, "step"), "runs": self.per[name],
+                         "syncs": c.syncs / self.per[name], "allocs": c.allocations / self.per[name],
+                         "bytes": c.allocated_bytes / self.per[name], "ops": c.num_ops / self.per[name],
+                         "sync_kinds": {k: v / self.per[name] for k, v in (c.host_reads + c.sync_ops).items()}}
+                  for name, c in self.phases.items()}
+        return {"target": self.target, "per_step": self.per_step(), "phases": phases, "sites": self.sites()}
+
+
+def _short(where: str) -> str:
+    """A site's path relative to the working directory when it lies below it, else as it is."""
+    path, _, line = where.rpartition(":")
+    relative = os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else path
+    return f"{relative}:{line}"
+
+
+# ---------------------------------------------------------------------------------------------------- targets
+
+def load_factory(spec: str) -> Any:
+    """`module:factory` -> what `factory()` returns (one line naming the culprit when that fails)."""
+    module_name, _, name = spec.partition(":")
+    if not module_name or not name:
+        raise UserError(f"doctor: --env {spec!r} is not module:factory")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UserError(f"doctor: --env {spec!r}: cannot import {module_name!r} ({e})") from None
+    factory = getattr(module, name, None)
+    if not callable(factory):
+        raise UserError(f"doctor: --env {spec!r}: {module_name} has no callable {name!r}")
+    return factory()
+
+
+def as_vec_env(env: Any) -> VecEnv:
+    """A syncfree `VecEnv` as it is; an rsl_rl-style env (`get_observations`, `step` -> 4 values) through the
+    adapter."""
+    if isinstance(env, VecEnv):
+        return env
+    if hasattr(env, "get_observations") and hasattr(env, "num_actions"):
+        from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
+
+        return RslRlVecEnv(env)
+    raise UserError(f"doctor: {type(env).__name__} is neither a syncfree VecEnv nor an rsl_rl VecEnv")
+
+
+def task_env(task: str, num_envs: int, perf: PerfConfig, device: str = "cpu", seed: int = 0) -> VecEnv:
+    """The env of a built-in task (or `gym:<id>`) with its preset's options and `perf`'s env-side switches."""
+    cfg = preset(task)
+    cfg.perf = perf
+    return make_task_env(cfg, num_envs or cfg.env.num_envs, torch.device(device), seed)
+
+
+def random_actions(env: VecEnv, steps: int, seed: int = 0) -> list[torch.Tensor]:
+    """`steps` action batches drawn beforehand (uniform in [-1, 1], or uniform choices), so drawing them is not
+    counted."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    spec, n = env.action_spec, env.num_envs
+    if spec.kind == "discrete":
+        draws = [torch.randint(spec.size, (n,), generator=gen) for _ in range(steps)]
+    else:
+        draws = [torch.rand(n, spec.size, generator=gen) * 2 - 1 for _ in range(steps)]
+    return [a.to(env.device) for a in draws]
+
+
+def examine_env(env: VecEnv, steps: int = 32, warmup: int = 8, target: str = "env") -> Report:
+    """`warmup` steps, then `steps` counted ones, every `env.step` in phase `env`."""
+    actions = random_actions(env, warmup + steps)
+    env.reset()
+    with torch.inference_mode():
+        for a in actions[:warmup]:
+            env.step(a)
+        phases, counter = Phases(), DoctorRecorder()
+        with phases.attached(counter):
+            for a in actions[warmup:]:
+                with phases(ENV_PHASE):
+                    env.step(a)
+    return Report(target, counter.counts, {ENV_PHASE: steps}, {ENV_PHASE: "step"}, counter.repeats)
+
+
+def examine_training(cfg: TrainConfig, warmup_iterations: int = 1, target: str = "train") -> Report:
+    """`warmup_iterations` iterations of `cfg`, then one counted iteration with the runner's phases (act, store,
+    env, normalizer, stats per step; the update's per minibatch; advantages and logging once)."""
+    cfg.iterations = warmup_iterations
+    cfg.log.progress = False
+    runner = Runner(cfg)
+    try:
+        runner.learn()
+        counter = DoctorRecorder()
+        runner.cfg.iterations = runner.iteration + 1
+        with runner.phases.attached(counter):
+            runner.learn()
+    finally:
+        runner.close()
+    p = cfg.ppo
+    per, unit = {}, {}
+    for name in counter.counts:
+        if name in ROLLOUT_PHASES:
+            per[name], unit[name] = p.steps_per_env, "step"
+        elif name in UPDATE_PHASES:
+            per[name], unit[name] = p.num_epochs * p.num_minibatches, "minibatch"
+        else:  # advantages, logging
+            per[name], unit[name] = 1, "iteration"
+    return Report(target, counter.counts, per, unit, counter.repeats)
+
+
+def with_switches(perf: PerfConfig, settings: list[str]) -> PerfConfig:
+    """`perf` with `NAME=VALUE` settings applied (values parsed as the switch's type)."""
+    fields = PerfConfig.switches_by_name()
+    changes: dict[str, Any] = {}
+    for setting in settings:
+        name, _, text = setting.partition("=")
+        if name not in fields:
+            raise UserError(f"doctor: --switch {setting!r}: no switch {name!r} (see `syncfree switches`)")
+        default = fields[name].default
+        if isinstance(default, bool):
+            if text.lower() not in ("true", "false"):
+                raise UserError(f"doctor: --switch {setting!r}: {name} is true or false")
+            changes[name] = text.lower() == "true"
+        elif isinstance(default, int):
+            try:
+                changes[name] = int(text)
+            except ValueError:
+                raise UserError(f"doctor: --switch {setting!r}: {name} is an integer") from None
+        else:
+            changes[name] = text
+    return dataclasses.replace(perf, **changes)
+
+
+# ------------------------------------------------------------------------------------------------------ output
+
+def parse_budget(text: str) -> dict[str, float]:
+    """`syncs=0,allocs=10` -> {"syncs": 0.0, "allocs": 10.0}."""
+    budget = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        if key not in BUDGET_KEYS:
+            raise UserError(f"doctor: --budget {part!r}: unknown key {key!r}; allowed: {', '.join(BUDGET_KEYS)}")
+        try:
+            budget[key] = float(value)
+        except ValueError:
+            raise UserError(f"doctor: --budget {part!r}: {value!r} is not a number") from None
+    return budget
+
+
+def over_budget(report: Report, budget: dict[str, float]) -> list[str]:
+    """One line per bound the report exceeds."""
+    measured = report.per_step()
+    return [f"{key} per step {measured[key]:g} > budget {bound:g}" for key, bound in budget.items()
+            if measured[key] > bound + 1e-9]
+
+
+def table(report: Report, top: int = 15) -> str:
+    """The report as text: phases, then the worst source lines."""
+    lines = [f"syncfree doctor: {report.target}", "",
+             f"{'phase':<18}{'per':>10}{'syncs':>9}{'allocs':>9}{'KiB':>10}{'ops':>9}  sync kinds"]
+    for name, c in report.phases.items():
+        n = report.per[name]
+        kinds = Counter({k: v / n for k, v in (c.host_reads + c.sync_ops).items()})
+        lines.append(f"{name:<18}{report.unit.get(name, 'step'):>10}{c.syncs / n:>9.2f}{c.allocations / n:>9.2f}"
+                     f"{c.allocated_bytes / n / 1024:>10.1f}{c.num_ops / n:>9.1f}  "
+                     + ", ".join(f"{k} {v:g}" for k, v in kinds.most_common()))
+    total = report.per_step()
+    lines += ["", f"per env step: {total['syncs']:g} host syncs, {total['allocs']:g} new storages, "
+              f"{total['ops']:g} ops, {total['repeats']:g} repeated on the same inputs", "", f"worst lines (of {len(report.sites())}; per run of their phase):", ""]
+    for row in report.sites()[:top]:
+        kinds = ", ".join(f"{k} {v:g}" for k, v in row["sync_kinds"].items())
+        ops = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in row["top_ops"].items())
+        repeats = f"  repeated {row['repeats']:g}" if row["repeats"] else ""
+        lines.append(f"{row['site']}  [{row['phase']}]  syncs {row['syncs']:g}{' (' + kinds + ')' if kinds else ''}"
+                     f"  allocs {row['allocs']:g}  ops {row['ops']:g} ({ops}){repeats}")
+    return "\n".join(lines)
+
+
+def write_json(report: Report) -> str:
+    return json.dumps(report.to_json(), indent=1)

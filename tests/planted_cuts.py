@@ -1,0 +1,103 @@
+"""Check the switches' effect tests against planted cuts: for each switch, copy the package, cut its optimized path
+(the optimized value takes the baseline path), run the switch's effect test (`test_switch_effects.EFFECT_TESTS`)
+on the cut copy, and report whether it failed, as it must.
+
+    python tests/planted_cuts.py [SWITCH ...]
+
+Exits 1 when an effect test passes under its cut (it cannot see the switch)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tqdm import tqdm
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from test_switch_effects import EFFECT_TESTS  # noqa: E402
+
+CUTS: dict[str, list[tuple[str, str, str]]] = {
+    "deferred_episode_stats": [("train/monitors.py", "deferred=perf.deferred_episode_stats", "deferred=False")],
+    "deferred_nonfinite_check": [("train/monitors.py", "deferred=perf.deferred_nonfinite_check", "deferred=False")],
+    "grad_finite_from_norm": [("algo/optim.py", "if not self.perf.grad_finite_from_norm:", "if True:")],
+    "fused_adamw": [("algo/optim.py", "fused=perf.fused_adamw or None", "fused=None")],
+    "device_adaptive_lr": [("algo/optim.py", "self.adaptive and perf.device_adaptive_lr", "False")],
+    "validate_distributions": [("policy/build.py", "validate_distributions=cfg.perf.validate_distributions",
+                                "validate_distributions=False")],
+    "zero_grad_set_to_none": [("algo/optim.py", "set_to_none=self.perf.zero_grad_set_to_none", "set_to_none=False")],
+    "deterministic": [("train/runner.py", "set_deterministic(cfg.perf.deterministic)", "set_deterministic(False)")],
+    "compile": [("core/compile.py", 'if perf.compile == "off":', "if True:")],
+    "autocast": [("train/runner.py", "set_autocast(policy, cfg.perf.autocast, device)",
+                  'set_autocast(policy, "off", device)')],
+    "retain_host_memory": [("train/runner.py", "if cfg.perf.retain_host_memory:", "if False:")],
+    "cuda_graphs": [("core/compile.py", 'mode = "reduce-overhead" if use_cuda_graphs(perf, device) else None',
+                     "mode = None")],
+    "shared_obs_terms": [("envs/managers/env.py", "shared_terms=self.perf.shared_obs_terms", "shared_terms=False")],
+    "critic_chunk_size": [("policy/build.py", "critic_chunk_size=cfg.perf.critic_chunk_size)",
+                           "critic_chunk_size=0)")],
+    "log_env_actions": [("envs/managers/env.py", "if self.perf.log_env_actions:", "if True:")],
+    "sampling_diagnostics": [("envs/tasks/g1_track/env.py", "if self.perf.sampling_diagnostics:", "if True:")],
+    "reset_without_sync": [("envs/managers/env.py", "if self.perf.reset_without_sync:", "if False:")],
+    "fast_history": [("envs/managers/env.py", "fast_history=self.perf.fast_history)", "fast_history=False)")],
+    "batched_command_metrics": [("envs/managers/env.py", "batched=self.perf.batched_command_metrics",
+                                 "batched=False")],
+    "physics_partitions": [("envs/adapters/isaaclab.py", "physx.gpu_max_num_partitions = perf.physics_partitions",
+                            "physx.gpu_max_num_partitions = 8")],
+    "cache_encoded_outputs": [("policy/token_encoder.py", "if self.cache_encoded_outputs:", "if True:")],
+    "cache_full_latent": [("policy/token_encoder.py", "if self.cache_full_latent:", "if True:")],
+    # the half optimization: the table computed either way, only its emission gated
+    "gate_full_log_probs": [("policy/recurrent.py",
+                             "logits.log_softmax(-1) if self.emit_full_log_probs else None",
+                             "(logits.log_softmax(-1), None)[1 - self.emit_full_log_probs]")],
+    "preallocated_last_actions": [("algo/recurrent.py", "preallocated_last_actions=perf.preallocated_last_actions",
+                                   "preallocated_last_actions=False")],
+    "cpu_time_index": [("algo/recurrent.py", "cpu_time_index=perf.cpu_time_index", "cpu_time_index=False")],
+    "cached_minibatch_indices": [("algo/recurrent.py", "cached_minibatch_indices=perf.cached_minibatch_indices",
+                                  "cached_minibatch_indices=False")],
+}
+"""Switch -> (file under src/syncfree, text, replacement): the cut."""
+
+
+def run_cut(switch: str, work: Path) -> tuple[bool, str]:
+    """(whether the effect test failed under the cut, the test's last output line)."""
+    cut = work / switch
+    shutil.copytree(ROOT / "src", cut / "src")
+    for relative, old, new in CUTS[switch]:
+        path = cut / "src" / "syncfree" / relative
+        text = path.read_text()
+        if text.count(old) < 1:
+            raise SystemExit(f"planted_cuts: {switch}: {old!r} is not in {relative} any more; update the cut")
+        path.write_text(text.replace(old, new))
+    test = f"tests/{EFFECT_TESTS[switch]}"
+    env = {**os.environ, "PYTHONPATH": str(cut / "src")}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test], cwd=ROOT,
+                         env=env, capture_output=True, text=True)
+    last = (run.stdout.strip().splitlines() or [""])[-1]
+    return run.returncode == 1, last
+
+
+def main(argv: list[str]) -> int:
+    switches = argv or list(CUTS)
+    missing = set(EFFECT_TESTS) - set(CUTS)
+    if missing:
+        raise SystemExit(f"planted_cuts: no cut for {', '.join(sorted(missing))}")
+    blind = []
+    with tempfile.TemporaryDirectory() as work:
+        for switch in tqdm(switches, desc="planted cuts", unit="switch"):
+            failed, last = run_cut(switch, Path(work))
+            tqdm.write(f"{switch}: {'caught' if failed else 'NOT CAUGHT'} by {EFFECT_TESTS[switch]} ({last})")
+            if not failed:
+                blind.append(switch)
+    print(f"{len(switches) - len(blind)} of {len(switches)} cuts caught"
+          + (f"; not caught: {', '.join(blind)}" if blind else ""))
+    return 1 if blind else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

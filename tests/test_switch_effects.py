@@ -1,0 +1,338 @@
+"""Every perf switch, proven by its effect: with the switch at its optimized value the effect is there (no host
+read, one fused kernel, one critic call, a cache hit, ...), with it at its baseline value it is not.
+
+The equivalence tests (test_switches.py, test_g1_switches.py, test_sequence_trainer.py, test_segments.py) show that
+on and off compute the same thing; those pass as well when the optimized path is cut and both polarities take the
+conventional one. These fail then. `EFFECT_TESTS` names one test per switch (here or in the test file that already
+measures the effect), and the switch catalogue (docs/switches.md) lists them.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import conftest
+from conftest import small_config
+from syncfree.algo.storage import Batch
+from syncfree.config import PerfConfig, TokenEncoderConfig, TrainConfig
+from syncfree.core import compile as compile_module
+from syncfree.core.counters import Counts, count_syncs
+from syncfree.train.runner import Runner
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+EFFECT_TESTS = {
+    "deferred_episode_stats": "test_switch_effects.py::test_deferred_episode_stats_reads_no_finished_episode_per_step",
+    "deferred_nonfinite_check": "test_switch_effects.py::test_deferred_nonfinite_check_reads_nothing_per_step",
+    "grad_finite_from_norm": "test_switch_effects.py::test_grad_finite_from_norm_reads_no_parameter_per_minibatch",
+    "fused_adamw": "test_switch_effects.py::test_fused_adamw_runs_one_fused_kernel_per_step",
+    "device_adaptive_lr": "test_switch_effects.py::test_device_adaptive_lr_reads_no_kl_per_minibatch",
+    "validate_distributions": "test_switch_effects.py::test_validate_distributions_reads_the_host_per_step",
+    "zero_grad_set_to_none": "test_switch_effects.py::test_zero_grad_set_to_none_fills_no_gradient_with_zeros",
+    "deterministic": "test_switch_effects.py::test_deterministic_turns_torch_deterministic_mode_on",
+    "compile": "test_compile.py::test_no_recompilation_in_steady_state",
+    "autocast": "test_switch_effects.py::test_autocast_runs_the_hidden_layers_in_bfloat16",
+    "retain_host_memory": "test_host_memory.py::test_retained_memory_is_reused_without_page_faults",
+    "cuda_graphs": "test_switch_effects.py::test_cuda_graphs_compile_in_reduce_overhead_mode_on_cuda",
+    "shared_obs_terms": "test_switch_effects.py::test_shared_obs_terms_compute_each_shared_term_once",
+    "critic_chunk_size": "test_switch_effects.py::test_critic_chunk_size_sets_the_critic_calls_per_evaluation",
+    "log_env_actions": "test_switch_effects.py::test_g1_env_switch_removes_its_host_reads",
+    "sampling_diagnostics": "test_switch_effects.py::test_g1_env_switch_removes_its_host_reads",
+    "reset_without_sync": "test_switch_effects.py::test_g1_env_switch_removes_its_host_reads",
+    "fast_history": "test_switch_effects.py::test_g1_env_switch_removes_its_host_reads",
+    "batched_command_metrics": "test_switch_effects.py::test_g1_env_switch_removes_its_host_reads",
+    "physics_partitions": "test_isaaclab_settings.py::test_partitions_follow_the_switch",
+    "cache_encoded_outputs": "test_switch_effects.py::test_token_policy_caches_are_kept_only_at_baseline",
+    "cache_full_latent": "test_switch_effects.py::test_token_policy_caches_are_kept_only_at_baseline",
+    "gate_full_log_probs": "test_switch_effects.py::test_gate_full_log_probs_computes_no_log_softmax_table",
+    "preallocated_last_actions": "test_switch_effects.py::test_preallocated_last_actions_never_regrow",
+    "cpu_time_index": "test_switch_effects.py::test_cpu_time_index_reads_no_device_index_per_step",
+    "cached_minibatch_indices": "test_switch_effects.py::test_cached_minibatch_indices_build_nothing_per_minibatch",
+}
+"""Switch -> its effect test (`file::function` under tests/)."""
+
+
+def test_every_switch_names_an_effect_test_that_exists() -> None:
+    assert set(EFFECT_TESTS) == {f.name for f in PerfConfig.switches()}
+    for switch, where in EFFECT_TESTS.items():
+        module, function = where.split("::")
+        assert callable(getattr(importlib.import_module(module.removesuffix(".py")), function, None)), switch
+
+
+def test_the_catalogue_names_every_switch_and_its_effect_test() -> None:
+    catalogue = (Path(__file__).parents[1] / "docs" / "switches.md").read_text()
+    for switch, where in EFFECT_TESTS.items():
+        row = next((line for line in catalogue.splitlines() if line.startswith(f"| `{switch}` ")), None)
+        assert row is not None, switch
+        assert f"`{where.split('::')[1]}`" in row, switch
+
+
+# --------------------------------------------------------------------------------------------------- helpers
+
+def warm(cfg: TrainConfig) -> Runner:
+    """A runner after one iteration (lazy buffers built, episode statistics flowing)."""
+    cfg.iterations = 1
+    runner = Runner(cfg)
+    runner.learn()
+    return runner
+
+
+def one_switch(task: str, switch: str, optimized: bool, **config) -> TrainConfig:
+    """The small preset with every switch optimized but `switch`, which is at its optimized or baseline value."""
+    f = PerfConfig.switches_by_name()[switch]
+    cfg = small_config(task, **{switch: f.metadata["optimized" if optimized else "baseline"]})
+    for key, value in config.items():
+        section, name = key.split("__")
+        setattr(getattr(cfg, section), name, value)
+    return cfg
+
+
+def count_steps(runner: Runner, steps: int) -> Counts:
+    with torch.inference_mode(), count_syncs() as counts:
+        for t in range(steps):
+            runner.rollout_step(t % runner.cfg.ppo.steps_per_env)
+    return counts
+
+
+def count_minibatch(runner: Runner) -> Counts:
+    batch = Batch(*(x[:64] for x in runner.algorithm.storage.flat()))
+    with count_syncs() as counts:
+        runner.algorithm.minibatch_update(batch)
+    return counts
+
+
+def reads(counts: Counts) -> dict:
+    return {**counts.host_reads, **counts.sync_ops}
+
+
+# --------------------------------------------------------------------------------------- trainer switches
+
+def test_deferred_episode_stats_reads_no_finished_episode_per_step() -> None:
+    """cartpole, 10-step episodes: 12 steps see episodes end. Off, each step picks the finished ones with
+    `nonzero()` and copies their returns to the host."""
+    on = count_steps(warm(one_switch("cartpole", "deferred_episode_stats", True)), 12)
+    off = count_steps(warm(one_switch("cartpole", "deferred_episode_stats", False)), 12)
+    assert on.syncs == 0, reads(on)
+    assert off.sync_ops["aten::nonzero"] == 12 and off.host_reads["cpu"] >= 1, reads(off)
+
+
+def test_deferred_nonfinite_check_reads_nothing_per_step() -> None:
+    on = count_steps(warm(one_switch("pendulum", "deferred_nonfinite_check", True)), 4)
+    off = count_steps(warm(one_switch("pendulum", "deferred_nonfinite_check", False)), 4)
+    assert on.syncs == 0, reads(on)
+    assert off.host_reads["__bool__"] >= 2 * 4, reads(off)  # observations and rewards, every step
+
+
+def test_grad_finite_from_norm_reads_no_parameter_per_minibatch() -> None:
+    on = warm(one_switch("pendulum", "grad_finite_from_norm", True))
+    off = warm(one_switch("pendulum", "grad_finite_from_norm", False))
+    assert count_minibatch(on).syncs == 0
+    assert count_minibatch(off).host_reads["__bool__"] >= len(list(off.policy.parameters()))
+
+
+def test_fused_adamw_runs_one_fused_kernel_per_step() -> None:
+    on = count_minibatch(warm(one_switch("pendulum", "fused_adamw", True)))
+    off = count_minibatch(warm(one_switch("pendulum", "fused_adamw", False)))
+    assert on.ops["aten::_fused_adamw_"] == 1 and off.ops["aten::_fused_adamw_"] == 0
+    assert off.num_ops > on.num_ops  # the foreach implementation: a kernel per step of the formula
+
+
+def test_device_adaptive_lr_reads_no_kl_per_minibatch() -> None:
+    on = warm(one_switch("pendulum", "device_adaptive_lr", True))
+    off = warm(one_switch("pendulum", "device_adaptive_lr", False))
+    assert on.cfg.ppo.schedule == "adaptive"
+    assert count_minibatch(on).syncs == 0
+    assert count_minibatch(off).syncs >= 1  # the KL compared on the host, a Python float written back
+
+
+def test_validate_distributions_reads_the_host_per_step() -> None:
+    """A check, not an optimization: on, `torch.distributions` validates its arguments on the host."""
+    on = count_steps(warm(small_config("pendulum", validate_distributions=True)), 2)
+    off = count_steps(warm(small_config("pendulum")), 2)
+    assert on.host_reads["__bool__"] >= 2 * 3 and off.syncs == 0, (reads(on), reads(off))
+
+
+def test_zero_grad_set_to_none_fills_no_gradient_with_zeros() -> None:
+    def zeroing(counts: Counts) -> int:
+        return sum(n for op, n in counts.ops.items() if "zero_" in op)
+
+    on = warm(one_switch("pendulum", "zero_grad_set_to_none", True))
+    off = warm(one_switch("pendulum", "zero_grad_set_to_none", False))
+    assert zeroing(count_minibatch(on)) == 0
+    assert zeroing(count_minibatch(off)) >= 1
+    assert all(p.grad is not None for p in off.policy.parameters())  # kept, zeroed
+    on.algorithm.optim.begin_update()
+    on.algorithm.optim.optimizer.zero_grad(set_to_none=on.cfg.perf.zero_grad_set_to_none)
+    assert all(p.grad is None for p in on.policy.parameters())
+
+
+def test_deterministic_turns_torch_deterministic_mode_on() -> None:
+    Runner(one_switch("cartpole", "deterministic", True))
+    assert not torch.are_deterministic_algorithms_enabled()
+    Runner(one_switch("cartpole", "deterministic", False))
+    assert torch.are_deterministic_algorithms_enabled()
+
+
+class DtypesOfMatmuls(TorchDispatchMode):
+    """The input dtypes of the matrix products dispatched under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtypes: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm):
+            self.dtypes[args[-1].dtype] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def test_autocast_runs_the_hidden_layers_in_bfloat16() -> None:
+    def matmul_dtypes(autocast: str) -> Counter:
+        cfg = small_config("pendulum", autocast=autocast)
+        runner = Runner(cfg)
+        obs = torch.randn(4, runner.policy.actor_obs_dim)
+        with torch.no_grad(), DtypesOfMatmuls() as mode:
+            runner.policy.act(obs, torch.randn(4, runner.policy.critic_obs_dim))
+        return mode.dtypes
+
+    on, off = matmul_dtypes("bf16"), matmul_dtypes("off")
+    assert on[torch.bfloat16] > 0 and on[torch.float32] > 0  # hidden layers in bf16, the output layers in fp32
+    assert off[torch.bfloat16] == 0 and off[torch.float32] > 0
+
+
+def test_cuda_graphs_compile_in_reduce_overhead_mode_on_cuda(monkeypatch) -> None:
+    """What the switch decides: the mode `torch.compile` gets for a CUDA device (the replay itself is checked on a
+    GPU by test_compile.py::test_cuda_graph_replays_draw_new_noise)."""
+    modes = []
+    monkeypatch.setattr(compile_module.torch, "compile", lambda fn, **kwargs: modes.append(kwargs["mode"]) or fn)
+    cuda = torch.device("cuda")
+    compile_module.hot(lambda x: x, PerfConfig(compile="hot", cuda_graphs="auto"), cuda)
+    compile_module.hot(lambda x: x, PerfConfig(compile="hot", cuda_graphs="off"), cuda)
+    compile_module.hot(lambda x: x, PerfConfig(compile="hot", cuda_graphs="auto"), torch.device("cpu"))
+    assert modes == ["reduce-overhead", None, None]
+
+
+# ------------------------------------------------------------------------------------ env and model switches
+
+def g1_config(switch: str, optimized: bool, **config) -> TrainConfig:
+    cfg = one_switch("g1-track", switch, optimized, **config)
+    cfg.env.max_episode_length = 6  # resets inside the counted steps
+    return cfg
+
+
+def test_shared_obs_terms_compute_each_shared_term_once() -> None:
+    def observation_ops(optimized: bool) -> int:
+        env = Runner(g1_config("shared_obs_terms", optimized)).env
+        env.reset()
+        with torch.inference_mode(), count_syncs() as counts:
+            env.observations.compute()
+        return counts.num_ops
+
+    on, off = observation_ops(True), observation_ops(False)
+    assert on < off, (on, off)
+
+
+@pytest.mark.parametrize("switch,read", [("log_env_actions", "cpu"), ("sampling_diagnostics", "item"),
+                                         ("reset_without_sync", "aten::nonzero"), ("fast_history", "__bool__"),
+                                         ("batched_command_metrics", "item")])
+def test_g1_env_switch_removes_its_host_reads(switch: str, read: str) -> None:
+    """Every other switch optimized, 8 steps with resets: the one at its baseline value brings its own reads."""
+    on = count_steps(warm(g1_config(switch, True)), 8)
+    off = count_steps(warm(g1_config(switch, False)), 8)
+    assert on.syncs == 0, reads(on)
+    assert reads(off).get(read, 0) >= 1, reads(off)
+
+
+def test_critic_chunk_size_sets_the_critic_calls_per_evaluation() -> None:
+    """2,048 envs: the baseline's 1,024-row chunks take two critic calls per rollout step, the optimized 4,096 one
+    (set through the config, as the policy builder passes it)."""
+    def critic_calls(optimized: bool) -> int:
+        runner = Runner(one_switch("point-mass", "critic_chunk_size", optimized, env__num_envs=2048))
+        calls = []
+        runner.policy.critic.register_forward_hook(lambda *args: calls.append(1))
+        with torch.inference_mode():
+            runner.rollout_step(0)
+        return len(calls)
+
+    assert critic_calls(True) == 1 and critic_calls(False) == 2
+
+
+def test_token_policy_caches_are_kept_only_at_baseline() -> None:
+    def token_runner(**perf) -> Runner:
+        cfg = small_config("g1-track", **perf)
+        cfg.policy.kind = "token"
+        cfg.policy.token = TokenEncoderConfig(encoder_hidden=[32], decoder_hidden=[32, 32], critic_hidden=[32],
+                                              reconstruction_hidden=[32])
+        runner = Runner(cfg)
+        with torch.inference_mode():
+            runner.rollout_step(0)
+        return runner
+
+    optimized = token_runner().policy
+    assert optimized.encoded_outputs == {} and optimized.full_latent is None
+    encoded = token_runner(cache_encoded_outputs=True).policy
+    assert encoded.encoded_outputs["tokens"].device.type == "cpu" and encoded.full_latent is None
+    latent = token_runner(cache_full_latent=True).policy
+    assert latent.full_latent is not None and latent.encoded_outputs == {}
+
+
+# ------------------------------------------------------------------------------------- recurrent algorithm
+
+def grid_config(**perf) -> TrainConfig:
+    pytest.importorskip("mettagrid")
+    return conftest.grid_config(iterations=1, **perf)
+
+
+def test_gate_full_log_probs_computes_no_log_softmax_table() -> None:
+    def log_softmax_calls(**perf) -> tuple[int, int, bool]:
+        runner = warm(grid_config(**perf))
+        step = count_steps(runner, 1)
+        algo = runner.algorithm
+        with count_syncs() as update:
+            algo.minibatch_loss(algo.minibatch(0, algo.buffer.segments // 2, 1.0))[0].backward()
+        return tables(step), tables(update), "full_log_probs" in algo.buffer.data
+
+    def tables(counts: Counts) -> int:  # `log_softmax` as dispatched without autograd, `_log_softmax` with it
+        return counts.ops["aten::log_softmax"] + counts.ops["aten::_log_softmax"]
+
+    assert log_softmax_calls() == (0, 0, False)
+    assert log_softmax_calls(gate_full_log_probs=False) == (1, 1, True)
+
+
+def test_preallocated_last_actions_never_regrow() -> None:
+    pre = Runner(grid_config(preallocated_last_actions=True)).algorithm.buffer
+    grown = Runner(grid_config(preallocated_last_actions=False)).algorithm.buffer
+    assert pre.last_actions.shape[0] == pre.total_agents and grown.last_actions.shape[0] == 0
+    pointer = pre.last_actions.data_ptr()
+    with count_syncs() as pre_counts:
+        pre.previous_actions(slice(0, pre.total_agents))
+    with count_syncs() as grown_counts:
+        grown.previous_actions(slice(0, grown.total_agents))
+    assert pre_counts.allocations == 0 and pre.last_actions.data_ptr() == pointer
+    assert grown_counts.allocations == 1 and grown.last_actions.shape[0] == grown.total_agents
+
+
+def test_cpu_time_index_reads_no_device_index_per_step() -> None:
+    on = count_steps(warm(grid_config(cpu_time_index=True)), 4)
+    off = count_steps(warm(grid_config(cpu_time_index=False)), 4)
+    assert on.syncs == 0 and off.host_reads["item"] == 4, (reads(on), reads(off))
+
+
+def test_cached_minibatch_indices_build_nothing_per_minibatch() -> None:
+    def second_minibatch_ops(cached: bool) -> Counter:
+        buffer = warm(grid_config(cached_minibatch_indices=cached)).algorithm.buffer
+        count = buffer.segments // 2
+        buffer.sequential_indices(1, count), buffer._unit_weights(count)
+        with count_syncs() as counts:
+            buffer.sequential_indices(1, count), buffer._unit_weights(count)
+        return counts.ops
+
+    assert sum(second_minibatch_ops(True).values()) == 0
+    rebuilt = second_minibatch_ops(False)
+    assert rebuilt["aten::arange"] == 1 and rebuilt["aten::ones"] == 1
