@@ -15,7 +15,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def readme_python_examples() -> list[str]:
-    section = re.split(r"\n#{2,3} ", README.read_text().split("### From Python\n", 1)[1], maxsplit=1)[0]
+    section = re.split(r"\n#{2,3} ", README.read_text().split("## From Python\n", 1)[1], maxsplit=1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 

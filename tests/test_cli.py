@@ -67,6 +67,9 @@ def test_switches_for_a_task_mark_the_inert_ones_with_the_reason(capsys) -> None
     assert main(["switches", "--task", "point-mass", "--perf.compile", "off"]) == 0
     marks = {line.split(":")[0]: line for line in capsys.readouterr().out.splitlines() if "live" in line}
     assert "fused_adamw" in marks and "zero_grad_set_to_none" in marks  # eager: the optimizer kernel acts
+    assert main(["switches", "--task", "point-mass", "--device", "cuda"]) == 0  # judged for a GPU, even here
+    marks = {line.split(":")[0]: line for line in capsys.readouterr().out.splitlines() if "  live" in line}
+    assert "cuda_graphs" in marks
     assert main(["switches", "--perf.compile", "off"]) == 2
 
 

@@ -324,10 +324,24 @@ def cmd_plot(argv: Sequence[str]) -> int:
 
 
 def cmd_bench(argv: Sequence[str]) -> int:
+    from syncfree import bench
+    from syncfree.bench import report
+
+    cfg, out = parse_bench_config(argv)
+    result = bench.run(cfg)
+    device = result["machine"]["device"].replace(":", "")
+    out_dir = Path(out or f"benchmarks/results/{cfg.task}-{cfg.profile}-{device}")
+    for path in report.write(result, out_dir):
+        log.info("wrote %s", path)
+    print(report.markdown(result))
+    return 0
+
+
+def parse_bench_config(argv: Sequence[str]):
+    """`syncfree bench`'s arguments -> (the validated `BenchConfig`, the output folder or "")."""
     from jsonargparse import ArgumentParser, set_parsing_settings
 
     from syncfree import bench
-    from syncfree.bench import report
     from syncfree.envs.tasks import TASKS
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
@@ -349,13 +363,7 @@ def cmd_bench(argv: Sequence[str]) -> int:
             raise UserError(f"bench: {key}={getattr(cfg, key)} is invalid; allowed: integers >= 1")
     if cfg.repeats < 0 or cfg.iterations < 0 or cfg.warmup < 0:
         raise UserError("bench: repeats, iterations and warmup must be >= 0")
-    result = bench.run(cfg)
-    device = result["machine"]["device"].replace(":", "")
-    out_dir = Path(out or f"benchmarks/results/{cfg.task}-{cfg.profile}-{device}")
-    for path in report.write(result, out_dir):
-        log.info("wrote %s", path)
-    print(report.markdown(result))
-    return 0
+    return cfg, out
 
 
 def cmd_tasks(argv: Sequence[str]) -> int:
@@ -375,35 +383,10 @@ def cmd_doctor(argv: Sequence[str]) -> int:
     from syncfree.envs.tasks import check_task
     from syncfree.presets import preset
 
-    parser = argparse.ArgumentParser(
-        prog="syncfree doctor", description="Run an env (or, with `train`, a training iteration) for a few warm-up "
-        "steps and a measured window, and report its host syncs, new tensor storages and dispatched ops per phase "
-        "and per source line (file:line), worst first.")
-    parser.add_argument("train", nargs="?", choices=["train"], help="examine the trainer's whole loop on --task")
-    target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--task", help="a built-in task or gym:<id>")
-    target.add_argument("--env", help="module:factory returning a syncfree VecEnv or an rsl_rl VecEnv")
-    parser.add_argument("--perf", choices=("optimized", "baseline"), default="optimized",
-                        help="the switches' preset (the env-side switches act on g1-track's env)")
-    parser.add_argument("--switch", action="append", default=[], metavar="NAME=VALUE",
-                        help="set one switch after the preset (repeatable), e.g. --switch fast_history=false")
-    parser.add_argument("--num-envs", type=int, default=0, help="envs (default: the task preset's)")
-    parser.add_argument("--steps", type=int, default=32, help="measured env steps (env targets)")
-    parser.add_argument("--warmup", type=int, default=None,
-                        help="env steps (env targets, default 8) or iterations (train, default 1) run first")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--top", type=int, default=15, help="source lines to list")
-    parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.add_argument("--budget", default="", help="e.g. syncs=0,allocs=20: exit 1 when a per-step count "
-                        "exceeds its bound")
-    args = parser.parse_args(argv)
+    args = doctor_arguments(argv)
     budget = doctor.parse_budget(args.budget)
-    if args.steps < 1 or (args.warmup or 0) < 0 or args.num_envs < 0:
-        raise UserError("doctor: --steps must be >= 1, --warmup and --num-envs >= 0")
     perf = doctor.with_switches(PerfConfig.preset(args.perf), args.switch)
     if args.train:
-        if not args.task:
-            raise UserError("doctor: train needs --task")
         check_task(args.task)
         cfg = preset(args.task)
         cfg.perf, cfg.device = perf, args.device
@@ -427,11 +410,44 @@ def cmd_doctor(argv: Sequence[str]) -> int:
     return 1 if exceeded else 0
 
 
+def doctor_arguments(argv: Sequence[str]) -> argparse.Namespace:
+    """`syncfree doctor`'s arguments, checked (one line naming the culprit)."""
+    parser = argparse.ArgumentParser(
+        prog="syncfree doctor", description="Run an env (or, with `train`, a training iteration) for a few warm-up "
+        "steps and a measured window, and report its host syncs, new tensor storages and dispatched ops per phase "
+        "and per source line (file:line), worst first.")
+    parser.add_argument("train", nargs="?", choices=["train"], help="examine the trainer's whole loop on --task")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--task", help="a built-in task or gym:<id>")
+    target.add_argument("--env", help="module:factory returning a syncfree VecEnv or an rsl_rl VecEnv")
+    parser.add_argument("--perf", choices=("optimized", "baseline"), default="optimized",
+                        help="the switches' preset (the env-side switches act on g1-track's env)")
+    parser.add_argument("--switch", action="append", default=[], metavar="NAME=VALUE",
+                        help="set one switch after the preset (repeatable), e.g. --switch fast_history=false")
+    parser.add_argument("--num-envs", type=int, default=0, help="envs (default: the task preset's)")
+    parser.add_argument("--steps", type=int, default=32, help="measured env steps (env targets)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="env steps (env targets, default 8) or iterations (train, default 1) run first")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--top", type=int, default=15, help="source lines to list")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--budget", default="", help="e.g. syncs=0,allocs=20: exit 1 when a per-step count "
+                        "exceeds its bound")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or (args.warmup or 0) < 0 or args.num_envs < 0:
+        raise UserError("doctor: --steps must be >= 1, --warmup and --num-envs >= 0")
+    if args.train and not args.task:
+        raise UserError("doctor: train needs --task")
+    return args
+
+
 def cmd_switches(argv: Sequence[str]) -> int:
     import docstring_parser
+    import torch
 
     from syncfree.algo.scope import switch_scope
     from syncfree.config import validate
+    from syncfree.core.device import resolve_device
     from syncfree.core.switches import PerfConfig
     from syncfree.envs.tasks import check_task
     from syncfree.presets import preset
@@ -454,7 +470,8 @@ def cmd_switches(argv: Sequence[str]) -> int:
         cfg.perf.compile = args.compile or cfg.perf.compile
         cfg.device = args.device or cfg.device
         cfg = validate(cfg)
-        device = "cpu" if cfg.device == "auto" else cfg.device
+        # judged for the device asked for, present here or not; else where the preset would train
+        device = torch.device(args.device) if args.device else resolve_device(cfg.device)
         inert = cfg.perf.inert_switches(switch_scope(cfg, device))
         print(f"{args.task} (perf.compile={cfg.perf.compile}, device={device}): "
               f"{len(PerfConfig.switches()) - len(inert)} switches act, {len(inert)} change nothing\n")

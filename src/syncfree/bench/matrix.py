@@ -10,6 +10,7 @@ import dataclasses
 
 from syncfree.algo.scope import switch_scope
 from syncfree.bench.config import BenchConfig, is_recurrent, train_config
+from syncfree.core.device import resolve_device
 from syncfree.core.switches import PerfConfig, Scope
 from syncfree.errors import UserError
 
@@ -31,8 +32,8 @@ def bench_configurations(bench: BenchConfig) -> list[tuple[str, PerfConfig]]:
 def bench_scopes(bench: BenchConfig) -> list[Scope]:
     """The scope of each size the bench compares configurations at (a switch may act at one size only, such as
     the critic chunk size)."""
-    return [switch_scope(train_config(bench, n, PerfConfig()), "cpu" if bench.device == "auto" else bench.device)
-            for n in bench.num_envs or [0]]
+    device = resolve_device(bench.device)
+    return [switch_scope(train_config(bench, n, PerfConfig()), device) for n in bench.num_envs or [0]]
 
 
 def skipped_rows(bench: BenchConfig) -> dict[str, str]:
