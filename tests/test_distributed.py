@@ -9,6 +9,7 @@ The command line (torchrun) is run once, end to end.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 import time
@@ -216,3 +217,18 @@ def test_torchrun_trains_and_a_single_process_refuses_its_checkpoint(tmp_path: P
     err = capsys.readouterr().err.strip()
     assert err == (f"syncfree: error: checkpoint {latest}: written by 2 processes (world size 2) but this run has "
                    "world size 1; resume it with 2 processes")
+
+
+def test_torchrun_trains_grid_arena(tmp_path: Path) -> None:
+    """The recurrent algorithm from the command line on 2 ranks: each steps its own MettaGrid simulation, the
+    agent steps are summed over ranks."""
+    pytest.importorskip("mettagrid")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
+           "-m", "syncfree", "train", "--task", "grid-arena", "--iterations", "2", "--env.num_envs", "1",
+           "--ppo.steps_per_env", "16", "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress", "false"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stderr.count("2 ranks x 4 agents (1 simulations x 4) x 16 steps") == 1, result.stderr[-2000:]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in records] == [128, 256]
+    assert all(math.isfinite(r["surrogate_loss"]) for r in records)

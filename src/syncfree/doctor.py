@@ -15,23 +15,20 @@ functions run eagerly (what `fullgraph=True` then checks in the graph).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib
 import json
 import os
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from syncfree.config import TrainConfig
 from syncfree.core import phases as phases_module
-from syncfree.core.counters import Counts, caller_site
+from syncfree.core.counters import Counts, caller_site, tensors_in
 from syncfree.core.phases import ROLLOUT_PHASES, UPDATE_PHASES, PhaseCounter, Phases
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import VecEnv
@@ -47,7 +44,7 @@ BUDGET_KEYS = ("syncs", "allocs", "ops", "repeats")
 step (the phases that run once per step)."""
 
 
-class RepeatFinder(TorchDispatchMode):
+class RepeatFinder:
     """Ops run again on the same inputs within one run of a phase (one env step): the same aten op, the same
     tensors (storage, offset, shape, strides, dtype, and no op has written to the storage since) and the same other
     arguments. In-place and `out=` ops, views, random ops and ops without tensor inputs are not counted themselves.
@@ -56,7 +53,6 @@ class RepeatFinder(TorchDispatchMode):
     another tensor within it."""
 
     def __init__(self, skip: tuple[str, ...] = ()) -> None:
-        super().__init__()
         self.skip = skip
         self.repeats: Counter = Counter()
         """`file:line` -> ops that repeated an earlier call of the same run."""
@@ -65,48 +61,73 @@ class RepeatFinder(TorchDispatchMode):
         self._writes: Counter = Counter()
         """Storage address -> how many dispatched ops wrote to it in this run."""
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        schema = func._schema
-        if schema.is_mutable:
-            for arg, value in zip(schema.arguments, args, strict=False):
-                if arg.alias_info is not None and arg.alias_info.is_write and isinstance(value, torch.Tensor):
+    def observe(self, func: Any, args: tuple, kwargs: dict, tensors: list[torch.Tensor]) -> None:
+        """Called before each dispatched op with the tensors among its arguments (`count_syncs(on_op=...)`)."""
+        kind = _op_kind(func)
+        if kind is not None:  # the positions (and `out`) this op writes to
+            for i, value in enumerate(args):
+                if i in kind and isinstance(value, torch.Tensor):
                     self._writes[value.untyped_storage().data_ptr()] += 1
-            for name, value in kwargs.items():
-                if isinstance(value, torch.Tensor) and name == "out":
-                    self._writes[value.untyped_storage().data_ptr()] += 1
-        elif not (func.is_view or torch.Tag.nondeterministic_seeded in func.tags):
-            leaves = pytree.tree_leaves((args, kwargs))
-            tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
-            if tensors:
-                key = (func, tuple(self._key(x) for x in leaves))
-                if key in self._seen:
-                    self.repeats[caller_site(self.skip)] += 1
-                else:
-                    self._seen.add(key)
-                    self._held.extend(x.untyped_storage() for x in tensors)
-        return func(*args, **kwargs)
+            out = kwargs.get("out")
+            for value in tensors_in(out):
+                self._writes[value.untyped_storage().data_ptr()] += 1
+        elif func not in _SKIPPED_OPS and tensors:
+            key = (func, self._key(args), self._key(kwargs))
+            if key in self._seen:
+                self.repeats[caller_site(self.skip)] += 1
+            else:
+                self._seen.add(key)
+                self._held.extend(x.untyped_storage() for x in tensors)
 
     def _key(self, x: Any) -> Any:
+        """A hashable identity of an argument: a tensor by its storage, view and the writes to it."""
         if isinstance(x, torch.Tensor):
             ptr = x.untyped_storage().data_ptr()
             return ptr, x.storage_offset(), tuple(x.shape), x.stride(), x.dtype, self._writes[ptr]
+        if isinstance(x, (tuple, list)):
+            return tuple(self._key(item) for item in x)
+        if isinstance(x, dict):
+            return tuple((k, self._key(v)) for k, v in x.items())
         return x if isinstance(x, (int, float, bool, str, type(None), torch.dtype, torch.device)) else repr(x)
 
 
+_OP_KINDS: dict[object, frozenset[int] | None] = {}
+_SKIPPED_OPS: set = set()
+"""Views and random ops: never counted as repeats."""
+
+
+def _op_kind(func: Any) -> frozenset[int] | None:
+    """For an op that writes to its arguments, the positions it writes to; None for a pure op (worked out once per
+    op; views and random ops also go to `_SKIPPED_OPS`)."""
+    if func not in _OP_KINDS:
+        schema = func._schema
+        written = None
+        if schema.is_mutable:
+            written = frozenset(i for i, arg in enumerate(schema.arguments)
+                                if arg.alias_info is not None and arg.alias_info.is_write)
+        elif func.is_view or torch.Tag.nondeterministic_seeded in func.tags:
+            _SKIPPED_OPS.add(func)
+        _OP_KINDS[func] = written
+    return _OP_KINDS[func]
+
+
 class DoctorRecorder(PhaseCounter):
-    """Per phase: the counts and sites of `PhaseCounter`, and the repeated ops of each run (`RepeatFinder`)."""
+    """Per phase: the counts and sites of `PhaseCounter`, and the repeated ops of each run (`RepeatFinder`, one
+    per run, inside the counter's own dispatch mode)."""
 
     def __init__(self) -> None:
         super().__init__(sites=True, skip=(__file__,))
         self.repeats: dict[str, Counter] = {}
+        self._finders: list[RepeatFinder] = []
+        """The finders of the runs in progress (a stack: a phase may run inside another)."""
 
-    @contextlib.contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        finder = RepeatFinder(skip=(__file__, phases_module.__file__))
-        with super().phase(name), finder:
-            yield
-        self.repeats.setdefault(name, Counter()).update(finder.repeats)
+    def on_op(self, name: str) -> Callable[[Any, tuple, dict, list], None]:
+        self._finders.append(RepeatFinder(skip=(__file__, phases_module.__file__)))
+        return self._finders[-1].observe
+
+    def add(self, name: str, counts: Counts) -> None:
+        super().add(name, counts)
+        self.repeats.setdefault(name, Counter()).update(self._finders.pop().repeats)
 
 
 @dataclass
@@ -124,7 +145,7 @@ class Report:
     """Phase -> `file:line` -> ops that repeated an identical earlier call within the same run of the phase."""
 
     def per_step(self) -> dict[str, float]:
-        """Syncs, allocations and ops per env step over the phases that run once per step."""
+        """Syncs, allocations, ops and repeated ops per env step over the phases that run once per step."""
         totals = dict.fromkeys(BUDGET_KEYS, 0.0)
         for name, counts in self.phases.items():
             if self.unit.get(name) != "step":
@@ -136,8 +157,8 @@ class Report:
         return totals
 
     def sites(self) -> list[dict[str, Any]]:
-        """Every source line with what it caused per run of its phase, worst first (syncs, then allocations, then
-        ops)."""
+        """Every source line with what it caused per run of its phase, worst first (syncs, then repeated ops, then
+        allocations, then ops)."""
         rows = []
         for phase, counts in self.phases.items():
             n = self.per[phase]

@@ -7,11 +7,12 @@ import os
 import sys
 import weakref
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 HOST_READ_METHODS = frozenset({"item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"})
@@ -32,17 +33,38 @@ def _name(func: object) -> str:
     return getattr(func, "__name__", str(func))
 
 
+_SYNC_KIND: dict[object, str] = {}
+"""Op overload -> how it may sync (`always`, `copy`, `index`, `never`), worked out once per op."""
+
+
+def _sync_kind(op: torch._ops.OpOverload) -> str:
+    kind = _SYNC_KIND.get(op)
+    if kind is None:
+        name, tags = op._schema.name, getattr(op, "tags", ())
+        if name in SYNC_OPS:
+            kind = "always"
+        elif name in COPY_OPS:
+            kind = "copy"
+        elif name in INDEX_OPS:
+            kind = "index"
+        elif torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags:
+            kind = "always"
+        else:
+            kind = "never"
+        _SYNC_KIND[op] = kind
+    return kind
+
+
 def _is_sync_op(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
-    name = op._schema.name
-    if name in SYNC_OPS:
-        return True
-    if name in COPY_OPS:
-        return _is_device_to_host(name, args, kwargs)
-    if name in INDEX_OPS:
+    kind = _sync_kind(op)
+    if kind == "never":
+        return False
+    if kind == "copy":
+        return _is_device_to_host(op._schema.name, args, kwargs)
+    if kind == "index":
         indices = args[1] if len(args) > 1 else ()
         return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in indices)
-    tags = getattr(op, "tags", ())
-    return torch.Tag.dynamic_output_shape in tags or torch.Tag.data_dependent_output in tags
+    return True
 
 
 @dataclass
@@ -148,13 +170,17 @@ class _FunctionCounter(TorchFunctionMode):
 
 
 class _DispatchCounter(TorchDispatchMode):
-    def __init__(self, counts: Counts) -> None:
+    def __init__(self, counts: Counts, on_op: Callable[[Any, tuple, dict, list], None] | None = None) -> None:
         super().__init__()
         self.counts = counts
+        self.on_op = on_op
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._schema.name
         kwargs = kwargs or {}
+        tensors = tensors_in((args, kwargs))
+        if self.on_op is not None:
+            self.on_op(func, args, kwargs, tensors)
         counts = self.counts
         site = counts.site()
         counts.ops[name] += 1
@@ -164,10 +190,10 @@ class _DispatchCounter(TorchDispatchMode):
             counts.sync_ops[name] += 1
             if site is not None:
                 site.syncs[name] += 1
-        inputs = {_storage_ptr(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
+        inputs = {_storage_ptr(t) for t in tensors}
         out = func(*args, **kwargs)
-        for t in pytree.tree_leaves(out):
-            if isinstance(t, torch.Tensor) and _storage_ptr(t) not in inputs and t.untyped_storage().nbytes() > 0:
+        for t in tensors_in(out):
+            if _storage_ptr(t) not in inputs and t.untyped_storage().nbytes() > 0:
                 inputs.add(_storage_ptr(t))
                 nbytes = t.untyped_storage().nbytes()
                 counts.allocations += 1
@@ -176,6 +202,28 @@ class _DispatchCounter(TorchDispatchMode):
                     site.allocations += 1
                     site.allocated_bytes += nbytes
         return out
+
+
+def tensors_in(value: object) -> list[torch.Tensor]:
+    """The tensors in an aten op's arguments or results: tensors, nested in tuples, lists and dicts (a plain walk,
+    several times faster per op than a general pytree flatten)."""
+    found: list[torch.Tensor] = []
+    _collect(value, found)
+    return found
+
+
+def _collect(value: object, found: list[torch.Tensor]) -> None:
+    if isinstance(value, torch.Tensor):
+        found.append(value)
+    elif isinstance(value, (tuple, list)):
+        for item in value:
+            if isinstance(item, torch.Tensor):
+                found.append(item)
+            elif isinstance(item, (tuple, list, dict)):
+                _collect(item, found)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect(item, found)
 
 
 def _is_device_to_host(name: str, args: tuple, kwargs: dict) -> bool:
@@ -198,11 +246,14 @@ class count_syncs:
     >>> c.syncs, c.num_ops
     """
 
-    def __init__(self, sites: bool = False, skip: tuple[str, ...] = ()) -> None:
+    def __init__(self, sites: bool = False, skip: tuple[str, ...] = (),
+                 on_op: Callable[[Any, tuple, dict, list], None] | None = None) -> None:
         """`sites`: also attribute every event to the source line that caused it (`Counts.sites`), skipping
-        frames under the path prefixes `skip`."""
+        frames under the path prefixes `skip`. `on_op(op, args, kwargs, tensors)`: called before each dispatched
+        op runs, with the tensors among its arguments (another instrument in the same dispatch mode, e.g. the
+        doctor's repeat finder)."""
         self.counts = Counts(sites={} if sites else None, skip=skip)
-        self._modes = (_FunctionCounter(self.counts), _DispatchCounter(self.counts))
+        self._modes = (_FunctionCounter(self.counts), _DispatchCounter(self.counts, on_op))
 
     def __enter__(self) -> Counts:
         for mode in self._modes:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 import torch
 
@@ -89,14 +89,22 @@ class PhaseCounter:
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        counter = count_syncs(self.sites, (*self.skip, __file__))
+        counter = count_syncs(self.sites, (*self.skip, __file__), on_op=self.on_op(name))
         with counter:
             yield
+        self.add(name, counter.counts)
+
+    def on_op(self, name: str) -> Callable[[Any, tuple, dict, list], None] | None:
+        """What to call before each op of a run of phase `name` (see `count_syncs`); none here."""
+        return None
+
+    def add(self, name: str, counts: Counts) -> None:
+        """Add one run's counts to phase `name`'s."""
         total = self.counts.setdefault(name, Counts(sites={} if self.sites else None))
-        for key, site in (counter.counts.sites or {}).items():
+        for key, site in (counts.sites or {}).items():
             total.sites.setdefault(key, Site()).add(site)
-        total.host_reads.update(counter.counts.host_reads)
-        total.sync_ops.update(counter.counts.sync_ops)
-        total.ops.update(counter.counts.ops)
-        total.allocations += counter.counts.allocations
-        total.allocated_bytes += counter.counts.allocated_bytes
+        total.host_reads.update(counts.host_reads)
+        total.sync_ops.update(counts.sync_ops)
+        total.ops.update(counts.ops)
+        total.allocations += counts.allocations
+        total.allocated_bytes += counts.allocated_bytes
