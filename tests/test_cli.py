@@ -102,6 +102,26 @@ def test_help_documents_every_field(capsys) -> None:
     assert "Use PyTorch's fused AdamW kernel" in out
 
 
+def test_help_shows_what_the_task_reads_and_help_all_everything(capsys) -> None:
+    def help_of(*args: str) -> str:
+        with pytest.raises(SystemExit) as info:
+            main(["train", *args])
+        assert info.value.code == 0
+        return capsys.readouterr().out
+
+    cartpole = help_of("--task", "cartpole", "--help")
+    assert "--ppo.learning_rate" in cartpole and "--perf.fused_adamw" in cartpole
+    for other in ("--env.grid.map", "--losses.supervised", "--policy.token.", "--env.g1.history", "--perf.fast_history"):
+        assert other not in cartpole, other
+    assert "grid-arena: the MettaGrid map" not in cartpole  # a section with nothing left loses its title
+    grid = help_of("--task", "grid-arena", "--help")
+    assert "--env.grid.map" in grid and "--losses.supervised" in grid and "--perf.cpu_time_index" in grid
+    assert "--perf.compile " not in grid and "--env.g1.history" not in grid
+    everything = help_of("--task", "cartpole", "--help-all")
+    assert all(name in everything for name in ("--env.grid.map", "--losses.supervised", "--perf.fast_history"))
+    assert len(cartpole.splitlines()) < len(everything.splitlines()) / 2
+
+
 def test_preset_shows_in_help(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["train", "--task", "pendulum", "--help"])

@@ -131,6 +131,12 @@ def parse_train_config(argv: Sequence[str]):
                             description="Train PPO on a built-in task. Defaults shown are the task's preset.")
     parser.add_argument("--config", action="config", help="YAML file with any of the options below.")
     parser.add_class_arguments(TrainConfig, as_group=False, default=base)
+    if "--help-all" in argv:
+        print(parser.format_help())
+        raise SystemExit(0)
+    if any(a in ("-h", "--help") for a in argv):
+        print(task_help(parser.format_help(), base))
+        raise SystemExit(0)
     try:
         ns = parser.parse_args(list(argv))
     except Exception as e:
@@ -142,6 +148,62 @@ def parse_train_config(argv: Sequence[str]):
     cfg = validate(from_dict(TrainConfig, ns.as_dict()))
     check_task(cfg.task)
     return cfg
+
+
+SECTIONS_BY_READER = {
+    "--env.grid": lambda cfg: cfg.policy.kind == "recurrent",
+    "--policy.recurrent": lambda cfg: cfg.policy.kind == "recurrent",
+    "--losses": lambda cfg: cfg.policy.kind == "recurrent",
+    "--ppo.bptt_horizon": lambda cfg: cfg.policy.kind == "recurrent",
+    "--ppo.advantage": lambda cfg: cfg.policy.kind == "recurrent",
+    "--ppo.vtrace": lambda cfg: cfg.policy.kind == "recurrent",
+    "--ppo.minibatch_sampler": lambda cfg: cfg.policy.kind == "recurrent",
+    "--ppo.prio": lambda cfg: cfg.policy.kind == "recurrent",
+    "--env.g1": lambda cfg: cfg.task == "g1-track",
+    "--env.robot": lambda cfg: cfg.task == "g1-track",
+    "--env.motions": lambda cfg: cfg.task == "g1-track",
+    "--env.backend": lambda cfg: cfg.task == "g1-track",
+    "--policy.token": lambda cfg: cfg.task == "g1-track",
+}
+"""Option prefixes only some tasks read: `syncfree train --task T --help` shows them where `cfg` (the task's preset)
+reads them; `--help-all` shows everything."""
+
+
+def task_help(text: str, cfg: TrainConfig) -> str:
+    """The help of `syncfree train` without the options the task of `cfg` does not read, and a short usage line."""
+    from syncfree.algo.scope import switch_scope
+    from syncfree.core.device import resolve_device
+
+    hidden = tuple(prefix for prefix, reads in SECTIONS_BY_READER.items() if not reads(cfg))
+    inert = cfg.perf.inert_switches(switch_scope(cfg, resolve_device(cfg.device)))
+    hidden += tuple(f"--perf.{name} " for name in inert)  # the switches that change nothing for this task
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if not line.strip())  # the usage ends at the first blank line
+    out = [f"usage: syncfree train [--task TASK] [--config CONFIG] [--OPTION VALUE ...]  (the options {cfg.task} "
+           "reads, and the perf switches that act on it; --help-all lists them all)"]
+    group: list[str] = []
+    options = kept = 0
+
+    def flush() -> None:
+        nonlocal group, options, kept
+        if kept or not options:  # a group loses its title when all its options are hidden
+            out.extend(group)
+        group, options, kept = [], 0, 0
+
+    entry_hidden = False
+    for line in lines[start:]:
+        if not line.strip() or not line.startswith(" "):  # a blank line or a group's title starts a group
+            flush()
+            group.append(line)
+            continue
+        if line.startswith("  -"):  # an option: its continuation lines follow, indented further
+            entry_hidden = bool(hidden) and line.strip().startswith(hidden)
+            options += 1
+            kept += not entry_hidden
+        if not entry_hidden:
+            group.append(line)
+    flush()
+    return "\n".join(out)
 
 
 def task_in_config_file(path: str | None) -> str | None:
@@ -175,7 +237,7 @@ def unknown_key_hint(message: str) -> str:
 def cmd_train(argv: Sequence[str]) -> int:
     from syncfree.train import distributed
 
-    if any(a in ("-h", "--help") for a in argv):
+    if any(a in ("-h", "--help", "--help-all") for a in argv):
         parse_train_config(argv)  # prints the help and exits
     cfg = parse_train_config(argv)
     # under torchrun (WORLD_SIZE > 1): join the process group, one rank per process

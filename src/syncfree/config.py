@@ -58,6 +58,8 @@ class G1TrackOptions:
 
 @dataclass
 class EnvConfig:
+    """The environments: how many, their episode limit, and the options of the tasks that read them."""
+
     num_envs: int = 256
     """Parallel environments per process: under torchrun each rank steps its own `num_envs` envs, so an
     iteration collects `world_size x num_envs x ppo.steps_per_env` env steps."""
@@ -139,6 +141,8 @@ class RecurrentPolicyConfig:
 
 @dataclass
 class PolicyConfig:
+    """The policy's networks: the MLP actor and critic, and the token and recurrent policies' own sections."""
+
     actor_hidden: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the actor MLP."""
     critic_hidden: list[int] = field(default_factory=lambda: [64, 64])
@@ -159,6 +163,8 @@ class PolicyConfig:
 
 @dataclass
 class PPOConfig:
+    """PPO: rollout length, epochs and minibatches, learning rate and its schedule, losses' coefficients."""
+
     steps_per_env: int = 16
     """Rollout length per environment and iteration."""
     num_epochs: int = 4
@@ -232,6 +238,8 @@ class LossesConfig:
 
 @dataclass
 class LogConfig:
+    """Where a run writes (metrics, checkpoints, config) and what it logs to."""
+
     dir: str = "runs"
     """Root folder; each run writes `<dir>/<run_name>/` (metrics.jsonl, checkpoints, config)."""
     run_name: str = ""
