@@ -150,31 +150,21 @@ def parse_train_config(argv: Sequence[str]):
     return cfg
 
 
-SECTIONS_BY_READER = {
-    "--env.grid": lambda cfg: cfg.policy.kind == "recurrent",
-    "--policy.recurrent": lambda cfg: cfg.policy.kind == "recurrent",
-    "--losses": lambda cfg: cfg.policy.kind == "recurrent",
-    "--ppo.bptt_horizon": lambda cfg: cfg.policy.kind == "recurrent",
-    "--ppo.advantage": lambda cfg: cfg.policy.kind == "recurrent",
-    "--ppo.vtrace": lambda cfg: cfg.policy.kind == "recurrent",
-    "--ppo.minibatch_sampler": lambda cfg: cfg.policy.kind == "recurrent",
-    "--ppo.prio": lambda cfg: cfg.policy.kind == "recurrent",
-    "--env.g1": lambda cfg: cfg.task == "g1-track",
-    "--env.robot": lambda cfg: cfg.task == "g1-track",
-    "--env.motions": lambda cfg: cfg.task == "g1-track",
-    "--env.backend": lambda cfg: cfg.task == "g1-track",
-    "--policy.token": lambda cfg: cfg.task == "g1-track",
-}
-"""Option prefixes only some tasks read: `syncfree train --task T --help` shows them where `cfg` (the task's preset)
-reads them; `--help-all` shows everything."""
+RECURRENT_OPTIONS = ("--env.grid", "--policy.recurrent", "--losses", "--ppo.bptt_horizon", "--ppo.advantage",
+                     "--ppo.vtrace", "--ppo.minibatch_sampler", "--ppo.prio")
+"""Option prefixes only the recurrent algorithm reads (grid-arena)."""
+G1_TRACK_OPTIONS = ("--env.g1", "--env.robot", "--env.motions", "--env.backend", "--policy.token")
+"""Option prefixes only g1-track reads."""
 
 
 def task_help(text: str, cfg: TrainConfig) -> str:
-    """The help of `syncfree train` without the options the task of `cfg` does not read, and a short usage line."""
+    """The help of `syncfree train` without the options the task of `cfg` (its preset) does not read and the perf
+    switches inert for it, under a one-line usage (`--help-all` shows everything)."""
     from syncfree.algo.scope import switch_scope
     from syncfree.core.device import resolve_device
 
-    hidden = tuple(prefix for prefix, reads in SECTIONS_BY_READER.items() if not reads(cfg))
+    hidden = (() if cfg.policy.kind == "recurrent" else RECURRENT_OPTIONS) + (
+        () if cfg.task == "g1-track" else G1_TRACK_OPTIONS)
     inert = cfg.perf.inert_switches(switch_scope(cfg, resolve_device(cfg.device)))
     hidden += tuple(f"--perf.{name} " for name in inert)  # the switches that change nothing for this task
     lines = text.splitlines()
