@@ -26,6 +26,7 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
     "deferred_episode_stats": [("train/monitors.py", "deferred=perf.deferred_episode_stats", "deferred=False")],
     "deferred_nonfinite_check": [("train/monitors.py", "deferred=perf.deferred_nonfinite_check", "deferred=False")],
     "grad_finite_from_norm": [("algo/optim.py", "if not self.perf.grad_finite_from_norm:", "if True:")],
+    "device_loss_stats": [("algo/feedforward.py", "None if perf.device_loss_stats else", "None if False else")],
     "fused_adamw": [("algo/optim.py", "fused=perf.fused_adamw or None", "fused=None")],
     "device_adaptive_lr": [("algo/optim.py", "self.adaptive and perf.device_adaptive_lr", "False")],
     "validate_distributions": [("policy/build.py", "validate_distributions=cfg.perf.validate_distributions",

@@ -75,7 +75,7 @@ def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     size = result["sizes"][0]
     live = {name.split()[-1] for name in size["configs"] if name.startswith(("optimized - ", "baseline + "))}
     assert live == {"deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm", "fused_adamw",
-                    "device_adaptive_lr", "zero_grad_set_to_none", "deterministic", "autocast"}  # eager, 16 envs
+                    "device_adaptive_lr", "device_loss_stats", "zero_grad_set_to_none", "deterministic", "autocast"}  # eager, 16 envs
     assert len(size["configs"]) == 2 + 2 * len(live) + 1  # and the variant `optimized, autocast=bf16`
     assert size["configs"]["optimized, autocast=bf16"]["hardware_fraction"]["dtype"] == "bfloat16"
     assert set(result["skipped_rows"]) >= {"optimized - critic_chunk_size", "baseline + gate_full_log_probs"}

@@ -103,6 +103,7 @@ def test_a_non_finite_gradient_skips_the_step_like_fused_adamw() -> None:
     """NaN advantages give NaN gradients on every minibatch: parameters and AdamW state stay as they were and
     every step is counted as skipped, as the conventional update with `grad_finite_from_norm` does."""
     pair = trained_pair("pendulum")
+    assert pair[1].algorithm.whole_step.skip_nonfinite
     for trainer in pair:
         trainer.algorithm.storage.advantages.fill_(float("nan"))
     conventional, whole = pair
@@ -135,10 +136,26 @@ def test_checkpoints_move_between_modes() -> None:
     assert_same_parameters_and_moments(conventional, again)
 
 
-@pytest.mark.parametrize(("perf", "reason"), [({"grad_finite_from_norm": False}, "grad_finite_from_norm"),
+def test_without_the_finiteness_check_every_step_is_taken_as_conventionally() -> None:
+    """`grad_finite_from_norm` off (rsl_rl): the whole step takes non-finite steps as the conventional update does,
+    and both agree on finite ones."""
+    pair = trained_pair("pendulum", grad_finite_from_norm=False)
+    conventional, whole = pair
+    assert whole.algorithm.whole_step is not None and not whole.algorithm.whole_step.skip_nonfinite
+    stats = update_both(pair)
+    torch.testing.assert_close(stats[0], stats[1], rtol=1e-4, atol=1e-7)
+    assert_same_parameters_and_moments(conventional, whole)
+    for trainer in pair:
+        trainer.algorithm.storage.advantages.fill_(float("nan"))
+    stats = update_both(pair)
+    for trainer_stats in stats:  # no step skipped: the NaN reaches the parameters, as in rsl_rl
+        assert trainer_stats["skipped_steps"] == 0 and trainer_stats["non_finite_parameters"] == 1
+
+
+@pytest.mark.parametrize(("perf", "reason"), [({"device_loss_stats": False}, "device_loss_stats"),
                                               ({"device_adaptive_lr": False}, "device_adaptive_lr")])
 def test_switches_with_host_reads_keep_the_conventional_update(perf: dict, reason: str) -> None:
-    """Their off paths read the host between the backward and the step, which a whole graph cannot hold."""
+    """Their off paths read the host inside the minibatch update, which a whole graph cannot hold."""
     trainer = Runner(small_config("pendulum", compile="step", **perf))
     assert trainer.algorithm.whole_step is None
     assert reason in trainer.algorithm.whole_step_fallback()

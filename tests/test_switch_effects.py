@@ -30,7 +30,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 EFFECT_TESTS = {
     "deferred_episode_stats": "test_switch_effects.py::test_deferred_episode_stats_reads_no_finished_episode_per_step",
     "deferred_nonfinite_check": "test_switch_effects.py::test_deferred_nonfinite_check_reads_nothing_per_step",
-    "grad_finite_from_norm": "test_switch_effects.py::test_grad_finite_from_norm_reads_no_parameter_per_minibatch",
+    "grad_finite_from_norm": "test_switch_effects.py::test_grad_finite_from_norm_skips_a_non_finite_step_unread",
+    "device_loss_stats": "test_switch_effects.py::test_device_loss_stats_reads_no_loss_per_minibatch",
     "fused_adamw": "test_switch_effects.py::test_fused_adamw_runs_one_fused_kernel_per_step",
     "device_adaptive_lr": "test_switch_effects.py::test_device_adaptive_lr_reads_no_kl_per_minibatch",
     "validate_distributions": "test_switch_effects.py::test_validate_distributions_reads_the_host_per_step",
@@ -129,11 +130,29 @@ def test_deferred_nonfinite_check_reads_nothing_per_step() -> None:
     assert off.host_reads["__bool__"] >= 2 * 4, reads(off)  # observations and rewards, every step
 
 
-def test_grad_finite_from_norm_reads_no_parameter_per_minibatch() -> None:
-    on = warm(one_switch("pendulum", "grad_finite_from_norm", True))
-    off = warm(one_switch("pendulum", "grad_finite_from_norm", False))
-    assert count_minibatch(on).syncs == 0
-    assert count_minibatch(off).host_reads["__bool__"] >= len(list(off.policy.parameters()))
+def test_grad_finite_from_norm_skips_a_non_finite_step_unread() -> None:
+    """On, a NaN gradient leaves the parameters alone and is counted, without a host read; off (rsl_rl, which
+    checks nothing) it reaches AdamW and the parameters."""
+    def nan_step(optimized: bool) -> tuple[Runner, Counts, int]:
+        runner = warm(one_switch("pendulum", "grad_finite_from_norm", optimized))
+        skipped = int(runner.algorithm.optim.skipped_steps)
+        hook = runner.policy.critic[0].weight.register_hook(lambda g: torch.full_like(g, float("nan")))
+        counts = count_minibatch(runner)
+        hook.remove()
+        return runner, counts, int(runner.algorithm.optim.skipped_steps) - skipped
+
+    (on, on_counts, on_skipped), (off, off_counts, off_skipped) = nan_step(True), nan_step(False)
+    assert on_counts.syncs == 0 and on_skipped == 1
+    assert all(torch.isfinite(p).all() for p in on.policy.parameters())
+    assert off_counts.syncs == 0 and off_skipped == 0
+    assert not torch.isfinite(off.policy.critic[0].weight).all()
+
+
+def test_device_loss_stats_reads_no_loss_per_minibatch() -> None:
+    on = count_minibatch(warm(one_switch("pendulum", "device_loss_stats", True)))
+    off = count_minibatch(warm(one_switch("pendulum", "device_loss_stats", False)))
+    assert on.syncs == 0
+    assert off.host_reads == {"item": 3}, reads(off)  # surrogate, value and entropy, as rsl_rl logs them
 
 
 def test_fused_adamw_runs_one_fused_kernel_per_step() -> None:

@@ -104,8 +104,12 @@ class Algorithm(ABC):
             loss.backward()
         with self.phases("update.optimizer"):
             grad_norm = self.optim.step(kl_mean)
-            with torch.no_grad():
-                self.stats.add_(torch.stack((*parts, grad_norm)))
+            self.add_statistics(parts, grad_norm)
+
+    def add_statistics(self, parts: Sequence[Tensor], grad_norm: Tensor) -> None:
+        """Add one minibatch's statistics to `stats`, on the device."""
+        with torch.no_grad():
+            self.stats.add_(torch.stack((*parts, grad_norm)))
 
     @abstractmethod
     def storage_tensors(self) -> list[Tensor]:

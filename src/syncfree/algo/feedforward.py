@@ -10,6 +10,7 @@ compiled graph. The minibatch update is a compiled forward and loss (`hot`), or 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -31,6 +32,10 @@ log = logging.getLogger("syncfree")
 UPDATE_STATS = ("surrogate_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "grad_norm")
 """Means over the iteration's minibatches; followed by `skipped_steps` (a count) and `learning_rate`. A policy with
 an auxiliary loss (the token policy's reconstruction) adds `reconstruction_loss` before `grad_norm`."""
+
+RSL_RL_LOGGED = 3
+"""The first statistics, the losses rsl_rl's update logs: with `device_loss_stats` off they are read with `.item()`
+at every minibatch, as rsl_rl reads them."""
 
 
 class FeedForwardPPO(Algorithm):
@@ -56,6 +61,8 @@ class FeedForwardPPO(Algorithm):
         if self.auxiliary_loss is not None:
             self.stat_names = (*UPDATE_STATS[:-1], "reconstruction_loss", UPDATE_STATS[-1])
         self.stats = torch.zeros(len(self.stat_names), device=device)
+        self.host_loss_sums: list[float] | None = None if perf.device_loss_stats else [0.0] * RSL_RL_LOGGED
+        """`device_loss_stats` off: the logged losses summed on the host, as rsl_rl sums them."""
 
         use_cuda_graphs(perf, device)  # rejects cuda_graphs=on off a GPU
         self._act_step = hot(self.act_step, perf, device)
@@ -72,7 +79,7 @@ class FeedForwardPPO(Algorithm):
         elif perf.compile == "step":
             adapt = self.optim.next_learning_rate if self.optim.adaptive else None
             self.whole_step = MinibatchStep(policy, self.minibatch_losses, self.optim.optimizer, cfg.max_grad_norm,
-                                            adapt)
+                                            adapt, skip_nonfinite=perf.grad_finite_from_norm)
             self._whole_step = hot(self.whole_step, perf, device)
 
     # -- rollout -------------------------------------------------------------------------------------------
@@ -153,6 +160,8 @@ class FeedForwardPPO(Algorithm):
         batch_size = data.returns.shape[0]
         minibatch_size = batch_size // cfg.num_minibatches
         self.stats.zero_()
+        if self.host_loss_sums is not None:
+            self.host_loss_sums = [0.0] * RSL_RL_LOGGED
         self.optim.begin_update()
         state = None
         if self.whole_step is not None:
@@ -169,6 +178,8 @@ class FeedForwardPPO(Algorithm):
                         self.optim.track_skips()
                 else:
                     self.minibatch_update(Batch(*(x[idx] for x in data)))
+        if self.host_loss_sums is not None:  # the host's sums join the device statistics (no host read)
+            self.stats[:RSL_RL_LOGGED].copy_(torch.tensor(self.host_loss_sums))
 
     def statistics(self) -> dict[str, Tensor]:
         means = self.stats / (self.cfg.num_epochs * self.cfg.num_minibatches)
@@ -183,8 +194,8 @@ class FeedForwardPPO(Algorithm):
         the optimizer step, on the host or in a collective."""
         if self.dist is not None:
             return "several processes (the gradient all-reduce)"
-        if not self.perf.grad_finite_from_norm:
-            return "perf.grad_finite_from_norm=false"
+        if not self.perf.device_loss_stats:
+            return "perf.device_loss_stats=false"
         if self.optim.adaptive and not self.perf.device_adaptive_lr:
             return "perf.device_adaptive_lr=false"
         return None
@@ -201,6 +212,15 @@ class FeedForwardPPO(Algorithm):
         with self.phases("update.forward"):
             loss, parts, kl_mean = self.losses(mb)
         self.backward_and_step(loss, parts, kl_mean)
+
+    def add_statistics(self, parts: Sequence[Tensor], grad_norm: Tensor) -> None:
+        if self.host_loss_sums is None:
+            super().add_statistics(parts, grad_norm)
+            return
+        for i, part in enumerate(parts[:RSL_RL_LOGGED]):  # rsl_rl: `mean_value_loss += value_loss.item()`, ...
+            self.host_loss_sums[i] += part.item()
+        with torch.no_grad():
+            self.stats[RSL_RL_LOGGED:].add_(torch.stack((*parts[RSL_RL_LOGGED:], grad_norm)))
 
     def minibatch_losses(self, mb: Batch) -> tuple[Tensor, tuple[Tensor, ...], Tensor]:
         """The loss to minimize; its parts (surrogate, value loss, entropy, KL, clip fraction, and the reconstruction

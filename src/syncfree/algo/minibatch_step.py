@@ -61,15 +61,18 @@ class MinibatchStep:
     """`step(data, idx, state)`: one whole minibatch update on the rows `idx` of the flat rollout `data`.
 
     `losses(mb) -> (loss, parts, kl_mean)` is PPO's pure loss function of the policy's parameters; `adapt(lr, kl)`
-    returns the next learning rate (or None for a fixed schedule). The state the step updates in place comes as
-    arguments (`StepState`), not as attributes: a compiled graph updates its inputs."""
+    returns the next learning rate (or None for a fixed schedule); `skip_nonfinite` (`grad_finite_from_norm`):
+    a step whose gradient norm is not finite leaves parameters and AdamW state alone and is counted, else it is
+    taken as rsl_rl takes it. The state the step updates in place comes as arguments (`StepState`), not as
+    attributes: a compiled graph updates its inputs."""
 
     def __init__(self, policy: nn.Module, losses: LossFn, optimizer: torch.optim.AdamW, max_grad_norm: float,
-                 adapt: Callable[[Tensor, Tensor], Tensor] | None) -> None:
+                 adapt: Callable[[Tensor, Tensor], Tensor] | None, skip_nonfinite: bool = True) -> None:
         self.loss_module = _LossModule(policy, losses)
         self.names = [f"policy.{n}" for n, p in policy.named_parameters() if p.requires_grad]
         self.params = [p for p in policy.parameters() if p.requires_grad]
         self.optimizer, self.max_grad_norm, self.adapt = optimizer, max_grad_norm, adapt
+        self.skip_nonfinite = skip_nonfinite
         group = optimizer.param_groups[0]
         self.betas, self.eps, self.weight_decay = tuple(group["betas"]), group["eps"], group["weight_decay"]
 
@@ -108,16 +111,16 @@ class MinibatchStep:
             if self.adapt is not None:
                 lr.copy_(self.adapt(lr, kl_mean))
             grad_norm, coefficient = global_norm_clip_coefficient(grads, self.max_grad_norm)
-            finite = torch.isfinite(grad_norm)
+            finite = torch.isfinite(grad_norm) if self.skip_nonfinite else None
             for p, g, m, v, step in zip(state.params, grads, state.moments, state.squares, state.steps, strict=True):
                 next_step = step + 1
-                new_p, new_m, new_v = adamw_update(p, g * coefficient, m, v, next_step, lr, self.betas, self.eps,
-                                                   self.weight_decay)
-                p.copy_(torch.where(finite, new_p, p))  # a non-finite gradient leaves parameters and state alone
-                m.copy_(torch.where(finite, new_m, m))
-                v.copy_(torch.where(finite, new_v, v))
-                step.copy_(torch.where(finite, next_step, step))
-            state.skipped.add_(finite.logical_not().long())
+                new = (next_step, *adamw_update(p, g * coefficient, m, v, next_step, lr, self.betas, self.eps,
+                                                self.weight_decay))
+                for old, value in zip((step, p, m, v), new, strict=True):
+                    # a non-finite gradient leaves parameters and state alone
+                    old.copy_(value if finite is None else torch.where(finite, value, old))
+            if finite is not None:
+                state.skipped.add_(finite.logical_not().long())
             state.stats.add_(torch.stack((*parts, grad_norm)))
 
 

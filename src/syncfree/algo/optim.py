@@ -88,16 +88,12 @@ class PolicyOptimizer:
         self._skipped_last.copy_(self.skipped_steps)
 
     def clip_and_step(self) -> Tensor:
-        """Clip the global gradient norm and step, skipping (and counting) steps with non-finite gradients."""
-        if not self.perf.grad_finite_from_norm:
-            finite = all(bool(torch.isfinite(p.grad).all()) for p in self.params if p.grad is not None)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-            if finite:
-                self.optimizer.step()
-            else:
-                self.skipped_steps.add_(1)
-            return grad_norm
+        """Clip the global gradient norm and step, skipping (and counting) steps with non-finite gradients
+        (`grad_finite_from_norm`; off, every step is taken, as in rsl_rl)."""
         grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        if not self.perf.grad_finite_from_norm:  # rsl_rl: no check, a non-finite gradient reaches AdamW
+            self.optimizer.step()
+            return grad_norm
         torch.logical_not(torch.isfinite(grad_norm), out=self.found_inf)
         self.skipped_steps.add_(self.found_inf.long())
         if self.perf.fused_adamw:

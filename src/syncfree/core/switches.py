@@ -46,6 +46,8 @@ def _only_for(where: str, **wanted: Any) -> Inert:
 
 _FEEDFORWARD = _only_for("in the feed-forward algorithm (the recurrent one runs eagerly, float32, with its own "
                          "action sampling)", algorithm="feedforward")
+_RSL_RL_UPDATE = _only_for("in the feed-forward algorithm (rsl_rl's update; the recurrent one keeps its statistics "
+                           "on the device)", algorithm="feedforward")
 _RECURRENT = _only_for("in the recurrent algorithm's segment buffer (grid-arena)", algorithm="recurrent")
 _ENV_LAYER = _only_for("in a manager-based env (g1-track)", env_layer=True)
 _ISAACLAB = _only_for("on Isaac Lab env configs (PhysX); syncfree's own physics has no partitions", isaaclab=True)
@@ -54,9 +56,9 @@ _TOKEN_POLICY = _only_for("in the token-encoder policy (policy.kind=token)", pol
 
 def _whole_step_graph(scope: Scope, perf: PerfConfig) -> str | None:
     """Inert where the minibatch update is one compiled graph (`compile=step`, feed-forward, one process, the
-    optimized finiteness and learning-rate paths): its AdamW and gradients are the graph's own."""
-    if (scope.algorithm == "feedforward" and perf.compile == "step" and perf.grad_finite_from_norm
-            and perf.device_adaptive_lr and scope.world_size == 1):
+    optimized loss-statistics and learning-rate paths): its AdamW and gradients are the graph's own."""
+    if (scope.algorithm == "feedforward" and perf.compile == "step" and perf.device_loss_stats
+            and (perf.device_adaptive_lr or not scope.adaptive_lr) and scope.world_size == 1):
         return "compile=step makes the whole minibatch update one graph with its own AdamW and gradients"
     return None
 
@@ -132,8 +134,9 @@ class PerfConfig:
 
     grad_finite_from_norm: bool = switch(baseline=False, optimized=True, seed="humanoid: fast_gradient_finite_check")
     """Judge gradient finiteness from the clipped global norm and skip a bad step without a host read
-    (fused AdamW's `found_inf`; one read with the plain optimizer). Off: per-parameter `isfinite` checks
-    read on the host."""
+    (fused AdamW's `found_inf`; one read with the plain optimizer). Off: rsl_rl 5.5.1, which checks nothing: a
+    non-finite gradient reaches AdamW. (The humanoid pipeline's check before its change, an `isfinite` read per
+    parameter tensor, did more than rsl_rl and is not kept.)"""
 
     fused_adamw: bool = switch(baseline=False, optimized=True, seed="humanoid: optim adamw_torch_fused",
                                inert=_whole_step_graph)
@@ -145,6 +148,13 @@ class PerfConfig:
     """Keep the KL-adaptive learning rate in a float64 device tensor updated with `torch.where`. Off: compare
     the KL on the host every minibatch and write a Python float into the optimizer. Inert on a fixed schedule
     (`ppo.schedule=fixed`, grid-arena's preset)."""
+
+    device_loss_stats: bool = switch(baseline=False, optimized=True, seed="rsl_rl loss logs, on device",
+                                     inert=_RSL_RL_UPDATE)
+    """Sum the update's statistics over the minibatches on the device and read them once per iteration, with the
+    iteration's host transfer. Off: rsl_rl 5.5.1's update, which reads the three losses it logs (surrogate, value,
+    entropy) with `.item()` at every minibatch and sums them on the host; the statistics rsl_rl does not log (KL,
+    clip fraction, gradient norm) stay on the device. The recurrent algorithm keeps its statistics on the device."""
 
     validate_distributions: bool = switch(baseline=False, optimized=False, seed="torch.distributions validation",
                                           check=True, inert=_FEEDFORWARD)
@@ -170,8 +180,8 @@ class PerfConfig:
     step of envs that offer it (the built-in torch tasks, `VecEnv.compile_step`), the advantages, and each
     minibatch's forward and losses (its backward is compiled with it). `step`: the same, and the whole minibatch
     update (gather, forward, losses, gradients by `torch.func`, adaptive learning rate, clip, AdamW with the skip on
-    non-finite gradients) as one graph (`syncfree.algo.minibatch_step`); with `grad_finite_from_norm` or
-    `device_adaptive_lr` off, whose conventional paths read the host between backward and step, and with several
+    non-finite gradients) as one graph (`syncfree.algo.minibatch_step`); with `device_loss_stats` or
+    `device_adaptive_lr` off, whose conventional paths read the host inside the minibatch update, and with several
     processes (the gradient all-reduce), the update is compiled as in `hot`. The first iteration pays the compile
     time. Needs `validate_distributions=false` (validation reads the host inside the graph). Off: eager PyTorch.
     The recurrent algorithm (grid-arena) runs eagerly whatever this says: compiled, its token encoder's forward and
