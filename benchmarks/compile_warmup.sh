@@ -1,8 +1,8 @@
 #!/bin/bash
 # First-iteration time of a compiled preset: a run with empty compile caches, then the same config again.
 #   bash benchmarks/compile_warmup.sh [task] [iterations]
-# torch keeps its compile caches in TORCHINDUCTOR_CACHE_DIR (default /tmp/torchinductor_<user>); this script
-# points it at a fresh folder so that the first run starts cold.
+# torch keeps its compile caches in TORCHINDUCTOR_CACHE_DIR (syncfree's default: ~/.cache/syncfree/torchinductor);
+# this script points it at a fresh folder so that the first run starts cold.
 set -euo pipefail
 task=${1:-pendulum}
 iterations=${2:-3}

@@ -10,6 +10,7 @@ import pytest
 
 from syncfree.cli import main
 from syncfree.config import PerfConfig, TrainConfig, from_dict, to_dict
+from syncfree.train import checkpoint
 
 
 def test_train_then_eval(capsys, tmp_path: Path) -> None:
@@ -235,6 +236,31 @@ def test_tensorboard_counts_env_steps_and_a_resume_replaces_what_it_repeats(tmp_
     assert [(e.step, e.value) for e in iterations] == [(128, 1.0), (256, 2.0)]  # iteration 3 of the first run purged
     assert [e.step for e in events.Scalars("value_loss")] == [128, 256]
     assert [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_wandb_logs_to_the_configured_project_and_a_resume_continues_its_run(tmp_path: Path,
+                                                                             monkeypatch) -> None:
+    """In W&B's offline mode (files only): project, entity and group as configured; the run id is saved with the
+    checkpoints and a resume logs to the same run (W&B's sync merges the two offline folders); `log.wandb_id` names
+    the run."""
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    args = ["--task", "pendulum", "--env.num_envs", "16", "--ppo.steps_per_env", "8", "--log.dir", str(tmp_path),
+            "--log.progress", "false", "--log.wandb", "true", "--log.wandb_project", "proj-x",
+            "--log.wandb_entity", "team-y", "--log.wandb_group", "group-z"]
+    assert main(["train", "--iterations", "2", "--log.run_name", "run", *args]) == 0
+    run = tmp_path / "run"
+    wandb_id = checkpoint.load(run / "latest.pt")["wandb_id"]
+    assert wandb_id
+    assert main(["train", "--resume", str(run / "latest.pt"), "--iterations", "3"]) == 0
+    assert checkpoint.load(run / "latest.pt")["wandb_id"] == wandb_id
+    folders = sorted((run / "wandb").glob("offline-run-*"))
+    assert len(folders) == 2 and all(f"-{wandb_id}" in f.name for f in folders), [f.name for f in folders]
+    first = (folders[0] / f"run-{wandb_id}.wandb").read_bytes()
+    assert all(text in first for text in (b"proj-x", b"team-y", b"group-z", b"value_loss", b"env_steps"))
+    assert main(["train", "--iterations", "1", "--log.run_name", "named", "--log.wandb_id", "chosen1", *args]) == 0
+    assert list((tmp_path / "named" / "wandb").glob("offline-run-*-chosen1"))
 
 
 def test_a_compiled_run_says_its_first_iteration_compiles(tmp_path: Path, caplog) -> None:

@@ -153,6 +153,23 @@ def test_a_host_read_inside_a_compiled_function_fails_loudly() -> None:
         trainer.learn()
 
 
+def test_compiled_kernels_are_kept_outside_the_temporary_folder(tmp_path, monkeypatch) -> None:
+    """`hot` points torch's compile caches at `~/.cache/syncfree/torchinductor` (XDG_CACHE_HOME respected), where
+    the next run of the same config finds them; a `TORCHINDUCTOR_CACHE_DIR` the user set is kept."""
+    from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", default_cache_dir())  # as torch sets it when it first looks
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    ours = tmp_path / "cache" / "syncfree" / "torchinductor"
+    double = hot(lambda x: torch.sin(x) * 2.0, PerfConfig(compile="hot"), torch.device("cpu"))
+    assert cache_dir() == str(ours)
+    double(torch.arange(4.0))
+    assert any(path.is_file() for path in ours.rglob("*"))  # compiled code written there
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    hot(lambda x: x + 1, PerfConfig(compile="hot"), torch.device("cpu"))
+    assert cache_dir() == str(tmp_path / "mine")
+
+
 def test_compile_with_validated_distributions_is_refused() -> None:
     with pytest.raises(UserError, match=r"perf\.validate_distributions"):
         Runner(small_config("cartpole", compile="hot", validate_distributions=True))

@@ -1,6 +1,6 @@
 """The README and docs/ stay true: every relative link resolves, every page is reachable from the README, and
 every documented command is checked. `syncfree train` commands run for one iteration (compiling is off in the
-suite), `eval`, `export`, `plot`, `tasks` and `switches` run on a small run trained here, which stands in for
+suite), `eval`, `play`, `export`, `plot`, `tasks` and `switches` run on a small run trained here, which stands in for
 `runs/<run>`; `bench`, `doctor`, `torchrun` and commands naming the reader's own files are parsed with the
 command's own parser (every option must exist and validate); benchmark scripts must exist and know their flags."""
 
@@ -136,7 +136,7 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
         return "parsed"
     if sub == "export":
         pytest.importorskip("onnx")
-    if sub in ("eval", "export", "plot", "tasks", "switches"):
+    if sub in ("eval", "play", "export", "plot", "tasks", "switches"):
         assert cli.main(words[1:]) == 0, command
         return "ran"
     raise AssertionError(f"no check for {command!r}")

@@ -18,7 +18,7 @@ LAYERS = {
     "policy": 2,
     "algo": 3,
     "train": 4,
-    "bench": 5, "doctor": 5, "export": 5, "cli": 5, "api": 5, "plot": 5, "__main__": 5, "": 5,
+    "bench": 5, "doctor": 5, "export": 5, "cli": 5, "api": 5, "plot": 5, "play": 5, "__main__": 5, "": 5,
 }
 """Each top-level part's layer: a module may import its own layer's parts and those below, never above."""
 

@@ -25,12 +25,14 @@ log = logging.getLogger("syncfree")
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
-    commands = {"train": cmd_train, "eval": cmd_eval, "export": cmd_export, "plot": cmd_plot, "bench": cmd_bench,
-                "tasks": cmd_tasks, "switches": cmd_switches, "doctor": cmd_doctor}
+    logging.getLogger("OpenGL").setLevel(logging.WARNING)  # PyOpenGL (rendering) reports its optional modules
+    commands = {"train": cmd_train, "eval": cmd_eval, "play": cmd_play, "export": cmd_export, "plot": cmd_plot,
+                "bench": cmd_bench, "tasks": cmd_tasks, "switches": cmd_switches, "doctor": cmd_doctor}
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: syncfree {train,eval,export,plot,bench,doctor,tasks,switches} [--help]\n\n"
+        print("usage: syncfree {train,eval,play,export,plot,bench,doctor,tasks,switches} [--help]\n\n"
               "  train     train PPO on a task (default: cartpole, on CPU unless CUDA is available)\n"
               "  eval      run a checkpoint's deterministic policy for N episodes and print the mean return\n"
+              "  play      record a checkpoint's policy acting in one env as a video (MP4 or GIF)\n"
               "  export    write a checkpoint's deterministic actor as ONNX graphs (normalizer included)\n"
               "  plot      draw runs' learning curves (seeds of one config as mean and band) to a PNG\n"
               "  bench     time, count and compare configurations of the perf switches\n"
@@ -246,6 +248,7 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
     """`syncfree train` on this process (one rank of several when `dist` is given)."""
     from syncfree.algo.scope import warn_inert_switches
     from syncfree.api import default_run_name
+    from syncfree.core.compile import compile_cache_dir
     from syncfree.train import checkpoint
     from syncfree.train.runner import Runner
 
@@ -273,7 +276,7 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
         warn_inert_switches(cfg, trainer.switch_scope())
     if trainer.compiles_first_iteration() and trainer.iteration < cfg.iterations:
         info("perf.compile=%s: the first iteration compiles the loop (seconds to minutes on a CPU; a later run of "
-             "the same config reuses torch's compile caches)", cfg.perf.compile)
+             "the same config reuses torch's compile caches in %s)", cfg.perf.compile, compile_cache_dir())
 
     def request_stop(signum, frame):
         if trainer.stop_requested:
@@ -307,11 +310,24 @@ def saved_line(path: Path | None) -> str:
     return f"checkpoint {path}" if path is not None else "no checkpoint written (no iteration finished)"
 
 
-def cmd_eval(argv: Sequence[str]) -> int:
+def policy_from_checkpoint(path: str, device: str):
+    """(the checkpoint's config, a runner holding its policy) for `eval` and `play`."""
     from syncfree.config import TrainConfig, from_dict
     from syncfree.train import checkpoint
+    from syncfree.train.runner import Runner
+
+    state = checkpoint.load(path)
+    cfg = from_dict(TrainConfig, state["config"])
+    cfg.device, cfg.log.progress = device, False
+    trainer = Runner(cfg)
+    trainer.load_state_dict(state, source=f"checkpoint {path}", resume=False)
+    trainer.close()
+    return cfg, trainer
+
+
+def cmd_eval(argv: Sequence[str]) -> int:
     from syncfree.train.evaluate import evaluate, evaluate_recurrent
-    from syncfree.train.runner import Runner, make_task_env
+    from syncfree.train.runner import make_task_env
 
     parser = argparse.ArgumentParser(prog="syncfree eval",
                                      description="Run a checkpoint's deterministic policy and print the mean return.")
@@ -322,12 +338,7 @@ def cmd_eval(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     if args.episodes < 1:
         raise UserError(f"--episodes={args.episodes} is invalid; allowed: an integer >= 1")
-    state = checkpoint.load(args.checkpoint)
-    cfg = from_dict(TrainConfig, state["config"])
-    cfg.device, cfg.log.progress = args.device, False
-    trainer = Runner(cfg)
-    trainer.load_state_dict(state, source=f"checkpoint {args.checkpoint}", resume=False)
-    trainer.close()
+    cfg, trainer = policy_from_checkpoint(args.checkpoint, args.device)
     env = make_task_env(cfg, args.episodes, trainer.device, args.seed)
     if cfg.policy.kind == "recurrent":  # --episodes simulations, every agent's first episode
         returns = evaluate_recurrent(trainer.policy, env)
@@ -341,6 +352,72 @@ def cmd_eval(argv: Sequence[str]) -> int:
     print(f"{cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over {episodes} "
           f"(min {returns.min():.2f}, max {returns.max():.2f}; checkpoint at iteration {trainer.iteration})")
     return 0
+
+
+def cmd_play(argv: Sequence[str]) -> int:
+    import os
+
+    from tqdm import tqdm
+
+    parser = argparse.ArgumentParser(prog="syncfree play", description="Record a checkpoint's deterministic policy "
+                                     "acting in one env as a video: g1-track rendered by MuJoCo (the policy's robot "
+                                     "beside its translucent reference; headless through EGL or OSMesa), Gymnasium "
+                                     "envs by their own renderer, the classic tasks as 2-D drawings.")
+    parser.add_argument("checkpoint", help="checkpoint file (e.g. runs/<run>/latest.pt)")
+    parser.add_argument("--video", type=Path, default=None,
+                        help="output file, .mp4 or .gif (default: play.mp4 beside the checkpoint)")
+    parser.add_argument("--steps", type=int, default=300, help="env steps to record (default 300)")
+    parser.add_argument("--fps", type=float, default=0.0,
+                        help="frames per second (default: real time for the env's control step, else 30)")
+    parser.add_argument("--width", type=int, default=640, help="frame width in pixels (default 640)")
+    parser.add_argument("--height", type=int, default=480, help="frame height in pixels (default 480)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    parser.add_argument("--seed", type=int, default=12345, help="environment seed (default 12345)")
+    args = parser.parse_args(argv)
+    for name, low in (("steps", 1), ("width", 16), ("height", 16)):
+        if getattr(args, name) < low:
+            raise UserError(f"--{name}={getattr(args, name)} is invalid; allowed: an integer >= {low}")
+    video = args.video or Path(args.checkpoint).parent / "play.mp4"
+    if video.suffix.lower() not in (".mp4", ".gif"):
+        raise UserError(f"--video {video}: unknown format {video.suffix or '(no suffix)'!r}; allowed: .mp4, .gif")
+    if not os.environ.get("DISPLAY"):
+        os.environ.setdefault("MUJOCO_GL", "egl")  # read by renderers when they make their OpenGL context
+    from syncfree.play import drawer, play, real_time_fps, write_video
+
+    cfg, trainer = policy_from_checkpoint(args.checkpoint, args.device)
+    if cfg.policy.kind == "recurrent":
+        raise UserError(f"play: {cfg.task} cannot be drawn (its MettaGrid simulations have no renderer here); "
+                        "`syncfree eval` measures its return")
+    env = play_env(cfg, trainer.device, args.seed)
+    try:
+        draw = drawer(env, args.width, args.height)
+        fps = args.fps or real_time_fps(env)
+        with tqdm(total=args.steps, desc="play", unit="step", disable=not sys.stderr.isatty()) as bar:
+            frames = play(trainer.policy, env, args.steps, draw, bar.update)
+        close = getattr(draw, "close", None)
+        if close is not None:
+            close()
+    finally:
+        close_env = getattr(env, "close", None)
+        if close_env is not None:
+            close_env()
+    write_video(frames, video, fps)
+    height, width = frames[0].shape[:2]
+    print(f"wrote {video} ({len(frames)} frames, {width}x{height}, {fps:g} fps; {cfg.task}, checkpoint at "
+          f"iteration {trainer.iteration})")
+    return 0
+
+
+def play_env(cfg, device, seed: int):
+    """One env of the checkpoint's task for `play`; Gymnasium envs made to render frames."""
+    from syncfree.envs.tasks import GYMNASIUM_PREFIX
+    from syncfree.train.runner import make_task_env
+
+    if cfg.task.startswith(GYMNASIUM_PREFIX):
+        from syncfree.envs.adapters.gymnasium import make_gymnasium
+
+        return make_gymnasium(cfg.task[len(GYMNASIUM_PREFIX):], 1, device, seed, render_mode="rgb_array")
+    return make_task_env(cfg, 1, device, seed)
 
 
 def cmd_export(argv: Sequence[str]) -> int:

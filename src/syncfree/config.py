@@ -247,7 +247,16 @@ class LogConfig:
     tensorboard: bool = False
     """Also write TensorBoard event files."""
     wandb: bool = False
-    """Also log to Weights & Biases (needs the `wandb` extra)."""
+    """Also log to Weights & Biases (needs the `wandb` extra; `WANDB_MODE=offline` logs to files)."""
+    wandb_project: str = "syncfree"
+    """W&B project."""
+    wandb_entity: str = ""
+    """W&B entity (user or team); empty: W&B's default for the logged-in user."""
+    wandb_group: str = ""
+    """W&B group (e.g. one per sweep, or the seeds of one config); empty: none."""
+    wandb_id: str = ""
+    """W&B run id; empty: a new one. The id is saved with the checkpoints, so a resumed run continues the same
+    W&B run."""
     progress: bool = True
     """Show a progress bar."""
 

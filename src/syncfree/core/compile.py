@@ -9,7 +9,9 @@ iteration nothing compiles again.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TypeVar
 
 import torch
@@ -30,6 +32,20 @@ def use_cuda_graphs(perf: PerfConfig, device: torch.device) -> bool:
     return perf.compile != "off" and perf.cuda_graphs != "off" and device.type == "cuda"
 
 
+def compile_cache_dir() -> Path:
+    """Where torch keeps compiled kernels and graphs between runs: `TORCHINDUCTOR_CACHE_DIR` when the user set it,
+    else `$XDG_CACHE_HOME/syncfree/torchinductor` (`~/.cache/syncfree/torchinductor`), which outlives a reboot,
+    unlike torch's own default under the temporary folder (which torch writes into the variable when it first
+    looks it up, so that value counts as unset). `hot` points torch there when it first compiles."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    if current and os.path.abspath(current) != os.path.abspath(default_cache_dir()):
+        return Path(current)
+    cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache_home) / "syncfree" / "torchinductor"
+
+
 def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
     """`fn` itself with compile off, else its compiled whole graph.
 
@@ -39,6 +55,7 @@ def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
     `fn` runs eagerly too."""
     if perf.compile == "off":
         return fn
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir())  # read by torch when it compiles
     _allow_graphs_per_function(RECOMPILE_LIMIT)
     mode = "reduce-overhead" if use_cuda_graphs(perf, device) else None
     graph = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)

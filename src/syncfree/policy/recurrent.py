@@ -118,14 +118,16 @@ class TokenEncoder(nn.Module):
         # the MLP on 2-D rows: each layer's output is a tensor of its own, so the ReLUs and the padding run in place
         # (on a view, autograd would copy the whole base back in the backward)
         hidden = torch.relu_(first(x.flatten(0, -2)))
-        # padding goes to -inf before the last ReLU, so it ends as 0 and never wins the max over a valid token (>= 0);
-        # the add's backward passes the gradient through, where a masked copy would cost a pass each way
+        # padding goes to -inf, so it never wins the max over a valid token and an observation without one ends as
+        # relu(-inf) = 0; the add's backward passes the gradient through, where a masked copy would cost a pass each
+        # way
         padding = torch.where(tokens[..., :1] == EMPTY_TOKEN, float("-inf"), 0.0)
-        features = torch.relu_(last(hidden).add_(padding.flatten(0, -2))).view(*tokens.shape[:-1], -1)
-        # `max` sends each output's gradient to one token, `amax` shares it among equal maxima (a mask, a count and
-        # a product over the whole [..., tokens, out_dim] tensor); they differ only where two tokens tie at a
-        # positive value, and at 0 the ReLU passes no gradient either way
-        return features.max(-2).values
+        features = last(hidden).add_(padding.flatten(0, -2)).view(*tokens.shape[:-1], -1)
+        # the last ReLU after the max over tokens (relu(max) = max(relu), ReLU being monotonic): it runs on
+        # [..., out_dim] instead of [..., tokens, out_dim], forward and backward. `max` sends each output's gradient
+        # to one token, `amax` shares it among equal maxima (a mask, a count and a product over the whole tensor);
+        # they differ only where two tokens tie at a positive value, and at or below 0 the ReLU passes no gradient
+        return torch.relu_(features.max(-2).values)
 
 
 class RecurrentTokenPolicy(nn.Module):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ class RunLogger:
     `metrics.jsonl` and TensorBoard, so that both read as one run. TensorBoard's x-axis is env steps (all ranks);
     the iteration is a series of its own."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool = False, wandb: bool = False,
+    def __init__(self, run_dir: Path, tensorboard: bool = False, wandb: WandbRun | None = None,
                  config: dict[str, Any] | None = None, start_iteration: int = 0, start_env_steps: int = 0) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / "metrics.jsonl"
@@ -25,6 +26,8 @@ class RunLogger:
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - closed in close()
         self._tb = None
         self._wandb = None
+        self.wandb_id: str | None = None
+        """The W&B run's id (None without W&B)."""
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
@@ -32,12 +35,15 @@ class RunLogger:
                 raise UserError("log.tensorboard: the tensorboard package is not installed "
                                 "(pip install 'syncfree[tensorboard]')") from None
             self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_env_steps + 1)
-        if wandb:
+        if wandb is not None:
             try:
                 import wandb as wandb_module
             except ImportError:
                 raise UserError("log.wandb: the wandb package is not installed (pip install 'syncfree[wandb]')") from None
-            self._wandb = wandb_module.init(project="syncfree", name=run_dir.name, config=config, dir=str(run_dir))
+            self._wandb = wandb_module.init(project=wandb.project, entity=wandb.entity or None,
+                                            group=wandb.group or None, id=wandb.id or None, resume="allow",
+                                            name=run_dir.name, config=config, dir=str(run_dir))
+            self.wandb_id = self._wandb.id
 
     def log(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record) + "\n")
@@ -56,6 +62,18 @@ class RunLogger:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+@dataclass(frozen=True)
+class WandbRun:
+    """Where a run logs in Weights & Biases. `id`: continue that W&B run (a resume), or empty for a new one.
+    W&B keeps a run's steps increasing: iterations a resume repeats (those logged after its checkpoint) are
+    dropped there with a warning, as TensorBoard and `metrics.jsonl` drop the old ones instead."""
+
+    project: str = "syncfree"
+    entity: str = ""
+    group: str = ""
+    id: str = ""
 
 
 def truncate_records(path: Path, last_iteration: int) -> int:

@@ -39,7 +39,7 @@ from syncfree.policy.actor_critic import set_autocast
 from syncfree.policy.build import build_policy, obs_dim, obs_dims, teacher_from_checkpoint
 from syncfree.train import checkpoint
 from syncfree.train.distributed import Distributed, NormalizerSync, running_norms
-from syncfree.train.logger import RunLogger
+from syncfree.train.logger import RunLogger, WandbRun
 from syncfree.train.monitors import StepMonitors
 
 log = logging.getLogger("syncfree")
@@ -123,6 +123,8 @@ class Runner:
         self._stop_agreed = False
         self.logger: RunLogger | None = None
         """Opened when training starts, where it knows whether the run continues a checkpoint."""
+        self.wandb_id = cfg.log.wandb_id
+        """The W&B run this run logs to (`log.wandb_id`, else the resumed checkpoint's, else W&B's new one)."""
 
     def learn(self) -> dict[str, Any]:
         """Train until `cfg.iterations`; returns the last iteration's record."""
@@ -268,6 +270,7 @@ class Runner:
             "obs": {k: v.clone() for k, v in self.obs.items()},
             "episodes": self.monitors.episodes.state_dict(),
             "rng": checkpoint.rng_state(),
+            "wandb_id": self.wandb_id,
         }
 
     def load_state_dict(self, state: dict[str, Any], source: str = "checkpoint", resume: bool = True) -> None:
@@ -298,6 +301,8 @@ class Runner:
             raise UserError(f"{source}: policy does not fit this config ({detail})") from None
         self.algorithm.load_state_dict(state["ppo"])
         self.iteration, self.env_steps = state["iteration"], state["env_steps"]
+        if resume and not self.cfg.log.wandb_id:
+            self.wandb_id = state.get("wandb_id") or ""  # the same W&B run continues
         if not self.is_main:
             self.reset_env()
             checkpoint.seed_everything(self.cfg.seed + self.rank + 1_000_003 * self.iteration)
@@ -328,8 +333,12 @@ class Runner:
         if self.iteration == 0:
             checkpoint.check_run_dir_unused(self.run_dir)
         checkpoint.write_config(to_dict(self.cfg), self.run_dir)
-        self.logger = RunLogger(self.run_dir, self.cfg.log.tensorboard, self.cfg.log.wandb, to_dict(self.cfg),
+        log_cfg = self.cfg.log
+        wandb = WandbRun(log_cfg.wandb_project, log_cfg.wandb_entity, log_cfg.wandb_group,
+                         self.wandb_id) if log_cfg.wandb else None
+        self.logger = RunLogger(self.run_dir, log_cfg.tensorboard, wandb, to_dict(self.cfg),
                                 start_iteration=self.iteration, start_env_steps=self.env_steps)
+        self.wandb_id = self.logger.wandb_id or self.wandb_id
 
     def save(self, last: bool = True) -> Path | None:
         """Write this iteration's checkpoint (rank 0, with a run folder). A write that fails (disk full, no

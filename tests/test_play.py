@@ -1,0 +1,94 @@
+"""`syncfree play`: a checkpoint's policy drawn into a video, read back frame by frame."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from syncfree.cli import main
+
+imageio = pytest.importorskip("imageio.v2")
+
+TINY = ["--iterations", "1", "--env.num_envs", "2", "--ppo.steps_per_env", "4", "--ppo.num_minibatches", "1",
+        "--perf.compile", "off", "--log.progress", "false"]
+
+
+def checkpoint(task: str, folder: Path) -> Path:
+    assert main(["train", "--task", task, *TINY, "--log.dir", str(folder), "--log.run_name", task]) == 0
+    return folder / task / "latest.pt"
+
+
+def read_mp4(path: Path) -> list[np.ndarray]:
+    with imageio.get_reader(path) as reader:
+        return [np.asarray(frame) for frame in reader]
+
+
+def assert_drawn(frames: list[np.ndarray], count: int, width: int, height: int) -> None:
+    """`count` frames of the size asked for, each with something drawn on it, and the picture moves."""
+    assert len(frames) == count
+    assert all(frame.shape == (height, width, 3) for frame in frames)
+    assert all(frame.std() > 5 for frame in frames)  # not one flat colour
+    assert any(np.abs(frame.astype(int) - frames[0]).mean() > 0.5 for frame in frames[1:])
+
+
+@pytest.mark.parametrize("task", ["pendulum", "cartpole", "point-mass"])
+def test_a_classic_task_plays_into_an_mp4_and_a_gif(task: str, tmp_path: Path, capsys) -> None:
+    ckpt = checkpoint(task, tmp_path)
+    video = tmp_path / "out.mp4"
+    assert main(["play", str(ckpt), "--steps", "15", "--width", "160", "--height", "120", "--video", str(video)]) == 0
+    assert f"wrote {video} (16 frames, 160x120" in capsys.readouterr().out
+    assert_drawn(read_mp4(video), 16, 160, 120)
+    gif = tmp_path / "out.gif"
+    assert main(["play", str(ckpt), "--steps", "15", "--width", "160", "--height", "120", "--video", str(gif)]) == 0
+    with Image.open(gif) as image:  # GIF merges identical consecutive frames
+        assert image.size == (160, 120) and 2 <= image.n_frames <= 16
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["out.gif", "out.mp4"]  # no temporary left
+
+
+def test_g1_track_renders_the_robot_beside_its_reference_headless(tmp_path: Path) -> None:
+    """MuJoCo's offscreen renderer without a display (EGL): the policy's robot in opaque orange and the reference
+    in translucent blue are both in the picture."""
+    ckpt = checkpoint("g1-track", tmp_path)
+    video = tmp_path / "g1.mp4"
+    assert main(["play", str(ckpt), "--steps", "8", "--width", "320", "--height", "240", "--video", str(video)]) == 0
+    frames = read_mp4(video)
+    assert_drawn(frames, 9, 320, 240)
+    rgb = frames[-1].astype(int)
+    red, blue = rgb[..., 0], rgb[..., 2]
+    orange = (red > 150) & (red - blue > 80)
+    light_blue = (blue > 120) & (blue - red > 40)
+    assert orange.sum() > 500 and light_blue.sum() > 200, (orange.sum(), light_blue.sum())
+    # the reference stands beside the robot: their pixels' columns differ
+    assert abs(np.nonzero(orange)[1].mean() - np.nonzero(light_blue)[1].mean()) > 20
+
+
+def test_a_gymnasium_mujoco_env_draws_itself(tmp_path: Path) -> None:
+    pytest.importorskip("gymnasium")
+    ckpt = checkpoint("gym:Hopper-v5", tmp_path)
+    video = tmp_path / "hopper.gif"
+    assert main(["play", str(ckpt), "--steps", "6", "--video", str(video)]) == 0
+    with Image.open(video) as image:
+        assert image.size == (480, 480) and image.n_frames >= 2  # the env's own frame size
+        image.seek(image.n_frames - 1)
+        assert np.asarray(image.convert("RGB")).std() > 5
+
+
+@pytest.mark.parametrize(("args", "env", "message"), [
+    (["--video", "out.avi"], {}, "unknown format '.avi'"),
+    (["--steps", "0"], {}, "--steps=0 is invalid"),
+    (["--video", "g1.mp4"], {"MUJOCO_GL": "bogus"}, "MUJOCO_GL='bogus'"),
+])
+def test_bad_play_input_is_one_line(args: list[str], env: dict, message: str, tmp_path: Path, capsys,
+                                    monkeypatch) -> None:
+    ckpt = checkpoint("g1-track", tmp_path)
+    capsys.readouterr()
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)
+    steps = [] if "--steps" in args else ["--steps", "2"]
+    assert main(["play", str(ckpt), *steps, *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
