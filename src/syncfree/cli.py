@@ -388,19 +388,17 @@ def cmd_play(argv: Sequence[str]) -> int:
     if cfg.policy.kind == "recurrent":
         raise UserError(f"play: {cfg.task} cannot be drawn (its MettaGrid simulations have no renderer here); "
                         "`syncfree eval` measures its return")
-    env = play_env(cfg, trainer.device, args.seed)
+    env, draw = play_env(cfg, trainer.device, args.seed), None
     try:
         draw = drawer(env, args.width, args.height)
         fps = args.fps or real_time_fps(env)
         with tqdm(total=args.steps, desc="play", unit="step", disable=not sys.stderr.isatty()) as bar:
             frames = play(trainer.policy, env, args.steps, draw, bar.update)
-        close = getattr(draw, "close", None)
-        if close is not None:
-            close()
     finally:
-        close_env = getattr(env, "close", None)
-        if close_env is not None:
-            close_env()
+        for closing in (draw, env):
+            close = getattr(closing, "close", None)
+            if close is not None:
+                close()
     write_video(frames, video, fps)
     height, width = frames[0].shape[:2]
     print(f"wrote {video} ({len(frames)} frames, {width}x{height}, {fps:g} fps; {cfg.task}, checkpoint at "

@@ -37,10 +37,13 @@ def compile_cache_dir() -> Path:
     else `$XDG_CACHE_HOME/syncfree/torchinductor` (`~/.cache/syncfree/torchinductor`), which outlives a reboot,
     unlike torch's own default under the temporary folder (which torch writes into the variable when it first
     looks it up, so that value counts as unset). `hot` points torch there when it first compiles."""
-    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
-
+    try:
+        from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+        torch_default = os.path.abspath(default_cache_dir())
+    except ImportError:  # another torch layout: then any value counts as the user's
+        torch_default = None
     current = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if current and os.path.abspath(current) != os.path.abspath(default_cache_dir()):
+    if current and os.path.abspath(current) != torch_default:
         return Path(current)
     cache_home = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache_home) / "syncfree" / "torchinductor"
