@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from rsl_rl.env import VecEnv as RslRlVecEnv
 from side_by_side_rsl_rl import rsl_rl_config
@@ -101,22 +102,23 @@ def train_rsl_rl(env: RslRlVecEnv, iterations: int, seed: int) -> float:
     return deterministic_return(runner.get_inference_policy(), seed)
 
 
-def train_syncfree(iterations: int, seed: int) -> float:
+def train_syncfree(iterations: int, seed: int, grad_clip: str = "per_network") -> float:
     cfg = preset("pendulum")
     cfg.seed, cfg.iterations, cfg.device, cfg.log.progress, cfg.perf.compile = seed, iterations, "cpu", False, "off"
+    cfg.ppo.grad_clip = grad_clip
     runner = Runner(cfg)
     runner.learn()
     returns = evaluate(runner.policy, make_env("pendulum", EVAL_ENVS, seed=100 + seed))
     return float(returns.mean())
 
 
-def run(learner: str, iterations: int, seed: int) -> float:
+def run(learner: str, iterations: int, seed: int, grad_clip: str) -> float:
     num_envs = preset("pendulum").env.num_envs
     if learner == "rsl_rl, native env":
         return train_rsl_rl(NativePendulum(num_envs, seed), iterations, seed)
     if learner == "rsl_rl, syncfree env":
         return train_rsl_rl(SyncfreeToRslRl(make_env("pendulum", num_envs, seed=seed)), iterations, seed)
-    return train_syncfree(iterations, seed)
+    return train_syncfree(iterations, seed, grad_clip)
 
 
 def main() -> None:
@@ -124,6 +126,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--grad_clip", default="per_network", choices=["per_network", "global"],
+                        help="syncfree's ppo.grad_clip (rsl_rl clips per network)")
     parser.add_argument("--out", default="benchmarks/results/rsl-rl-adapter-parity-cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -131,26 +135,42 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "result.json"
     result = json.loads(path.read_text()) if path.exists() else {}  # resumable: finished runs are kept
-    result.update(iterations=args.iterations, env_steps=args.iterations * 256 * 32, torch=torch.__version__)
+    result.update(iterations=args.iterations, env_steps=args.iterations * 256 * 32, torch=torch.__version__,
+                  grad_clip=args.grad_clip)
     runs = result.setdefault("runs", {})
     todo = [(learner, seed) for seed in range(args.seeds) for learner in LEARNERS if f"{learner}/{seed}" not in runs]
     for learner, seed in tqdm(todo, desc="runs", unit="run"):
         start = time.perf_counter()
-        value = run(learner, args.iterations, seed)
+        value = run(learner, args.iterations, seed, args.grad_clip)
         runs[f"{learner}/{seed}"] = {"return": value, "seconds": time.perf_counter() - start}
         path.write_text(json.dumps(result, indent=1))
     (out / "README.md").write_text(report(result, args.seeds))
     print(report(result, args.seeds))
 
 
+def bootstrap_ci(a: list[float], b: list[float], resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """95 % bootstrap interval of mean(a) - mean(b), each resampled with replacement over its seeds."""
+    rng = np.random.default_rng(seed)
+    x, y = np.asarray(a), np.asarray(b)
+    diffs = (rng.choice(x, (resamples, len(x))).mean(1) - rng.choice(y, (resamples, len(y))).mean(1))
+    low, high = np.percentile(diffs, [2.5, 97.5])
+    return float(low), float(high)
+
+
 def report(result: dict, seeds: int) -> str:
-    rows, means = [], {}
+    rows, means, per_seed = [], {}, {}
     for learner in LEARNERS:
         values = [result["runs"][f"{learner}/{s}"]["return"] for s in range(seeds)]
+        per_seed[learner] = values
         means[learner] = statistics.mean(values)
         rows.append(f"| {learner} | {means[learner]:.1f} ± {statistics.stdev(values):.1f} | "
                     f"{min(values):.1f} .. {max(values):.1f} | {', '.join(f'{v:.0f}' for v in values)} |")
     native, adapter = means["rsl_rl, native env"], means["rsl_rl, syncfree env"]
+    differences = []
+    for rsl_rl in LEARNERS[:2]:
+        low, high = bootstrap_ci(per_seed["syncfree"], per_seed[rsl_rl])
+        differences.append(f"syncfree minus {rsl_rl}: {means['syncfree'] - means[rsl_rl]:+.1f}, 95 % bootstrap "
+                           f"interval [{low:+.1f}, {high:+.1f}].")
     return "\n".join([
         "# rsl_rl through the adapter vs on a native env (pendulum)", "",
         f"{result['iterations']} iterations = {result['env_steps']:,} env steps, {seeds} seeds, torch "
@@ -159,7 +179,7 @@ def report(result: dict, seeds: int) -> str:
         "benchmarks/rsl_rl_adapter_parity.py`.", "",
         "| learner | mean ± std over seeds | range | per seed |", "|---|---|---|---|", *rows, "",
         f"Adapter minus native: {adapter - native:+.1f} ({100 * (adapter - native) / abs(native):+.1f} % of the "
-        "native return's size; positive: rsl_rl did better through the adapter).", ""])
+        "native return's size; positive: rsl_rl did better through the adapter).", "", *differences, ""])
 
 
 if __name__ == "__main__":

@@ -18,9 +18,10 @@ from syncfree.presets import preset
 from syncfree.train.runner import Runner
 
 BUDGETS = {
-    # task: (allocations per rollout step, per minibatch; trainer-side ops per rollout step)
-    "pendulum": (99, 192, 102),
-    "cartpole": (97, 174, 93),
+    # task: (allocations per rollout step, per minibatch; trainer-side ops per rollout step); per minibatch, 8 of
+    # them are the second clip of `ppo.grad_clip=per_network` (its norms and factor)
+    "pendulum": (99, 200, 102),
+    "cartpole": (97, 182, 93),
 }
 
 

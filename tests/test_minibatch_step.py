@@ -12,8 +12,10 @@ import pytest
 import torch
 
 from conftest import copy_trained_state, small_config, update_stats
-from syncfree.algo.minibatch_step import adamw_update, global_norm_clip_coefficient
+from syncfree.algo.minibatch_step import adamw_update, global_norm_clip_coefficient, group_clip_coefficients
+from syncfree.algo.optim import PolicyOptimizer
 from syncfree.bench.timing import count_iteration
+from syncfree.config import PerfConfig, PPOConfig
 from syncfree.core.memory import live_tensor_storages
 from syncfree.train.runner import Runner
 
@@ -83,6 +85,43 @@ def test_adamw_update_is_torch_adamw() -> None:
     torch.testing.assert_close(param, reference.detach(), rtol=1e-6, atol=1e-7)
     torch.testing.assert_close(m, state["exp_avg"], rtol=1e-6, atol=1e-9)
     torch.testing.assert_close(v, state["exp_avg_sq"], rtol=1e-6, atol=1e-12)
+
+
+def test_each_network_is_clipped_by_its_own_norm() -> None:
+    """`ppo.grad_clip=per_network` (rsl_rl 5): a large critic gradient is clipped without shrinking the actor's;
+    `global` scales both by one factor. The whole step's coefficients are the same arithmetic."""
+    actor, critic = torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2))
+    actor_grad, critic_grad = torch.tensor([0.3, 0.0, 0.4]), torch.tensor([60.0, 80.0])  # norms 0.5 and 100
+    clipped = {}
+    for mode, groups in (("per_network", [[actor], [critic]]), ("global", None)):
+        optimizer = PolicyOptimizer([actor, critic], PPOConfig(max_grad_norm=1.0, grad_clip=mode), PerfConfig(),
+                                    torch.device("cpu"), clip_groups=groups)
+        actor.grad, critic.grad = actor_grad.clone(), critic_grad.clone()
+        norm = optimizer.clip_gradients()
+        torch.testing.assert_close(norm, torch.tensor(100.00125))  # the norm of all gradients, before clipping
+        clipped[mode] = (actor.grad.clone(), critic.grad.clone())
+    torch.testing.assert_close(clipped["per_network"][0], actor_grad)  # under its limit: untouched
+    torch.testing.assert_close(clipped["per_network"][1].norm(), torch.tensor(1.0))
+    torch.testing.assert_close(clipped["global"][0], actor_grad / 100.00125, rtol=1e-5, atol=0)
+    total, factors = group_clip_coefficients([actor_grad, critic_grad], [[0], [1]], 1.0)
+    torch.testing.assert_close(total, torch.tensor(100.00125))
+    torch.testing.assert_close(actor_grad * factors[0], clipped["per_network"][0])
+    torch.testing.assert_close(critic_grad * factors[1], clipped["per_network"][1])
+
+
+@pytest.mark.parametrize("grad_clip", ["per_network", "global"])
+def test_the_policy_clips_as_configured(grad_clip: str) -> None:
+    """The MLP policy's groups: the critic network, and the actor with its action distribution."""
+    cfg = small_config("pendulum")
+    cfg.ppo.grad_clip = grad_clip
+    optim = Runner(cfg).algorithm.optim
+    if grad_clip == "global":
+        assert len(optim.clip_groups) == 1
+        return
+    actor, critic = optim.clip_groups
+    policy = Runner(cfg).policy
+    assert len(critic) == len(list(policy.critic.parameters()))
+    assert len(actor) + len(critic) == len(optim.params) and any(p.shape == (1,) for p in actor)  # log std
 
 
 def test_global_norm_clip_is_clip_grad_norm() -> None:

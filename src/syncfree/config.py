@@ -190,7 +190,12 @@ class PPOConfig:
     entropy_coef: float = 0.0
     """Weight of the entropy bonus."""
     max_grad_norm: float = 1.0
-    """Global gradient-norm clip."""
+    """Gradient-norm clip (see `grad_clip`)."""
+    grad_clip: Literal["per_network", "global"] = "per_network"
+    """`per_network`: the actor's gradient (its MLP and action distribution) and the critic's are each clipped to
+    `max_grad_norm` by their own norm, as rsl_rl 5 does; a large value-loss gradient then does not shrink the
+    actor's step. `global`: one norm over all parameters (CleanRL, rsl_rl 2). A policy whose actor and critic share
+    layers (the recurrent one) is clipped globally either way."""
     max_skipped_updates: int = 8
     """Stop the run (keeping the last good checkpoint) once this many minibatch updates in a row were skipped for
     non-finite gradients: the run has diverged. 0: never stop for it."""

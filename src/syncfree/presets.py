@@ -27,7 +27,8 @@ def preset(task: str, size: Literal["default", "small"] = "default") -> TrainCon
     elif task.startswith("gym:"):  # Gymnasium envs step on the host, one core: few envs, longer rollouts
         cfg.env.num_envs = 16
         cfg.policy.actor_hidden, cfg.policy.critic_hidden = [256, 256], [256, 256]
-        cfg.ppo = PPOConfig(steps_per_env=64, num_epochs=5, num_minibatches=4, learning_rate=3e-4, gamma=0.99)
+        cfg.ppo = PPOConfig(steps_per_env=64, num_epochs=5, num_minibatches=4, learning_rate=3e-4, gamma=0.99,
+                            grad_clip="global")  # as CleanRL's MuJoCo PPO; it learned Humanoid-v5 better here
         cfg.iterations = 300
     elif task == "grid-arena":
         cfg.env.num_envs = 16  # MettaGrid simulations (x 4 agents)

@@ -47,7 +47,8 @@ class FeedForwardPPO(Algorithm):
         self.phases = Phases()
         self.steps_per_env, self.num_envs = cfg.steps_per_env, num_envs
         self.params = [p for p in policy.parameters() if p.requires_grad]
-        self.optim = PolicyOptimizer(self.params, cfg, perf, device, dist)
+        clip_groups = policy.gradient_groups() if cfg.grad_clip == "per_network" else None
+        self.optim = PolicyOptimizer(self.params, cfg, perf, device, dist, clip_groups)
         self.storage = RolloutStorage(cfg.steps_per_env, num_envs, policy.actor_obs_dim, critic_dim, action_spec,
                                       policy.head.num_params, device)
         self._next_actor_obs = (torch.zeros(num_envs, policy.actor_obs_dim, device=device)
@@ -79,7 +80,8 @@ class FeedForwardPPO(Algorithm):
         elif perf.compile == "step":
             adapt = self.optim.next_learning_rate if self.optim.adaptive else None
             self.whole_step = MinibatchStep(policy, self.minibatch_losses, self.optim.optimizer, cfg.max_grad_norm,
-                                            adapt, skip_nonfinite=perf.grad_finite_from_norm)
+                                            adapt, skip_nonfinite=perf.grad_finite_from_norm,
+                                            clip_groups=self.optim.clip_groups)
             self._whole_step = hot(self.whole_step, perf, device)
 
     # -- rollout -------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The whole PPO minibatch update as one function of device tensors (`PerfConfig.compile=step`).
 
-Gather the minibatch, forward, losses, gradients, KL-adaptive learning rate, global-norm clip, AdamW step with the
+Gather the minibatch, forward, losses, gradients, KL-adaptive learning rate, gradient-norm clip, AdamW step with the
 skip on non-finite gradients, and the statistics: everything is read from and written to device tensors in place
 (parameters, AdamW moments and step counts, the learning rate, the statistics, the skip count) and nothing is
 returned, so `torch.compile(fullgraph=True)` makes one graph of it, and on a GPU one CUDA graph.
@@ -43,6 +43,22 @@ def global_norm_clip_coefficient(grads: list[Tensor], max_norm: float) -> tuple[
     return total, (max_norm / (total + 1e-6)).clamp(max=1.0)
 
 
+def group_clip_coefficients(grads: list[Tensor], groups: list[list[int]], max_norm: float
+                            ) -> tuple[Tensor, list[Tensor]]:
+    """`global_norm_clip_coefficient` for each group of gradients (indices into `grads`), as
+    `PolicyOptimizer.clip_gradients` clips them: (the norm of all gradients, each gradient's factor)."""
+    if len(groups) == 1:
+        total, coefficient = global_norm_clip_coefficient(grads, max_norm)
+        return total, [coefficient] * len(grads)
+    factors: dict[int, Tensor] = {}
+    norms = []
+    for group in groups:
+        norm, coefficient = global_norm_clip_coefficient([grads[i] for i in group], max_norm)
+        norms.append(norm)
+        factors.update(dict.fromkeys(group, coefficient))
+    return torch.linalg.vector_norm(torch.stack(norms)), [factors[i] for i in range(len(grads))]
+
+
 def adamw_update(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tensor, step: Tensor, lr: Tensor,
                  betas: tuple[float, float], eps: float, weight_decay: float
                  ) -> tuple[Tensor, Tensor, Tensor]:
@@ -67,10 +83,15 @@ class MinibatchStep:
     attributes: a compiled graph updates its inputs."""
 
     def __init__(self, policy: nn.Module, losses: LossFn, optimizer: torch.optim.AdamW, max_grad_norm: float,
-                 adapt: Callable[[Tensor, Tensor], Tensor] | None, skip_nonfinite: bool = True) -> None:
+                 adapt: Callable[[Tensor, Tensor], Tensor] | None, skip_nonfinite: bool = True,
+                 clip_groups: list[list[nn.Parameter]] | None = None) -> None:
         self.loss_module = _LossModule(policy, losses)
         self.names = [f"policy.{n}" for n, p in policy.named_parameters() if p.requires_grad]
         self.params = [p for p in policy.parameters() if p.requires_grad]
+        index = {id(p): i for i, p in enumerate(self.params)}
+        self.clip_groups = [[index[id(p)] for p in group] for group in clip_groups if group] if clip_groups else \
+            [list(range(len(self.params)))]
+        """Indices into `params` of each group clipped by its own norm (`PolicyOptimizer.clip_groups`)."""
         self.optimizer, self.max_grad_norm, self.adapt = optimizer, max_grad_norm, adapt
         self.skip_nonfinite = skip_nonfinite
         group = optimizer.param_groups[0]
@@ -110,11 +131,12 @@ class MinibatchStep:
             lr = state.lr
             if self.adapt is not None:
                 lr.copy_(self.adapt(lr, kl_mean))
-            grad_norm, coefficient = global_norm_clip_coefficient(grads, self.max_grad_norm)
+            grad_norm, coefficients = group_clip_coefficients(grads, self.clip_groups, self.max_grad_norm)
             finite = torch.isfinite(grad_norm) if self.skip_nonfinite else None
-            for p, g, m, v, step in zip(state.params, grads, state.moments, state.squares, state.steps, strict=True):
+            for p, g, c, m, v, step in zip(state.params, grads, coefficients, state.moments, state.squares,
+                                           state.steps, strict=True):
                 next_step = step + 1
-                new = (next_step, *adamw_update(p, g * coefficient, m, v, next_step, lr, self.betas, self.eps,
+                new = (next_step, *adamw_update(p, g * c, m, v, next_step, lr, self.betas, self.eps,
                                                 self.weight_decay))
                 for old, value in zip((step, p, m, v), new, strict=True):
                     # a non-finite gradient leaves parameters and state alone

@@ -1,4 +1,4 @@
-"""The optimizer half of PPO, shared by both algorithms: AdamW, global-norm clip, the skip on non-finite gradients,
+"""The optimizer half of PPO, shared by both algorithms: AdamW, gradient-norm clip, the skip on non-finite gradients,
 the KL-adaptive learning rate, and (with several processes) the gradient all-reduce."""
 
 from __future__ import annotations
@@ -28,11 +28,14 @@ MIN_LR, MAX_LR = 1e-5, 1e-2
 
 class PolicyOptimizer:
     """AdamW over `params` with PPO's step rules; `lr_on_device` (`perf.device_adaptive_lr` with the adaptive
-    schedule) keeps the learning rate in a device tensor that the schedule updates without a host read."""
+    schedule) keeps the learning rate in a device tensor that the schedule updates without a host read.
+    `clip_groups`: the parameter groups whose gradients are clipped each by its own norm (`ppo.grad_clip`); one
+    group, all of `params`, by default."""
 
     def __init__(self, params: list[nn.Parameter], cfg: PPOConfig, perf: PerfConfig, device: torch.device,
-                 dist: Collective | None = None) -> None:
+                 dist: Collective | None = None, clip_groups: list[list[nn.Parameter]] | None = None) -> None:
         self.params, self.cfg, self.perf = params, cfg, perf
+        self.clip_groups = [group for group in clip_groups if group] if clip_groups else [params]
         self.adaptive = cfg.schedule == "adaptive"
         self.lr_on_device = self.adaptive and perf.device_adaptive_lr
         self.learning_rate = cfg.learning_rate
@@ -70,7 +73,7 @@ class PolicyOptimizer:
 
     def step(self, kl_mean: Tensor | None = None) -> Tensor:
         """After the backward pass: average the gradients (and `kl_mean`) over ranks, adapt the learning rate to
-        the minibatch KL (adaptive schedule), clip the global norm and step; returns the norm."""
+        the minibatch KL (adaptive schedule), clip the gradients and step; returns their norm before clipping."""
         if self.grad_all_reduce is not None:
             kl_mean = self.grad_all_reduce(kl_mean if kl_mean is not None else self._no_kl)
         if self.adaptive:
@@ -87,10 +90,16 @@ class PolicyOptimizer:
         torch.maximum(self.longest_skip_run, self.skip_run, out=self.longest_skip_run)
         self._skipped_last.copy_(self.skipped_steps)
 
+    def clip_gradients(self) -> Tensor:
+        """Clip each group's gradient to `max_grad_norm` by the group's norm; returns the norm of all gradients
+        before clipping."""
+        norms = [torch.nn.utils.clip_grad_norm_(group, self.cfg.max_grad_norm) for group in self.clip_groups]
+        return norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
+
     def clip_and_step(self) -> Tensor:
-        """Clip the global gradient norm and step, skipping (and counting) steps with non-finite gradients
+        """Clip the gradients and step, skipping (and counting) steps with non-finite gradients
         (`grad_finite_from_norm`; off, every step is taken, as in rsl_rl)."""
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        grad_norm = self.clip_gradients()
         if not self.perf.grad_finite_from_norm:  # rsl_rl: no check, a non-finite gradient reaches AdamW
             self.optimizer.step()
             return grad_norm

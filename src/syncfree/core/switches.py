@@ -133,7 +133,7 @@ class PerfConfig:
     observations and rewards with `isfinite(...).all()` on the host at every step."""
 
     grad_finite_from_norm: bool = switch(baseline=False, optimized=True, seed="humanoid: fast_gradient_finite_check")
-    """Judge gradient finiteness from the clipped global norm and skip a bad step without a host read
+    """Judge gradient finiteness from the gradient norm the clip computes and skip a bad step without a host read
     (fused AdamW's `found_inf`; one read with the plain optimizer). Off: rsl_rl 5.5.1, which checks nothing: a
     non-finite gradient reaches AdamW. (The humanoid pipeline's check before its change, an `isfinite` read per
     parameter tensor, did more than rsl_rl and is not kept.)"""

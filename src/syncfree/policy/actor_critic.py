@@ -108,9 +108,17 @@ class PolicyBase(nn.Module):
     """What PPO and the trainer use; subclasses provide `head`, `dist_params`, `value` and `actor_input`."""
 
     head: GaussianHead | CategoricalHead
+    critic: nn.Module
     assembles_actor_obs: bool = False
     """Whether `actor_input` builds the actor's observation from several groups (then the trainer hands it a
     buffer to fill, `out`); False: it is the env's `policy` group itself."""
+
+    def gradient_groups(self) -> list[list[nn.Parameter]]:
+        """The trainable parameters as [actor's, critic's] (`ppo.grad_clip=per_network` clips each by its own norm):
+        the critic network, and everything else (the actor's layers, encoders and action distribution)."""
+        critic = {id(p) for p in self.critic.parameters()}
+        trainable = [p for p in self.parameters() if p.requires_grad]
+        return [[p for p in trainable if id(p) not in critic], [p for p in trainable if id(p) in critic]]
 
     def act(self, actor_obs: Tensor, critic_obs: Tensor) -> Act:
         params = self.dist_params(actor_obs)
