@@ -377,12 +377,12 @@ def cmd_play(argv: Sequence[str]) -> int:
     for name, low in (("steps", 1), ("width", 16), ("height", 16)):
         if getattr(args, name) < low:
             raise UserError(f"--{name}={getattr(args, name)} is invalid; allowed: an integer >= {low}")
-    video = args.video or Path(args.checkpoint).parent / "play.mp4"
-    if video.suffix.lower() not in (".mp4", ".gif"):
-        raise UserError(f"--video {video}: unknown format {video.suffix or '(no suffix)'!r}; allowed: .mp4, .gif")
     if not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")  # read by renderers when they make their OpenGL context
-    from syncfree.play import drawer, play, real_time_fps, write_video
+    from syncfree.play import check_video_path, drawer, play, real_time_fps, write_video
+
+    video = args.video or Path(args.checkpoint).parent / "play.mp4"
+    check_video_path(video)  # before anything is built
 
     cfg, trainer = policy_from_checkpoint(args.checkpoint, args.device)
     if cfg.policy.kind == "recurrent":

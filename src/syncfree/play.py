@@ -56,12 +56,18 @@ def real_time_fps(env: VecEnv) -> float:
     return float(fps) if fps else 30.0
 
 
-def write_video(frames: list[np.ndarray], path: Path, fps: float) -> Path:
-    """Write `frames` to `path` (`.mp4` or `.gif`, by its suffix), atomically (a temporary file, then a rename)."""
+def check_video_path(path: Path) -> str:
+    """The video format `path` names by its suffix (`.mp4` or `.gif`); a UserError for any other."""
     suffix = path.suffix.lower()
     if suffix not in VIDEO_SUFFIXES:
         raise UserError(f"--video {path}: unknown format {suffix or '(no suffix)'!r}; allowed: "
                         f"{', '.join(VIDEO_SUFFIXES)}")
+    return suffix
+
+
+def write_video(frames: list[np.ndarray], path: Path, fps: float) -> Path:
+    """Write `frames` to `path` (`.mp4` or `.gif`, by its suffix), atomically (a temporary file, then a rename)."""
+    suffix = check_video_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp{suffix}")
     try:
