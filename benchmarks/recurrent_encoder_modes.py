@@ -1,6 +1,6 @@
 """The recurrent policy's token encoder, forward and backward on one grid-arena minibatch, eagerly in float32, under
-`torch.compile`, and under bfloat16 autocast: why `perf.compile` and `perf.autocast` leave the recurrent algorithm
-eager and in float32.
+`torch.compile`, and under bfloat16 autocast: why `perf.compile` compiles the recurrent algorithm and
+`perf.autocast` leaves it in float32.
 
     python benchmarks/recurrent_encoder_modes.py --out benchmarks/results/recurrent-encoder-modes-cpu/results.json
 

@@ -18,24 +18,24 @@ from syncfree.config import PerfConfig
 from syncfree.presets import preset
 
 SWITCHES_READ = ["deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm", "fused_adamw",
-                 "zero_grad_set_to_none", "deterministic", "gate_full_log_probs", "preallocated_last_actions",
-                 "cpu_time_index", "cached_minibatch_indices"]
+                 "zero_grad_set_to_none", "deterministic", "compile", "gate_full_log_probs",
+                 "preallocated_last_actions", "cpu_time_index", "cached_minibatch_indices"]
 """The ablated ones: those the recurrent algorithm reads on grid-arena's preset (its fixed learning-rate schedule
 leaves `device_adaptive_lr` inert), but the process-wide `retain_host_memory`, which one process cannot compare."""
 
 
 def test_grid_arena_rows_cover_the_switches_the_recurrent_trainer_reads() -> None:
     cfg = BenchConfig(task="grid-arena", profile="full").resolved()
-    assert (cfg.num_envs, cfg.scaling, cfg.ablations, cfg.compile) == ([16, 256], [4, 16, 64, 256], True, False)
+    assert (cfg.num_envs, cfg.scaling, cfg.ablations, cfg.compile) == ([16, 256], [4, 16, 64, 256], True, True)
     assert BenchConfig(task="grid-arena").resolved().num_envs == [16, 64]
     assert BenchConfig(task="point-mass").resolved().num_envs == [64, 1024]  # the feed-forward defaults
     configs = dict(bench_configurations(cfg))
     assert list(configs)[:2] == ["baseline", "optimized"]
-    assert set(configs) == {"baseline", "optimized"} | {f"optimized - {s}" for s in SWITCHES_READ} | {
-        f"baseline + {s}" for s in SWITCHES_READ}
-    assert all(perf.compile == "off" for perf in configs.values())
-    assert configs["optimized"] == PerfConfig(compile="off")
-    assert configs["optimized - cpu_time_index"] == PerfConfig(compile="off", cpu_time_index=False)
+    assert set(configs) == {"baseline", "optimized", "optimized, compile=hot"} | {
+        f"optimized - {s}" for s in SWITCHES_READ} | {f"baseline + {s}" for s in SWITCHES_READ}
+    assert configs["optimized"] == PerfConfig()
+    assert configs["optimized - compile"] == PerfConfig(compile="off")
+    assert configs["optimized - cpu_time_index"] == PerfConfig(cpu_time_index=False)
     assert configs["baseline + fused_adamw"] == dataclasses.replace(PerfConfig.preset("baseline"), fused_adamw=True)
 
 
@@ -56,7 +56,7 @@ def test_grid_arena_minibatches_divide_the_segments(monkeypatch) -> None:
 def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
     code = main(["bench", "--task", "grid-arena", "--profile", "full", "--num_envs", "[1]", "--scaling", "[1]",
                  "--add_one_in", "false", "--repeats", "1", "--iterations", "1", "--min_seconds", "0",
-                 "--threads", "1", "--out", str(tmp_path)])
+                 "--threads", "1", "--compile", "false", "--out", str(tmp_path)])  # compile rows: test_compile.py
     assert code == 0
     result = json.loads((tmp_path / "results.json").read_text())
     assert result["bench"]["compile"] is False and "optimized - device_adaptive_lr" in result["skipped_rows"]
@@ -64,7 +64,8 @@ def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
     agents = result["recurrent"]["agents_per_env"]
     assert size["num_envs"] == 1 and size["num_agents"] == agents
     assert size["steps_per_iteration"] == agents * result["train"]["steps_per_env"]  # agent steps
-    assert set(size["configs"]) == {"baseline", "optimized"} | {f"optimized - {s}" for s in SWITCHES_READ}
+    assert set(size["configs"]) == {"baseline", "optimized"} | {
+        f"optimized - {s}" for s in SWITCHES_READ if s != "compile"}
     base, opt = size["configs"]["baseline"], size["configs"]["optimized"]
     assert opt["counts"]["syncs_per_step"] == 0 and opt["counts"]["syncs_per_minibatch"] == 0
     assert base["counts"]["syncs_per_step"] > 0 and base["counts"]["syncs_per_minibatch"] > 0

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch._inductor.config as inductor_config
 
-from conftest import TEST_DEVICE, copy_trained_state, small_config, update_stats
+from conftest import TEST_DEVICE, copy_trained_state, grid_config, small_config, update_stats
 from syncfree.algo.storage import Batch
 from syncfree.cli import main
 from syncfree.config import PerfConfig
@@ -132,6 +132,40 @@ def test_no_recompilation_in_steady_state(mode: str) -> None:
     other = Runner(small_config("cartpole", compile=mode))
     other.cfg.iterations = 1
     other.learn()
+    assert compile_counts() == warm
+
+
+@pytest.mark.usefixtures("same_random_numbers")
+def test_compiled_recurrent_iteration_matches_eager() -> None:
+    """grid-arena's recurrent algorithm: the compiled rollout step (encoder, LSTM, heads, sampling) and minibatch
+    losses against eager ones, over one iteration from the same seed: the same actions, and stored values,
+    statistics and updated parameters within the tolerance."""
+    pytest.importorskip("mettagrid")
+    runners = [Runner(grid_config(1, compile=mode)) for mode in ("off", "hot")]
+    for runner in runners:
+        torch.manual_seed(1)
+        runner.learn()
+    eager, compiled = (r.algorithm for r in runners)
+    assert torch.equal(eager.buffer.data["actions"], compiled.buffer.data["actions"])
+    for name in ("log_prob", "values"):
+        torch.testing.assert_close(eager.buffer.data[name], compiled.buffer.data[name], **TOLERANCE)
+    # the means of the minibatch losses: the surrogate is a small difference of large terms
+    assert_close_tensors(*({k: v.double() for k, v in a.statistics().items()} for a in (eager, compiled)))
+    assert_close_tensors(dict(runners[0].policy.named_parameters()), dict(runners[1].policy.named_parameters()))
+
+
+def test_recurrent_steady_state_is_two_graphs_without_recompiles() -> None:
+    """The recurrent algorithm compiles its rollout step and its minibatch losses (two graphs, cut `hot` and there
+    are none), then nothing more: no recompile over later iterations."""
+    pytest.importorskip("mettagrid")
+    torch._dynamo.reset()  # graphs an earlier test compiled for the same code would be reused
+    runner = Runner(grid_config(1, compile="hot"))
+    before = compile_counts()
+    runner.learn()
+    warm = compile_counts()
+    assert warm["unique_graphs"] - before["unique_graphs"] == 2
+    runner.cfg.iterations = 3
+    runner.learn()
     assert compile_counts() == warm
 
 

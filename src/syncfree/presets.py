@@ -38,7 +38,6 @@ def preset(task: str, size: Literal["default", "small"] = "default") -> TrainCon
                             max_grad_norm=0.5, bptt_horizon=16)
         cfg.iterations = 100
         cfg.save_every = 25
-        cfg.perf.compile = "off"
     elif task == "g1-track":
         cfg.env.num_envs = 4096
         cfg.policy.actor_hidden, cfg.policy.critic_hidden = [512, 256, 128], [512, 256, 128]

@@ -12,6 +12,8 @@ explicitly).
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Callable
 
 import torch
@@ -23,10 +25,13 @@ from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.segments import Field, Minibatch, SegmentBuffer, prioritized_beta
 from syncfree.algo.vtrace import vtrace_advantages
 from syncfree.config import LossesConfig, PPOConfig
+from syncfree.core.compile import hot
 from syncfree.core.phases import Phases
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import StepResult
 from syncfree.policy.recurrent import EMPTY_TOKEN, RecurrentTokenPolicy
+
+log = logging.getLogger("syncfree")
 
 TRAINING_STATS = ("grad_norm",)
 """Logged after the losses' own statistics; then `skipped_steps`, `learning_rate` and `reward_per_agent_step`."""
@@ -90,6 +95,15 @@ class RecurrentPPO(Algorithm):
         self._bootstrap = torch.zeros(num_agents, device=device)
         self._values = torch.zeros(num_agents, device=device)
         """The values of the step's observations, kept from `act` for the time-outs `record` bootstraps."""
+        compiled = dataclasses.replace(perf, cuda_graphs="off")  # graphs of their own, not replayed as CUDA graphs
+        self.policy_step = hot(policy.step, compiled, device)
+        """The policy's rollout step (encoder, core, heads, sampling), or its compiled graph (`perf.compile`)."""
+        self._loss = hot(self.minibatch_loss, compiled, device)
+        """`minibatch_loss`, or its compiled graph; its backward is compiled with it."""
+        if perf.compile == "step":
+            log.info("perf.compile=step: the recurrent minibatch update is compiled as with perf.compile=hot (its "
+                     "forward, losses and backward; the whole-step graph with AdamW exists for the feed-forward "
+                     "algorithm only)")
         self.reset_episodes()
 
     @staticmethod
@@ -100,7 +114,8 @@ class RecurrentPPO(Algorithm):
     def reset_episodes(self) -> None:
         """Zero the recurrent states and mark every agent's next step as an episode's first."""
         n = self.num_envs
-        self.state = self.policy.initial_state(n, self.device)
+        with torch.inference_mode():  # as the states the rollout steps return: one compiled graph serves them all
+            self.state = self.policy.initial_state(n, self.device)
         self.teacher_state = self.teacher.initial_state(n, self.device) if self.teacher is not None else None
         self.done = torch.ones(n, dtype=torch.bool, device=self.device)
         self.reward_in = torch.zeros(n, device=self.device)
@@ -117,7 +132,7 @@ class RecurrentPPO(Algorithm):
         buf, phase, tokens = self.buffer, self.phases, obs["policy"]
         with phase("act"):
             last_actions = buf.previous_actions(self._everyone) if "last_actions" in buf.data else None
-            out, self._next_state = self.policy.step(tokens, self.state, self.done, last_actions)
+            out, self._next_state = self.policy_step(tokens, self.state, self.done, last_actions)
             data = {"obs": tokens[:, : self.stored_tokens], "actions": out.actions, "log_prob": out.log_prob,
                     "values": out.value, "rewards": self.reward_in, "dones": self.done}
             if last_actions is not None:
@@ -193,7 +208,7 @@ class RecurrentPPO(Algorithm):
             for mb in range(p.num_minibatches):
                 with phase("update.forward"):
                     batch = self.minibatch(mb, count, beta)
-                    loss, parts, kl_mean = self.minibatch_loss(batch)
+                    loss, parts, kl_mean = self._loss(batch)
                 self.backward_and_step(loss, parts, kl_mean)
 
     def minibatch_loss(self, batch: Minibatch) -> tuple[Tensor, list[Tensor], Tensor | None]:

@@ -38,8 +38,7 @@ class BenchConfig:
     - grid-arena (recurrent algorithm), sizes in MettaGrid simulations of `env.grid.agents_per_env` agents each (the
       preset's 4: 64 to 1024 agents), where one iteration of 256 simulations takes tens of seconds on one CPU
       thread: quick [16, 64]; none; off; 3 x 1. full [16, 256]; [4, 16, 64, 256]; on; 3 x 1. gpu-smoke [64, 256];
-      none; off; 3 x 1 (MettaGrid steps on the CPU whatever the device). All its configurations run eagerly
-      (`compile` is set to false: the recurrent algorithm does not compile).
+      none; off; 3 x 1 (MettaGrid steps on the CPU whatever the device).
     """
 
     task: str = "point-mass"
@@ -81,8 +80,6 @@ class BenchConfig:
         for key, value in defaults.items():
             if getattr(out, key) in (None, 0, []):
                 setattr(out, key, value)
-        if recurrent:
-            out.compile = False
         return out
 
 

@@ -23,7 +23,7 @@ class Floor:
     sizes, with the optimized switches (compiled kernels unless the bench runs eagerly), on a runner of its own."""
 
     def __init__(self, bench: BenchConfig, num_envs: int) -> None:
-        compiled = PerfConfig().compile if bench.compile and not is_recurrent(bench.task) else "off"
+        compiled = PerfConfig().compile if bench.compile else "off"
         self.runner = Runner(train_config(bench, num_envs, PerfConfig(compile=compiled)))
         time_iterations(self.runner, 1)
         with torch.inference_mode():
@@ -66,8 +66,9 @@ class FeedForwardFloor(Floor):
 
 
 class RecurrentFloor(Floor):
-    """The policy forward is `policy.step` on a copy of the runner's observations, recurrent state, done flags
-    and, if the policy reads them, last actions; the state is carried from step to step."""
+    """The policy forward is the policy's step as the runner runs it (one compiled graph with compile on) on a
+    copy of the runner's observations, recurrent state, done flags and, if the policy reads them, last actions;
+    the state is carried from step to step."""
 
     def prepare(self) -> None:
         algorithm: RecurrentPPO = self.runner.algorithm
@@ -80,7 +81,7 @@ class RecurrentFloor(Floor):
         self.state = self.start_state
 
     def forward(self) -> torch.Tensor:
-        out, self.state = self.runner.algorithm.policy.step(self.obs, self.state, self.done, self.last_actions)
+        out, self.state = self.runner.algorithm.policy_step(self.obs, self.state, self.done, self.last_actions)
         return out.actions
 
 

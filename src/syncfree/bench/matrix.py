@@ -9,17 +9,16 @@ from __future__ import annotations
 import dataclasses
 
 from syncfree.algo.scope import switch_scope
-from syncfree.bench.config import BenchConfig, is_recurrent, train_config
+from syncfree.bench.config import BenchConfig, train_config
 from syncfree.core.device import resolve_device
 from syncfree.core.switches import PerfConfig, Scope
 from syncfree.errors import UserError
 
 
 def bench_configurations(bench: BenchConfig) -> list[tuple[str, PerfConfig]]:
-    """The task's configurations (eager only for a recurrent task, which does not compile); with `bench.rows`,
-    only those rows (and baseline and optimized)."""
-    compile = bench.compile and not is_recurrent(bench.task)
-    configs = configurations(bench.ablations or bool(bench.rows), bench.add_one_in, compile, bench_scopes(bench))
+    """The task's configurations; with `bench.rows`, only those rows (and baseline and optimized)."""
+    configs = configurations(bench.ablations or bool(bench.rows), bench.add_one_in, bench.compile,
+                             bench_scopes(bench))
     if not bench.rows:
         return configs
     names = [name for name, _ in configs]
@@ -40,8 +39,7 @@ def skipped_rows(bench: BenchConfig) -> dict[str, str]:
     """The ablation rows left out because their switch changes nothing there: row name -> why."""
     if not (bench.ablations or bench.rows):
         return {}
-    compile = bench.compile and not is_recurrent(bench.task)
-    return _ablations(bench.add_one_in, compile, bench_scopes(bench))[1]
+    return _ablations(bench.add_one_in, bench.compile, bench_scopes(bench))[1]
 
 
 def configurations(ablations: bool, add_one_in: bool = True, compile: bool = True,

@@ -6,8 +6,8 @@ separate, untimed iteration: a dispatch mode slows everything it watches.
 
 Tasks with a recurrent policy (grid-arena) train with the recurrent algorithm (`syncfree.algo.recurrent`): sizes
 count MettaGrid simulations (as `env.num_envs` does), steps are agent steps (simulations x `env.grid.agents_per_env`
-x `ppo.steps_per_env` per iteration), everything runs eagerly, and each size also reports MettaGrid's own
-env-only speed and the adapter's at the same settings.
+x `ppo.steps_per_env` per iteration), and each size also reports MettaGrid's own env-only speed and the
+adapter's at the same settings.
 
 Ablation rows are run only for switches that act at the bench's sizes (`syncfree.bench.matrix`); the report lists
 the rows left out and why.

@@ -44,8 +44,8 @@ def _only_for(where: str, **wanted: Any) -> Inert:
     return inert
 
 
-_FEEDFORWARD = _only_for("in the feed-forward algorithm (the recurrent one runs eagerly, float32, with its own "
-                         "action sampling)", algorithm="feedforward")
+_FEEDFORWARD = _only_for("in the feed-forward algorithm (the recurrent one runs in float32, with its own action "
+                         "sampling)", algorithm="feedforward")
 _RSL_RL_UPDATE = _only_for("in the feed-forward algorithm (rsl_rl's update; the recurrent one keeps its statistics "
                            "on the device)", algorithm="feedforward")
 _RECURRENT = _only_for("in the recurrent algorithm's segment buffer (grid-arena)", algorithm="recurrent")
@@ -79,6 +79,8 @@ def _critic_chunks(scope: Scope, perf: PerfConfig) -> str | None:
 def _cuda_graphs(scope: Scope, perf: PerfConfig) -> str | None:
     if scope.device != "cuda" or perf.compile == "off":
         return "CUDA graphs replay compiled graphs on a CUDA device (compile=hot or step)"
+    if scope.algorithm == "recurrent":
+        return "the recurrent algorithm's compiled graphs run without CUDA graphs"
     return None
 
 
@@ -173,8 +175,7 @@ class PerfConfig:
     """`torch.use_deterministic_algorithms(True)`; costs speed on GPUs, needed only for bit-exact GPU reruns."""
 
     compile: Literal["off", "hot", "step"] = switch(baseline="off", optimized="step", seed="torch.compile of the hot loop",
-                                                    requires={"validate_distributions": False}, variants=("hot",),
-                                                    inert=_FEEDFORWARD)
+                                                    requires={"validate_distributions": False}, variants=("hot",))
     """`hot`: `torch.compile` (whole graphs, `fullgraph=True`) the rollout step's trainer side (act, storage
     writes, normalizer updates, episode and non-finite bookkeeping, as two graphs around the env step), the env
     step of envs that offer it (the built-in torch tasks, `VecEnv.compile_step`), the advantages, and each
@@ -184,8 +185,9 @@ class PerfConfig:
     `device_adaptive_lr` off, whose conventional paths read the host inside the minibatch update, and with several
     processes (the gradient all-reduce), the update is compiled as in `hot`. The first iteration pays the compile
     time. Needs `validate_distributions=false` (validation reads the host inside the graph). Off: eager PyTorch.
-    The recurrent algorithm (grid-arena) runs eagerly whatever this says: compiled, its token encoder's forward and
-    backward ran 1.24x slower than eager on the 2-core CPU (`benchmarks/recurrent_encoder_modes.py`)."""
+    The recurrent algorithm (grid-arena) compiles the policy's rollout step (token encoder, core, heads, sampling)
+    and each minibatch's forward and losses over its rows (the backward with it); `step` compiles it as `hot` does
+    (the whole-step graph with AdamW is the feed-forward algorithm's)."""
 
     autocast: Literal["off", "auto", "bf16"] = switch(baseline="off", optimized="auto",
                                                      seed="mixed precision (bf16 autocast)", variants=("bf16",),
@@ -209,7 +211,7 @@ class PerfConfig:
                                                        inert=_cuda_graphs)
     """With `compile=hot` on a CUDA device, replay the compiled graphs as CUDA graphs (`torch.compile`'s
     `reduce-overhead` mode; random numbers are drawn inside the graphs). `auto`: on for CUDA devices, off
-    elsewhere; `on` on another device is an error."""
+    elsewhere; `on` on another device is an error. The recurrent algorithm's compiled graphs run without them."""
 
     # -- env side and model (the humanoid tracking task; inert for the classic tasks) --------------------
 
