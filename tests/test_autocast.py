@@ -96,3 +96,53 @@ def test_export_computes_in_float32(tmp_path) -> None:
     trainer.save()
     policy, _ = load_policy(checkpoint.load(tmp_path / "latest.pt"), tmp_path / "latest.pt")
     assert all(getattr(m, "autocast_dtype", None) is None for m in policy.modules())
+
+
+def test_recurrent_token_encoder_under_bf16_is_close_to_float32() -> None:
+    """The gridworld policy's token encoder: bfloat16 MLP, float32 output close to float32's; `auto` leaves it in
+    float32, and a call below the work threshold stays float32 bit for bit."""
+    from syncfree.policy.recurrent import EMPTY_TOKEN, TokenEncoder
+
+    torch.manual_seed(0)
+    encoder = TokenEncoder(embed_dim=32, hidden=64, out_dim=64, max_tokens=64)
+    tokens = torch.randint(0, 120, (256, 64, 3), dtype=torch.uint8)
+    tokens[:, 40:] = EMPTY_TOKEN  # valid tokens first, then padding, as MettaGrid writes them
+    reference = encoder(tokens)
+    set_autocast(encoder, "bf16")
+    out = encoder(tokens)
+    assert out.dtype == torch.float32 and not torch.equal(out, reference)
+    torch.testing.assert_close(out, reference, **TOLERANCE)
+    out.sum().backward()
+    assert all(p.grad is not None and p.grad.dtype == torch.float32 for p in encoder.parameters())
+    set_autocast(encoder, "auto", torch.device("cpu"))
+    assert encoder.autocast_dtype is None and torch.equal(encoder(tokens), reference)  # not measured faster anywhere
+    encoder.autocast_dtype = torch.bfloat16  # the work threshold, as `auto` would set it
+    small = tokens[:4]  # 4 x 64 tokens x 64 wide: below AUTO_MIN_WORK
+    assert AUTO_MIN_WORK > 4 * 64 * 64 and torch.equal(encoder(small), reference[:4])
+
+
+def test_one_recurrent_minibatch_under_bf16_is_close_to_float32() -> None:
+    """grid-arena's minibatch loss and gradients on the same rows and parameters, bfloat16 encoder against float32:
+    losses within the tolerance, each parameter's gradient pointing the same way."""
+    pytest.importorskip("mettagrid")
+    from conftest import grid_config
+
+    runner = Runner(grid_config(1, compile="off"))
+    runner.learn()
+    algorithm = runner.algorithm
+    results = []
+    for precision in ("off", "bf16"):
+        set_autocast(runner.policy, precision)
+        runner.policy.zero_grad()
+        loss, parts, _ = algorithm.minibatch_loss(algorithm.minibatch(0, algorithm.buffer.segments // 2, 1.0))
+        loss.backward()
+        results.append((loss.detach(), torch.stack(parts).detach(),
+                        {n: p.grad.clone() for n, p in runner.policy.named_parameters() if p.grad is not None}))
+    (loss32, parts32, grads32), (loss16, parts16, grads16) = results
+    torch.testing.assert_close(loss16, loss32, rtol=5e-2, atol=1e-2)
+    torch.testing.assert_close(parts16, parts32, rtol=5e-2, atol=1e-2)
+    assert grads32.keys() == grads16.keys() and grads32
+    for name, g in grads32.items():
+        if g.abs().max() > 0:
+            cosine = torch.nn.functional.cosine_similarity(g.flatten(), grads16[name].flatten(), dim=0)
+            assert cosine > 0.95, (name, cosine)

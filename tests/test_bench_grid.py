@@ -18,7 +18,7 @@ from syncfree.config import PerfConfig
 from syncfree.presets import preset
 
 SWITCHES_READ = ["deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm", "fused_adamw",
-                 "zero_grad_set_to_none", "deterministic", "compile", "gate_full_log_probs",
+                 "zero_grad_set_to_none", "deterministic", "compile", "autocast", "gate_full_log_probs",
                  "preallocated_last_actions", "cpu_time_index", "cached_minibatch_indices"]
 """The ablated ones: those the recurrent algorithm reads on grid-arena's preset (its fixed learning-rate schedule
 leaves `device_adaptive_lr` inert), but the process-wide `retain_host_memory`, which one process cannot compare."""
@@ -31,7 +31,7 @@ def test_grid_arena_rows_cover_the_switches_the_recurrent_trainer_reads() -> Non
     assert BenchConfig(task="point-mass").resolved().num_envs == [64, 1024]  # the feed-forward defaults
     configs = dict(bench_configurations(cfg))
     assert list(configs)[:2] == ["baseline", "optimized"]
-    assert set(configs) == {"baseline", "optimized", "optimized, compile=hot"} | {
+    assert set(configs) == {"baseline", "optimized", "optimized, compile=hot", "optimized, autocast=bf16"} | {
         f"optimized - {s}" for s in SWITCHES_READ} | {f"baseline + {s}" for s in SWITCHES_READ}
     assert configs["optimized"] == PerfConfig()
     assert configs["optimized - compile"] == PerfConfig(compile="off")
@@ -64,7 +64,7 @@ def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
     agents = result["recurrent"]["agents_per_env"]
     assert size["num_envs"] == 1 and size["num_agents"] == agents
     assert size["steps_per_iteration"] == agents * result["train"]["steps_per_env"]  # agent steps
-    assert set(size["configs"]) == {"baseline", "optimized"} | {
+    assert set(size["configs"]) == {"baseline", "optimized", "optimized, autocast=bf16"} | {
         f"optimized - {s}" for s in SWITCHES_READ if s != "compile"}
     base, opt = size["configs"]["baseline"], size["configs"]["optimized"]
     assert opt["counts"]["syncs_per_step"] == 0 and opt["counts"]["syncs_per_minibatch"] == 0

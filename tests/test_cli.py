@@ -62,7 +62,7 @@ def test_switches_for_a_task_mark_the_inert_ones_with_the_reason(capsys) -> None
     assert len(marks) == len(PerfConfig.switches())
     assert "INERT: the learning-rate schedule is fixed" in marks["device_adaptive_lr"]
     assert marks["compile"].endswith("live") and marks["cpu_time_index"].endswith("live")
-    assert "INERT" in marks["autocast"]
+    assert "INERT" in marks["device_loss_stats"]
     assert main(["switches", "--task", "point-mass"]) == 0
     out = capsys.readouterr().out
     assert "fused_adamw" in out and "compile=step makes the whole minibatch update one graph" in out
@@ -118,7 +118,7 @@ def test_help_shows_what_the_task_reads_and_help_all_everything(capsys) -> None:
     assert "grid-arena: the MettaGrid map" not in cartpole  # a section with nothing left loses its title
     grid = help_of("--task", "grid-arena", "--help")
     assert "--env.grid.map" in grid and "--losses.supervised" in grid and "--perf.cpu_time_index" in grid
-    assert "--perf.compile " in grid and "--perf.autocast " not in grid and "--env.g1.history" not in grid
+    assert "--perf.compile " in grid and "--perf.device_loss_stats " not in grid and "--env.g1.history" not in grid
     everything = help_of("--task", "cartpole", "--help-all")
     assert all(name in everything for name in ("--env.grid.map", "--losses.supervised", "--perf.fast_history"))
     assert len(cartpole.splitlines()) < len(everything.splitlines()) / 2

@@ -225,6 +225,24 @@ def test_autocast_runs_the_hidden_layers_in_bfloat16() -> None:
     assert off[torch.bfloat16] == 0 and off[torch.float32] > 0
 
 
+def test_autocast_runs_the_recurrent_token_mlp_in_bfloat16() -> None:
+    """grid-arena: the token encoder's matrix products (the value embedding, the MLP's two layers) in bfloat16, the
+    core and heads in float32."""
+    pytest.importorskip("mettagrid")
+
+    def matmul_dtypes(autocast: str) -> Counter:
+        runner = Runner(grid_config(autocast=autocast, compile="off"))
+        algorithm = runner.algorithm
+        last = torch.zeros(algorithm.num_envs, dtype=torch.int64)
+        with torch.no_grad(), DtypesOfMatmuls() as mode:
+            runner.policy.step(runner.obs["policy"], algorithm.state, algorithm.done, last)
+        return mode.dtypes
+
+    on, off = matmul_dtypes("bf16"), matmul_dtypes("off")
+    assert on[torch.bfloat16] == 3 and on[torch.float32] > 0
+    assert off[torch.bfloat16] == 0 and off[torch.float32] > 0
+
+
 def test_cuda_graphs_compile_in_reduce_overhead_mode_on_cuda(monkeypatch) -> None:
     """What the switch decides: the mode `torch.compile` gets for a CUDA device (the replay itself is checked on a
     GPU by test_compile.py::test_cuda_graph_replays_draw_new_noise)."""

@@ -44,8 +44,8 @@ def _only_for(where: str, **wanted: Any) -> Inert:
     return inert
 
 
-_FEEDFORWARD = _only_for("in the feed-forward algorithm (the recurrent one runs in float32, with its own action "
-                         "sampling)", algorithm="feedforward")
+_FEEDFORWARD = _only_for("in the feed-forward algorithm (the recurrent one has its own action sampling)",
+                         algorithm="feedforward")
 _RSL_RL_UPDATE = _only_for("in the feed-forward algorithm (rsl_rl's update; the recurrent one keeps its statistics "
                            "on the device)", algorithm="feedforward")
 _RECURRENT = _only_for("in the recurrent algorithm's segment buffer (grid-arena)", algorithm="recurrent")
@@ -190,15 +190,15 @@ class PerfConfig:
     (the whole-step graph with AdamW is the feed-forward algorithm's)."""
 
     autocast: Literal["off", "auto", "bf16"] = switch(baseline="off", optimized="auto",
-                                                     seed="mixed precision (bf16 autocast)", variants=("bf16",),
-                                                     inert=_FEEDFORWARD)
+                                                     seed="mixed precision (bf16 autocast)", variants=("bf16",))
     """`bf16`: the hidden layers of the policy's MLPs (actor, critic; the token policy's encoders, decoder and
     critic) run under `torch.autocast` in bfloat16, forward and backward, with float32 parameters, optimizer state
     and output layers. `auto`: the same for calls large enough to gain (rows x widest layer >= 2**17) on CPUs with
     bfloat16 instructions (AVX512-BF16, AMX); float32 elsewhere, CUDA included until measured there. Not bitwise:
-    outputs move by about 0.1-0.5 %. Off: float32 throughout. The recurrent gridworld policy stays float32: under
-    bfloat16 autocast its token encoder (embedding gathers, matrix products of width 32 and 64) ran 7.2x slower on
-    the 2-core CPU (`benchmarks/recurrent_encoder_modes.py`)."""
+    outputs move by about 0.1-0.5 %. Off: float32 throughout. The recurrent gridworld policy: `bf16` runs its token
+    encoder (value embedding and token MLP) so, its core and heads in float32; `auto` keeps it in float32, since on
+    the 2-core CPU, which lacks bfloat16 instructions, that encoder ran 9.8x slower in bfloat16 and it has not been
+    measured elsewhere (`benchmarks/recurrent_encoder_modes.py`)."""
 
     retain_host_memory: bool = switch(baseline=False, optimized=True, seed="host allocator: no mmap/munmap per step",
                                       process_wide=True)

@@ -85,16 +85,19 @@ def native_bf16(device: torch.device) -> bool:
 
 
 def set_autocast(module: nn.Module, precision: str, device: torch.device | None = None) -> None:
-    """Set the precision of every `MLP` inside `module`: `off` (float32), `bf16` (bfloat16 hidden layers), or
-    `auto` (bfloat16 for large calls on devices with fast bfloat16, see `native_bf16` and `AUTO_MIN_WORK`)."""
+    """Set the precision of every module inside `module` that declares `autocast_dtype` (`MLP`, the recurrent
+    policy's `TokenEncoder`): `off` (float32), `bf16` (bfloat16 hidden layers), or `auto` (bfloat16 for large
+    calls on devices with fast bfloat16, see `native_bf16` and `AUTO_MIN_WORK`; modules declaring
+    `autocast_auto = False` stay float32)."""
     if precision == "auto":
         on = device is not None and native_bf16(device)
         dtype, min_work = (torch.bfloat16 if on else None), AUTO_MIN_WORK
     else:
         dtype, min_work = {"off": None, "bf16": torch.bfloat16}[precision], 0
     for sub in module.modules():
-        if isinstance(sub, MLP):
-            sub.autocast_dtype, sub.autocast_min_work = dtype, min_work
+        if hasattr(type(sub), "autocast_dtype"):
+            auto_off = precision == "auto" and not getattr(type(sub), "autocast_auto", True)
+            sub.autocast_dtype, sub.autocast_min_work = (None if auto_off else dtype), min_work
 
 
 def chunked_value(critic: nn.Module, norm: nn.Module, critic_obs: Tensor, chunk_size: int) -> Tensor:

@@ -97,7 +97,17 @@ class TokenEncoder(nn.Module):
     """Token set -> one vector: embed each token, a two-layer ReLU MLP, max over valid tokens (0 when none).
 
     `max_tokens` reads only the first tokens of each observation (MettaGrid packs the valid tokens first, so a
-    bound above the most tokens an agent sees loses nothing and saves the work on the padding)."""
+    bound above the most tokens an agent sees loses nothing and saves the work on the padding).
+
+    With `autocast_dtype` set (`PerfConfig.autocast`, through `set_autocast`), a call on at least
+    `autocast_min_work` (tokens x hidden width) runs the encoder (the value embedding and the token MLP) under
+    `torch.autocast` in that dtype and returns float32, so the recurrent core and the heads stay in float32.
+    `autocast=auto` leaves it in float32 (`autocast_auto`): bfloat16 has not been measured faster for it anywhere
+    (on a CPU without bfloat16 instructions it ran 9.8x slower, `benchmarks/recurrent_encoder_modes.py`)."""
+
+    autocast_dtype: torch.dtype | None = None
+    autocast_min_work: int = 0
+    autocast_auto = False
 
     def __init__(self, embed_dim: int, hidden: int, out_dim: int, max_tokens: int | None = None) -> None:
         super().__init__()
@@ -108,9 +118,17 @@ class TokenEncoder(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(embed_dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim), nn.ReLU())
 
     def forward(self, tokens: Tensor) -> Tensor:
-        """[..., tokens, 3] uint8 -> [..., out_dim]."""
+        """[..., tokens, 3] uint8 -> [..., out_dim] float32."""
         if self.max_tokens is not None:
             tokens = tokens[..., : self.max_tokens, :]
+        work = tokens.shape[:-1].numel() * self.mlp[0].out_features
+        if self.autocast_dtype is None or work < self.autocast_min_work:
+            return self.encode(tokens)
+        with torch.autocast(tokens.device.type, dtype=self.autocast_dtype):
+            return self.encode(tokens).float()
+
+    def encode(self, tokens: Tensor) -> Tensor:
+        """The encoder on the tokens it reads."""
         index = tokens.long()
         x = (self.coordinate(index[..., 0]) + self.feature(index[..., 1])
              + self.value(tokens[..., 2:].float() / 255.0))

@@ -378,6 +378,7 @@ def make_algorithm(cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Di
     if cfg.policy.kind == "recurrent":
         emit = RecurrentPPO.full_log_probs_needed(cfg.losses, cfg.ppo, cfg.perf)
         policy = build_policy(cfg, env, emit_full_log_probs=emit).to(device)
+        set_autocast(policy, cfg.perf.autocast, device)
         teacher = None
         if cfg.losses.teacher:
             state = checkpoint.load(cfg.losses.teacher)
