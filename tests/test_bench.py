@@ -65,7 +65,7 @@ def test_policy_flops_per_step_are_counted_from_the_layer_shapes() -> None:
 
 
 def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
-    code = main(["bench", "--task", "pendulum", "--profile", "full", "--num_envs", "[16]", "--scaling", "[8, 16]",
+    code = main(["bench", "--task", "point-mass", "--profile", "full", "--num_envs", "[16]", "--scaling", "[8, 16]",
                  "--repeats", "2", "--iterations", "1", "--min_seconds", "0", "--compile", "false", "--threads", "1",
                  "--out", str(tmp_path)])
     assert code == 0
@@ -94,7 +94,7 @@ def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     assert "| optimized - fused_adamw |" in report and "Seeds' view" in report
     assert "changes nothing here" in report and "critic_chunk_size" in report
     assert "of fp32 |" in report and "GFLOP/s float32" in report
-    assert "# syncfree bench: pendulum" in capsys.readouterr().out
+    assert "# syncfree bench: point-mass" in capsys.readouterr().out
 
 
 def test_bench_rejects_bad_sizes(capsys) -> None:

@@ -1,0 +1,375 @@
+"""Learning parity: syncfree against rsl_rl 5.5.1 and against CleanRL's published PPO, at equal env steps, over seeds.
+
+    python benchmarks/learning_parity.py --tasks pendulum point-mass --seeds 0 1 2 3 4
+    python benchmarks/learning_parity.py --tasks gym:Hopper-v5 gym:HalfCheetah-v5 --seeds 0 1 2 3 4
+
+Learners, each on the task's preset (`syncfree train --task T`: env count, rollout, networks, PPO settings):
+
+- `syncfree`: the preset as a user gets it (optimized switches, the preset's compile setting);
+- `syncfree-baseline`: the same with every perf switch at its baseline (`PerfConfig.preset("baseline")`: eager,
+  the conventional code paths);
+- `syncfree-bf16`: the optimized preset with `perf.autocast=bf16`;
+- `rsl_rl`: rsl_rl's `OnPolicyRunner` on the same syncfree task through `SyncfreeToRslRl`, with the preset's
+  network sizes and PPO hyperparameters (`side_by_side_rsl_rl.rsl_rl_config`; rsl_rl clips the actor's and the
+  critic's gradients separately and has no compile).
+
+Every `--eval_every` iterations (and after the last) training pauses and the deterministic policy (the action
+distribution's mean) plays one episode on each of `eval_envs` fresh envs seeded 1000 + seed; the figure is the mean
+of those returns, and a run's final return the mean of its figures over the last 10 % of its env steps. Evaluation
+time is not counted in the wall clock. For the Gymnasium tasks the run also records
+syncfree's training return (the mean of the last 100 finished episodes of the stochastic policy), the figure CleanRL
+publishes.
+
+Each (task, learner, seed) runs in its own process on one thread and writes `runs/<task>/<learner>-seed<S>.json`
+under `--out`; a finished run is read back, so a stopped study resumes. Writes `README.md`, `result.json` and one
+PNG per task (mean and 95 % t-interval band over seeds, against env steps and against training seconds).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+LEARNERS = ("syncfree", "syncfree-baseline", "syncfree-bf16", "rsl_rl")
+EVAL_SEED = 1000
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A published figure: mean and spread of the final training return."""
+
+    source: str
+    mean: float
+    spread: float
+
+
+@dataclass(frozen=True)
+class Study:
+    iterations: int
+    eval_every: int
+    eval_envs: int
+    reference: Reference | None = None
+
+
+CLEANRL = ("CleanRL `ppo_continuous_action.py`, {env}-v4, 1M steps, 3 seeds: mean ± std of the average episodic "
+           "training return, openrlbenchmark tag pr-424, table in CleanRL's docs/benchmark/ppo_continuous_action.md")
+STUDIES = {
+    "pendulum": Study(iterations=300, eval_every=10, eval_envs=64),
+    "point-mass": Study(iterations=50, eval_every=5, eval_envs=256),
+    # 977 iterations x 16 envs x 64 steps = 1,000,448 env steps
+    "gym:Hopper-v5": Study(977, 49, 8, Reference(CLEANRL.format(env="Hopper"), 2382.86, 271.74)),
+    "gym:HalfCheetah-v5": Study(977, 49, 8, Reference(CLEANRL.format(env="HalfCheetah"), 1442.64, 46.03)),
+}
+T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+"""Student's t 97.5 % quantiles by degrees of freedom (1.96 beyond)."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One run (its own process)
+
+
+def study_of(task: str) -> Study:
+    """The task's study; `SYNCFREE_PARITY_ITERATIONS=N` shortens it to N iterations, evaluated every 2 (a smoke
+    run of the script itself)."""
+    study, short = STUDIES[task], int(os.environ.get("SYNCFREE_PARITY_ITERATIONS", "0"))
+    return Study(short, 2, min(study.eval_envs, 8), study.reference) if short else study
+
+
+def eval_points(study: Study) -> list[int]:
+    """The iterations after which the policy is evaluated."""
+    points = list(range(study.eval_every, study.iterations + 1, study.eval_every))
+    return points if points and points[-1] == study.iterations else [*points, study.iterations]
+
+
+class RslRlActor:
+    """An rsl_rl inference policy seen as syncfree's `evaluate` expects a policy."""
+
+    def __init__(self, policy) -> None:
+        self.policy = policy
+
+    def actor_input(self, obs):
+        from tensordict import TensorDict
+
+        return TensorDict(dict(obs), batch_size=[next(iter(obs.values())).shape[0]])
+
+    def act_deterministic(self, obs):
+        return self.policy(obs)
+
+
+def train_one(task: str, learner: str, seed: int) -> dict:
+    import torch
+
+    from syncfree.core.switches import PerfConfig
+    from syncfree.envs import make_env
+    from syncfree.presets import preset
+    from syncfree.train.evaluate import evaluate
+
+    torch.set_num_threads(1)
+    study, cfg = study_of(task), preset(task)
+    cfg.seed, cfg.device, cfg.iterations, cfg.log.progress = seed, "cpu", study.iterations, False
+    if learner == "syncfree-baseline":
+        cfg.perf = PerfConfig.preset("baseline")
+    elif learner == "syncfree-bf16":
+        cfg.perf.autocast = "bf16"
+
+    def fresh_return(policy) -> float:
+        returns = evaluate(policy, make_env(task, study.eval_envs, seed=EVAL_SEED + seed))
+        return float(returns.mean())
+
+    points, seconds = [], 0.0
+    if learner == "rsl_rl":
+        import contextlib
+        import io
+
+        from rsl_rl.runners import OnPolicyRunner
+        from side_by_side_rsl_rl import rsl_rl_config
+
+        from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
+
+        torch.manual_seed(seed)
+        env = SyncfreeToRslRl(make_env(task, cfg.env.num_envs, seed=seed))
+        with contextlib.redirect_stdout(io.StringIO()):  # rsl_rl prints its models and every iteration
+            runner = OnPolicyRunner(env, rsl_rl_config(cfg, check_for_nan=False, compile_mode=None), log_dir=None,
+                                    device="cpu")
+        done = 0
+        for it in eval_points(study):
+            start = time.perf_counter()
+            with contextlib.redirect_stdout(io.StringIO()):
+                runner.learn(num_learning_iterations=it - done)
+            seconds += time.perf_counter() - start
+            done = it
+            steps = it * cfg.env.num_envs * cfg.ppo.steps_per_env
+            points.append({"iteration": it, "env_steps": steps, "seconds": seconds,
+                           "eval_return": fresh_return(RslRlActor(runner.get_inference_policy())),
+                           "learning_rate": float(runner.alg.learning_rate)})
+    else:
+        from syncfree.train.runner import Runner
+
+        runner = Runner(cfg)
+        for it in eval_points(study):
+            runner.cfg.iterations = it
+            start = time.perf_counter()
+            record = runner.learn()
+            seconds += time.perf_counter() - start
+            points.append({"iteration": it, "env_steps": runner.env_steps, "seconds": seconds,
+                           "eval_return": fresh_return(runner.policy),
+                           "train_return": record.get("mean_return", math.nan),
+                           "learning_rate": record.get("learning_rate", math.nan)})
+        runner.close()
+    return {"task": task, "learner": learner, "seed": seed, "threads": 1, "torch": torch.__version__,
+            "points": points}
+
+
+def run_path(out: Path, task: str, learner: str, seed: int) -> Path:
+    return out / "runs" / task.replace(":", "_") / f"{learner}-seed{seed}.json"
+
+
+def launch(out: Path, task: str, learner: str, seed: int) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
+    log = run_path(out, task, learner, seed).with_suffix(".log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([sys.executable, __file__, "--one", task, learner, str(seed), "--out", str(out)],
+                            env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The report
+
+
+def mean_ci(values: list[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95 % t-interval over seeds."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, math.nan
+    return mean, T_975.get(len(values) - 1, 1.96) * statistics.stdev(values) / math.sqrt(len(values))
+
+
+def curve(runs: list[dict], key: str) -> list[tuple[float, float, float, float]]:
+    """(env steps, mean seconds, mean, CI half-width) over seeds at each evaluation."""
+    rows = []
+    for i, point in enumerate(runs[0]["points"]):
+        values = [r["points"][i][key] for r in runs]
+        mean, half = mean_ci(values)
+        rows.append((point["env_steps"], statistics.fmean(r["points"][i]["seconds"] for r in runs), mean, half))
+    return rows
+
+
+def final(run: dict, key: str = "eval_return") -> float:
+    """The run's final figure: the mean of its evaluations over the last 10 % of its env steps (one evaluation
+    snapshot of a policy that still oscillates says little)."""
+    last = run["points"][-1]["env_steps"]
+    values = [p[key] for p in run["points"] if p["env_steps"] >= 0.9 * last]
+    return statistics.fmean(values)
+
+
+def reach(rows: list[tuple[float, float, float, float]], threshold: float) -> tuple[float, float] | None:
+    """Env steps and seconds at the first evaluation whose seed mean is at least `threshold`."""
+    return next(((steps, seconds) for steps, seconds, mean, _ in rows if mean >= threshold), None)
+
+
+def plot_task(task: str, by_learner: dict[str, list[dict]], reference: Reference | None, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+    for learner, runs in by_learner.items():
+        rows = curve(runs, "eval_return")
+        steps, seconds, mean, half = (list(c) for c in zip(*rows, strict=True))
+        for ax, x in zip(axes, (steps, seconds), strict=True):
+            line = ax.plot(x, mean, label=f"{learner} ({len(runs)} seeds)")[0]
+            ax.fill_between(x, [m - h for m, h in zip(mean, half, strict=True)],
+                            [m + h for m, h in zip(mean, half, strict=True)], color=line.get_color(), alpha=0.2)
+    if reference is not None:
+        for ax in axes:
+            ax.axhline(reference.mean, color="grey", linestyle="--", label="CleanRL PPO, published (training return)")
+    axes[0].set_xlabel("env steps")
+    axes[1].set_xlabel("training seconds (1 thread, evaluation excluded)")
+    axes[0].set_ylabel("deterministic return")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{task}: mean and 95 % t-interval over seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def report(out: Path) -> str:
+    """Every task and learner with finished runs under `out`."""
+    from rsl_rl_adapter_parity import bootstrap_ci
+
+    lines = ["# Learning parity", "",
+             "`python benchmarks/learning_parity.py --tasks TASK ... --learners LEARNER ... --seeds 0 1 2 3 4` "
+             "(the commands of each table are below it). Each run: the task's preset, one thread, its own process. "
+             "The figure is the deterministic policy's return on fresh envs (seeded 1000 + seed); a run's final "
+             "return is the mean of its evaluations over the last 10 % of its env steps; tables give the mean over "
+             "the seeds with the half-width of its 95 % t-interval; differences are bootstrap 95 % intervals of the difference of means (10,000 resamples). "
+             "Wall clock: training seconds only, evaluation excluded.", ""]
+    summary = {}
+    for task in STUDIES:
+        study, by_learner = study_of(task), {}
+        for learner in LEARNERS:
+            paths = sorted(run_path(out, task, learner, 0).parent.glob(f"{learner}-seed*.json"),
+                           key=lambda p: int(p.stem.rsplit("seed", 1)[1]))
+            if paths:
+                by_learner[learner] = [json.loads(p.read_text()) for p in paths]
+        if not by_learner:
+            continue
+        finals = {learner: [final(r) for r in runs] for learner, runs in by_learner.items()}
+        totals = {learner: statistics.fmean(r["points"][-1]["seconds"] for r in runs)
+                  for learner, runs in by_learner.items()}
+        threshold, threshold_name = None, ""
+        if "rsl_rl" in finals:
+            threshold, threshold_name = statistics.fmean(finals["rsl_rl"]), "rsl_rl's final mean"
+        steps = next(iter(by_learner.values()))[0]["points"][-1]["env_steps"]
+        seeds = sorted({r["seed"] for runs in by_learner.values() for r in runs})
+        lines += [f"## {task}", "", f"{study.iterations} iterations = {steps:,} env steps; evaluation every "
+                  f"{study.eval_every} iterations on {study.eval_envs} envs. Rerun: `python "
+                  f"benchmarks/learning_parity.py --tasks {task} --learners {' '.join(by_learner)} --seeds "
+                  f"{' '.join(map(str, seeds))}`.", "", f"![{task}]({plot_name(task)})", ""]
+        header = "| learner | seeds | final return | per seed | training s |"
+        if threshold is not None:
+            header += f" reaches {threshold_name} ({threshold:.1f}): env steps, s, × rsl_rl's total s |"
+        lines += [header, "|" + "---|" * (header.count("|") - 1)]
+        task_summary = {}
+        for learner, values in finals.items():
+            mean, half = mean_ci(values)
+            row = (f"| {learner} | {len(values)} | {mean:.1f} ± {half:.1f} | {', '.join(f'{v:.0f}' for v in values)}"
+                   f" | {totals[learner]:.0f} |")
+            got = None
+            if threshold is not None:
+                got = reach(curve(by_learner[learner], "eval_return"), threshold)
+                row += (" not reached |" if got is None else
+                        f" {got[0]:,.0f}, {got[1]:.0f}, {got[1] / totals['rsl_rl']:.2f} |")
+            lines.append(row)
+            task_summary[learner] = {"final_mean": mean, "ci_half": half, "per_seed": values,
+                                     "training_seconds": totals[learner], "reach": got}
+        lines.append("")
+        for a, b in (("syncfree", "rsl_rl"), ("syncfree", "syncfree-baseline"), ("syncfree-bf16", "syncfree-baseline")):
+            if a in finals and b in finals and len(finals[a]) > 1 and len(finals[b]) > 1:
+                low, high = bootstrap_ci(finals[a], finals[b])
+                diff = statistics.fmean(finals[a]) - statistics.fmean(finals[b])
+                verdict = "no difference detected" if low <= 0 <= high else ("higher" if low > 0 else "lower")
+                lines.append(f"- {a} minus {b}: {diff:+.1f}, interval [{low:+.1f}, {high:+.1f}]: {verdict}.")
+                task_summary[f"{a} - {b}"] = {"difference": diff, "interval": [low, high]}
+        if study.reference is not None and "syncfree" in by_learner:
+            trained = [final(r, "train_return") for r in by_learner["syncfree"]]
+            mean, half = mean_ci(trained)
+            sd = statistics.stdev(trained) if len(trained) > 1 else math.nan
+            ref = study.reference
+            verdict = ("above the published mean" if mean >= ref.mean else
+                       "within one published std below it" if mean >= ref.mean - ref.spread else
+                       "below the published spread")
+            lines.append(f"- syncfree's training return over the last 10 % of the steps (each point the mean of the "
+                         f"last 100 episodes of the stochastic policy): mean ± std {mean:.1f} ± {sd:.1f} (95 % "
+                         f"interval ± {half:.1f}; per seed {', '.join(f'{v:.0f}' for v in trained)}); published: "
+                         f"{ref.mean:.1f} ± {ref.spread:.1f} ({ref.source}): {verdict}.")
+            task_summary["training_return"] = {"mean": mean, "std": sd, "ci_half": half, "per_seed": trained,
+                                               "published": [ref.mean, ref.spread], "verdict": verdict}
+        lines.append("")
+        plot_task(task, by_learner, study.reference, out / plot_name(task))
+        summary[task] = task_summary
+    (out / "result.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return "\n".join(lines)
+
+
+def plot_name(task: str) -> str:
+    return f"{task.replace(':', '_')}.png"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", nargs="+", default=["pendulum", "point-mass"], choices=list(STUDIES))
+    parser.add_argument("--learners", nargs="+", default=["syncfree", "syncfree-baseline", "rsl_rl"],
+                        choices=LEARNERS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (each on one thread)")
+    parser.add_argument("--out", default="benchmarks/results/learning-parity-cpu")
+    parser.add_argument("--one", nargs=3, metavar=("TASK", "LEARNER", "SEED"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    out = Path(args.out)
+    if args.one:
+        task, learner, seed = args.one
+        path = run_path(out, task, learner, int(seed))
+        result = train_one(task, learner, int(seed))
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1))
+        tmp.replace(path)
+        return 0
+    from tqdm import tqdm
+
+    # seeds outermost, learners interleaved: a busy spell of the machine falls on every learner alike
+    todo = [(t, learner, s) for t in args.tasks for s in args.seeds for learner in args.learners
+            if not run_path(out, t, learner, s).is_file()]
+    running: list[tuple[subprocess.Popen, tuple]] = []
+    failed = []
+    with tqdm(total=len(todo), desc="learning parity", unit="run") as bar:
+        while todo or running:
+            while todo and len(running) < args.jobs:
+                job = todo.pop(0)
+                running.append((launch(out, *job), job))
+            time.sleep(1.0)
+            for process, job in list(running):
+                if process.poll() is not None:
+                    running.remove((process, job))
+                    if process.returncode != 0:
+                        failed.append(job)
+                        tqdm.write(f"failed: {job} (see {run_path(out, *job).with_suffix('.log')})")
+                    bar.update(1)
+    text = report(out)
+    (out / "README.md").write_text(text + "\n")
+    print(text)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
