@@ -7,6 +7,8 @@ within a stated tolerance on identical inputs, with inductor drawing random numb
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import torch._inductor.config as inductor_config
@@ -32,12 +34,14 @@ def same_random_numbers():
         yield
 
 
-def pair(task: str = "pendulum", max_episode_length: int = 10, compiled: str = "hot") -> tuple[Runner, Runner]:
-    """An eager and a compiled trainer built from the same seed: equal parameters, env states and RNG states."""
+def pair(task: str = "pendulum", max_episode_length: int = 10, compiled: str = "hot", **ppo) -> tuple[Runner, Runner]:
+    """An eager and a compiled trainer built from the same seed: equal parameters, env states and RNG states;
+    `ppo`: PPO settings of both."""
     trainers = []
     for mode in ("off", compiled):
         cfg = small_config(task, compile=mode)
         cfg.env.max_episode_length = max_episode_length
+        cfg.ppo = dataclasses.replace(cfg.ppo, **ppo)
         trainers.append(Runner(cfg))
     return trainers[0], trainers[1]
 
@@ -85,12 +89,12 @@ def test_compiled_env_step_matches_eager(task: str) -> None:
 
 
 @pytest.mark.usefixtures("same_random_numbers")
-@pytest.mark.parametrize("mode", ["hot", "step"])
-def test_one_compiled_update_on_an_identical_rollout_matches_eager(mode: str) -> None:
-    """`hot`: compiled forward and losses; `step`: the whole minibatch (gradients, clip, AdamW) as one graph."""
-    eager, compiled = pair(compiled=mode)
-    for trainer in (eager, compiled):  # the KL is above twice this target: every minibatch divides the lr by 1.5
-        trainer.algorithm.cfg.desired_kl = 1e-9
+@pytest.mark.parametrize(("mode", "adapt_every"), [("hot", "minibatch"), ("step", "minibatch"), ("step", "update")])
+def test_one_compiled_update_on_an_identical_rollout_matches_eager(mode: str, adapt_every: str) -> None:
+    """`hot`: compiled forward and losses; `step`: the whole minibatch (gradients, clip, AdamW) as one graph; with
+    the schedule adapting per minibatch (inside the graph) or once per update (after it, on the summed KLs)."""
+    # the KL is above twice this target: every adaptation divides the lr by 1.5
+    eager, compiled = pair(compiled=mode, desired_kl=1e-9, kl_adapt_every=adapt_every)
     eager.cfg.iterations = 1
     eager.learn()  # fills the storage
     if mode == "hot":
@@ -110,7 +114,8 @@ def test_one_compiled_update_on_an_identical_rollout_matches_eager(mode: str) ->
     # the means of the minibatch losses: the surrogate is a small difference of large terms (~1e-4 of them)
     torch.testing.assert_close(stats[0], stats[1], rtol=1e-3, atol=1e-6)
     # the learning rate moved inside the compiled code and the move was kept
-    assert float(stats[1]["learning_rate"]) == pytest.approx(max(1e-5, lr_before / 1.5**4), rel=1e-6)
+    adaptations = 4 if adapt_every == "minibatch" else 1
+    assert float(stats[1]["learning_rate"]) == pytest.approx(max(1e-5, lr_before / 1.5**adaptations), rel=1e-6)
     assert_close_tensors(dict(eager.policy.named_parameters()), dict(compiled.policy.named_parameters()))
     for (_, a), (_, b) in zip(eager.algorithm.optim.optimizer.state_dict()["state"].items(),
                               compiled.algorithm.optim.optimizer.state_dict()["state"].items(), strict=True):

@@ -161,9 +161,10 @@ def test_two_rank_update_equals_single_process_update_on_the_combined_rollout(tw
 
 
 def test_the_recurrent_algorithm_trains_on_two_ranks(tmp_path: Path) -> None:
-    """grid-arena on 2 gloo ranks: parameters and Adam moments stay bitwise equal across ranks, a minibatch is one
-    all-reduce and no host read, an iteration one host read, agent steps count both ranks, only rank 0 writes, and
-    the 2-process checkpoint resumes on 2 processes."""
+    """grid-arena on 2 gloo ranks: parameters and Adam moments stay bitwise equal across ranks (with the learning
+    rate adapted per update on the ranks' mean KL), a minibatch is one all-reduce and no host read, an iteration one
+    host read, agent steps count both ranks, only rank 0 writes, and the 2-process checkpoint resumes on 2
+    processes."""
     pytest.importorskip("mettagrid")
     mp.start_processes(_two_rank_grid_worker, args=(str(tmp_path),), nprocs=WORLD, start_method="spawn")
     r0, r1 = (torch.load(tmp_path / f"grid_rank{r}.pt", weights_only=False) for r in range(WORLD))
@@ -174,6 +175,7 @@ def test_the_recurrent_algorithm_trains_on_two_ranks(tmp_path: Path) -> None:
     assert r0["iteration_syncs"] == r1["iteration_syncs"] == 1
     assert r0["record"]["env_steps"] == 2 * WORLD * 8 * 8  # iterations x ranks x agents per rank x steps
     assert 0 <= r0["record"]["reward_per_agent_step"] <= 1
+    assert r0["record"]["learning_rate"] == r1["record"]["learning_rate"] == pytest.approx(3e-3 / 1.5**2)
     assert not (tmp_path / "grid1").exists()
     assert checkpoint.load(tmp_path / "grid0" / "latest.pt")["world_size"] == WORLD
     assert r0["resumed_at"] == r1["resumed_at"] == 2 and torch.equal(*r0["resumed_trained"])

@@ -177,6 +177,13 @@ class PPOConfig:
     """`adaptive` scales the learning rate by 1.5 to keep the KL near `desired_kl`."""
     desired_kl: float = 0.01
     """Target KL for the adaptive schedule."""
+    kl_adapt_every: Literal["minibatch", "update"] = "minibatch"
+    """When the adaptive schedule adapts: `minibatch`, after each minibatch on that minibatch's KL (rsl_rl); or
+    `update`, once per iteration on the mean KL of the update's minibatches. The KL is measured against the
+    rollout's policy, so it restarts near 0 at every update: per minibatch, the rate climbs x1.5 per minibatch
+    while the KL is low, overshoots, and falls back, often to its 1e-5 floor, before the update ends (g1-track
+    at 256 envs: at the floor after 100 % of its first 40 updates). Per update it settles where the update's
+    KL is near the target."""
     gamma: float = 0.99
     """Discount."""
     lam: float = 0.95

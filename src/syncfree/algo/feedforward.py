@@ -78,7 +78,7 @@ class FeedForwardPPO(Algorithm):
         if fallback is not None:
             log.info("perf.compile=step: the minibatch update is compiled as with perf.compile=hot (%s)", fallback)
         elif perf.compile == "step":
-            adapt = self.optim.next_learning_rate if self.optim.adaptive else None
+            adapt = self.optim.next_learning_rate if self.optim.adapt_per_minibatch else None
             self.whole_step = MinibatchStep(policy, self.minibatch_losses, self.optim.optimizer, cfg.max_grad_norm,
                                             adapt, skip_nonfinite=perf.grad_finite_from_norm,
                                             clip_groups=self.optim.clip_groups)
@@ -180,6 +180,10 @@ class FeedForwardPPO(Algorithm):
                         self.optim.track_skips()
                 else:
                     self.minibatch_update(Batch(*(x[idx] for x in data)))
+        if state is not None and self.optim.adaptive and not self.optim.adapt_per_minibatch:
+            # the whole-step graph summed the minibatch KLs into the statistics
+            self.optim.record_kl(self.stats[self.stat_names.index("approx_kl")], cfg.num_epochs * cfg.num_minibatches)
+        self.optim.end_update()
         if self.host_loss_sums is not None:  # the host's sums join the device statistics (no host read)
             self.stats[:RSL_RL_LOGGED].copy_(torch.tensor(self.host_loss_sums))
 

@@ -37,6 +37,8 @@ class PolicyOptimizer:
         self.params, self.cfg, self.perf = params, cfg, perf
         self.clip_groups = [group for group in clip_groups if group] if clip_groups else [params]
         self.adaptive = cfg.schedule == "adaptive"
+        self.adapt_per_minibatch = self.adaptive and cfg.kl_adapt_every == "minibatch"
+        """Adapt after every minibatch (rsl_rl); otherwise (`kl_adapt_every=update`) once, in `end_update`."""
         self.lr_on_device = self.adaptive and perf.device_adaptive_lr
         self.learning_rate = cfg.learning_rate
         """Host-side learning rate (the conventional adaptive schedule and the fixed one)."""
@@ -67,6 +69,9 @@ class PolicyOptimizer:
         """The longest run of skipped updates that reached into this iteration's update."""
         self._no_kl = torch.zeros((), device=device)
         """What rides along the gradient all-reduce when the schedule reads no KL."""
+        self.update_kl = torch.zeros((), device=device)
+        """`kl_adapt_every=update`: the sum of this update's minibatch KLs (averaged over ranks)."""
+        self.update_minibatches = 0
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)
@@ -76,8 +81,10 @@ class PolicyOptimizer:
         the minibatch KL (adaptive schedule), clip the gradients and step; returns their norm before clipping."""
         if self.grad_all_reduce is not None:
             kl_mean = self.grad_all_reduce(kl_mean if kl_mean is not None else self._no_kl)
-        if self.adaptive:
+        if self.adapt_per_minibatch:
             self.adapt_learning_rate(kl_mean)
+        elif self.adaptive:
+            self.record_kl(kl_mean)
         grad_norm = self.clip_and_step()
         self.track_skips()
         return grad_norm
@@ -134,8 +141,21 @@ class PolicyOptimizer:
         raise_lr = (kl_mean < target / 2.0) & (kl_mean > 0.0)
         return torch.where(kl_mean > target * 2.0, lower, torch.where(raise_lr, higher, lr))
 
+    def record_kl(self, kl_sum: Tensor, minibatches: int = 1) -> None:
+        """`kl_adapt_every=update`: add the KL of `minibatches` minibatches (summed) to this update's (device)."""
+        self.update_kl.add_(kl_sum)
+        self.update_minibatches += minibatches
+
+    def end_update(self) -> None:
+        """After the update's last minibatch: `kl_adapt_every=update` adapts the learning rate to the update's mean
+        KL (the per-minibatch schedule has adapted already)."""
+        if self.adaptive and not self.adapt_per_minibatch and self.update_minibatches:
+            self.adapt_learning_rate(self.update_kl / self.update_minibatches)
+
     def begin_update(self) -> None:
-        """Mark the start of an iteration's update (for `statistics`)."""
+        """Mark the start of an iteration's update (for `statistics` and the per-update schedule)."""
+        self.update_kl.zero_()
+        self.update_minibatches = 0
         self._skipped_before.copy_(self.skipped_steps)
         self._skipped_last.copy_(self.skipped_steps)
         self.longest_skip_run.copy_(self.skip_run)

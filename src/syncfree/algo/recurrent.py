@@ -210,6 +210,7 @@ class RecurrentPPO(Algorithm):
                     batch = self.minibatch(mb, count, beta)
                     loss, parts, kl_mean = self._loss(batch)
                 self.backward_and_step(loss, parts, kl_mean)
+        self.optim.end_update()
 
     def minibatch_loss(self, batch: Minibatch) -> tuple[Tensor, list[Tensor], Tensor | None]:
         """The weighted sum of the enabled losses on a minibatch of rows, their statistics, and the approximate KL
