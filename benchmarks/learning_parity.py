@@ -8,6 +8,8 @@ Learners, each on the task's preset (`syncfree train --task T`: env count, rollo
 - `syncfree`: the preset as a user gets it (optimized switches, the preset's compile setting);
 - `syncfree-baseline`: the same with every perf switch at its baseline (`PerfConfig.preset("baseline")`: eager,
   the conventional code paths);
+- `syncfree-eager`: the optimized preset with `perf.compile=off` (which of the optimized switches that change
+  arithmetic moves learning: compile, or the rest);
 - `syncfree-bf16`: the optimized preset with `perf.autocast=bf16`;
 - `rsl_rl`: rsl_rl's `OnPolicyRunner` on the same syncfree task through `SyncfreeToRslRl`, with the preset's
   network sizes and PPO hyperparameters (`side_by_side_rsl_rl.rsl_rl_config`; rsl_rl clips the actor's and the
@@ -38,7 +40,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-LEARNERS = ("syncfree", "syncfree-baseline", "syncfree-bf16", "rsl_rl")
+LEARNERS = ("syncfree", "syncfree-baseline", "syncfree-eager", "syncfree-bf16", "rsl_rl")
 EVAL_SEED = 1000
 
 
@@ -57,6 +59,8 @@ class Study:
     eval_every: int
     eval_envs: int
     reference: Reference | None = None
+    num_envs: int | None = None
+    """Training envs, when not the preset's (a CPU-sized configuration)."""
 
 
 CLEANRL = ("CleanRL `ppo_continuous_action.py`, {env}-v4, 1M steps, 3 seeds: mean ± std of the average episodic "
@@ -64,6 +68,8 @@ CLEANRL = ("CleanRL `ppo_continuous_action.py`, {env}-v4, 1M steps, 3 seeds: mea
 STUDIES = {
     "pendulum": Study(iterations=300, eval_every=10, eval_envs=64),
     "point-mass": Study(iterations=50, eval_every=5, eval_envs=256),
+    # 100 iterations x 256 envs x 24 steps = 614,400 env steps (the preset's 4,096 envs are a GPU's size)
+    "g1-track": Study(iterations=100, eval_every=10, eval_envs=64, num_envs=256),
     # 977 iterations x 16 envs x 64 steps = 1,000,448 env steps
     "gym:Hopper-v5": Study(977, 49, 8, Reference(CLEANRL.format(env="Hopper"), 2382.86, 271.74)),
     "gym:HalfCheetah-v5": Study(977, 49, 8, Reference(CLEANRL.format(env="HalfCheetah"), 1442.64, 46.03)),
@@ -80,7 +86,7 @@ def study_of(task: str) -> Study:
     """The task's study; `SYNCFREE_PARITY_ITERATIONS=N` shortens it to N iterations, evaluated every 2 (a smoke
     run of the script itself)."""
     study, short = STUDIES[task], int(os.environ.get("SYNCFREE_PARITY_ITERATIONS", "0"))
-    return Study(short, 2, min(study.eval_envs, 8), study.reference) if short else study
+    return Study(short, 2, min(study.eval_envs, 8), study.reference, study.num_envs) if short else study
 
 
 def eval_points(study: Study) -> list[int]:
@@ -115,8 +121,11 @@ def train_one(task: str, learner: str, seed: int) -> dict:
     torch.set_num_threads(1)
     study, cfg = study_of(task), preset(task)
     cfg.seed, cfg.device, cfg.iterations, cfg.log.progress = seed, "cpu", study.iterations, False
+    cfg.env.num_envs = study.num_envs or cfg.env.num_envs
     if learner == "syncfree-baseline":
         cfg.perf = PerfConfig.preset("baseline")
+    elif learner == "syncfree-eager":
+        cfg.perf.compile = "off"
     elif learner == "syncfree-bf16":
         cfg.perf.autocast = "bf16"
 
@@ -265,6 +274,8 @@ def report(out: Path) -> str:
         if not by_learner:
             continue
         finals = {learner: [final(r) for r in runs] for learner, runs in by_learner.items()}
+        small = max(abs(v) for values in finals.values() for v in values) < 100  # g1-track's returns of tens
+        digits, seed_digits = (2, 2) if small else (1, 0)
         totals = {learner: statistics.fmean(r["points"][-1]["seconds"] for r in runs)
                   for learner, runs in by_learner.items()}
         threshold, threshold_name = None, ""
@@ -278,12 +289,13 @@ def report(out: Path) -> str:
                   f"{' '.join(map(str, seeds))}`.", "", f"![{task}]({plot_name(task)})", ""]
         header = "| learner | seeds | final return | per seed | training s |"
         if threshold is not None:
-            header += f" reaches {threshold_name} ({threshold:.1f}): env steps, s, × rsl_rl's total s |"
+            header += f" reaches {threshold_name} ({threshold:.{digits}f}): env steps, s, × rsl_rl's total s |"
         lines += [header, "|" + "---|" * (header.count("|") - 1)]
         task_summary = {}
         for learner, values in finals.items():
             mean, half = mean_ci(values)
-            row = (f"| {learner} | {len(values)} | {mean:.1f} ± {half:.1f} | {', '.join(f'{v:.0f}' for v in values)}"
+            row = (f"| {learner} | {len(values)} | {mean:.{digits}f} ± {half:.{digits}f} | "
+                   f"{', '.join(f'{v:.{seed_digits}f}' for v in values)}"
                    f" | {totals[learner]:.0f} |")
             got = None
             if threshold is not None:
@@ -294,12 +306,14 @@ def report(out: Path) -> str:
             task_summary[learner] = {"final_mean": mean, "ci_half": half, "per_seed": values,
                                      "training_seconds": totals[learner], "reach": got}
         lines.append("")
-        for a, b in (("syncfree", "rsl_rl"), ("syncfree", "syncfree-baseline"), ("syncfree-bf16", "syncfree-baseline")):
+        for a, b in (("syncfree", "rsl_rl"), ("syncfree", "syncfree-baseline"), ("syncfree-eager", "syncfree-baseline"),
+                     ("syncfree", "syncfree-eager"), ("syncfree-bf16", "syncfree-baseline")):
             if a in finals and b in finals and len(finals[a]) > 1 and len(finals[b]) > 1:
                 low, high = bootstrap_ci(finals[a], finals[b])
                 diff = statistics.fmean(finals[a]) - statistics.fmean(finals[b])
                 verdict = "no difference detected" if low <= 0 <= high else ("higher" if low > 0 else "lower")
-                lines.append(f"- {a} minus {b}: {diff:+.1f}, interval [{low:+.1f}, {high:+.1f}]: {verdict}.")
+                lines.append(f"- {a} minus {b}: {diff:+.{digits}f}, interval [{low:+.{digits}f}, {high:+.{digits}f}]: "
+                             f"{verdict}.")
                 task_summary[f"{a} - {b}"] = {"difference": diff, "interval": [low, high]}
         if study.reference is not None and "syncfree" in by_learner:
             trained = [final(r, "train_return") for r in by_learner["syncfree"]]
