@@ -17,13 +17,29 @@ from pathlib import Path
 
 import torch
 
-from syncfree.algo.optim import MAX_LR, MIN_LR
+from syncfree.algo.optim import MAX_LR, MIN_LR, PolicyOptimizer
 from syncfree.presets import preset
 from syncfree.train.runner import Runner
 
 
 def at_bound(lr: float) -> bool:
     return abs(lr - MIN_LR) <= 1e-12 or abs(lr - MAX_LR) <= 1e-12
+
+
+def record_minibatch_steps(optim: PolicyOptimizer) -> tuple[list[float], list[float]]:
+    """From now on, the learning rate each minibatch's optimizer step uses and that minibatch's KL (two lists the
+    eager update path appends to: every minibatch's step goes through `optim.step`)."""
+    used, kls = [], []
+    step = optim.step
+
+    def recording_step(kl_mean=None):
+        kls.append(float(kl_mean))
+        out = step(kl_mean)
+        used.append(float(optim.lr) if optim.lr_on_device else optim.learning_rate)
+        return out
+
+    optim.step = recording_step
+    return used, kls
 
 
 def probe(args: argparse.Namespace) -> list[dict]:
@@ -35,17 +51,7 @@ def probe(args: argparse.Namespace) -> list[dict]:
     cfg.ppo.learning_rate = args.learning_rate or cfg.ppo.learning_rate
     cfg.ppo.desired_kl = args.desired_kl or cfg.ppo.desired_kl
     runner = Runner(cfg)
-    optim = runner.algorithm.optim
-    used, kls = [], []
-    step = optim.step
-
-    def recording_step(kl_mean=None):
-        kls.append(float(kl_mean))
-        out = step(kl_mean)
-        used.append(float(optim.lr) if optim.lr_on_device else optim.learning_rate)
-        return out
-
-    optim.step = recording_step  # the eager path: every minibatch's step goes through it
+    used, kls = record_minibatch_steps(runner.algorithm.optim)
     rows = []
     for it in range(1, args.iterations + 1):
         used.clear()

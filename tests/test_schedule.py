@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -10,23 +13,20 @@ from syncfree.algo.optim import MAX_LR, MIN_LR
 from syncfree.config import TrainConfig
 from syncfree.train.runner import Runner
 
+BENCHMARKS = str(Path(__file__).resolve().parents[1] / "benchmarks")
+
 
 def recorded_update(cfg: TrainConfig, desired_kl: float) -> tuple[float, list[float], list[float], float]:
     """One iteration of `cfg` with the KL target `desired_kl`: the learning rate before the update, the rate each
     minibatch's optimizer step used, each minibatch's KL, and the rate after the update."""
     cfg.ppo.schedule, cfg.ppo.desired_kl, cfg.iterations = "adaptive", desired_kl, 1
+    if BENCHMARKS not in sys.path:
+        sys.path.insert(0, BENCHMARKS)
+    from lr_schedule_probe import record_minibatch_steps  # the probe's recorder, tested here as well
+
     trainer = Runner(cfg)
     optim = trainer.algorithm.optim
-    used, kls = [], []
-    step = optim.step
-
-    def recording_step(kl_mean=None):
-        kls.append(float(kl_mean))
-        out = step(kl_mean)
-        used.append(optim.optimizer.param_groups[0]["lr"] if not optim.lr_on_device else float(optim.lr))
-        return out
-
-    optim.step = recording_step
+    used, kls = record_minibatch_steps(optim)
     before = float(optim.lr) if optim.lr_on_device else optim.learning_rate
     trainer.learn()
     return before, used, kls, float(trainer.algorithm.statistics()["learning_rate"])
