@@ -13,7 +13,9 @@ Learners, each on the task's preset (`syncfree train --task T`: env count, rollo
 - `syncfree-bf16`: the optimized preset with `perf.autocast=bf16`;
 - `rsl_rl`: rsl_rl's `OnPolicyRunner` on the same syncfree task through `SyncfreeToRslRl`, with the preset's
   network sizes and PPO hyperparameters (`side_by_side_rsl_rl.rsl_rl_config`; rsl_rl clips the actor's and the
-  critic's gradients separately and has no compile).
+  critic's gradients separately, adapts its learning rate after every minibatch, has no reward normalization and
+  no compile: where a preset sets `grad_clip`, `kl_adapt_every` or `normalize_rewards` otherwise, rsl_rl runs
+  without them).
 
 Every `--eval_every` iterations (and after the last) training pauses and the deterministic policy (the action
 distribution's mean) plays one episode on each of `eval_envs` fresh envs seeded 1000 + seed; the figure is the mean

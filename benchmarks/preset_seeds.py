@@ -4,8 +4,10 @@ as a mean with its spread (the figures of docs/tasks.md).
     python benchmarks/preset_seeds.py [--tasks cartpole cartpole-continuous pendulum] [--seeds 0 1 2]
 
 Each run is `syncfree train --task T --seed S` (the preset, its own process, one thread), then `syncfree eval` of
-its last checkpoint (20 episodes). Resumable: a finished (task, seed) is read back from its run folder (under
-`--runs`). Writes benchmarks/results/preset-seeds-cpu/results.json and results.md."""
+its last checkpoint (20 episodes). `--processes 1 2` adds runs on 2 processes (`torchrun --nproc_per_node=2`, each
+process one thread and the preset's envs divided among them: the same env steps per iteration). Resumable: a
+finished (task, processes, seed) is read back from its run folder (under `--runs`). Writes
+benchmarks/results/preset-seeds-cpu/results.json and results.md."""
 
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 
-def run(task: str, seed: int, runs: Path) -> dict:
-    folder = runs / f"{task}-seed{seed}"
+def run(task: str, seed: int, runs: Path, processes: int = 1) -> dict:
+    folder = runs / (f"{task}-seed{seed}" if processes == 1 else f"{task}-{processes}proc-seed{seed}")
     done = folder / "result.json"
     if done.is_file():
         return json.loads(done.read_text())
@@ -33,15 +35,21 @@ def run(task: str, seed: int, runs: Path) -> dict:
         folder.rmdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "syncfree", "train", "--task", task, "--seed", str(seed), "--log.dir",
-                    str(runs), "--log.run_name", folder.name, "--log.progress", "false"], check=True, env=env,
-                   capture_output=True, text=True)
+    command = [sys.executable, "-m", "syncfree", "train", "--task", task, "--seed", str(seed), "--log.dir",
+               str(runs), "--log.run_name", folder.name, "--log.progress", "false"]
+    if processes > 1:
+        from syncfree.presets import preset
+
+        command[:3] = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+                       "-m", "syncfree"]
+        command += ["--env.num_envs", str(preset(task).env.num_envs // processes)]
+    subprocess.run(command, check=True, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     evaluated = subprocess.run([sys.executable, "-m", "syncfree", "eval", "--checkpoint", str(folder / "latest.pt"),
                                 "--episodes", "20"], check=True, env=env, capture_output=True, text=True)
     mean = float(re.search(r"mean return (-?[\d.]+)", evaluated.stdout + evaluated.stderr).group(1))
-    result = {"task": task, "seed": seed, "wall_seconds": seconds, "env_steps": records[-1]["env_steps"],
+    result = {"task": task, "processes": processes, "seed": seed, "wall_seconds": seconds, "env_steps": records[-1]["env_steps"],
               "train_return": records[-1]["mean_return"], "eval_return": mean}
     done.write_text(json.dumps(result))
     return result
@@ -58,21 +66,23 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=["cartpole", "cartpole-continuous", "pendulum"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--out", default="benchmarks/results/preset-seeds-cpu")
+    parser.add_argument("--processes", nargs="+", type=int, default=[1], help="process counts to train with")
     parser.add_argument("--runs", default="runs/preset-seeds", help="where the runs are written (and found again)")
     args = parser.parse_args()
     out, runs = Path(args.out), Path(args.runs)
     out.mkdir(parents=True, exist_ok=True)
     runs.mkdir(parents=True, exist_ok=True)
-    results = [run(task, seed, runs) for task, seed in tqdm([(t, s) for t in args.tasks for s in args.seeds],
-                                                            desc="preset seeds", unit="run")]
+    jobs = [(t, n, s) for t in args.tasks for n in args.processes for s in args.seeds]
+    results = [run(task, seed, runs, n) for task, n, seed in tqdm(jobs, desc="preset seeds", unit="run")]
     lines = [f"# Presets over seeds {', '.join(map(str, args.seeds))}", "",
              "`python benchmarks/preset_seeds.py`: each run `syncfree train --task T --seed S` (one thread), then "
              "`syncfree eval` (20 episodes, deterministic policy). Mean ± standard deviation over the seeds.", "",
              "| task | env steps | wall time, s | train return (last 100 episodes) | eval return | per seed (eval) |",
              "|---|---|---|---|---|---|"]
-    for task in args.tasks:
-        rows = [r for r in results if r["task"] == task]
-        lines.append(f"| `{task}` | {rows[0]['env_steps']:,} | {spread([r['wall_seconds'] for r in rows])} | "
+    for task, n in dict.fromkeys((t, n) for t, n, _ in jobs):
+        rows = [r for r in results if r["task"] == task and r.get("processes", 1) == n]
+        label = f"`{task}`" + (f", {n} processes" if n > 1 else "")
+        lines.append(f"| {label} | {rows[0]['env_steps']:,} | {spread([r['wall_seconds'] for r in rows])} | "
                      f"{spread([r['train_return'] for r in rows])} | {spread([r['eval_return'] for r in rows])} | "
                      + ", ".join(f"{r['eval_return']:.1f}" for r in rows) + " |")
     (out / "results.json").write_text(json.dumps(results, indent=1))

@@ -61,7 +61,9 @@ RSL_VARIANTS = {
 
 
 def rsl_rl_config(cfg, check_for_nan: bool, compile_mode: str | None) -> dict:
-    """rsl_rl's runner config equal to a syncfree TrainConfig."""
+    """rsl_rl's runner config equal to a syncfree TrainConfig, as far as rsl_rl has the setting: its gradients are
+    clipped per network, its learning rate adapts after every minibatch and its rewards are not normalized,
+    whatever `ppo.grad_clip`, `ppo.kl_adapt_every` and `ppo.normalize_rewards` say."""
     p = cfg.ppo
 
     def model(hidden: list[int]) -> dict:

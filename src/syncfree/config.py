@@ -196,6 +196,11 @@ class PPOConfig:
     """Clip value updates like the policy ratio."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus."""
+    normalize_rewards: bool = False
+    """Divide each reward by the running standard deviation of the env's discounted return and clip it to ±10
+    (`syncfree.policy.normalizer.RewardScale`; the `NormalizeReward` wrapper of Gym that CleanRL's MuJoCo PPO
+    uses): returns of order 1 whatever the task's reward scale. Logged returns stay in the env's units. With
+    several processes each keeps its own statistics."""
     max_grad_norm: float = 1.0
     """Gradient-norm clip (see `grad_clip`)."""
     grad_clip: Literal["per_network", "global"] = "per_network"

@@ -20,8 +20,10 @@ import torch
 from torch import Tensor, nn
 
 from syncfree.algo.optim import PolicyOptimizer
+from syncfree.config import PPOConfig
 from syncfree.core.phases import Phases
 from syncfree.envs.api import StepResult
+from syncfree.policy.normalizer import RewardScale
 
 
 class StepObserver(Protocol):
@@ -65,6 +67,8 @@ class Algorithm(ABC):
     """Env rows the algorithm acts for (agents, for multi-agent envs)."""
     observer: StepObserver | None = None
     """Run at every `record` (set by the runner: its monitors)."""
+    reward_scale: RewardScale | None = None
+    """`ppo.normalize_rewards`: scales the rewards the algorithm learns from (the observer sees the env's)."""
 
     def begin_rollout(self) -> None:  # noqa: B027 - optional hook
         """Before the first `act` of an iteration."""
@@ -119,9 +123,25 @@ class Algorithm(ABC):
         """The env was reset everywhere (at start, and where a checkpoint could not restore it): forget any
         per-episode state (e.g. recurrent states)."""
 
+    def learned_reward(self, reward: Tensor, done: Tensor) -> Tensor:
+        """The reward the algorithm stores for a step: the env's, or scaled by `reward_scale` (which this updates)."""
+        return reward if self.reward_scale is None else self.reward_scale(reward, done)
+
     def state_dict(self) -> dict[str, Any]:
-        """The optimizer's state (the policy's parameters are saved by the runner)."""
-        return self.optim.state_dict()
+        """The optimizer's state and the reward scale's statistics (the policy's parameters are saved by the
+        runner)."""
+        state = self.optim.state_dict()
+        if self.reward_scale is not None:
+            state["reward_scale"] = self.reward_scale.state_dict()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """A checkpoint written without `ppo.normalize_rewards` leaves the reward scale's statistics new."""
         self.optim.load_state_dict(state)
+        if self.reward_scale is not None and "reward_scale" in state:
+            self.reward_scale.load_state_dict(state["reward_scale"])
+
+
+def reward_scale(cfg: PPOConfig, num_envs: int, device: torch.device) -> RewardScale | None:
+    """The algorithm's `reward_scale`: one running return per env (agent) row, when `cfg.normalize_rewards`."""
+    return RewardScale(num_envs, cfg.gamma).to(device) if cfg.normalize_rewards else None

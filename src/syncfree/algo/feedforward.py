@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from syncfree.algo.advantages import compute_gae, global_mean_std
-from syncfree.algo.base import Algorithm
+from syncfree.algo.base import Algorithm, reward_scale
 from syncfree.algo.minibatch_step import MinibatchStep
 from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.storage import Batch, RolloutStorage, StepRow, store_env, store_policy
@@ -55,6 +55,7 @@ class FeedForwardPPO(Algorithm):
                                 if policy.assembles_actor_obs else None)
         """Where a policy that assembles its observation builds the next one for its normalizers."""
         self._done = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        self.reward_scale = reward_scale(cfg, num_envs, device)
         aux = getattr(policy, "auxiliary_loss", None)
         self.auxiliary_loss = aux if aux is not None and policy.cfg.reconstruction_weight > 0 else None
         """The policy's own extra loss (the token policy's reconstruction), added to PPO's."""
@@ -113,7 +114,8 @@ class FeedForwardPPO(Algorithm):
             self.update_normalizers(step.obs)
         with phase("store"):
             done = torch.logical_or(step.terminated, step.truncated, out=self._done)
-            store_env(row, step.reward, done, step.truncated, self.cfg.gamma, bootstrap_values)
+            store_env(row, self.learned_reward(step.reward, done), done, step.truncated, self.cfg.gamma,
+                      bootstrap_values)
         if observer is not None:
             with phase("stats"):
                 observer.record(t, step)
@@ -131,7 +133,7 @@ class FeedForwardPPO(Algorithm):
         step."""
         self.update_normalizers(step.obs)
         done = torch.logical_or(step.terminated, step.truncated, out=self._done)
-        store_env(row, step.reward, done, step.truncated, self.cfg.gamma, bootstrap_values)
+        store_env(row, self.learned_reward(step.reward, done), done, step.truncated, self.cfg.gamma, bootstrap_values)
         if observed is not None:
             self.observer.record_rows(step, observed)
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from syncfree.algo.base import Algorithm
+from syncfree.algo.base import Algorithm, reward_scale
 from syncfree.algo.losses import LossInputs, build_losses, needed_fields, needs_full_log_probs, teacher_fields
 from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.segments import Field, Minibatch, SegmentBuffer, prioritized_beta
@@ -80,6 +80,7 @@ class RecurrentPPO(Algorithm):
                                     preallocated_last_actions=perf.preallocated_last_actions,
                                     cached_minibatch_indices=perf.cached_minibatch_indices)
         self.returns = torch.zeros_like(self.buffer.advantages)
+        self.reward_scale = reward_scale(cfg, num_agents, device)
         self.reward_total = torch.zeros((), device=device)
         """The env reward of the iteration's rollout, summed over agents and steps."""
         self.over_max_tokens = torch.zeros((), device=device)
@@ -153,9 +154,10 @@ class RecurrentPPO(Algorithm):
     def record(self, t: int, step: StepResult) -> None:
         with self.phases("stats"):
             # time-outs bootstrap from the value before the step (MettaGrid gives no final observation)
-            torch.mul(self._values, step.truncated, out=self._bootstrap)
-            torch.add(step.reward, self._bootstrap, alpha=self.cfg.gamma, out=self.reward_in)
             torch.logical_or(step.terminated, step.truncated, out=self.done)
+            torch.mul(self._values, step.truncated, out=self._bootstrap)
+            torch.add(self.learned_reward(step.reward, self.done), self._bootstrap, alpha=self.cfg.gamma,
+                      out=self.reward_in)
             self.reward_total.add_(step.reward.sum())
             if self.observer is not None:
                 self.observer.record(t, step)

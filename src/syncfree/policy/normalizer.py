@@ -1,4 +1,4 @@
-"""Running observation normalization, updated on the device without host reads."""
+"""Running normalization of observations and of rewards, updated on the device without host reads."""
 
 from __future__ import annotations
 
@@ -28,3 +28,27 @@ class RunningNorm(nn.Module):
         delta = batch_mean - self.mean
         self.mean.add_(rate * delta)
         self.var.add_(rate * (batch_var - self.var + delta * (batch_mean - self.mean)))
+
+
+class RewardScale(nn.Module):
+    """Divides rewards by the running standard deviation of each env's discounted return, then clips them to
+    ±`clip` (Gym's `NormalizeReward` and `TransformReward` clip as CleanRL's MuJoCo PPO wraps its envs).
+
+    Per step: `returns = returns * gamma + reward`; the running variance of `returns` over every env and step so
+    far is updated; the reward is divided by its square root; `returns` restarts at 0 where the episode ended
+    (terminated or truncated). The mean is not subtracted: the reward's sign is kept."""
+
+    def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8) -> None:
+        super().__init__()
+        self.gamma, self.clip, self.eps = gamma, clip, eps
+        self.stats = RunningNorm(1, eps)
+        self.register_buffer("returns", torch.zeros(num_envs, 1))
+
+    def forward(self, reward: Tensor, done: Tensor) -> Tensor:
+        """The scaled rewards of one step (`reward`, `done`: `[num_envs]`); updates the statistics."""
+        returns = self.returns
+        returns.mul_(self.gamma).add_(reward.unsqueeze(1))
+        self.stats.update(returns)
+        scaled = (reward / torch.sqrt(self.stats.var + self.eps)).clamp(-self.clip, self.clip)
+        returns.masked_fill_(done.unsqueeze(1), 0.0)
+        return scaled
