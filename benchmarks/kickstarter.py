@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from syncfree.config import LossesConfig, preset
+from syncfree.config import LossesConfig
+from syncfree.presets import preset
 from syncfree.train.runner import Runner
 
 
