@@ -31,7 +31,9 @@ def assert_drawn(frames: list[np.ndarray], count: int, width: int, height: int) 
     assert len(frames) == count
     assert all(frame.shape == (height, width, 3) for frame in frames)
     assert all(frame.std() > 5 for frame in frames)  # not one flat colour
-    assert any(np.abs(frame.astype(int) - frames[0]).mean() > 0.5 for frame in frames[1:])
+    # the picture moves: identical frames decode to a difference of 0; a CartPole policy that already balances
+    # moves its pole and cart by a few hundred pixels in 15 steps (a mean difference of about 0.45 here)
+    assert any(np.abs(frame.astype(int) - frames[0]).mean() > 0.2 for frame in frames[1:])
 
 
 @pytest.mark.parametrize("task", ["pendulum", "cartpole", "point-mass"])
