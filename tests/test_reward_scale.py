@@ -61,9 +61,9 @@ def test_compiled_reward_scale_equals_eager() -> None:
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7, msg=name)
 
 
-def rollout(compile: str, normalize: bool) -> Runner:
+def rollout(normalize: bool) -> Runner:
     """One iteration of CartPole (episodes end by failure only) with or without reward normalization."""
-    cfg = small_config("cartpole", compile=compile)
+    cfg = small_config("cartpole")
     cfg.env.max_episode_length, cfg.ppo.steps_per_env, cfg.iterations = 1000, 32, 1
     cfg.ppo.normalize_rewards = normalize
     runner = Runner(cfg)
@@ -72,7 +72,7 @@ def rollout(compile: str, normalize: bool) -> Runner:
 
 
 def test_the_algorithm_stores_the_scaled_rewards_and_logs_the_envs() -> None:
-    scaled, plain = rollout("off", True), rollout("off", False)
+    scaled, plain = rollout(True), rollout(False)
     assert scaled.record["episodes"] == plain.record["episodes"] > 0
     assert scaled.record["mean_return"] == plain.record["mean_return"]  # the logged returns are the env's
     raw, dones = plain.algorithm.storage.rewards, plain.algorithm.storage.dones.bool()
