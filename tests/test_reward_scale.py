@@ -101,6 +101,9 @@ def test_the_scale_has_no_host_read_and_is_resumed(tmp_path: Path) -> None:
     resumed.load_state_dict(checkpoint.load(tmp_path / "latest.pt"))
     for name, value in resumed.algorithm.reward_scale.state_dict().items():
         assert torch.equal(value, saved[name]), name
+    resumed.reset_env()  # envs that start new episodes: the running returns restart, the statistics stay
+    assert not resumed.algorithm.reward_scale.returns.any() and saved["returns"].any()
+    assert torch.equal(resumed.algorithm.reward_scale.stats.var, saved["stats.var"])
 
     state = checkpoint.load(tmp_path / "latest.pt")
     del state["ppo"]["reward_scale"]  # a checkpoint of a run without it: the statistics start new

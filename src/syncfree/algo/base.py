@@ -119,9 +119,11 @@ class Algorithm(ABC):
     def storage_tensors(self) -> list[Tensor]:
         """The rollout storage and per-agent state the algorithm holds (for the bench's memory figures)."""
 
-    def reset_episodes(self) -> None:  # noqa: B027 - optional hook
+    def reset_episodes(self) -> None:
         """The env was reset everywhere (at start, and where a checkpoint could not restore it): forget any
-        per-episode state (e.g. recurrent states)."""
+        per-episode state (e.g. recurrent states; the reward scale's running returns, not its statistics)."""
+        if self.reward_scale is not None:
+            self.reward_scale.returns.zero_()
 
     def learned_reward(self, reward: Tensor, done: Tensor) -> Tensor:
         """The reward the algorithm stores for a step: the env's, or scaled by `reward_scale` (which this updates)."""

@@ -114,6 +114,7 @@ class RecurrentPPO(Algorithm):
 
     def reset_episodes(self) -> None:
         """Zero the recurrent states and mark every agent's next step as an episode's first."""
+        super().reset_episodes()
         n = self.num_envs
         with torch.inference_mode():  # as the states the rollout steps return: one compiled graph serves them all
             self.state = self.policy.initial_state(n, self.device)
