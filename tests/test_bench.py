@@ -13,7 +13,7 @@ from syncfree.bench.hardware import compute_dtype, flops_per_env_step, hardware_
 from syncfree.bench.matrix import bench_configurations, configurations, skipped_rows
 from syncfree.cli import main
 from syncfree.config import PerfConfig
-from syncfree.policy.actor_critic import set_autocast
+from syncfree.policy.actor_critic import AUTO_MIN_WORK, set_autocast
 from syncfree.train.runner import Runner
 
 
@@ -53,7 +53,7 @@ def test_policy_flops_per_step_are_counted_from_the_layer_shapes() -> None:
     """Pendulum's 3 -> 32 -> 32 -> 1 actor and critic: 2 x (3x32 + 32x32 + 32x1) x 2 FLOPs per rollout forward; per
     update row the forward, the weight gradients and the input gradients but the first layers' (the observations
     need none), over 2 epochs."""
-    runner = Runner(small_config("pendulum"))
+    runner = Runner(small_config("pendulum", autocast="off"))  # `auto` would pick bfloat16 on CPUs that have it
     runner.learn()
     forward = 2 * (3 * 32 + 32 * 32 + 32 * 1) * 2
     assert flops_per_env_step(runner) == {"rollout": forward, "update": 2 * (3 * forward - 2 * 2 * 3 * 32)}
@@ -62,6 +62,10 @@ def test_policy_flops_per_step_are_counted_from_the_layer_shapes() -> None:
     assert fraction == {"dtype": "bfloat16", "fraction": pytest.approx(1000.0 * forward / 2e9)}
     set_autocast(runner.policy, "bf16")
     assert compute_dtype(runner) == "bfloat16"
+    for module in runner.policy.modules():  # `auto` on a CPU with bfloat16: 128-row minibatches x 32 stay float32
+        if hasattr(module, "autocast_min_work"):
+            module.autocast_min_work = AUTO_MIN_WORK
+    assert compute_dtype(runner) == "float32"
 
 
 def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
@@ -75,7 +79,8 @@ def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     size = result["sizes"][0]
     live = {name.split()[-1] for name in size["configs"] if name.startswith(("optimized - ", "baseline + "))}
     assert live == {"deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm", "fused_adamw",
-                    "device_adaptive_lr", "device_loss_stats", "zero_grad_set_to_none", "deterministic", "autocast"}  # eager, 16 envs
+                    "device_loss_stats", "zero_grad_set_to_none", "deterministic", "autocast"}  # eager, 16 envs
+    assert "ppo.schedule=fixed" in result["skipped_rows"]["optimized - device_adaptive_lr"]  # the preset's fixed rate
     assert len(size["configs"]) == 2 + 2 * len(live) + 1  # and the variant `optimized, autocast=bf16`
     assert size["configs"]["optimized, autocast=bf16"]["hardware_fraction"]["dtype"] == "bfloat16"
     assert set(result["skipped_rows"]) >= {"optimized - critic_chunk_size", "baseline + gate_full_log_probs"}

@@ -27,7 +27,10 @@ def preset(task: str, size: Literal["default", "small"] = "default") -> TrainCon
     elif task == "point-mass":
         cfg.env.num_envs = 4096
         cfg.policy.actor_hidden, cfg.policy.critic_hidden = [128, 128], [128, 128]
-        cfg.ppo = PPOConfig(steps_per_env=24, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.99)
+        # a fixed rate: adapting to a KL of 0.01 from 1e-3, the rate sat at its 1e-2 ceiling after 95 % of the
+        # minibatches; a fixed 3e-3 scored highest of 1e-3, 3e-3, 5e-3 and 1e-2 on seeds 0-2
+        cfg.ppo = PPOConfig(steps_per_env=24, num_epochs=5, num_minibatches=4, learning_rate=3e-3, schedule="fixed",
+                            gamma=0.99)
         cfg.iterations = 50
     elif task.startswith("gym:"):  # Gymnasium envs step on the host, one core: few envs, longer rollouts
         cfg.env.num_envs = 16

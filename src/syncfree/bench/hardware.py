@@ -79,10 +79,14 @@ def flops_per_env_step(runner: Runner) -> dict[str, float]:
 
 
 def compute_dtype(runner: Runner) -> str:
-    """The dtype of the policy's matrix products: `bfloat16` where autocast runs its hidden layers in it (with
-    `autocast=auto`, calls below the size threshold stay float32), else `float32`."""
-    dtypes = {getattr(m, "autocast_dtype", None) for m in runner.policy.modules()}
-    return "bfloat16" if torch.bfloat16 in dtypes else "float32"
+    """The dtype of the policy's matrix products: `bfloat16` where autocast runs a module's hidden layers in it on
+    the update's minibatches (most of an iteration's FLOPs; with `autocast=auto`, calls smaller than the module's
+    `autocast_min_work` stay float32), else `float32`."""
+    algorithm = runner.algorithm
+    rows = algorithm.num_envs * algorithm.steps_per_env // runner.cfg.ppo.num_minibatches
+    in_bf16 = (getattr(m, "autocast_dtype", None) is torch.bfloat16
+               and rows * getattr(m, "width", 0) >= m.autocast_min_work for m in runner.policy.modules())
+    return "bfloat16" if any(in_bf16) else "float32"
 
 
 def hardware_fraction(steps_per_s: float, flops_per_step: float, peaks: dict[str, float], dtype: str

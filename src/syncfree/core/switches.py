@@ -149,7 +149,7 @@ class PerfConfig:
                                       inert=_adaptive_lr)
     """Keep the KL-adaptive learning rate in a float64 device tensor updated with `torch.where`. Off: compare
     the KL on the host every minibatch and write a Python float into the optimizer. Inert on a fixed schedule
-    (`ppo.schedule=fixed`, grid-arena's preset)."""
+    (`ppo.schedule=fixed`: the presets of grid-arena, point-mass, CartPole and pendulum)."""
 
     device_loss_stats: bool = switch(baseline=False, optimized=True, seed="rsl_rl loss logs, on device",
                                      inert=_RSL_RL_UPDATE)
