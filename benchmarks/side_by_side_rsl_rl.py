@@ -6,8 +6,8 @@
 Same work per iteration, checked below: the same env (rsl_rl sees it through `SyncfreeToRslRl`), env steps per
 iteration, epochs, minibatch count and size, network sizes and activation (parameter counts asserted equal),
 observation normalization of actor and critic, Gaussian head with a learned log-std, the preset's learning-rate
-schedule and PPO coefficients, and the env's step compiled as syncfree's default compiles it (both trainers step the same
-compiled env). Known differences: rsl_rl folds observations into its normalizer once per iteration, syncfree
+schedule and PPO coefficients, and the env's step compiled as syncfree's default compiles it (both trainers step
+the same compiled env). Known differences: rsl_rl folds observations into its normalizer once per iteration, syncfree
 at every step; rsl_rl draws one minibatch permutation per update, syncfree one per epoch.
 """
 
