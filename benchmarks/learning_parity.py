@@ -25,7 +25,8 @@ syncfree's training return (the mean of the last 100 finished episodes of the st
 publishes.
 
 Each (task, learner, seed) runs in its own process on one thread and writes `runs/<task>/<learner>-seed<S>.json`
-under `--out`; a finished run is read back, so a stopped study resumes. Writes `README.md`, `result.json` and one
+under `--out` (with `cpu_bf16`: whether the CPU has bfloat16 instructions, where the optimized preset's
+`autocast=auto` turns bfloat16 on); a finished run is read back, so a stopped study resumes. Writes `README.md`, `result.json` and one
 PNG per task (mean and 95 % t-interval band over seeds, against env steps and against training seconds).
 """
 
@@ -44,6 +45,7 @@ from pathlib import Path
 
 LEARNERS = ("syncfree", "syncfree-baseline", "syncfree-eager", "syncfree-bf16", "rsl_rl")
 EVAL_SEED = 1000
+DEFAULT_OUT = "benchmarks/results/learning-parity-cpu"
 
 
 @dataclass(frozen=True)
@@ -117,6 +119,7 @@ def train_one(task: str, learner: str, seed: int) -> dict:
 
     from syncfree.core.switches import PerfConfig
     from syncfree.envs import make_env
+    from syncfree.policy.actor_critic import native_bf16
     from syncfree.presets import preset
     from syncfree.train.evaluate import evaluate
 
@@ -176,7 +179,7 @@ def train_one(task: str, learner: str, seed: int) -> dict:
                            "learning_rate": record.get("learning_rate", math.nan)})
         runner.close()
     return {"task": task, "learner": learner, "seed": seed, "threads": 1, "torch": torch.__version__,
-            "points": points}
+            "cpu_bf16": native_bf16(torch.device("cpu")), "points": points}
 
 
 def run_path(out: Path, task: str, learner: str, seed: int) -> Path:
@@ -266,6 +269,7 @@ def report(out: Path) -> str:
              "the seeds with the half-width of its 95 % t-interval; differences are bootstrap 95 % intervals of the difference of means (10,000 resamples). "
              "Wall clock: training seconds only, evaluation excluded.", ""]
     summary = {}
+    out_flag = "" if out == Path(DEFAULT_OUT) else f" --out {out}"
     for task in STUDIES:
         study, by_learner = study_of(task), {}
         for learner in LEARNERS:
@@ -288,7 +292,7 @@ def report(out: Path) -> str:
         lines += [f"## {task}", "", f"{study.iterations} iterations = {steps:,} env steps; evaluation every "
                   f"{study.eval_every} iterations on {study.eval_envs} envs. Rerun: `python "
                   f"benchmarks/learning_parity.py --tasks {task} --learners {' '.join(by_learner)} --seeds "
-                  f"{' '.join(map(str, seeds))}`.", "", f"![{task}]({plot_name(task)})", ""]
+                  f"{' '.join(map(str, seeds))}{out_flag}`.", "", f"![{task}]({plot_name(task)})", ""]
         header = "| learner | seeds | final return | per seed | training s |"
         if threshold is not None:
             header += f" reaches {threshold_name} ({threshold:.{digits}f}): env steps, s, × rsl_rl's total s |"
@@ -349,7 +353,7 @@ def main() -> int:
                         choices=LEARNERS)
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (each on one thread)")
-    parser.add_argument("--out", default="benchmarks/results/learning-parity-cpu")
+    parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--one", nargs=3, metavar=("TASK", "LEARNER", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     out = Path(args.out)

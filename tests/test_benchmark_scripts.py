@@ -4,10 +4,14 @@ in the middle of a user's hour-long study)."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
@@ -20,3 +24,25 @@ def test_benchmark_script_imports(script: str, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setitem(sys.modules, spec.name, module)
     spec.loader.exec_module(module)
     assert callable(getattr(module, "main", None)), f"{script} has no main()"
+
+
+def test_learning_parity_runs_resumes_and_reports(tmp_path: Path) -> None:
+    """The study end to end at 2 iterations (`SYNCFREE_PARITY_ITERATIONS`): each (learner, seed) writes its run with
+    the CPU's bfloat16 capability, the report gives a rerun command for this `--out`, and a second call finds the
+    runs done and launches nothing."""
+    from syncfree.policy.actor_critic import native_bf16
+
+    command = [sys.executable, str(BENCHMARKS / "learning_parity.py"), "--tasks", "pendulum", "--learners",
+               "syncfree", "rsl_rl", "--seeds", "0", "--out", str(tmp_path)]
+    env = {**os.environ, "SYNCFREE_PARITY_ITERATIONS": "2", "OMP_NUM_THREADS": "1"}
+    subprocess.run(command, check=True, env=env, capture_output=True, text=True)
+    runs = {learner: tmp_path / "runs" / "pendulum" / f"{learner}-seed0.json" for learner in ("syncfree", "rsl_rl")}
+    for path in runs.values():
+        run = json.loads(path.read_text())
+        assert [p["iteration"] for p in run["points"]] == [2] and run["cpu_bf16"] == native_bf16(torch.device("cpu"))
+    report = (tmp_path / "README.md").read_text()
+    assert f"--learners syncfree rsl_rl --seeds 0 --out {tmp_path}`" in report and (tmp_path / "pendulum.png").is_file()
+    assert set(json.loads((tmp_path / "result.json").read_text())["pendulum"]) >= {"syncfree", "rsl_rl"}
+    written = {learner: path.stat().st_mtime_ns for learner, path in runs.items()}
+    subprocess.run(command, check=True, env=env, capture_output=True, text=True)
+    assert {learner: path.stat().st_mtime_ns for learner, path in runs.items()} == written
