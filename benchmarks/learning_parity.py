@@ -26,8 +26,9 @@ publishes.
 
 Each (task, learner, seed) runs in its own process on one thread and writes `runs/<task>/<learner>-seed<S>.json`
 under `--out` (with `cpu_bf16`: whether the CPU has bfloat16 instructions, where the optimized preset's
-`autocast=auto` turns bfloat16 on); a finished run is read back, so a stopped study resumes. Writes `README.md`, `result.json` and one
-PNG per task (mean and 95 % t-interval band over seeds, against env steps and against training seconds).
+`autocast=auto` turns bfloat16 on); a finished run is read back, so a stopped study resumes. Writes `README.md`,
+`result.json` and one PNG per task (mean and 95 % t-interval band over seeds, against env steps and against
+training seconds).
 """
 
 from __future__ import annotations
