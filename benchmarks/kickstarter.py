@@ -45,8 +45,7 @@ def train(iterations: int, seed: int, losses: LossesConfig, run_dir: Path | None
     trainer = Runner(cfg)
     rewards = []
     for it in range(1, iterations + 1):  # one iteration at a time, for the reward of every rollout
-        trainer.cfg.iterations = it
-        rewards.append(trainer.learn()["reward_per_agent_step"])
+        rewards.append(trainer.learn(until=it)["reward_per_agent_step"])
     if run_dir is not None:  # the teacher: its checkpoint (latest.pt) and metrics
         trainer.run_dir = run_dir
         trainer.save()

@@ -15,7 +15,10 @@ Learners, each on the task's preset (`syncfree train --task T`: env count, rollo
   network sizes and PPO hyperparameters (`side_by_side_rsl_rl.rsl_rl_config`; rsl_rl clips the actor's and the
   critic's gradients separately, adapts its learning rate after every minibatch, has no reward normalization and
   no compile: where a preset sets `grad_clip`, `kl_adapt_every` or `normalize_rewards` otherwise, rsl_rl runs
-  without them).
+  without them; a linear schedule it runs at a fixed rate);
+- `rsl_rl-reward-norm`: the same, its env's rewards passed through syncfree's `RewardScale` (Gym's
+  `NormalizeReward` and a ±10 clip: the wrappers CleanRL puts on its MuJoCo envs), for presets that normalize
+  rewards. Evaluation plays the unwrapped env, in its own units.
 
 Every `--eval_every` iterations (and after the last) training pauses and the deterministic policy (the action
 distribution's mean) plays one episode on each of `eval_envs` fresh envs seeded 1000 + seed; the figure is the mean
@@ -44,7 +47,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-LEARNERS = ("syncfree", "syncfree-baseline", "syncfree-eager", "syncfree-bf16", "rsl_rl")
+LEARNERS = ("syncfree", "syncfree-baseline", "syncfree-eager", "syncfree-bf16", "rsl_rl", "rsl_rl-reward-norm")
 EVAL_SEED = 1000
 DEFAULT_OUT = "benchmarks/results/learning-parity-cpu"
 
@@ -75,9 +78,9 @@ STUDIES = {
     "point-mass": Study(iterations=50, eval_every=5, eval_envs=256),
     # 100 iterations x 256 envs x 24 steps = 614,400 env steps (the preset's 4,096 envs are a GPU's size)
     "g1-track": Study(iterations=100, eval_every=10, eval_envs=64, num_envs=256),
-    # 977 iterations x 16 envs x 64 steps = 1,000,448 env steps
-    "gym:Hopper-v5": Study(977, 49, 8, Reference(CLEANRL.format(env="Hopper"), 2382.86, 271.74)),
-    "gym:HalfCheetah-v5": Study(977, 49, 8, Reference(CLEANRL.format(env="HalfCheetah"), 1442.64, 46.03)),
+    # 488 iterations x 16 envs x 128 steps = 999,424 env steps (CleanRL: 488 x 2,048)
+    "gym:Hopper-v5": Study(488, 24, 8, Reference(CLEANRL.format(env="Hopper"), 2382.86, 271.74)),
+    "gym:HalfCheetah-v5": Study(488, 24, 8, Reference(CLEANRL.format(env="HalfCheetah"), 1442.64, 46.03)),
 }
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 """Student's t 97.5 % quantiles by degrees of freedom (1.96 beyond)."""
@@ -98,6 +101,22 @@ def eval_points(study: Study) -> list[int]:
     """The iterations after which the policy is evaluated."""
     points = list(range(study.eval_every, study.iterations + 1, study.eval_every))
     return points if points and points[-1] == study.iterations else [*points, study.iterations]
+
+
+class ScaledRewards:
+    """An rsl_rl `VecEnv` whose rewards pass through `RewardScale` (the `rsl_rl-reward-norm` learner)."""
+
+    def __init__(self, env, gamma: float) -> None:
+        from syncfree.policy.normalizer import RewardScale
+
+        self.env, self.scale = env, RewardScale(env.num_envs, gamma).to(env.device)
+
+    def step(self, actions):
+        obs, rewards, dones, extras = self.env.step(actions)
+        return obs, self.scale(rewards, dones.bool()), dones, extras
+
+    def __getattr__(self, name: str):
+        return getattr(self.env, name)
 
 
 class RslRlActor:
@@ -140,7 +159,7 @@ def train_one(task: str, learner: str, seed: int) -> dict:
         return float(returns.mean())
 
     points, seconds = [], 0.0
-    if learner == "rsl_rl":
+    if learner.startswith("rsl_rl"):
         import contextlib
         import io
 
@@ -151,6 +170,8 @@ def train_one(task: str, learner: str, seed: int) -> dict:
 
         torch.manual_seed(seed)
         env = SyncfreeToRslRl(make_env(task, cfg.env.num_envs, seed=seed))
+        if learner == "rsl_rl-reward-norm":
+            env = ScaledRewards(env, cfg.ppo.gamma)
         with contextlib.redirect_stdout(io.StringIO()):  # rsl_rl prints its models and every iteration
             runner = OnPolicyRunner(env, rsl_rl_config(cfg, check_for_nan=False, compile_mode=None), log_dir=None,
                                     device="cpu")
@@ -170,9 +191,8 @@ def train_one(task: str, learner: str, seed: int) -> dict:
 
         runner = Runner(cfg)
         for it in eval_points(study):
-            runner.cfg.iterations = it
             start = time.perf_counter()
-            record = runner.learn()
+            record = runner.learn(until=it)
             seconds += time.perf_counter() - start
             points.append({"iteration": it, "env_steps": runner.env_steps, "seconds": seconds,
                            "eval_return": fresh_return(runner.policy),
@@ -267,7 +287,8 @@ def report(out: Path) -> str:
              "(the commands of each table are below it). Each run: the task's preset, one thread, its own process. "
              "The figure is the deterministic policy's return on fresh envs (seeded 1000 + seed); a run's final "
              "return is the mean of its evaluations over the last 10 % of its env steps; tables give the mean over "
-             "the seeds with the half-width of its 95 % t-interval; differences are bootstrap 95 % intervals of the difference of means (10,000 resamples). "
+             "the seeds with the half-width of its 95 % t-interval; differences are bootstrap 95 % intervals of the "
+             "difference of means (10,000 resamples). "
              "Wall clock: training seconds only, evaluation excluded.", ""]
     summary = {}
     out_flag = "" if out == Path(DEFAULT_OUT) else f" --out {out}"
@@ -313,8 +334,9 @@ def report(out: Path) -> str:
             task_summary[learner] = {"final_mean": mean, "ci_half": half, "per_seed": values,
                                      "training_seconds": totals[learner], "reach": got}
         lines.append("")
-        for a, b in (("syncfree", "rsl_rl"), ("syncfree", "syncfree-baseline"), ("syncfree-eager", "syncfree-baseline"),
-                     ("syncfree", "syncfree-eager"), ("syncfree-bf16", "syncfree-baseline")):
+        for a, b in (("syncfree", "rsl_rl"), ("syncfree", "rsl_rl-reward-norm"), ("syncfree", "syncfree-baseline"),
+                     ("syncfree-eager", "syncfree-baseline"), ("syncfree", "syncfree-eager"),
+                     ("syncfree-bf16", "syncfree-baseline")):
             if a in finals and b in finals and len(finals[a]) > 1 and len(finals[b]) > 1:
                 low, high = bootstrap_ci(finals[a], finals[b])
                 diff = statistics.fmean(finals[a]) - statistics.fmean(finals[b])

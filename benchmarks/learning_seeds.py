@@ -38,8 +38,7 @@ def run(task: str, seed: int, iterations: int) -> dict:
     figures, records = [], []
     start = time.perf_counter()
     for it in tqdm(range(1, cfg.iterations + 1), desc=f"{task} seed {seed}", unit="it", file=sys.stderr):
-        runner.cfg.iterations = it
-        record = runner.learn()
+        record = runner.learn(until=it)
         records.append(record)
         figures.append(record.get("reward_per_agent_step", record.get("mean_return", float("nan"))))
     runner.close()

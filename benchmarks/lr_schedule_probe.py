@@ -46,6 +46,7 @@ def probe(args: argparse.Namespace) -> list[dict]:
     torch.set_num_threads(1)
     cfg = preset(args.task)
     cfg.seed, cfg.device, cfg.log.progress, cfg.perf.compile = args.seed, "cpu", False, "off"
+    cfg.iterations = args.iterations
     cfg.env.num_envs = args.num_envs or cfg.env.num_envs
     cfg.ppo.schedule, cfg.ppo.kl_adapt_every = "adaptive", args.kl_adapt_every
     cfg.ppo.learning_rate = args.learning_rate or cfg.ppo.learning_rate
@@ -56,8 +57,7 @@ def probe(args: argparse.Namespace) -> list[dict]:
     for it in range(1, args.iterations + 1):
         used.clear()
         kls.clear()
-        runner.cfg.iterations = it
-        record = runner.learn()
+        record = runner.learn(until=it)
         rows.append({"iteration": it, "minibatch_lr": list(used), "minibatch_kl": list(kls),
                      "lr_after_update": record["learning_rate"], "mean_return": record.get("mean_return")})
     runner.close()

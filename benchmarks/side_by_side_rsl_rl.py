@@ -62,8 +62,9 @@ RSL_VARIANTS = {
 
 def rsl_rl_config(cfg, check_for_nan: bool, compile_mode: str | None) -> dict:
     """rsl_rl's runner config equal to a syncfree TrainConfig, as far as rsl_rl has the setting: its gradients are
-    clipped per network, its learning rate adapts after every minibatch and its rewards are not normalized,
-    whatever `ppo.grad_clip`, `ppo.kl_adapt_every` and `ppo.normalize_rewards` say."""
+    clipped per network, its learning rate adapts after every minibatch or stays fixed (it has no linear schedule)
+    and its rewards are not normalized, whatever `ppo.grad_clip`, `ppo.kl_adapt_every`, `ppo.schedule=linear` and
+    `ppo.normalize_rewards` say."""
     p = cfg.ppo
 
     def model(hidden: list[int]) -> dict:
@@ -74,7 +75,8 @@ def rsl_rl_config(cfg, check_for_nan: bool, compile_mode: str | None) -> dict:
         "num_steps_per_env": p.steps_per_env, "save_interval": 10**9, "check_for_nan": check_for_nan,
         "torch_compile_mode": compile_mode, "obs_groups": {"actor": ["policy"], "critic": ["critic"]},
         "algorithm": {"class_name": "PPO", "learning_rate": p.learning_rate, "num_learning_epochs": p.num_epochs,
-                      "num_mini_batches": p.num_minibatches, "schedule": p.schedule, "desired_kl": p.desired_kl,
+                      "num_mini_batches": p.num_minibatches, "desired_kl": p.desired_kl,
+                      "schedule": "adaptive" if p.schedule == "adaptive" else "fixed",
                       "gamma": p.gamma, "lam": p.lam, "clip_param": p.clip_param, "value_loss_coef": p.value_loss_coef,
                       "use_clipped_value_loss": p.clipped_value_loss, "entropy_coef": p.entropy_coef,
                       "max_grad_norm": p.max_grad_norm, "optimizer": "adam"},

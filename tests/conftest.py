@@ -64,10 +64,10 @@ def copy_trained_state(source, target) -> None:
         getattr(target.algorithm.storage, name).copy_(x)
 
 
-def update_stats(runner) -> dict[str, torch.Tensor]:
-    """One update of `runner`'s algorithm on its stored rollout; its statistics (`Algorithm.statistics`) by name,
-    as float64."""
-    runner.algorithm.update()
+def update_stats(runner, progress: float = 0.0) -> dict[str, torch.Tensor]:
+    """One update of `runner`'s algorithm on its stored rollout, `progress` into the run; its statistics
+    (`Algorithm.statistics`) by name, as float64."""
+    runner.algorithm.update(progress)
     return {name: value.double() for name, value in runner.algorithm.statistics().items()}
 
 
@@ -78,8 +78,7 @@ def train_iterations(cfg: TrainConfig) -> tuple:
     trainer = Runner(cfg)
     episodes, records = [], []
     for it in range(1, cfg.iterations + 1):
-        trainer.cfg.iterations = it
-        records.append(trainer.learn())
+        records.append(trainer.learn(until=it))
         episodes += trainer.monitors.episodes.iteration_episodes
     return trainer, episodes, records
 

@@ -46,3 +46,28 @@ def test_learning_parity_runs_resumes_and_reports(tmp_path: Path) -> None:
     written = {learner: path.stat().st_mtime_ns for learner, path in runs.items()}
     subprocess.run(command, check=True, env=env, capture_output=True, text=True)
     assert {learner: path.stat().st_mtime_ns for learner, path in runs.items()} == written
+
+
+def test_rsl_rl_reward_norm_learner_scales_the_rewards_rsl_rl_sees(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rsl_rl-reward-norm`: rsl_rl steps the env through `ScaledRewards`, which hands it each reward divided as
+    `RewardScale` divides it (episode ends included) and passes everything else through."""
+    pytest.importorskip("rsl_rl")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from learning_parity import ScaledRewards
+
+    from syncfree.envs import make_env
+    from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
+    from syncfree.policy.normalizer import RewardScale
+
+    plain, scaled = (SyncfreeToRslRl(make_env("pendulum", 8, seed=4)) for _ in range(2))
+    scaled = ScaledRewards(scaled, gamma=0.9)
+    reference = RewardScale(8, gamma=0.9)
+    assert scaled.num_envs == 8 and scaled.num_actions == plain.num_actions
+    actions = torch.linspace(-1, 1, 8).unsqueeze(1)
+    ended = 0
+    for _ in range(250):  # pendulum's episodes end by time-out at 200 steps
+        _, raw, dones, _ = plain.step(actions)
+        _, got, _, _ = scaled.step(actions)
+        torch.testing.assert_close(got, reference(raw, dones.bool()))
+        ended += int(dones.sum())
+    assert ended > 0 and not torch.allclose(got, raw)

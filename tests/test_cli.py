@@ -60,7 +60,7 @@ def test_switches_for_a_task_mark_the_inert_ones_with_the_reason(capsys) -> None
     lines = capsys.readouterr().out.splitlines()
     marks = {line.split(":")[0]: line for line in lines if "  live" in line or "INERT:" in line}
     assert len(marks) == len(PerfConfig.switches())
-    assert "INERT: the learning-rate schedule is fixed" in marks["device_adaptive_lr"]
+    assert "INERT: the learning-rate schedule does not adapt" in marks["device_adaptive_lr"]
     assert marks["compile"].endswith("live") and marks["cpu_time_index"].endswith("live")
     assert "INERT" in marks["device_loss_stats"]
     assert main(["switches", "--task", "point-mass"]) == 0

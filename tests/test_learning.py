@@ -41,7 +41,6 @@ def test_grid_arena_beats_a_random_policy_within_40k_agent_steps(seed: int) -> N
     trainer = Runner(cfg)
     rewards = []
     for it in range(1, cfg.iterations + 1):
-        trainer.cfg.iterations = it
-        rewards.append(trainer.learn()["reward_per_agent_step"])
+        rewards.append(trainer.learn(until=it)["reward_per_agent_step"])
     assert trainer.env_steps == 40_960
     assert sum(rewards[-2:]) / 2 > 2 * 0.064, rewards

@@ -32,11 +32,11 @@ def trained_pair(task: str, **perf) -> tuple[Runner, Runner]:
     return conventional, whole
 
 
-def update_both(pair: tuple[Runner, Runner]) -> list[torch.Tensor]:
+def update_both(pair: tuple[Runner, Runner], progress: float = 0.0) -> list[torch.Tensor]:
     stats = []
     for trainer in pair:
         torch.manual_seed(2)  # the same minibatch order
-        stats.append(update_stats(trainer))
+        stats.append(update_stats(trainer, progress))
     return stats
 
 
@@ -52,16 +52,20 @@ def assert_same_parameters_and_moments(a: Runner, b: Runner) -> None:
 
 
 @pytest.mark.parametrize(("task", "schedule"), [("pendulum", "adaptive"), ("cartpole", "adaptive"),
-                                                ("pendulum", "fixed")])
+                                                ("pendulum", "fixed"), ("pendulum", "linear")])
 def test_one_update_matches_the_conventional_one(task: str, schedule: str) -> None:
-    """Gaussian and categorical heads, the adaptive learning rate on the device and the fixed one."""
+    """Gaussian and categorical heads, the adaptive learning rate on the device, the fixed one and the linear one
+    (half-way through the run: the graph must step at the halved rate the host set)."""
     pair = trained_pair(task)
     for trainer in pair:
         trainer.algorithm.optim.adaptive = schedule == "adaptive"
+        trainer.algorithm.optim.annealed = schedule == "linear"
     conventional, whole = pair
     assert whole.algorithm.whole_step is not None and conventional.algorithm.whole_step is None
     before = {n: p.detach().clone() for n, p in whole.policy.named_parameters()}
-    stats = update_both(pair)
+    stats = update_both(pair, progress=0.5)
+    if schedule == "linear":
+        assert float(stats[1]["learning_rate"]) == whole.cfg.ppo.learning_rate / 2
     # the minibatch means, the learning rate the adaptive schedule reached and the skip count included
     torch.testing.assert_close(stats[0], stats[1], rtol=1e-4, atol=1e-7)
     assert_same_parameters_and_moments(conventional, whole)

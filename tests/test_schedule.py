@@ -1,4 +1,5 @@
-"""The adaptive learning rate: adapted after each minibatch (rsl_rl) or once per update (`ppo.kl_adapt_every`)."""
+"""The adaptive learning rate, adapted after each minibatch (rsl_rl) or once per update (`ppo.kl_adapt_every`), and
+the linear one (`ppo.schedule=linear`)."""
 
 from __future__ import annotations
 
@@ -82,3 +83,27 @@ def test_per_update_schedule_on_the_device_and_on_the_host_train_alike() -> None
     assert float(on.algorithm.optim.lr) == off.algorithm.optim.learning_rate == pytest.approx(1e-3 * 1.5**3)
     for (name, a), b in zip(on.policy.state_dict().items(), off.policy.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize(("config", "in_parts"), [(small_config, False), (small_config, True), (grid_config, False)])
+def test_linear_schedule_anneals_the_rate_towards_zero_over_the_run(config, in_parts: bool) -> None:
+    """CleanRL's `anneal_lr`: update k of n steps at `learning_rate` x (1 - k / n), on both algorithms, also when
+    the run is trained in parts (`learn(until=k)`); the logged rate is the one the update used."""
+    cfg = config("pendulum") if config is small_config else config(iterations=4)
+    cfg.ppo.schedule, cfg.iterations = "linear", 4
+    trainer = Runner(cfg)
+    optimizer = trainer.algorithm.optim.optimizer
+    used = []
+    step = optimizer.step
+
+    def recording_step(*args, **kwargs):
+        used.append(optimizer.param_groups[0]["lr"])
+        return step(*args, **kwargs)
+
+    optimizer.step = recording_step
+    for until in range(1, cfg.iterations + 1) if in_parts else [cfg.iterations]:
+        last = trainer.learn(until=until)["learning_rate"]
+    per_update = cfg.ppo.num_epochs * cfg.ppo.num_minibatches
+    expected = [cfg.ppo.learning_rate * (1 - k / 4) for k in range(4)]
+    assert used == [lr for lr in expected for _ in range(per_update)]
+    assert last == pytest.approx(expected[-1], rel=1e-12)

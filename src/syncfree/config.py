@@ -173,8 +173,10 @@ class PPOConfig:
     """Minibatches per epoch."""
     learning_rate: float = 1e-3
     """Initial learning rate."""
-    schedule: Literal["fixed", "adaptive"] = "adaptive"
-    """`adaptive` scales the learning rate by 1.5 to keep the KL near `desired_kl`."""
+    schedule: Literal["fixed", "adaptive", "linear"] = "adaptive"
+    """`adaptive` scales the learning rate by 1.5 to keep the KL near `desired_kl`; `linear` anneals it from
+    `learning_rate` at the first iteration towards 0 at the end of the run, `learning_rate` x (1 - iteration /
+    iterations) (CleanRL's `anneal_lr`); `fixed` keeps it."""
     desired_kl: float = 0.01
     """Target KL for the adaptive schedule."""
     kl_adapt_every: Literal["minibatch", "update"] = "minibatch"

@@ -166,7 +166,7 @@ class FeedForwardPPO(Algorithm):
         self.stats.zero_()
         if self.host_loss_sums is not None:
             self.host_loss_sums = [0.0] * RSL_RL_LOGGED
-        self.optim.begin_update()
+        self.optim.begin_update(progress)
         state = None
         if self.whole_step is not None:
             state = self.whole_step.state(self.optim.lr, self.stats, self.optim.skipped_steps)

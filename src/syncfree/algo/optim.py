@@ -37,11 +37,12 @@ class PolicyOptimizer:
         self.params, self.cfg, self.perf = params, cfg, perf
         self.clip_groups = [group for group in clip_groups if group] if clip_groups else [params]
         self.adaptive = cfg.schedule == "adaptive"
+        self.annealed = cfg.schedule == "linear"
         self.adapt_per_minibatch = self.adaptive and cfg.kl_adapt_every == "minibatch"
         """Adapt after every minibatch (rsl_rl); otherwise (`kl_adapt_every=update`) once, in `end_update`."""
         self.lr_on_device = self.adaptive and perf.device_adaptive_lr
         self.learning_rate = cfg.learning_rate
-        """Host-side learning rate (the conventional adaptive schedule and the fixed one)."""
+        """Host-side learning rate (the conventional adaptive schedule, the fixed and the linear one)."""
         self.lr = torch.tensor(cfg.learning_rate, dtype=torch.float64, device=device)
         """Device-side learning rate (float64, so each step rounds exactly like the host schedule)."""
         optimizer_lr: float | Tensor = cfg.learning_rate
@@ -152,13 +153,24 @@ class PolicyOptimizer:
         if self.adaptive and not self.adapt_per_minibatch and self.update_minibatches:
             self.adapt_learning_rate(self.update_kl / self.update_minibatches)
 
-    def begin_update(self) -> None:
-        """Mark the start of an iteration's update (for `statistics` and the per-update schedule)."""
+    def begin_update(self, progress: float = 0.0) -> None:
+        """Mark the start of an iteration's update (for `statistics` and the per-update schedule); the linear
+        schedule sets this update's rate from `progress`, the fraction of the run done before it."""
+        if self.annealed:
+            self.set_learning_rate(annealed_learning_rate(self.cfg.learning_rate, progress))
         self.update_kl.zero_()
         self.update_minibatches = 0
         self._skipped_before.copy_(self.skipped_steps)
         self._skipped_last.copy_(self.skipped_steps)
         self.longest_skip_run.copy_(self.skip_run)
+
+    def set_learning_rate(self, lr: float) -> None:
+        """Set the rate from the host (the linear schedule): the optimizer's groups and the device copy that the
+        whole-step graph reads (a host-to-device write, no read)."""
+        self.learning_rate = lr
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.lr.fill_(lr)
 
     def statistics(self) -> dict[str, Tensor]:
         """Steps skipped since `begin_update`, the current learning rate, the longest run of skipped updates and
@@ -192,6 +204,11 @@ class PolicyOptimizer:
         moments = {key: {name: value.clone() if isinstance(value, Tensor) else value for name, value in entry.items()}
                    for key, entry in state["state"].items()}
         self.optimizer.load_state_dict({"state": moments, "param_groups": own_groups})
+
+
+def annealed_learning_rate(initial: float, progress: float) -> float:
+    """The linear schedule's rate after the fraction `progress` of the run: `initial` x (1 - progress), at least 0."""
+    return initial * max(1.0 - progress, 0.0)
 
 
 class GradientAllReduce:

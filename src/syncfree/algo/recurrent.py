@@ -203,7 +203,7 @@ class RecurrentPPO(Algorithm):
         count = buf.segments // p.num_minibatches
         beta = prioritized_beta(p.prio_beta0, progress)
         self.stats.zero_()
-        self.optim.begin_update()
+        self.optim.begin_update(progress)
         for epoch in range(p.num_epochs):
             if epoch > 0 and p.advantage == "vtrace":
                 with phase("advantages"), torch.no_grad():

@@ -64,7 +64,7 @@ def _whole_step_graph(scope: Scope, perf: PerfConfig) -> str | None:
 
 
 def _adaptive_lr(scope: Scope, perf: PerfConfig) -> str | None:
-    return None if scope.adaptive_lr else "the learning-rate schedule is fixed (ppo.schedule=fixed)"
+    return None if scope.adaptive_lr else "the learning-rate schedule does not adapt (ppo.schedule=fixed or linear)"
 
 
 def _critic_chunks(scope: Scope, perf: PerfConfig) -> str | None:
@@ -148,8 +148,9 @@ class PerfConfig:
     device_adaptive_lr: bool = switch(baseline=False, optimized=True, seed="rsl_rl adaptive schedule, on device",
                                       inert=_adaptive_lr)
     """Keep the KL-adaptive learning rate in a float64 device tensor updated with `torch.where`. Off: compare
-    the KL on the host every minibatch and write a Python float into the optimizer. Inert on a fixed schedule
-    (`ppo.schedule=fixed`: the presets of grid-arena, point-mass, CartPole and pendulum)."""
+    the KL on the host every minibatch and write a Python float into the optimizer. Inert on a schedule that does
+    not adapt (`ppo.schedule=fixed`: the presets of grid-arena, point-mass, CartPole and pendulum; `linear`: those
+    of the Gymnasium tasks other than Humanoid)."""
 
     device_loss_stats: bool = switch(baseline=False, optimized=True, seed="rsl_rl loss logs, on device",
                                      inert=_RSL_RL_UPDATE)

@@ -126,16 +126,19 @@ class Runner:
         self.wandb_id = cfg.log.wandb_id
         """The W&B run this run logs to (`log.wandb_id`, else the resumed checkpoint's, else W&B's new one)."""
 
-    def learn(self) -> dict[str, Any]:
-        """Train until `cfg.iterations`; returns the last iteration's record."""
+    def learn(self, until: int | None = None) -> dict[str, Any]:
+        """Train until iteration `until` (by default `cfg.iterations`, the run's length, which the linear
+        learning-rate schedule and the prioritized sampler anneal over: a run trained in parts passes `until`);
+        returns the last iteration's record."""
         cfg, algorithm, record = self.cfg, self.algorithm, {}
+        until = cfg.iterations if until is None else until
         set_deterministic(cfg.perf.deterministic)  # a process-wide setting: other runners may have changed it
         self.open_logger()
-        bar = tqdm(total=cfg.iterations, initial=self.iteration, disable=not cfg.log.progress or not self.is_main,
+        bar = tqdm(total=until, initial=self.iteration, disable=not cfg.log.progress or not self.is_main,
                    unit="it", dynamic_ncols=True)
         if self.compiles_first_iteration():
             bar.set_description_str("compiling")  # the first iteration of a compiled loop: graphs are built
-        while self.iteration < cfg.iterations and not self.stopping():
+        while self.iteration < until and not self.stopping():
             start = time.perf_counter()
             algorithm.begin_rollout()
             with torch.inference_mode():
@@ -155,7 +158,7 @@ class Runner:
             bar.set_description_str("")
             bar.set_postfix(steps_per_s=f"{record['steps_per_s']:.0f}", **progress_value(record), refresh=False)
             bar.update(1)
-            last = self.iteration == cfg.iterations or self.stopping()
+            last = self.iteration == until or self.stopping()
             if self.iteration % cfg.save_every == 0 or last:
                 self.save(last)
         bar.close()
