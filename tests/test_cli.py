@@ -173,8 +173,10 @@ def test_threads_are_chosen_and_said(monkeypatch, tmp_path: Path, caplog) -> Non
     assert choose_threads(0, cuda, 1, False, 64) == (8, "torch's default")
     device.apply_threads(1)  # syncfree's own choice: the next run may choose again
     assert choose_threads(0, cpu, 1, False, 4096) == (8, "torch's default")
-    threads[0] = 3  # the program's: kept
+    threads[0] = 3  # the program's: kept, also by the runs after the one that kept it
     assert choose_threads(0, cpu, 1, False, 16) == (3, "set by the program")
+    device.apply_threads(3, "set by the program")
+    assert choose_threads(0, cpu, 1, False, 4096) == (3, "set by the program")
     monkeypatch.setenv("OMP_NUM_THREADS", "5")
     assert choose_threads(0, cpu, 2, True, 16) == (3, "OMP_NUM_THREADS")
     monkeypatch.undo()

@@ -63,7 +63,13 @@ def choose_threads(requested: int, device: torch.device, processes: int, host_th
     return TORCH_DEFAULT_THREADS, "torch's default"
 
 
-def apply_threads(threads: int) -> None:
-    """`torch.set_num_threads`, remembered as syncfree's own choice."""
+KEPT_REASONS = ("OMP_NUM_THREADS", "set by the program")
+"""`choose_threads`' reasons for a count that is not syncfree's own: later runs keep it too."""
+
+
+def apply_threads(threads: int, reason: str = "") -> None:
+    """`torch.set_num_threads`, remembered as syncfree's own choice unless `reason` (`choose_threads`') says the
+    count was the program's or `OMP_NUM_THREADS`'."""
     torch.set_num_threads(threads)
-    _chosen[:] = [threads]
+    if reason not in KEPT_REASONS:
+        _chosen[:] = [threads]

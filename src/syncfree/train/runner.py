@@ -78,7 +78,7 @@ class Runner:
         self.threads, self.threads_reason = choose_threads(cfg.threads, self.device, self.world_size,
                                                            self.env.host_threads, self.env.num_envs)
         """torch intra-op threads this run uses, and why (a process-wide setting, made here)."""
-        apply_threads(self.threads)
+        apply_threads(self.threads, self.threads_reason)
         self.algorithm = make_algorithm(cfg, self.env, self.device, self.dist)
         self.policy = self.algorithm.policy
         self.phases = self.algorithm.phases
