@@ -44,6 +44,11 @@ _chosen: list[int] = []
 """The count `apply_threads` set last: a later choice may change it, while a count the program set stays."""
 
 
+FROM_ENVIRONMENT, FROM_PROGRAM = "OMP_NUM_THREADS", "set by the program"
+"""`choose_threads`' reasons for a count that is not syncfree's own: `apply_threads` does not record it, so later
+runs keep it too."""
+
+
 def choose_threads(requested: int, device: torch.device, processes: int, host_threads: bool,
                    num_envs: int) -> tuple[int, str]:
     """torch intra-op threads for this process, and why (see `TrainConfig.threads`)."""
@@ -51,9 +56,9 @@ def choose_threads(requested: int, device: torch.device, processes: int, host_th
     if requested > 0:
         return requested, "threads"
     if os.environ.get("OMP_NUM_THREADS"):
-        return current, "OMP_NUM_THREADS"
+        return current, FROM_ENVIRONMENT
     if current != TORCH_DEFAULT_THREADS and current not in _chosen[-1:]:
-        return current, "set by the program"
+        return current, FROM_PROGRAM
     if processes > 1:
         return 1, f"{processes} processes share the cores"
     if host_threads:
@@ -63,13 +68,9 @@ def choose_threads(requested: int, device: torch.device, processes: int, host_th
     return TORCH_DEFAULT_THREADS, "torch's default"
 
 
-KEPT_REASONS = ("OMP_NUM_THREADS", "set by the program")
-"""`choose_threads`' reasons for a count that is not syncfree's own: later runs keep it too."""
-
-
 def apply_threads(threads: int, reason: str = "") -> None:
     """`torch.set_num_threads`, remembered as syncfree's own choice unless `reason` (`choose_threads`') says the
     count was the program's or `OMP_NUM_THREADS`'."""
     torch.set_num_threads(threads)
-    if reason not in KEPT_REASONS:
+    if reason not in (FROM_ENVIRONMENT, FROM_PROGRAM):
         _chosen[:] = [threads]
