@@ -5,9 +5,13 @@
 
 The figure is `reward_per_agent_step` for multi-agent tasks (grid-arena) and `mean_return` otherwise, averaged over
 each window of iterations (`--windows 11-20 31-50 76-100`, 1-based, inclusive), per seed; the report gives each
-window's mean, sample standard deviation, min and max over the seeds, and the wall time of each run. Runs go one
-after another on one intra-op thread. Imports either layout of the trainer (`syncfree.train.runner.Runner`, or
-before it `syncfree.train.trainer.make_trainer`), so two checkouts can be compared with the same script.
+window's mean, sample standard deviation, min and max over the seeds, and the wall time of each run. With
+`--eval_envs N` each run's final policy also plays its deterministic (greedy) actions on N fresh envs (seeded 12345,
+as `syncfree eval`), and the report gives the mean first-episode return per seed. For a preset whose learning rate
+adapts (`ppo.schedule=adaptive`) the report gives, per seed, the share of iterations that ended with the rate at a
+bound of the schedule (1e-5 or 1e-2). Runs go one after another on one intra-op thread. Imports either layout of
+the trainer (`syncfree.train.runner.Runner`, or before it `syncfree.train.trainer.make_trainer`), so two checkouts
+can be compared with the same script.
 """
 
 from __future__ import annotations
@@ -23,27 +27,49 @@ import torch
 from tqdm import tqdm
 
 try:
+    from syncfree.algo.optim import MAX_LR, MIN_LR
     from syncfree.presets import preset
     from syncfree.train.runner import Runner as make_runner
 except ImportError:  # a checkout from before the runner
     from syncfree.config import preset
     from syncfree.train.trainer import make_trainer as make_runner
 
+    MIN_LR = MAX_LR = None
 
-def run(task: str, seed: int, iterations: int) -> dict:
+
+def final_eval(runner, cfg, num_envs: int) -> float:
+    """Mean first-episode return of the trained policy's deterministic actions on fresh envs, as `syncfree eval`."""
+    from syncfree.train.evaluate import evaluate, evaluate_recurrent
+    from syncfree.train.runner import make_task_env
+
+    env = make_task_env(cfg, num_envs, runner.device, 12345)
+    play = evaluate_recurrent if cfg.policy.kind == "recurrent" else evaluate
+    returns = play(runner.policy, env)
+    getattr(env, "close", lambda: None)()
+    return float(returns.mean())
+
+
+def run(task: str, seed: int, iterations: int, eval_envs: int) -> dict:
     cfg = preset(task)
     cfg.seed, cfg.log.progress = seed, False
     cfg.iterations = iterations or cfg.iterations
     runner = make_runner(cfg)
-    figures, records = [], []
+    figures, records, rates = [], [], []
     start = time.perf_counter()
     for it in tqdm(range(1, cfg.iterations + 1), desc=f"{task} seed {seed}", unit="it", file=sys.stderr):
         record = runner.learn(until=it)
         records.append(record)
+        rates.append(record.get("learning_rate", float("nan")))
         figures.append(record.get("reward_per_agent_step", record.get("mean_return", float("nan"))))
+    wall = time.perf_counter() - start
+    result = {"seed": seed, "figure": figures, "learning_rate": rates, "wall_seconds": wall,
+              "last_record": records[-1]}
+    if getattr(cfg.ppo, "schedule", None) == "adaptive" and MIN_LR is not None:
+        result["share_at_bound"] = sum(rate <= MIN_LR or rate >= MAX_LR for rate in rates) / len(rates)
+    if eval_envs:
+        result["eval_return"] = final_eval(runner, cfg, eval_envs)
     runner.close()
-    return {"seed": seed, "figure": figures, "wall_seconds": time.perf_counter() - start,
-            "last_record": records[-1]}
+    return result
 
 
 def main() -> None:
@@ -52,10 +78,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--iterations", type=int, default=0, help="0: the preset's")
     parser.add_argument("--windows", nargs="+", default=["11-20", "31-50", "76-100"])
+    parser.add_argument("--eval_envs", type=int, default=0,
+                        help="evaluate each final policy on this many fresh envs (grid-arena: simulations); 0: none")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    runs = [run(args.task, seed, args.iterations) for seed in args.seeds]
+    if args.eval_envs < 0:
+        parser.error(f"--eval_envs={args.eval_envs} is invalid; allowed: an integer >= 0")
+    runs = [run(args.task, seed, args.iterations, args.eval_envs) for seed in args.seeds]
     windows = {}
     for window in args.windows:
         first, last = (int(x) for x in window.split("-"))
@@ -68,6 +98,15 @@ def main() -> None:
               f"over {len(values)} seeds")
     walls = [r["wall_seconds"] for r in runs]
     print(f"wall time per run: {statistics.mean(walls):.0f} s (min {min(walls):.0f}, max {max(walls):.0f})")
+    shares = [r["share_at_bound"] for r in runs if "share_at_bound" in r]
+    if shares:
+        print(f"learning rate at a bound of the adaptive schedule after {', '.join(f'{x:.0%}' for x in shares)} "
+              "of the iterations (per seed)")
+    evals = [r["eval_return"] for r in runs if "eval_return" in r]
+    if evals:
+        spread = statistics.stdev(evals) if len(evals) > 1 else 0.0
+        print(f"final policy, deterministic, {args.eval_envs} envs: mean return {statistics.mean(evals):.2f} ± "
+              f"{spread:.2f} over {len(evals)} seeds (per seed: {', '.join(f'{e:.2f}' for e in evals)})")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"task": args.task, "seeds": args.seeds, "windows": windows,

@@ -71,3 +71,32 @@ def test_rsl_rl_reward_norm_learner_scales_the_rewards_rsl_rl_sees(monkeypatch: 
         torch.testing.assert_close(got, reference(raw, dones.bool()))
         ended += int(dones.sum())
     assert ended > 0 and not torch.allclose(got, raw)
+
+
+@pytest.mark.parametrize(("schedule", "rate", "target", "rates", "share"), [
+    ("adaptive", 2e-5, 1e-9, [2e-5 / 1.5, 1e-5, 1e-5], 2 / 3),  # every update's KL above the target: down to 1e-5
+    ("adaptive", 6e-3, 1e9, [9e-3, 1e-2, 1e-2], 2 / 3),  # every one below it: up to 1e-2
+    ("fixed", 2e-5, 1e-9, [2e-5] * 3, None),
+], ids=["floor", "ceiling", "fixed"])
+def test_learning_seeds_reports_the_final_eval_and_the_rate_at_a_bound(
+        schedule: str, rate: float, target: float, rates: list[float], share: float | None,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`learning_seeds.run`: with `eval_envs` the final policy's mean return on fresh envs; on an adaptive schedule
+    (adapting once per update, by 1.5) the share of iterations that ended with the rate at a bound of [1e-5, 1e-2];
+    a fixed schedule reports no share."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import learning_seeds
+
+    def small_preset(task: str):
+        cfg = preset(task)
+        cfg.env.num_envs, cfg.perf.compile = 16, "off"
+        cfg.ppo.schedule, cfg.ppo.learning_rate, cfg.ppo.desired_kl = schedule, rate, target
+        cfg.ppo.kl_adapt_every = "update"
+        return cfg
+
+    preset = learning_seeds.preset
+    monkeypatch.setattr(learning_seeds, "preset", small_preset)
+    result = learning_seeds.run("pendulum", seed=0, iterations=3, eval_envs=4)
+    assert len(result["figure"]) == 3 and result["learning_rate"] == pytest.approx(rates)
+    assert result["eval_return"] < 0  # pendulum's rewards are costs
+    assert result.get("share_at_bound") == (pytest.approx(share) if share is not None else None)

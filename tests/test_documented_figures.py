@@ -29,6 +29,19 @@ def test_the_documented_pendulum_figure_is_the_one_in_the_results() -> None:
     assert len(values) >= 3 and row in (ROOT / "docs" / "tasks.md").read_text(), row
 
 
+
+def test_the_documented_grid_arena_figures_are_the_ones_in_the_results() -> None:
+    """docs/gridworld.md's five-seed table (each window's mean ± std over the seeds) and final evaluation are
+    `benchmarks/learning_seeds.py`'s output, digit for digit."""
+    result = json.loads((ROOT / "benchmarks/results/grid-arena-learning-seeds-cpu/preset.json").read_text())
+    windows = [result["windows"][w] for w in ("1-5", "6-10", "11-20", "21-30", "31-50", "51-75", "76-100")]
+    row = " | ".join(f"{w['mean']:.3f} ± {w['sd']:.3f}" for w in windows)
+    evals = [run["eval_return"] for run in result["runs"]]
+    final = f"{statistics.mean(evals):.1f} ± {statistics.stdev(evals):.1f}"
+    doc = " ".join((ROOT / "docs" / "gridworld.md").read_text().split())  # line breaks as spaces
+    assert len(result["seeds"]) >= 3 and f"| reward / agent / step | {row} |" in doc, row
+    assert f"mean episode return {final} over the seeds" in doc, final
+
 @pytest.mark.slow
 def test_pendulum_preset_rerun_lands_inside_its_documented_range(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
