@@ -39,14 +39,9 @@ except ImportError:  # a checkout from before the runner
 
 def final_eval(runner, cfg, num_envs: int) -> float:
     """Mean first-episode return of the trained policy's deterministic actions on fresh envs, as `syncfree eval`."""
-    from syncfree.train.evaluate import evaluate, evaluate_recurrent
-    from syncfree.train.runner import make_task_env
+    from syncfree.train.evaluate import evaluate_task
 
-    env = make_task_env(cfg, num_envs, runner.device, 12345)
-    play = evaluate_recurrent if cfg.policy.kind == "recurrent" else evaluate
-    returns = play(runner.policy, env)
-    getattr(env, "close", lambda: None)()
-    return float(returns.mean())
+    return float(evaluate_task(cfg, runner.policy, num_envs, runner.device, seed=12345).mean())
 
 
 def run(task: str, seed: int, iterations: int, eval_envs: int) -> dict:

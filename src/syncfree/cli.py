@@ -326,8 +326,7 @@ def policy_from_checkpoint(path: str, device: str):
 
 
 def cmd_eval(argv: Sequence[str]) -> int:
-    from syncfree.train.evaluate import evaluate, evaluate_recurrent
-    from syncfree.train.runner import make_task_env
+    from syncfree.train.evaluate import evaluate_task
 
     parser = argparse.ArgumentParser(prog="syncfree eval",
                                      description="Run a checkpoint's deterministic policy and print the mean return.")
@@ -339,16 +338,11 @@ def cmd_eval(argv: Sequence[str]) -> int:
     if args.episodes < 1:
         raise UserError(f"--episodes={args.episodes} is invalid; allowed: an integer >= 1")
     cfg, trainer = policy_from_checkpoint(args.checkpoint, args.device)
-    env = make_task_env(cfg, args.episodes, trainer.device, args.seed)
+    returns = evaluate_task(cfg, trainer.policy, args.episodes, trainer.device, args.seed)
     if cfg.policy.kind == "recurrent":  # --episodes simulations, every agent's first episode
-        returns = evaluate_recurrent(trainer.policy, env)
         episodes = f"{len(returns)} agents' episodes ({args.episodes} simulations)"
     else:
-        returns = evaluate(trainer.policy, env)
         episodes = f"{args.episodes} episodes"
-    close_env = getattr(env, "close", None)
-    if close_env is not None:
-        close_env()
     print(f"{cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over {episodes} "
           f"(min {returns.min():.2f}, max {returns.max():.2f}; checkpoint at iteration {trainer.iteration})")
     return 0

@@ -5,9 +5,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from syncfree.config import TrainConfig
 from syncfree.envs import VecEnv
 from syncfree.policy.actor_critic import PolicyBase
 from syncfree.policy.recurrent import RecurrentTokenPolicy
+from syncfree.train.runner import make_task_env
 
 
 @torch.inference_mode()
@@ -44,3 +46,16 @@ def evaluate_recurrent(policy: RecurrentTokenPolicy, env: VecEnv, greedy: bool =
         finished |= done
         obs, last = step.obs["policy"], out.actions
     return first_return.cpu().numpy()
+
+
+def evaluate_task(cfg: TrainConfig, policy: PolicyBase | RecurrentTokenPolicy, num_envs: int, device: torch.device,
+                  seed: int) -> np.ndarray:
+    """First-episode returns of the policy's deterministic (greedy) actions on `num_envs` fresh envs of the run's task
+    (grid-arena: simulations, one return per agent), as `syncfree eval` plays a checkpoint."""
+    env = make_task_env(cfg, num_envs, device, seed)
+    try:
+        return evaluate_recurrent(policy, env) if cfg.policy.kind == "recurrent" else evaluate(policy, env)
+    finally:
+        close = getattr(env, "close", None)
+        if close is not None:
+            close()
