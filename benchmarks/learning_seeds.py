@@ -6,8 +6,9 @@
 The figure is `reward_per_agent_step` for multi-agent tasks (grid-arena) and `mean_return` otherwise, averaged over
 each window of iterations (`--windows 11-20 31-50 76-100`, 1-based, inclusive), per seed; the report gives each
 window's mean, sample standard deviation, min and max over the seeds, and the wall time of each run. With
-`--eval_envs N` each run's final policy also plays its deterministic (greedy) actions on N fresh envs (seeded 12345,
-as `syncfree eval`), and the report gives the mean first-episode return per seed. For a preset whose learning rate
+`--eval_envs N` each run's final policy also plays on N fresh envs (seeded 12345, as `syncfree eval`), once with
+its deterministic (greedy) actions and once with sampled ones (`syncfree eval --sample`), and the report gives the
+mean first-episode return of each per seed. For a preset whose learning rate
 adapts (`ppo.schedule=adaptive`) the report gives, per seed, the share of iterations that ended with the rate at a
 bound of the schedule (1e-5 or 1e-2). Runs go one after another on one intra-op thread. Imports either layout of
 the trainer (`syncfree.train.runner.Runner`, or before it `syncfree.train.trainer.make_trainer`), so two checkouts
@@ -37,11 +38,12 @@ except ImportError:  # a checkout from before the runner
     MIN_LR = MAX_LR = None
 
 
-def final_eval(runner, cfg, num_envs: int) -> float:
-    """Mean first-episode return of the trained policy's deterministic actions on fresh envs, as `syncfree eval`."""
+def final_eval(runner, cfg, num_envs: int, greedy: bool) -> float:
+    """Mean first-episode return of the trained policy's deterministic (`greedy`) or sampled actions on fresh envs,
+    as `syncfree eval [--sample]`."""
     from syncfree.train.evaluate import evaluate_task
 
-    return float(evaluate_task(cfg, runner.policy, num_envs, runner.device, seed=12345).mean())
+    return float(evaluate_task(cfg, runner.policy, num_envs, runner.device, seed=12345, greedy=greedy).mean())
 
 
 def run(task: str, seed: int, iterations: int, eval_envs: int) -> dict:
@@ -62,7 +64,8 @@ def run(task: str, seed: int, iterations: int, eval_envs: int) -> dict:
     if getattr(cfg.ppo, "schedule", None) == "adaptive" and MIN_LR is not None:
         result["share_at_bound"] = sum(rate <= MIN_LR or rate >= MAX_LR for rate in rates) / len(rates)
     if eval_envs:
-        result["eval_return"] = final_eval(runner, cfg, eval_envs)
+        result["eval_return"] = final_eval(runner, cfg, eval_envs, greedy=True)
+        result["eval_return_sampled"] = final_eval(runner, cfg, eval_envs, greedy=False)
     runner.close()
     return result
 
@@ -97,11 +100,12 @@ def main() -> None:
     if shares:
         print(f"learning rate at a bound of the adaptive schedule after {', '.join(f'{x:.0%}' for x in shares)} "
               "of the iterations (per seed)")
-    evals = [r["eval_return"] for r in runs if "eval_return" in r]
-    if evals:
-        spread = statistics.stdev(evals) if len(evals) > 1 else 0.0
-        print(f"final policy, deterministic, {args.eval_envs} envs: mean return {statistics.mean(evals):.2f} ± "
-              f"{spread:.2f} over {len(evals)} seeds (per seed: {', '.join(f'{e:.2f}' for e in evals)})")
+    for key, actions in (("eval_return", "deterministic"), ("eval_return_sampled", "sampled")):
+        evals = [r[key] for r in runs if key in r]
+        if evals:
+            spread = statistics.stdev(evals) if len(evals) > 1 else 0.0
+            print(f"final policy, {actions} actions, {args.eval_envs} envs: mean return {statistics.mean(evals):.2f} "
+                  f"± {spread:.2f} over {len(evals)} seeds (per seed: {', '.join(f'{e:.2f}' for e in evals)})")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({"task": args.task, "seeds": args.seeds, "windows": windows,

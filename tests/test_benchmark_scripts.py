@@ -81,9 +81,9 @@ def test_rsl_rl_reward_norm_learner_scales_the_rewards_rsl_rl_sees(monkeypatch: 
 def test_learning_seeds_reports_the_final_eval_and_the_rate_at_a_bound(
         schedule: str, rate: float, target: float, rates: list[float], share: float | None,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """`learning_seeds.run`: with `eval_envs` the final policy's mean return on fresh envs; on an adaptive schedule
-    (adapting once per update, by 1.5) the share of iterations that ended with the rate at a bound of [1e-5, 1e-2];
-    a fixed schedule reports no share."""
+    """`learning_seeds.run`: with `eval_envs` the final policy's mean return on fresh envs, with its deterministic
+    and with its sampled actions; on an adaptive schedule (adapting once per update, by 1.5) the share of iterations
+    that ended with the rate at a bound of [1e-5, 1e-2]; a fixed schedule reports no share."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import learning_seeds
 
@@ -98,5 +98,6 @@ def test_learning_seeds_reports_the_final_eval_and_the_rate_at_a_bound(
     monkeypatch.setattr(learning_seeds, "preset", small_preset)
     result = learning_seeds.run("pendulum", seed=0, iterations=3, eval_envs=4)
     assert len(result["figure"]) == 3 and result["learning_rate"] == pytest.approx(rates)
-    assert result["eval_return"] < 0  # pendulum's rewards are costs
+    assert result["eval_return"] < 0 and result["eval_return_sampled"] < 0  # pendulum's rewards are costs
+    assert result["eval_return_sampled"] != result["eval_return"]  # std about 1: sampling changes the returns
     assert result.get("share_at_bound") == (pytest.approx(share) if share is not None else None)

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 import pytest
+import torch
 
 from syncfree.cli import main
 from syncfree.config import PerfConfig, TrainConfig, from_dict, to_dict
@@ -30,7 +31,31 @@ def test_train_then_eval(capsys, tmp_path: Path) -> None:
 
     assert main(["eval", "--checkpoint", str(run / "latest.pt"), "--episodes", "5"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("pendulum: mean return -") and "over 5 episodes" in out and "iteration 3" in out
+    assert out.startswith("pendulum: mean return -") and "over 5 episodes, deterministic actions" in out
+    assert "iteration 3" in out
+
+
+def test_eval_samples_reproducibly_and_leaves_the_generator_alone(capsys, tmp_path: Path) -> None:
+    """`--sample` plays actions drawn from the policy (its std is about 1 after 2 iterations, so the returns differ
+    from the deterministic policy's); the draws are seeded by --seed, and torch's generator is as it was."""
+    assert main(["train", "--task", "pendulum", "--iterations", "2", "--env.num_envs", "16", "--ppo.steps_per_env", "8",
+                 "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress", "false"]) == 0
+    ckpt = str(tmp_path / "run" / "latest.pt")
+    capsys.readouterr()
+
+    def eval_line(*extra: str) -> str:
+        assert main(["eval", "--checkpoint", ckpt, "--episodes", "4", *extra]) == 0
+        return capsys.readouterr().out
+
+    generator = torch.get_rng_state()
+    sampled = eval_line("--sample")
+    assert torch.equal(torch.get_rng_state(), generator)
+    assert "over 4 episodes, sampled actions" in sampled
+    assert eval_line("--sample") == sampled
+    assert eval_line("--sample", "--seed", "7").split(" over ")[0] != sampled.split(" over ")[0]
+    deterministic = eval_line()
+    assert "deterministic actions" in deterministic
+    assert deterministic.split(" over ")[0] != sampled.split(" over ")[0]
 
 
 def test_resume_from_cli_continues_the_run(tmp_path: Path) -> None:

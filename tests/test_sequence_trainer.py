@@ -184,6 +184,8 @@ def test_cli_trains_grid_arena_and_resumes(tmp_path: Path, capsys) -> None:
     assert main(["eval", "--checkpoint", str(tmp_path / "run" / "latest.pt"), "--episodes", "2"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("grid-arena: mean return ") and "over 8 agents' episodes (2 simulations)" in out
+    assert main(["eval", "--checkpoint", str(tmp_path / "run" / "latest.pt"), "--episodes", "2", "--sample"]) == 0
+    assert "over 8 agents' episodes (2 simulations), sampled actions" in capsys.readouterr().out
     assert main(["export", "--checkpoint", str(tmp_path / "run" / "latest.pt")]) == 2
     assert "policy.kind='recurrent' cannot be exported" in capsys.readouterr().err
 

@@ -329,21 +329,26 @@ def cmd_eval(argv: Sequence[str]) -> int:
     from syncfree.train.evaluate import evaluate_task
 
     parser = argparse.ArgumentParser(prog="syncfree eval",
-                                     description="Run a checkpoint's deterministic policy and print the mean return.")
+                                     description="Run a checkpoint's deterministic policy (or, with --sample, its "
+                                     "sampled actions) and print the mean return.")
     parser.add_argument("--checkpoint", required=True, help="checkpoint file (e.g. runs/<run>/latest.pt)")
     parser.add_argument("--episodes", type=int, default=20, help="episodes to run, in parallel (default 20; grid-arena: simulations, every agent's first episode)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
     parser.add_argument("--seed", type=int, default=12345, help="environment seed (default 12345)")
+    parser.add_argument("--sample", action="store_true",
+                        help="act with actions drawn from the policy's distribution, as in training, instead of the "
+                        "most likely ones (draws seeded with --seed)")
     args = parser.parse_args(argv)
     if args.episodes < 1:
         raise UserError(f"--episodes={args.episodes} is invalid; allowed: an integer >= 1")
     cfg, trainer = policy_from_checkpoint(args.checkpoint, args.device)
-    returns = evaluate_task(cfg, trainer.policy, args.episodes, trainer.device, args.seed)
+    returns = evaluate_task(cfg, trainer.policy, args.episodes, trainer.device, args.seed, greedy=not args.sample)
     if cfg.policy.kind == "recurrent":  # --episodes simulations, every agent's first episode
         episodes = f"{len(returns)} agents' episodes ({args.episodes} simulations)"
     else:
         episodes = f"{args.episodes} episodes"
-    print(f"{cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over {episodes} "
+    actions = "sampled" if args.sample else "deterministic"
+    print(f"{cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over {episodes}, {actions} actions "
           f"(min {returns.min():.2f}, max {returns.max():.2f}; checkpoint at iteration {trainer.iteration})")
     return 0
 

@@ -12,14 +12,21 @@ from syncfree.policy.recurrent import RecurrentTokenPolicy
 from syncfree.train.runner import make_task_env
 
 
+def sampled_action(policy: PolicyBase, actor_obs: torch.Tensor) -> torch.Tensor:
+    """An action drawn from the policy's distribution, as the rollout draws it."""
+    return policy.head.sample(policy.dist_params(actor_obs))[0]
+
+
 @torch.inference_mode()
-def evaluate(policy: PolicyBase, env: VecEnv) -> np.ndarray:
-    """Return of each env's first episode under the policy's deterministic action (mean or argmax)."""
+def evaluate(policy: PolicyBase, env: VecEnv, greedy: bool = True) -> np.ndarray:
+    """Return of each env's first episode under the policy's deterministic action (mean or argmax; `greedy`) or
+    sampled ones."""
+    act = policy.act_deterministic if greedy else (lambda actor_obs: sampled_action(policy, actor_obs))
     obs = env.reset()
     first_return = torch.full((env.num_envs,), float("nan"), device=env.device)
     finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     for _ in range(env.max_episode_length):  # every episode ends by its time limit
-        step = env.step(policy.act_deterministic(policy.actor_input(obs)))
+        step = env.step(act(policy.actor_input(obs)))
         done = step.terminated | step.truncated
         first_return = torch.where(done & ~finished, step.info["episode_return"], first_return)
         finished |= done
@@ -49,12 +56,19 @@ def evaluate_recurrent(policy: RecurrentTokenPolicy, env: VecEnv, greedy: bool =
 
 
 def evaluate_task(cfg: TrainConfig, policy: PolicyBase | RecurrentTokenPolicy, num_envs: int, device: torch.device,
-                  seed: int) -> np.ndarray:
-    """First-episode returns of the policy's deterministic (greedy) actions on `num_envs` fresh envs of the run's task
-    (grid-arena: simulations, one return per agent), as `syncfree eval` plays a checkpoint."""
+                  seed: int, greedy: bool = True) -> np.ndarray:
+    """First-episode returns of the policy's deterministic (greedy) or sampled actions on `num_envs` fresh envs of the
+    run's task (grid-arena: simulations, one return per agent), as `syncfree eval` plays a checkpoint. Sampled actions
+    draw from torch's generator seeded with `seed`, its state outside the call left as it was."""
     env = make_task_env(cfg, num_envs, device, seed)
+    cuda = [device.index or 0] if device.type == "cuda" else []
     try:
-        return evaluate_recurrent(policy, env) if cfg.policy.kind == "recurrent" else evaluate(policy, env)
+        with torch.random.fork_rng(devices=cuda, enabled=not greedy):
+            if not greedy:
+                torch.manual_seed(seed)
+            if cfg.policy.kind == "recurrent":
+                return evaluate_recurrent(policy, env, greedy)
+            return evaluate(policy, env, greedy)
     finally:
         close = getattr(env, "close", None)
         if close is not None:
