@@ -31,8 +31,9 @@ def test_the_documented_pendulum_figure_is_the_one_in_the_results() -> None:
 
 
 def test_the_documented_grid_arena_figures_are_the_ones_in_the_results() -> None:
-    """docs/gridworld.md's five-seed table (each window's mean ± std over the seeds) and final evaluation are
-    `benchmarks/learning_seeds.py`'s output, digit for digit."""
+    """docs/gridworld.md's five-seed table (each window's mean ± std over the seeds) and final evaluations, greedy
+    and sampled (the latter from a rerun that reproduced the first), are `benchmarks/learning_seeds.py`'s output,
+    digit for digit."""
     result = json.loads((ROOT / "benchmarks/results/grid-arena-learning-seeds-cpu/preset.json").read_text())
     windows = [result["windows"][w] for w in ("1-5", "6-10", "11-20", "21-30", "31-50", "51-75", "76-100")]
     row = " | ".join(f"{w['mean']:.3f} ± {w['sd']:.3f}" for w in windows)
@@ -41,6 +42,13 @@ def test_the_documented_grid_arena_figures_are_the_ones_in_the_results() -> None
     doc = " ".join((ROOT / "docs" / "gridworld.md").read_text().split())  # line breaks as spaces
     assert len(result["seeds"]) >= 3 and f"| reward / agent / step | {row} |" in doc, row
     assert f"mean episode return {final} over the seeds" in doc, final
+    rerun = json.loads((ROOT / "benchmarks/results/grid-arena-learning-seeds-cpu/preset-sampled-eval.json").read_text())
+    assert [(r["seed"], r["figure"], r["eval_return"]) for r in rerun["runs"]] == [
+        (r["seed"], r["figure"], r["eval_return"]) for r in result["runs"]]  # "reproduced ... bit for bit"
+    sampled = [run["eval_return_sampled"] for run in rerun["runs"]]
+    assert all(s > g for s, g in zip(sampled, evals, strict=True))  # "each seed's policy earns more"
+    figure = f"{statistics.mean(sampled):.1f} ± {statistics.stdev(sampled):.1f} over the seeds"
+    assert f"{figure} ({', '.join(f'{v:.1f}' for v in sampled)})" in doc, figure
 
 @pytest.mark.slow
 def test_pendulum_preset_rerun_lands_inside_its_documented_range(tmp_path: Path,
@@ -57,3 +65,24 @@ def test_pendulum_preset_rerun_lands_inside_its_documented_range(tmp_path: Path,
     rerun = run("pendulum", 0, tmp_path)
     assert rerun["env_steps"] == 2_457_600
     assert mean - 2 * sd <= rerun["eval_return"] <= mean + 2 * sd, (rerun, values)
+
+
+PARITY_TABLES = [("learning-parity-cpu", task) for task in
+                 ("pendulum", "point-mass", "g1-track", "gym:Hopper-v5", "gym:HalfCheetah-v5")] + [
+    ("learning-parity-bf16-cpu", "g1-track"), ("learning-parity-fp32-cpu", "g1-track")]
+
+
+@pytest.mark.parametrize(("folder", "task"), PARITY_TABLES)
+def test_the_documented_parity_figures_are_the_ones_in_the_results(folder: str, task: str) -> None:
+    """Every learner's final return (mean ± 95 % half-width) and per-seed returns in docs/learning.md are
+    `benchmarks/learning_parity.py`'s summary of the runs in the folder, digit for digit (formatted as its report)."""
+    summary = json.loads((ROOT / "benchmarks" / "results" / folder / "result.json").read_text())[task]
+    learners = {name: row for name, row in summary.items() if "final_mean" in row}
+    small = max(abs(v) for row in learners.values() for v in row["per_seed"]) < 100
+    digits, seed_digits = (2, 2) if small else (1, 0)
+    doc = (ROOT / "docs" / "learning.md").read_text().replace("−", "-")
+    assert f"results/{folder}/" in doc
+    for name, row in learners.items():
+        cell = (f"| {row['final_mean']:.{digits}f} ± {row['ci_half']:.{digits}f} | "
+                f"{', '.join(f'{v:.{seed_digits}f}' for v in row['per_seed'])} |")
+        assert cell in doc, (name, cell)
