@@ -61,7 +61,7 @@ def evaluate_task(cfg: TrainConfig, policy: PolicyBase | RecurrentTokenPolicy, n
     run's task (grid-arena: simulations, one return per agent), as `syncfree eval` plays a checkpoint. Sampled actions
     draw from torch's generator seeded with `seed`, its state outside the call left as it was."""
     env = make_task_env(cfg, num_envs, device, seed)
-    cuda = [device.index or 0] if device.type == "cuda" else []
+    cuda = list(range(torch.cuda.device_count())) if device.type == "cuda" else []  # manual_seed seeds them all
     try:
         with torch.random.fork_rng(devices=cuda, enabled=not greedy):
             if not greedy:
