@@ -456,7 +456,7 @@ def cmd_bench(argv: Sequence[str]) -> int:
     cfg, out = parse_bench_config(argv)
     result = bench.run(cfg)
     device = result["machine"]["device"].replace(":", "")
-    out_dir = Path(out or f"benchmarks/results/{cfg.task}-{cfg.profile}-{device}")
+    out_dir = Path(out or f"benchmarks/results/{cfg.task.replace(':', '_')}-{cfg.profile}-{device}")
     for path in report.write(result, out_dir):
         log.info("wrote %s", path)
     print(report.markdown(result))
@@ -468,13 +468,14 @@ def parse_bench_config(argv: Sequence[str]):
     from jsonargparse import ArgumentParser, set_parsing_settings
 
     from syncfree import bench
-    from syncfree.envs.tasks import TASKS
+    from syncfree.envs.tasks import check_task
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     parser = ArgumentParser(prog="syncfree bench", exit_on_error=False, allow_abbrev=False,
                             description="Time baseline, optimized and ablated configurations side by side.")
     parser.add_class_arguments(bench.BenchConfig, as_group=False)
-    parser.add_argument("--out", default="", help="Output folder (default: benchmarks/results/<task>-<profile>-<device>).")
+    parser.add_argument("--out", default="", help="Output folder (default: benchmarks/results/<task>-<profile>-<device>, "
+                        "a `gym:` task's colon as `_`).")
     try:
         ns = parser.parse_args(list(argv))
     except Exception as e:
@@ -482,8 +483,7 @@ def parse_bench_config(argv: Sequence[str]):
         raise UserError(f"bench: {message}") from None
     out = ns.pop("out")
     cfg = bench.BenchConfig(**ns.as_dict())
-    if cfg.task not in TASKS:
-        raise UserError(f"bench: task={cfg.task!r} is invalid; allowed: {', '.join(sorted(TASKS))}")
+    check_task(cfg.task, "bench")
     for key in ("num_envs", "scaling"):
         if any(n < 1 for n in getattr(cfg, key)):
             raise UserError(f"bench: {key}={getattr(cfg, key)} is invalid; allowed: integers >= 1")

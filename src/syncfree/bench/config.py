@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from syncfree.config import TrainConfig
 from syncfree.core.switches import PerfConfig
+from syncfree.envs.tasks import GYMNASIUM_PREFIX
 from syncfree.presets import preset
 
 Profile = Literal["quick", "full", "gpu-smoke"]
@@ -25,6 +26,13 @@ RECURRENT_PROFILES: dict[str, dict[str, Any]] = {
     "gpu-smoke": dict(num_envs=[64, 256], scaling=[], ablations=False, repeats=3, iterations=1),
 }
 """The profiles' defaults for the recurrent tasks (grid-arena; sizes in MettaGrid simulations)."""
+GYMNASIUM_PROFILES: dict[str, dict[str, Any]] = {
+    "quick": dict(num_envs=[16, 64], scaling=[], ablations=False, repeats=3, iterations=1),
+    "full": dict(num_envs=[16, 64], scaling=[4, 16, 64, 256], ablations=True, repeats=3, iterations=1),
+    "gpu-smoke": dict(num_envs=[16, 64], scaling=[], ablations=False, repeats=3, iterations=1),
+}
+"""The profiles' defaults for `gym:<id>` tasks (sizes in Gymnasium envs, which step on the host one after another:
+the presets run 16)."""
 
 
 @dataclass
@@ -39,6 +47,8 @@ class BenchConfig:
       preset's 4: 64 to 1024 agents), where one iteration of 256 simulations takes tens of seconds on one CPU
       thread: quick [16, 64]; none; off; 3 x 1. full [16, 256]; [4, 16, 64, 256]; on; 3 x 1. gpu-smoke [64, 256];
       none; off; 3 x 1 (MettaGrid steps on the CPU whatever the device).
+    - `gym:<id>` tasks, sizes in Gymnasium envs (stepped on the host, one after another): quick [16, 64]; none; off;
+      3 x 1. full [16, 64]; [4, 16, 64, 256]; on; 3 x 1. gpu-smoke as quick.
     """
 
     task: str = "point-mass"
@@ -74,8 +84,10 @@ class BenchConfig:
     seed: int = 0
 
     def resolved(self) -> BenchConfig:
-        recurrent = is_recurrent(self.task)
-        defaults = (RECURRENT_PROFILES if recurrent else PROFILES)[self.profile]
+        if self.task.startswith(GYMNASIUM_PREFIX):
+            defaults = GYMNASIUM_PROFILES[self.profile]
+        else:
+            defaults = (RECURRENT_PROFILES if is_recurrent(self.task) else PROFILES)[self.profile]
         out = dataclasses.replace(self)
         for key, value in defaults.items():
             if getattr(out, key) in (None, 0, []):

@@ -73,10 +73,10 @@ def is_task(name: str) -> bool:
     return name in TASKS or (name.startswith(GYMNASIUM_PREFIX) and len(name) > len(GYMNASIUM_PREFIX))
 
 
-def check_task(name: str) -> None:
-    """One line naming the allowed tasks when `name` is none of them."""
+def check_task(name: str, where: str = "config") -> None:
+    """One line naming the allowed tasks when `name` is none of them (`where`: the message's first word)."""
     if not is_task(name):
-        raise UserError(f"config: task={name!r} is invalid; allowed: {', '.join(sorted(TASKS))}, "
+        raise UserError(f"{where}: task={name!r} is invalid; allowed: {', '.join(sorted(TASKS))}, "
                         f"{GYMNASIUM_PREFIX}<id> (a Gymnasium env)")
 
 
