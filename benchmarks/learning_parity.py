@@ -336,7 +336,7 @@ def report(out: Path) -> str:
         lines.append("")
         for a, b in (("syncfree", "rsl_rl"), ("syncfree", "rsl_rl-reward-norm"), ("syncfree", "syncfree-baseline"),
                      ("syncfree-eager", "syncfree-baseline"), ("syncfree", "syncfree-eager"),
-                     ("syncfree-bf16", "syncfree-baseline")):
+                     ("syncfree-bf16", "syncfree-baseline"), ("syncfree-bf16", "syncfree")):
             if a in finals and b in finals and len(finals[a]) > 1 and len(finals[b]) > 1:
                 low, high = bootstrap_ci(finals[a], finals[b])
                 diff = statistics.fmean(finals[a]) - statistics.fmean(finals[b])
