@@ -52,6 +52,7 @@ class BenchConfig:
     """
 
     task: str = "point-mass"
+    """A built-in task (`syncfree tasks`) or `gym:<id>`, a Gymnasium env."""
     backend: str = ""
     """g1-track's physics backend (`env.backend`: torch, mujoco, mujoco-warp; empty: the task's default)."""
     profile: Profile = "quick"
