@@ -70,7 +70,7 @@ def test_pendulum_preset_rerun_lands_inside_its_documented_range(tmp_path: Path,
 PARITY_TABLES = [("learning-parity-cpu", task) for task in
                  ("pendulum", "point-mass", "g1-track", "gym:Hopper-v5", "gym:HalfCheetah-v5")] + [
     ("learning-parity-bf16-cpu", "g1-track"), ("learning-parity-fp32-cpu", "g1-track"),
-    ("learning-parity-halfcheetah-cpu", "gym:HalfCheetah-v5")]
+    ("learning-parity-halfcheetah-cpu", "gym:HalfCheetah-v5"), ("learning-parity-hopper-bf16-cpu", "gym:Hopper-v5")]
 
 
 @pytest.mark.parametrize(("folder", "task"), PARITY_TABLES)
