@@ -32,7 +32,7 @@ import json, sys, time, torch
 task, num_envs, threads, warmup, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), 0
 torch.set_num_threads(threads)
 try:
-    from syncfree.presets import preset
+    from syncfree.tasks import preset
     from syncfree.train.runner import Runner as make
 except ImportError:
     from syncfree.config import preset

@@ -1,7 +1,7 @@
 """How much `syncfree doctor` slows the loop it examines: env steps per second of a task's env stepped plainly and
 under the doctor's per-line counters, interleaved, one thread.
 
-    python benchmarks/doctor_overhead.py [--task point-mass] [--num-envs 4096] [--steps 50] [--repeats 9]
+    python benchmarks/doctor_overhead.py [--task point-mass] [--num_envs 4096] [--steps 50] [--repeats 9]
 
 Writes benchmarks/results/doctor-overhead-cpu/results.json and prints the ratio (instrumented / plain speed) per
 interleaved pair of measurements, median and range."""
@@ -25,7 +25,7 @@ from syncfree.core.switches import PerfConfig
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="point-mass")
-    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--num_envs", type=int, default=4096)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--out", default="benchmarks/results/doctor-overhead-cpu")

@@ -16,7 +16,7 @@ from pathlib import Path
 CHILD = """
 import json, resource, sys, torch
 torch.set_num_threads({threads})
-from syncfree.presets import preset
+from syncfree.tasks import preset
 from syncfree.bench.timing import time_iterations
 from syncfree.train.runner import Runner
 cfg = preset({task!r})

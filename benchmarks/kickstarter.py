@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from syncfree.config import LossesConfig
-from syncfree.presets import preset
+from syncfree.tasks import preset
 from syncfree.train.runner import Runner
 
 
@@ -57,16 +57,15 @@ def train(iterations: int, seed: int, losses: LossesConfig, run_dir: Path | None
 def teacher_level(path: str, simulations: int = 64, seed: int = 1234) -> float:
     """The teacher's reward per agent per step on fresh episodes (sampled actions, as in training): the mean
     return of every agent's first episode over the episode length."""
-    from syncfree.envs import make_env
-    from syncfree.policy.build import teacher_from_checkpoint
+    from syncfree.algo import RecurrentPPO
+    from syncfree.tasks import make_env
     from syncfree.train import checkpoint
-    from syncfree.train.evaluate import evaluate_recurrent
 
     cfg = preset("grid-arena")
-    env = make_env("grid-arena", simulations, "cpu", seed, grid=cfg.env.grid)
-    returns = evaluate_recurrent(teacher_from_checkpoint(checkpoint.load(path), env, path), env, greedy=False)
+    env = make_env("grid-arena", simulations, "cpu", seed)
+    returns = RecurrentPPO.evaluate(RecurrentPPO.load_teacher(path, env, checkpoint.read), env, greedy=False)
     env.close()
-    return float(returns.mean()) / cfg.env.grid.max_steps
+    return float(returns.mean()) / cfg.env.max_steps
 
 
 def steps_to_reach(rewards: list[float], target: float, window: int, steps_per_iteration: int) -> int | None:
@@ -82,7 +81,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = preset("grid-arena")
-    per_iteration = cfg.env.num_envs * cfg.env.grid.agents_per_env * cfg.ppo.steps_per_env
+    per_iteration = cfg.env.num_envs * cfg.env.agents_per_env * cfg.ppo.steps_per_env
     started = time.perf_counter()
     teacher = args.teacher
     teacher_curve: list[float] = []

@@ -137,11 +137,10 @@ class RslRlActor:
 def train_one(task: str, learner: str, seed: int) -> dict:
     import torch
 
+    from syncfree.algo import FeedForwardPPO
     from syncfree.core.switches import PerfConfig
-    from syncfree.envs import make_env
     from syncfree.policy.actor_critic import native_bf16
-    from syncfree.presets import preset
-    from syncfree.train.evaluate import evaluate
+    from syncfree.tasks import make_env, preset
 
     torch.set_num_threads(1)
     study, cfg = study_of(task), preset(task)
@@ -155,7 +154,7 @@ def train_one(task: str, learner: str, seed: int) -> dict:
         cfg.perf.autocast = "bf16"
 
     def fresh_return(policy) -> float:
-        returns = evaluate(policy, make_env(task, study.eval_envs, seed=EVAL_SEED + seed))
+        returns = FeedForwardPPO.evaluate(policy, make_env(task, study.eval_envs, seed=EVAL_SEED + seed))
         return float(returns.mean())
 
     points, seconds = [], 0.0

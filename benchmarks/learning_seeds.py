@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 try:
     from syncfree.algo.optim import MAX_LR, MIN_LR
-    from syncfree.presets import preset
+    from syncfree.tasks import preset
     from syncfree.train.runner import Runner as make_runner
 except ImportError:  # a checkout from before the runner
     from syncfree.config import preset

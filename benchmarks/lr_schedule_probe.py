@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from syncfree.algo.optim import MAX_LR, MIN_LR, PolicyOptimizer
-from syncfree.presets import preset
+from syncfree.tasks import preset
 from syncfree.train.runner import Runner
 
 

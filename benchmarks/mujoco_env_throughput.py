@@ -23,7 +23,7 @@ from pathlib import Path
 import mujoco
 import torch
 
-from syncfree.envs.tasks.g1_track import G1TrackEnv, make_g1_track
+from syncfree.envs.builtin.g1_track import G1TrackEnv, make_g1_track
 
 
 def steps_per_s(env: G1TrackEnv, steps: int, physics_only: bool, generator: torch.Generator) -> float:

@@ -38,7 +38,7 @@ def run(task: str, seed: int, runs: Path, processes: int = 1) -> dict:
     command = [sys.executable, "-m", "syncfree", "train", "--task", task, "--seed", str(seed), "--log.dir",
                str(runs), "--log.run_name", folder.name, "--log.progress", "false"]
     if processes > 1:
-        from syncfree.presets import preset
+        from syncfree.tasks import preset
 
         command[:3] = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
                        "-m", "syncfree"]
@@ -46,8 +46,8 @@ def run(task: str, seed: int, runs: Path, processes: int = 1) -> dict:
     subprocess.run(command, check=True, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    evaluated = subprocess.run([sys.executable, "-m", "syncfree", "eval", "--checkpoint", str(folder / "latest.pt"),
-                                "--episodes", "20"], check=True, env=env, capture_output=True, text=True)
+    evaluated = subprocess.run([sys.executable, "-m", "syncfree", "eval", str(folder / "latest.pt"),
+                                "--num_envs", "20"], check=True, env=env, capture_output=True, text=True)
     mean = float(re.search(r"mean return (-?[\d.]+)", evaluated.stdout + evaluated.stderr).group(1))
     result = {"task": task, "processes": processes, "seed": seed, "wall_seconds": seconds, "env_steps": records[-1]["env_steps"],
               "train_return": records[-1]["mean_return"], "eval_return": mean}

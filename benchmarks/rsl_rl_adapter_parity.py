@@ -33,11 +33,10 @@ from side_by_side_rsl_rl import rsl_rl_config
 from tensordict import TensorDict
 from tqdm import tqdm
 
-from syncfree.envs import make_env
+from syncfree.algo import FeedForwardPPO
 from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
-from syncfree.envs.tasks.classic import Pendulum, pendulum_dynamics
-from syncfree.presets import preset
-from syncfree.train.evaluate import evaluate
+from syncfree.envs.builtin.classic import Pendulum, pendulum_dynamics
+from syncfree.tasks import make_env, preset
 from syncfree.train.runner import Runner
 
 LEARNERS = ("rsl_rl, native env", "rsl_rl, syncfree env", "syncfree")
@@ -108,7 +107,7 @@ def train_syncfree(iterations: int, seed: int, grad_clip: str = "per_network") -
     cfg.ppo.grad_clip = grad_clip
     runner = Runner(cfg)
     runner.learn()
-    returns = evaluate(runner.policy, make_env("pendulum", EVAL_ENVS, seed=100 + seed))
+    returns = FeedForwardPPO.evaluate(runner.policy, make_env("pendulum", EVAL_ENVS, seed=100 + seed))
     return float(returns.mean())
 
 

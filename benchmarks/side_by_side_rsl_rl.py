@@ -28,15 +28,15 @@ from pathlib import Path
 import torch
 
 from syncfree.bench.config import BenchConfig, train_config
-from syncfree.bench.floor import make_floor
+from syncfree.bench.floor import Floor
 from syncfree.bench.run import machine_info
 from syncfree.bench.timing import count_iteration, sync, time_iterations
 from syncfree.config import PerfConfig
 from syncfree.core.compile import hot
 from syncfree.core.counters import Counts, count_syncs
 from syncfree.core.device import resolve_device
-from syncfree.envs import make_env
 from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
+from syncfree.tasks import make_env
 from syncfree.train.runner import Runner
 
 SYNCFREE_VARIANTS = {
@@ -190,7 +190,7 @@ def run_size(num_envs: int, args: argparse.Namespace, log_root: Path) -> dict:
         run.learn(args.warmup)
         warm[name] = time.perf_counter() - start
         print(f"  {num_envs} envs: warmed up {name} ({warm[name]:.1f} s)", file=sys.stderr)
-    floor = make_floor(bench, num_envs)
+    floor = Floor(bench, num_envs)
     iterations = max(args.iterations, math.ceil(args.min_seconds / runs["syncfree optimized"].learn(1)))
     times: dict[str, list[float]] = {name: [] for name in runs}
     floors = []

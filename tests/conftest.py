@@ -7,7 +7,8 @@ import pytest
 import torch
 import torch._dynamo
 
-from syncfree.config import PerfConfig, PolicyConfig, PPOConfig, TrainConfig
+from syncfree.config import PerfConfig, PPOConfig, TrainConfig
+from syncfree.tasks import config_class
 
 os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
 torch._dynamo.config.disable = os.environ["TORCH_COMPILE_DISABLE"] == "1"
@@ -29,11 +30,11 @@ def one_thread():
 
 def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
     """The small preset of the equivalence tests: 32 envs x 8 steps, 2 epochs x 2 minibatches, `perf.compile` off
-    unless given (the compiled path has tests of its own)."""
-    cfg = TrainConfig(task=task, seed=3, device=TEST_DEVICE, iterations=3)
+    unless given (the compiled path has tests of its own); the task's config type with its defaults otherwise."""
+    cfg = config_class(task)(task=task, seed=3, device=TEST_DEVICE, iterations=3)
     cfg.env.num_envs = 32
     cfg.env.max_episode_length = 10  # episodes end by time-out as well as by failure
-    cfg.policy = PolicyConfig(actor_hidden=[32, 32], critic_hidden=[32, 32])
+    cfg.policy = dataclasses.replace(cfg.policy, actor_hidden=[32, 32], critic_hidden=[32, 32])
     cfg.ppo = PPOConfig(steps_per_env=8, num_epochs=2, num_minibatches=2)
     cfg.log.progress = False
     cfg.perf = PerfConfig(**{"compile": "off", **perf})
@@ -42,12 +43,12 @@ def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
 
 def grid_config(iterations: int = 2, **perf) -> TrainConfig:
     """2 simulations x 4 agents, 8 steps in rows of 4 (16 segments), 2 epochs x 2 minibatches, a small policy."""
-    from syncfree.presets import preset
+    from syncfree.tasks import preset
 
     cfg = preset("grid-arena")
     cfg.seed, cfg.device, cfg.iterations = 5, TEST_DEVICE, iterations
     cfg.env.num_envs = 2
-    cfg.env.grid.max_steps = 16
+    cfg.env.max_steps = 16
     cfg.policy.recurrent = dataclasses.replace(cfg.policy.recurrent, hidden=16, embed_dim=8, encoder_hidden=16)
     cfg.ppo = dataclasses.replace(cfg.ppo, steps_per_env=8, bptt_horizon=4, num_epochs=2, num_minibatches=2)
     cfg.log.progress = False

@@ -152,11 +152,11 @@ def grid_config(iterations: int):
     rate adapted once per update, divided by 1.5 each time (the ranks must agree on the update's KL)."""
     import dataclasses
 
-    from syncfree.presets import preset
+    from syncfree.tasks import preset
 
     cfg = preset("grid-arena")
     cfg.seed, cfg.iterations, cfg.log.progress = 5, iterations, False
-    cfg.env.num_envs, cfg.env.grid.max_steps = 2, 16
+    cfg.env.num_envs, cfg.env.max_steps = 2, 16
     cfg.policy.recurrent = dataclasses.replace(cfg.policy.recurrent, hidden=16, embed_dim=8, encoder_hidden=16)
     cfg.ppo = dataclasses.replace(cfg.ppo, steps_per_env=8, bptt_horizon=4, num_epochs=2, num_minibatches=2,
                                   schedule="adaptive", kl_adapt_every="update", desired_kl=1e-9)

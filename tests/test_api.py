@@ -53,3 +53,28 @@ def test_overrides_of_every_form_reach_the_config() -> None:
 def test_a_misspelt_override_names_the_nearest_key(overrides: dict, guess: str) -> None:
     with pytest.raises(UserError, match=re.escape(guess)):
         syncfree.learn("pendulum", run_dir=False, **overrides)
+
+
+def test_load_policy_reads_a_checkpoint_without_an_env_or_a_trainer(tmp_path: Path) -> None:
+    """`syncfree.load_policy`: the policy as trained (its actions equal the trainer's), envs of the run's task at
+    the size asked, its evaluation equal to `syncfree eval`'s, and torch's generator left as it was."""
+    import torch
+
+    from syncfree.train.evaluate import evaluate_task
+
+    result = syncfree.learn("pendulum", run_dir=tmp_path / "run", iterations=2, env={"num_envs": 16},
+                            ppo={"steps_per_env": 8}, log={"progress": False}, perf={"compile": "off"})
+    generator = torch.get_rng_state()
+    loaded = syncfree.load_policy(tmp_path / "run" / "latest.pt")
+    assert torch.equal(torch.get_rng_state(), generator)
+    assert (loaded.iteration, loaded.task.name, loaded.cfg.env.num_envs) == (2, "pendulum", 16)
+    env = loaded.make_env(5, seed=3)
+    assert env.num_envs == 5
+    obs = env.reset()
+    trained = result.policy
+    with torch.no_grad():
+        assert torch.equal(loaded.policy.act_deterministic(obs["policy"]), trained.act_deterministic(obs["policy"]))
+    returns = loaded.evaluate(loaded.make_env(5, seed=3))
+    assert returns.shape == (5,) and (returns == evaluate_task(loaded.cfg, loaded.policy, 5, loaded.device, 3)).all()
+    with pytest.raises(UserError, match=r"missing\.pt"):
+        syncfree.load_policy(tmp_path / "missing.pt")

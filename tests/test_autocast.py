@@ -86,16 +86,28 @@ def test_one_bf16_update_on_an_identical_rollout_is_close_to_float32() -> None:
 
 
 @pytest.mark.skipif(TEST_DEVICE != "cpu", reason="exports from a CPU run")
-def test_export_computes_in_float32(tmp_path) -> None:
+def test_export_computes_in_float32(tmp_path, monkeypatch) -> None:
+    """A bfloat16 run's policy loads in bfloat16 (as it trained), and export's in float32."""
     pytest.importorskip("onnx")
-    from syncfree.export import load_policy
-    from syncfree.train import checkpoint
+    from syncfree import export
+    from syncfree.train.evaluate import load_policy
 
     trainer = bf16_trainer("bf16")
     trainer.run_dir = tmp_path
     trainer.save()
-    policy, _ = load_policy(checkpoint.load(tmp_path / "latest.pt"), tmp_path / "latest.pt")
-    assert all(getattr(m, "autocast_dtype", None) is None for m in policy.modules())
+    loaded = load_policy(tmp_path / "latest.pt")
+    assert any(getattr(m, "autocast_dtype", None) == torch.bfloat16 for m in loaded.policy.modules())
+
+    exported = []
+
+    def graphs_of(policy, rows=4):
+        exported.append(policy)
+        raise KeyboardInterrupt  # stop before writing anything
+
+    monkeypatch.setattr(export, "actor_graphs", graphs_of)
+    with pytest.raises(KeyboardInterrupt):
+        export.export_checkpoint(tmp_path / "latest.pt", tmp_path / "out")
+    assert all(getattr(m, "autocast_dtype", None) is None for m in exported[0].modules())
 
 
 def test_recurrent_token_encoder_under_bf16_is_close_to_float32() -> None:

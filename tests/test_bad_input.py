@@ -10,9 +10,11 @@ import torch
 
 from conftest import small_config
 from syncfree.cli import main
-from syncfree.envs.tasks import TASKS, Task
-from syncfree.envs.tasks.classic import CartPole, Pendulum
+from syncfree.envs.builtin.classic import CartPole, Pendulum
+from syncfree.envs.render import draw_pendulum
 from syncfree.errors import NonFiniteError
+from syncfree.tasks import TASKS
+from syncfree.tasks.classic import ClassicConfig, classic_task
 from syncfree.train import checkpoint
 from syncfree.train.runner import Runner
 
@@ -41,10 +43,10 @@ def one_line(err: str) -> str:
     (["--device", "tpu"], "device"),
     (["--perf.fused_adamw", "maybe"], "perf.fused_adamw"),
     (["--policy.actor_hidden", "[]"], "policy.actor_hidden"),
-    (["--task", "g1-track", "--env.g1.history", "0"], "env.g1.history"),
-    (["--task", "g1-track", "--env.g1.sampler_decay", "1"], "env.g1.sampler_decay"),
-    (["--task", "g1-track", "--env.g1.tokenizer_frames", "[0, 1]"], "env.g1.tokenizer_frames"),
-    (["--task", "g1-track", "--policy.kind", "token", "--env.g1.num_encoders", "3"], "env.g1.num_encoders"),
+    (["--task", "g1-track", "--env.history", "0"], "env.history"),
+    (["--task", "g1-track", "--env.sampler_decay", "1"], "env.sampler_decay"),
+    (["--task", "g1-track", "--env.tokenizer_frames", "[0, 1]"], "env.tokenizer_frames"),
+    (["--task", "g1-track", "--policy.kind", "token", "--env.num_encoders", "3"], "env.num_encoders"),
 ])
 def test_bad_config_is_one_line_naming_the_key(capsys, argv: list[str], culprit: str) -> None:
     code, err = run_cli(capsys, "train", *argv)
@@ -58,7 +60,7 @@ def test_unknown_key_lists_what_is_allowed(capsys) -> None:
 
 
 def test_missing_checkpoint(capsys, tmp_path: Path) -> None:
-    for command in (["eval", "--checkpoint"], ["train", "--resume"]):
+    for command in (["eval"], ["train", "--resume"]):
         code, err = run_cli(capsys, *command, str(tmp_path / "missing.pt"))
         assert code == 2 and "missing.pt" in one_line(err)
 
@@ -66,7 +68,7 @@ def test_missing_checkpoint(capsys, tmp_path: Path) -> None:
 def test_corrupt_checkpoint(capsys, tmp_path: Path) -> None:
     path = tmp_path / "junk.pt"
     path.write_bytes(b"not a checkpoint")
-    code, err = run_cli(capsys, "eval", "--checkpoint", str(path))
+    code, err = run_cli(capsys, "eval", str(path))
     assert code == 2 and "junk.pt" in one_line(err)
 
 
@@ -141,7 +143,8 @@ def test_non_finite_env_output_stops_at_iteration_end_naming_envs(tmp_path: Path
 
 
 def test_non_finite_via_cli_is_one_line_exit_2(capsys, monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setitem(TASKS, "nan-pendulum", Task("nan-pendulum", "test", NaNPendulum))
+    monkeypatch.setitem(TASKS, "nan-pendulum", classic_task("nan-pendulum", "test", NaNPendulum, ClassicConfig,
+                                                            draw_pendulum))
     code, err = run_cli(capsys, "train", "--task", "nan-pendulum", "--iterations", "3", "--env.num_envs", "16",
                         "--ppo.steps_per_env", "8", "--log.dir", str(tmp_path), "--log.progress", "false")
     assert code == 2

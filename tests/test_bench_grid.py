@@ -15,7 +15,7 @@ from syncfree.bench.config import BenchConfig, train_config
 from syncfree.bench.matrix import bench_configurations
 from syncfree.cli import main
 from syncfree.config import PerfConfig
-from syncfree.presets import preset
+from syncfree.tasks import preset
 
 SWITCHES_READ = ["deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm", "fused_adamw",
                  "zero_grad_set_to_none", "deterministic", "compile", "autocast", "gate_full_log_probs",
@@ -47,7 +47,7 @@ def test_grid_arena_minibatches_divide_the_segments(monkeypatch) -> None:
 
     monkeypatch.setattr(bench_config, "preset", small_preset)
     cfg = train_config(BenchConfig(task="grid-arena"), 1, PerfConfig(compile="off"))
-    segments = 1 * cfg.env.grid.agents_per_env * cfg.ppo.steps_per_env // cfg.ppo.bptt_horizon
+    segments = 1 * cfg.env.agents_per_env * cfg.ppo.steps_per_env // cfg.ppo.bptt_horizon
     assert segments == 8 and cfg.ppo.num_minibatches == 8
 
 

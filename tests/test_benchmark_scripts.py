@@ -55,9 +55,9 @@ def test_rsl_rl_reward_norm_learner_scales_the_rewards_rsl_rl_sees(monkeypatch: 
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     from learning_parity import ScaledRewards
 
-    from syncfree.envs import make_env
     from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
     from syncfree.policy.normalizer import RewardScale
+    from syncfree.tasks import make_env
 
     plain, scaled = (SyncfreeToRslRl(make_env("pendulum", 8, seed=4)) for _ in range(2))
     scaled = ScaledRewards(scaled, gamma=0.9)

@@ -13,8 +13,7 @@ import pytest
 from conftest import TEST_DEVICE, small_config
 from syncfree.bench.timing import count_iteration
 from syncfree.core.memory import live_tensor_storages
-from syncfree.envs.tasks import TASKS
-from syncfree.presets import preset
+from syncfree.tasks import TASKS, preset
 from syncfree.train.runner import Runner
 
 BUDGETS = {
@@ -48,7 +47,7 @@ def small_task_config(task: str):
     elif task == "grid-arena":
         pytest.importorskip("mettagrid")
         cfg = preset(task)
-        cfg.env.num_envs, cfg.env.grid.max_steps = 2, 16
+        cfg.env.num_envs, cfg.env.max_steps = 2, 16
         cfg.ppo = dataclasses.replace(cfg.ppo, steps_per_env=8, bptt_horizon=4, num_epochs=2, num_minibatches=2)
     else:
         cfg = small_config(task)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
@@ -120,3 +121,46 @@ def test_a_resumed_run_drops_the_records_past_its_checkpoint(tmp_path: Path) -> 
     assert truncate_records(path, 2) == 3  # iterations 3 and 4, and the line a kill cut short
     assert [json.loads(line)["iteration"] for line in path.read_text().splitlines()] == [1, 2]
     assert truncate_records(path, 2) == 0 and truncate_records(tmp_path / "none.jsonl", 0) == 0
+
+
+EARLIER_ENV = {"num_envs": 2, "max_episode_length": 0, "robot": "", "motions": [],
+               "grid": {"map": "mines", "agents_per_env": 4, "width": 8, "height": 8, "max_steps": 64, "mines": 5},
+               "g1": {"history": 3, "num_encoders": 2, "tokenizer_frames": [1, 2], "sampler_bin_frames": 25,
+                      "sampler_uniform_ratio": 0.1, "sampler_cap": 5.0, "sampler_decay": 0.9}, "backend": ""}
+"""An `env` section as configs of the earlier layout wrote it: every task's options in every config."""
+
+
+@pytest.mark.parametrize("task", ["grid-arena", "g1-track", "pendulum"])
+def test_a_config_of_the_earlier_layout_is_read_in_this_one(task: str, tmp_path: Path) -> None:
+    """A checkpoint's or a run's `config.yaml` of the earlier layout: each option where the task's config type keeps
+    it now, the options of other tasks dropped; as a `--config` file, and as a stored dict."""
+    import yaml
+
+    from syncfree.cli import parse_train_config
+    from syncfree.tasks import config_from_dict
+
+    earlier = {"task": task, "iterations": 3, "env": EARLIER_ENV,
+               "policy": {"kind": "recurrent" if task == "grid-arena" else "mlp", "actor_hidden": [16],
+                          "token": {"num_tokens": 2}, "recurrent": {"hidden": 8}},
+               "ppo": {"steps_per_env": 16, "num_minibatches": 2, "bptt_horizon": 8},
+               "losses": {"ppo": 1.0, "supervised": 0.0}}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(earlier))
+    for cfg in (config_from_dict(earlier), parse_train_config(["--config", str(tmp_path / "config.yaml")])):
+        assert (cfg.task, cfg.iterations, cfg.env.num_envs, cfg.ppo.steps_per_env) == (task, 3, 2, 16)
+        names = {f.name for f in dataclasses.fields(cfg.env)}
+        if task == "grid-arena":
+            assert (cfg.env.mines, cfg.env.max_steps, cfg.policy.recurrent.hidden, cfg.ppo.bptt_horizon) == (5, 64, 8, 8)
+            assert "history" not in names and cfg.losses.ppo == 1.0
+        elif task == "g1-track":
+            assert (cfg.env.history, cfg.env.sampler_bin_frames, cfg.env.backend) == (3, 25, "torch")
+            assert cfg.policy.token.num_tokens == 2 and "map" not in names and not hasattr(cfg, "losses")
+        else:
+            assert names == {"num_envs", "max_episode_length"} and cfg.policy.actor_hidden == [16]
+            assert not hasattr(cfg.ppo, "bptt_horizon") and not hasattr(cfg.policy, "token")
+    assert config_from_dict(dataclasses.asdict(cfg)) == cfg  # this layout reads back as it is
+
+
+def test_the_kickstarter_teacher_committed_in_the_earlier_layout_still_loads() -> None:
+    teacher = Path(__file__).parents[1] / "benchmarks/results/grid-arena-kickstarter-cpu/teacher/latest.pt"
+    cfg, _ = checkpoint.read(teacher)
+    assert (cfg.env.map, cfg.env.agents_per_env, cfg.env.max_steps, cfg.policy.recurrent.hidden) == ("mines", 4, 64, 64)

@@ -44,7 +44,7 @@ def one_line_error(capsys) -> str:
     return err
 
 
-@pytest.mark.parametrize("command", [["eval", "--checkpoint"], ["export", "--checkpoint"], ["train", "--resume"]])
+@pytest.mark.parametrize("command", [["eval"], ["export"], ["train", "--resume"]])
 def test_a_crafted_checkpoint_runs_nothing(command: list[str], tmp_path: Path, capsys) -> None:
     marker = tmp_path / "ran"
     for name, content in (("bare.pt", Payload(marker)), ("nested.pt", {"format": 1, "config": Payload(marker)})):
@@ -57,7 +57,7 @@ def test_a_crafted_checkpoint_runs_nothing(command: list[str], tmp_path: Path, c
 
 def test_a_crafted_teacher_runs_nothing(tmp_path: Path) -> None:
     pytest.importorskip("mettagrid")
-    from syncfree.presets import preset
+    from syncfree.tasks import preset
 
     marker = tmp_path / "ran"
     torch.save(checkpoint.serialize({"format": 2, "config": Payload(marker)}), tmp_path / "teacher.pt")
@@ -75,7 +75,7 @@ def test_a_flipped_byte_is_caught_by_the_digest(trained: Path, tmp_path: Path, c
     envelope["payload"][len(envelope["payload"]) // 2] ^= 0xFF
     damaged = tmp_path / "damaged.pt"
     torch.save(envelope, damaged)
-    assert main(["eval", "--checkpoint", str(damaged)]) == 2
+    assert main(["eval", str(damaged)]) == 2
     assert "damaged.pt: its content does not match its SHA-256 digest" in one_line_error(capsys)
 
 
@@ -83,7 +83,7 @@ def test_a_missing_key_is_named(trained: Path, tmp_path: Path, capsys) -> None:
     state = checkpoint.load(trained)
     del state["ppo"], state["config"]
     checkpoint.save_atomic(state, tmp_path / "partial.pt")
-    for command in (["eval", "--checkpoint"], ["train", "--resume"]):
+    for command in (["eval"], ["train", "--resume"]):
         assert main([*command, str(tmp_path / "partial.pt")]) == 2
         assert "partial.pt: lacks config, ppo" in one_line_error(capsys)
 
@@ -96,7 +96,7 @@ def test_non_finite_weights_are_refused(where: str, trained: Path, tmp_path: Pat
     else:
         next(iter(state["ppo"]["optimizer"]["state"].values()))["exp_avg"].view(-1)[0] = float("inf")
     checkpoint.save_atomic(state, tmp_path / "diverged.pt")
-    for command in (["eval", "--checkpoint"], ["export", "--checkpoint"], ["train", "--resume"]):
+    for command in (["eval"], ["export"], ["train", "--resume"]):
         assert main([*command, str(tmp_path / "diverged.pt")]) == 2
         assert "diverged.pt: " in (err := one_line_error(capsys)) and "non-finite" in err
 

@@ -29,9 +29,9 @@ def test_train_then_eval(capsys, tmp_path: Path) -> None:
     assert list((run / "tensorboard").glob("events.out.tfevents.*"))
     capsys.readouterr()
 
-    assert main(["eval", "--checkpoint", str(run / "latest.pt"), "--episodes", "5"]) == 0
+    assert main(["eval", str(run / "latest.pt"), "--num_envs", "5"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("pendulum: mean return -") and "over 5 episodes, deterministic actions" in out
+    assert out.startswith("pendulum: mean return -") and "over the first episodes of 5 envs, deterministic actions" in out
     assert "iteration 3" in out
 
 
@@ -44,13 +44,13 @@ def test_eval_samples_reproducibly_and_leaves_the_generator_alone(capsys, tmp_pa
     capsys.readouterr()
 
     def eval_line(*extra: str) -> str:
-        assert main(["eval", "--checkpoint", ckpt, "--episodes", "4", *extra]) == 0
+        assert main(["eval", ckpt, "--num_envs", "4", *extra]) == 0
         return capsys.readouterr().out
 
     generator = torch.get_rng_state()
     sampled = eval_line("--sample")
     assert torch.equal(torch.get_rng_state(), generator)
-    assert "over 4 episodes, sampled actions" in sampled
+    assert "over the first episodes of 4 envs, sampled actions" in sampled
     assert eval_line("--sample") == sampled
     assert eval_line("--sample", "--seed", "7").split(" over ")[0] != sampled.split(" over ")[0]
     deterministic = eval_line()
@@ -129,24 +129,27 @@ def test_help_documents_every_field(capsys) -> None:
     assert "Use PyTorch's fused AdamW kernel" in out
 
 
-def test_help_shows_what_the_task_reads_and_help_all_everything(capsys) -> None:
+def test_help_is_the_task_config_types_own(capsys) -> None:
+    """`--help` lists the options of the task's config type, and names the switches that change nothing there."""
     def help_of(*args: str) -> str:
         with pytest.raises(SystemExit) as info:
             main(["train", *args])
         assert info.value.code == 0
-        return capsys.readouterr().out
+        return " ".join(capsys.readouterr().out.split())
 
     cartpole = help_of("--task", "cartpole", "--help")
-    assert "--ppo.learning_rate" in cartpole and "--perf.fused_adamw" in cartpole
-    for other in ("--env.grid.map", "--losses.supervised", "--policy.token.", "--env.g1.history", "--perf.fast_history"):
+    assert "--ppo.learning_rate" in cartpole and "--perf.fused_adamw" in cartpole and "--env.max_episode_length" in cartpole
+    for other in ("--env.map", "--losses.supervised", "--policy.token.", "--env.history", "--ppo.bptt_horizon"):
         assert other not in cartpole, other
-    assert "grid-arena: the MettaGrid map" not in cartpole  # a section with nothing left loses its title
+    inert = cartpole.split("change nothing for it here: ")[1].split(" (")[0].split(", ")
+    assert "fast_history" in inert and "cpu_time_index" in inert and "fused_adamw" not in inert
     grid = help_of("--task", "grid-arena", "--help")
-    assert "--env.grid.map" in grid and "--losses.supervised" in grid and "--perf.cpu_time_index" in grid
-    assert "--perf.compile " in grid and "--perf.device_loss_stats " not in grid and "--env.g1.history" not in grid
-    everything = help_of("--task", "cartpole", "--help-all")
-    assert all(name in everything for name in ("--env.grid.map", "--losses.supervised", "--perf.fast_history"))
-    assert len(cartpole.splitlines()) < len(everything.splitlines()) / 2
+    assert "--env.map" in grid and "--losses.supervised" in grid and "--ppo.bptt_horizon" in grid
+    assert "--env.history" not in grid and "--policy.token." not in grid and "--env.max_episode_length" not in grid
+    g1 = help_of("--task", "g1-track", "--help")
+    assert "--env.history" in g1 and "--policy.token.num_tokens" in g1 and "--losses." not in g1
+    assert "--env.num_envs" in help_of("--task", "gym:Hopper-v5", "--help")
+    assert "--env.max_episode_length" not in help_of("--task", "gym:Hopper-v5", "--help")
 
 
 def test_preset_shows_in_help(capsys) -> None:
@@ -237,7 +240,7 @@ def test_the_run_folder_holds_its_config_and_it_reads_back(tmp_path: Path) -> No
     (["--ppp.learning_rate", "1e-3"], None, "did you mean ppo?"),
     ([], "task: pendulum\nppo:\n  learning_rat: 0.001\n", "did you mean ppo.learning_rate?"),
     ([], "task: pendulum\niteration: 3\n", "did you mean iterations?"),
-    ([], "env:\n  grid:\n    agent_per_env: 3\n", "did you mean env.grid.agents_per_env?"),
+    ([], "task: grid-arena\nenv:\n  agent_per_env: 3\n", "did you mean env.agents_per_env?"),
 ])
 def test_a_typo_gets_the_nearest_key(capsys, tmp_path: Path, argv: list[str], yaml_text: str | None,
                                      guess: str) -> None:
@@ -323,10 +326,10 @@ def test_g1_track_settings_from_the_command_line(tmp_path: Path) -> None:
     from syncfree.train import checkpoint
 
     assert main(["train", "--task", "g1-track", "--env.num_envs", "4", "--ppo.steps_per_env", "2", "--iterations", "1",
-                 "--perf.compile", "off", "--env.g1.history", "2", "--env.g1.sampler_bin_frames", "25", "--log.dir",
+                 "--perf.compile", "off", "--env.history", "2", "--env.sampler_bin_frames", "25", "--log.dir",
                  str(tmp_path), "--log.run_name", "run", "--log.progress", "false"]) == 0
     state = checkpoint.load(tmp_path / "run" / "latest.pt")
-    assert state["config"]["env"]["g1"]["history"] == 2
+    assert state["config"]["env"]["history"] == 2
     two_steps = state["obs_dims"]  # the groups' widths with 2 steps of history
     assert main(["train", "--task", "g1-track", "--env.num_envs", "4", "--ppo.steps_per_env", "2", "--iterations", "1",
                  "--perf.compile", "off", "--log.dir", str(tmp_path), "--log.run_name", "default",
@@ -363,3 +366,18 @@ def test_seeds_are_averaged_where_every_seed_has_a_value() -> None:
 
     xs, means, stds = mean_band([[(1.0, 2.0), (2.0, 4.0), (3.0, 6.0)], [(2.0, 2.0), (3.0, 2.0)]])
     assert (xs, means, stds) == ([2.0, 3.0], [3.0, 4.0], [1.0, 2.0])
+
+
+def test_version_is_single_sourced(capsys) -> None:
+    """`syncfree --version` prints the package's version, which is also what the installed metadata says."""
+    import importlib.metadata
+
+    import syncfree
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.strip() == f"syncfree {syncfree.__version__}"
+    assert importlib.metadata.version("syncfree") == syncfree.__version__
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and not any(line.startswith("version =") for line in
+                                                             pyproject.split("[project.optional-dependencies]")[0]
+                                                             .splitlines())

@@ -18,8 +18,8 @@ from syncfree.algo.storage import Batch
 from syncfree.cli import main
 from syncfree.config import PerfConfig
 from syncfree.core.compile import compile_counts, hot
-from syncfree.envs import make_env
 from syncfree.errors import UserError
+from syncfree.tasks import make_env
 from syncfree.train.runner import Runner
 
 pytestmark = pytest.mark.usefixtures("compile_enabled")

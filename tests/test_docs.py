@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from syncfree import cli
+from syncfree import cli, doctor
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -110,7 +110,7 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
     monkeypatch.chdir(tmp_path)
     if any(p in command for p in PLACEHOLDERS) or "<" in command:
         if sub == "doctor":
-            cli.doctor_arguments(args)
+            doctor.parse_arguments(args)
             return "parsed"
         if sub == "train" and "--config" not in args:  # the options parse; the files are read when training
             cli.parse_train_config(args)
@@ -132,7 +132,7 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
         cli.parse_bench_config(args)
         return "parsed"
     if sub == "doctor":
-        cli.doctor_arguments(args)
+        doctor.parse_arguments(args)
         return "parsed"
     if sub == "export":
         pytest.importorskip("onnx")

@@ -125,7 +125,7 @@ def test_cli_table_json_and_budget(capsys, monkeypatch) -> None:
     report = json.loads(captured.out)
     assert report["per_step"]["syncs"] == 2 and report["sites"][0]["syncs"] == 1
     assert "over budget: syncs per step 2 > budget 0" in captured.err
-    assert main(["doctor", "--task", "point-mass", "--num-envs", "16", "--budget", "syncs=0,allocs=100"]) == 0
+    assert main(["doctor", "--task", "point-mass", "--num_envs", "16", "--budget", "syncs=0,allocs=100"]) == 0
 
 
 @pytest.mark.parametrize("args,culprit", [

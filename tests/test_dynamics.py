@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from syncfree.envs import make_env
-from syncfree.envs.tasks.classic import CartPole, Pendulum, angle_normalize
+from syncfree.envs.builtin.classic import CartPole, Pendulum, angle_normalize
+from syncfree.tasks import make_env
 
 N = 64
 

@@ -87,7 +87,7 @@ def test_continuous_mlp_actor_matches_torch(pendulum: Runner) -> None:
 def test_discrete_actor_from_the_cli(capsys, tmp_path: Path) -> None:
     trainer = train(tmp_path / "run", "cartpole")
     out = tmp_path / "onnx"
-    code = main(["export", "--checkpoint", str(tmp_path / "run" / "latest.pt"), "--format", "onnx", "--out", str(out)])
+    code = main(["export", str(tmp_path / "run" / "latest.pt"), "--format", "onnx", "--out", str(out)])
     assert code == 0
     assert capsys.readouterr().out.splitlines() == [f"wrote {out / 'cartpole-actor.onnx'}",
                                                     f"wrote {out / 'cartpole-actor.json'}"]
@@ -167,19 +167,19 @@ def export_error(capsys, *args: str) -> str:
 
 def test_bad_input_is_one_line_and_exit_2(capsys, pendulum: Runner, tmp_path: Path, monkeypatch) -> None:
     good = str(pendulum.run_dir / "latest.pt")
-    assert str(tmp_path / "missing.pt") in export_error(capsys, "--checkpoint", str(tmp_path / "missing.pt"))
+    assert str(tmp_path / "missing.pt") in export_error(capsys, str(tmp_path / "missing.pt"))
     (tmp_path / "junk.pt").write_text("not a checkpoint")
-    assert "junk.pt: not a readable checkpoint" in export_error(capsys, "--checkpoint", str(tmp_path / "junk.pt"))
-    line = export_error(capsys, "--checkpoint", good, "--format", "tflite")
+    assert "junk.pt: not a readable checkpoint" in export_error(capsys, str(tmp_path / "junk.pt"))
+    line = export_error(capsys, good, "--format", "tflite")
     assert "format='tflite'" in line and "allowed: onnx" in line
 
     state = checkpoint.load(good)
     state["config"]["policy"]["kind"] = "recurrent"
     checkpoint.save_atomic(state, tmp_path / "recurrent.pt")
-    line = export_error(capsys, "--checkpoint", str(tmp_path / "recurrent.pt"))
-    assert "policy.kind='recurrent' cannot be exported" in line
+    line = export_error(capsys, str(tmp_path / "recurrent.pt"))
+    assert "recurrent.pt: config: policy.kind='recurrent' is invalid; allowed: mlp" in line
 
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # find_spec then reports it missing
-    line = export_error(capsys, "--checkpoint", good)
+    line = export_error(capsys, good)
     assert "onnxscript not installed" in line and "pip install 'syncfree[export]'" in line
     assert not list(tmp_path.glob("*.onnx"))

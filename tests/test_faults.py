@@ -30,7 +30,9 @@ from test_bad_input import NaNCartPole, NaNPendulum
 from test_checkpoint_safety import Payload
 
 from syncfree.cli import main
-from syncfree.envs.tasks import TASKS, Task
+from syncfree.envs.render import draw_cartpole
+from syncfree.tasks import TASKS
+from syncfree.tasks.classic import ClassicConfig, classic_task
 from syncfree.train import checkpoint
 
 SMALL = ["--task", "pendulum", "--env.num_envs", "16", "--ppo.steps_per_env", "8", "--log.progress", "false",
@@ -90,8 +92,8 @@ def iterations_logged(run: Path) -> list[int]:
 def crafted(command: str) -> Callable[[Ctx], list[str]]:
     def arrange(ctx: Ctx) -> list[str]:
         torch.save(Payload(ctx.tmp / "ran"), ctx.tmp / "crafted.pt")
-        flag = "--resume" if command == "train" else "--checkpoint"
-        return [command, flag, str(ctx.tmp / "crafted.pt")]
+        flag = ["--resume"] if command == "train" else []
+        return [command, *flag, str(ctx.tmp / "crafted.pt")]
     return arrange
 
 
@@ -99,7 +101,7 @@ def flipped_byte(ctx: Ctx) -> list[str]:
     envelope = torch.load(ctx.trained, weights_only=True)
     envelope["payload"][len(envelope["payload"]) // 2] ^= 0xFF
     torch.save(envelope, ctx.tmp / "damaged.pt")
-    return ["eval", "--checkpoint", str(ctx.tmp / "damaged.pt")]
+    return ["eval", str(ctx.tmp / "damaged.pt")]
 
 
 def missing_keys(ctx: Ctx) -> list[str]:
@@ -113,12 +115,13 @@ def nan_weights(ctx: Ctx) -> list[str]:
     state = checkpoint.load(ctx.trained)
     state["policy"]["actor.0.weight"][0, 0] = float("nan")
     checkpoint.save_atomic(state, ctx.tmp / "diverged.pt")
-    return ["export", "--checkpoint", str(ctx.tmp / "diverged.pt")]
+    return ["export", str(ctx.tmp / "diverged.pt")]
 
 
 def nan_observations(env_class: type) -> Callable[[Ctx], list[str]]:
     def arrange(ctx: Ctx) -> list[str]:
-        ctx.monkeypatch.setitem(TASKS, "nan-task", Task("nan-task", "test", env_class))
+        ctx.monkeypatch.setitem(TASKS, "nan-task", classic_task("nan-task", "test", env_class, ClassicConfig,
+                                                                draw_cartpole))
         return ["train", *SMALL, "--task", "nan-task", "--iterations", "3", "--save_every", "1", "--log.dir",
                 str(ctx.tmp), "--log.run_name", "run"]
     return arrange
@@ -329,9 +332,9 @@ FAULTS = [
     Fault("resume g1-track with another clip set", resume_with_other_clips, 2,
           r"env state: .*clips.*env\.motions.*resume with the clips the run was trained on",
           latest_at(1)),
-    Fault("grid agents_per_env=0", lambda ctx: ["train", "--task", "grid-arena", "--env.grid.agents_per_env", "0",
+    Fault("grid agents_per_env=0", lambda ctx: ["train", "--task", "grid-arena", "--env.agents_per_env", "0",
                                                 "--log.dir", str(ctx.tmp)], 2,
-          r"config: env\.grid\.agents_per_env=0 is invalid; allowed: an integer >= 1", no_checkpoint_file),
+          r"config: env\.agents_per_env=0 is invalid; allowed: an integer >= 1", no_checkpoint_file),
     Fault("--iterations 0", fresh_run(lambda ctx: ctx.tmp, "run", "--iterations", "0"), 0,
           r"done at iteration 0 .*no checkpoint written", no_checkpoint_file),
     Fault("huge env.num_envs", fresh_run(lambda ctx: ctx.tmp, "run", "--env.num_envs", "100000000000"), 2,

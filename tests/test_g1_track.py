@@ -9,7 +9,7 @@ import torch
 
 from conftest import assert_same_state
 from syncfree.config import PerfConfig
-from syncfree.envs.tasks.g1_track import G1TrackConfig, G1TrackEnv
+from syncfree.envs.builtin.g1_track import G1TrackConfig, G1TrackEnv
 from syncfree.errors import UserError
 
 ALL_GROUPS = ("policy", "critic", "tokenizer")
@@ -150,7 +150,7 @@ def test_gains_of_a_joint_without_armature_come_from_its_inertia():
 
 
 def test_soft_limits_leave_an_unlimited_joint_unlimited():
-    from syncfree.envs.tasks.g1_track.env import soft_limits
+    from syncfree.envs.builtin.g1_track.env import soft_limits
 
     inf = float("inf")
     lower, upper = soft_limits(torch.tensor([-1.0, -inf]), torch.tensor([3.0, inf]))
@@ -170,10 +170,10 @@ def test_state_of_another_clip_set_is_refused():
 
 
 def test_the_config_section_reaches_the_env_and_its_defaults_change_nothing():
-    from syncfree.config import G1TrackOptions
-    from syncfree.envs import make_env
+    from syncfree.envs.builtin.g1_track import G1TrackOptions, make_g1_track
+    from syncfree.tasks import make_env
 
-    plain, configured = make_env("g1-track", 4, seed=1), make_env("g1-track", 4, seed=1, g1=G1TrackOptions())
+    plain, configured = make_env("g1-track", 4, seed=1), make_g1_track(4, seed=1, options=G1TrackOptions())
     actions = torch.randn(5, 4, len(plain.robot.joint_names), generator=torch.Generator().manual_seed(0))
     for a in actions:
         one, two = plain.step(a), configured.step(a)
@@ -181,11 +181,11 @@ def test_the_config_section_reaches_the_env_and_its_defaults_change_nothing():
 
     options = G1TrackOptions(history=3, num_encoders=1, tokenizer_frames=[1, 2], sampler_bin_frames=25,
                              sampler_uniform_ratio=0.5, sampler_cap=2.0, sampler_decay=0.5)
-    env = make_env("g1-track", 4, seed=1, g1=options, tokenizer=True)
+    env = make_g1_track(4, seed=1, options=options, tokenizer=True)
     per_step = plain.obs_shapes["policy"][0] - env.obs_shapes["policy"][0]
     assert per_step > 0 and per_step % 7 == 0  # 10 -> 3 steps of every proprioceptive term
     assert env.command.sampler.num_bins > plain.command.sampler.num_bins  # 25-frame bins instead of 50
     assert (env.command.sampler.cap, env.command.sampler.decay, env.command.sampler.uniform_ratio) == (2.0, 0.5, 0.5)
-    assert env.cfg.tokenizer_frames == (1, 2) and env.cfg.num_encoders == 1
+    assert list(env.cfg.tokenizer_frames) == [1, 2] and env.cfg.num_encoders == 1
     env.reset()
     assert bool((env.command.encoder_index == 0).all())

@@ -192,7 +192,7 @@ def test_gym_tasks_train_and_evaluate_from_the_command_line(tmp_path, capsys) ->
     argv = ["train", "--task", "gym:CartPole-v1", "--env.num_envs", "4", "--ppo.steps_per_env", "16",
             "--iterations", "2", "--log.dir", str(tmp_path), "--log.run_name", "cp", "--log.progress", "false"]
     assert main(argv) == 0
-    assert main(["eval", "--checkpoint", str(tmp_path / "cp" / "latest.pt"), "--episodes", "2"]) == 0
+    assert main(["eval", str(tmp_path / "cp" / "latest.pt"), "--num_envs", "2"]) == 0
     assert "gym:CartPole-v1: mean return" in capsys.readouterr().out
 
 

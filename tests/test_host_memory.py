@@ -20,7 +20,7 @@ from syncfree.train.runner import Runner
 FAULTS_OF_AN_ITERATION = """
 import resource, sys, torch
 torch.set_num_threads(1)
-from syncfree.presets import preset
+from syncfree.tasks import preset
 from syncfree.train.runner import Runner
 cfg = preset("point-mass")
 cfg.env.num_envs, cfg.log.progress, cfg.perf.compile = 2048, False, "off"

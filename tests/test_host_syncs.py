@@ -87,8 +87,8 @@ def test_baseline_reads_match_rsl_rl_side_by_side(tmp_path) -> None:
     from rsl_rl.runners import OnPolicyRunner
     from test_rsl_rl_adapter import rsl_rl_config
 
-    from syncfree.envs import make_env
     from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
+    from syncfree.tasks import make_env
 
     KL_TARGET = 1e3  # far above any KL: each compare with it takes the same branch in both
 

@@ -1,4 +1,4 @@
-"""The package's imports flow one way: core <- envs <- policy <- algo <- train <- bench, export, cli.
+"""The package's imports flow one way: core <- config, envs <- policy <- algo <- tasks <- train <- bench, export, cli.
 
 The graph is read from the source (every `import` statement, function-local and type-checking ones included), so a
 cycle or an upward import fails here before anyone runs the code that would reveal it."""
@@ -14,15 +14,17 @@ ROOT = Path(syncfree.__file__).parent
 
 LAYERS = {
     "errors": 0, "core": 0,
-    "config": 1, "presets": 1, "envs": 1,
+    "config": 1, "envs": 1,
     "policy": 2,
     "algo": 3,
-    "train": 4,
-    "bench": 5, "doctor": 5, "export": 5, "cli": 5, "api": 5, "plot": 5, "play": 5, "__main__": 5, "": 5,
+    "tasks": 4,
+    "train": 5,
+    "bench": 6, "doctor": 6, "export": 6, "cli": 6, "api": 6, "plot": 6, "play": 6, "switches": 6, "__main__": 6,
+    "": 6,
 }
 """Each top-level part's layer: a module may import its own layer's parts and those below, never above."""
 
-APART = {("envs", "config"), ("envs", "presets"), ("config", "envs"), ("presets", "envs")}
+APART = {("envs", "config"), ("config", "envs")}
 """Parts of one layer that must not import each other: envs take the switches they read, not the whole config."""
 
 
@@ -119,3 +121,52 @@ def test_the_checks_see_a_planted_cycle_and_upward_imports() -> None:
              "syncfree.envs.c": {"syncfree.config"}, "syncfree.config": set()}
     assert cycles(graph) == [["syncfree.algo.a", "syncfree.train.b"]]
     assert upward_imports(graph) == ["syncfree.algo.a -> syncfree.train.b", "syncfree.envs.c -> syncfree.config"]
+
+
+OWNERS = ("algo", "tasks")
+"""The parts that may ask which algorithm, policy kind or task they have: the algorithms and the task registry."""
+KIND_NAMES = {"mlp", "token", "recurrent", "feedforward"}
+"""Policy kinds and algorithm names."""
+
+
+def kind_and_task_branches(root: Path = ROOT) -> list[str]:
+    """`file:line` of every comparison outside `OWNERS` with a task name, a task family's prefix, a policy kind or
+    an algorithm name (`==`, `!=`, `in`, `startswith`), and every read of a config's `policy.kind` there."""
+    from syncfree.tasks import SOURCES, TASKS
+
+    names = set(TASKS) | set(SOURCES) | KIND_NAMES
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in OWNERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            constants: list[ast.expr] = []
+            if isinstance(node, ast.Compare):
+                constants = [node.left, *node.comparators]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                    "startswith", "removeprefix"):
+                constants = list(node.args)
+            elif (isinstance(node, ast.Attribute) and node.attr == "kind" and isinstance(node.value, ast.Attribute)
+                  and node.value.attr == "policy"):
+                found.append(f"{relative}:{node.lineno}: policy.kind")
+                continue
+            values = [c.value for e in constants for c in ([e] if not isinstance(e, ast.Tuple | ast.List | ast.Set)
+                                                           else e.elts) if isinstance(c, ast.Constant)]
+            found += [f"{relative}:{node.lineno}: {v!r}" for v in values if isinstance(v, str) and v in names]
+    return found
+
+
+def test_only_the_algorithms_and_the_task_registry_ask_which_algorithm_policy_or_task_they_have() -> None:
+    assert kind_and_task_branches() == []
+
+
+def test_the_branch_check_sees_a_planted_branch(tmp_path: Path) -> None:
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "x.py").write_text('if cfg.task == "grid-arena" or name.startswith("gym:"):\n'
+                                             '    kind = cfg.policy.kind\n'
+                                             'if scope.algorithm in ("recurrent", "other"):\n    pass\n')
+    (tmp_path / "algo").mkdir()
+    (tmp_path / "algo" / "y.py").write_text('if cfg.policy.kind == "token":\n    pass\n')
+    assert sorted(kind_and_task_branches(tmp_path)) == ["train/x.py:1: 'grid-arena'", "train/x.py:1: 'gym:'",
+                                                        "train/x.py:2: policy.kind", "train/x.py:3: 'recurrent'"]

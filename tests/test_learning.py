@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from syncfree.envs import make_env
-from syncfree.presets import preset
-from syncfree.train.evaluate import evaluate
+from syncfree.algo import FeedForwardPPO
+from syncfree.tasks import make_env, preset
 from syncfree.train.runner import Runner
 
 
@@ -24,7 +23,7 @@ def test_cartpole_is_solved_within_500k_steps(seed: int, autocast: str, compile:
     trainer = Runner(cfg)
     trainer.learn()
     assert trainer.env_steps <= 500_000
-    returns = evaluate(trainer.policy, make_env("cartpole", 20, seed=10_000 + seed))
+    returns = FeedForwardPPO.evaluate(trainer.policy, make_env("cartpole", 20, seed=10_000 + seed))
     assert len(returns) == 20
     assert returns.mean() >= 475, returns
 

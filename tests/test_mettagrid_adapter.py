@@ -11,7 +11,6 @@ pytest.importorskip("mettagrid")
 import pydantic
 from mettagrid import MettaGridConfig
 
-from syncfree.bench.envs import env_only_throughput
 from syncfree.envs.adapters import mettagrid as adapter
 from syncfree.envs.adapters.mettagrid import (
     MettaGridSpec,
@@ -21,6 +20,7 @@ from syncfree.envs.adapters.mettagrid import (
     random_policy_reward,
 )
 from syncfree.envs.api import ActionSpec
+from syncfree.envs.throughput import env_only_throughput
 from syncfree.errors import UserError
 
 NOOP, NORTH, SOUTH, WEST, EAST = range(5)

@@ -15,11 +15,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from conftest import small_config
 from syncfree.bench.timing import count_iteration
 from syncfree.config import PerfConfig
+from syncfree.envs.builtin.g1_track import DEFAULT_POSE, TRACKED_BODIES, make_g1_track
 from syncfree.envs.math import quat_apply_inverse
 from syncfree.envs.motion import holosoma_clip_dir, load_clip
 from syncfree.envs.physics import MujocoPhysics, MujocoWarpPhysics
 from syncfree.envs.robots import load_robot
-from syncfree.envs.tasks.g1_track import DEFAULT_POSE, TRACKED_BODIES, make_g1_track
 from syncfree.errors import UserError
 from syncfree.train.runner import Runner
 
@@ -141,7 +141,7 @@ def test_a_scene_without_a_floor_is_refused(tmp_path) -> None:
 
 
 def test_an_unknown_backend_is_refused() -> None:
-    with pytest.raises(UserError, match=re.escape("env.backend='bullet' is not available; allowed: torch, mujoco, mujoco-warp")):
+    with pytest.raises(UserError, match=re.escape("env.backend='bullet' is invalid; allowed: torch, mujoco, mujoco-warp")):
         make_g1_track(2, backend="bullet")
 
 

@@ -10,9 +10,9 @@ pytest.importorskip("rsl_rl")
 from rsl_rl.env import VecEnv as RslRlVecEnv
 from rsl_rl.runners import OnPolicyRunner
 
-from syncfree.envs import make_env
 from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
 from syncfree.errors import UserError
+from syncfree.tasks import make_env
 
 
 def rsl_rl_config(hidden: list[int]) -> dict:

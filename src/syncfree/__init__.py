@@ -3,11 +3,11 @@
 `syncfree.learn(task, **overrides)` trains from Python (`syncfree.api`); `syncfree train` from the command line.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 
 def __getattr__(name: str):
-    if name in ("learn", "TrainResult"):  # imported on first use: `import syncfree` stays light for the CLI
+    if name in ("learn", "TrainResult", "load_policy"):  # imported on first use: `import syncfree` stays light
         from syncfree import api
 
         return getattr(api, name)

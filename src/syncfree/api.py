@@ -3,24 +3,28 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from torch import nn
 
 from syncfree.algo.scope import warn_inert_switches
 from syncfree.config import TrainConfig, from_dict, to_dict, validate
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError
-from syncfree.policy.actor_critic import PolicyBase
-from syncfree.presets import preset
+from syncfree.tasks import preset
+from syncfree.train.evaluate import LoadedPolicy, load_policy
 from syncfree.train.runner import Runner
+from syncfree.train.session import run_dir_of
+
+__all__ = ["LoadedPolicy", "TrainResult", "learn", "load_policy"]
 
 
 @dataclass
 class TrainResult:
-    policy: PolicyBase
-    """The trained policy (`policy.act_deterministic(policy.actor_input(obs))` acts)."""
+    policy: nn.Module
+    """The trained policy (a feed-forward one acts with `policy.act_deterministic(policy.actor_input(obs))`)."""
     run_dir: Path | None
     """Where metrics, `config.yaml` and checkpoints went (None with `run_dir=False`)."""
     record: dict[str, Any]
@@ -43,18 +47,19 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     """
     env = task if isinstance(task, VecEnv) else None
     if config is not None:
-        base = to_dict(config)
-    elif env is not None:
-        base = to_dict(TrainConfig(task=type(env).__name__, device=str(env.device)))
-        base["env"]["num_envs"] = env.num_envs
+        start = config
+    elif isinstance(task, str):
+        start = preset(task)
     else:
-        base = to_dict(preset(task))
+        start = TrainConfig(task=type(task).__name__, device=str(task.device))
+        start.env.num_envs = task.num_envs
+    base = to_dict(start)
     for key, value in overrides.items():
         merge(base, key.split("."), value)
-    cfg = validate(from_dict(TrainConfig, base))
+    cfg = validate(from_dict(type(start), base))
     folder = None
     if run_dir:
-        folder = Path(cfg.log.dir) / (cfg.log.run_name or default_run_name(cfg)) if run_dir is True else Path(run_dir)
+        folder = run_dir_of(cfg) if run_dir is True else Path(run_dir)
         print(f"syncfree: training {cfg.task} -> {folder}")
     runner = Runner(cfg, run_dir=folder, env=env)
     warn_inert_switches(cfg, runner.switch_scope())
@@ -77,8 +82,3 @@ def merge(tree: dict[str, Any], path: list[str], value: Any) -> None:
             merge(tree[name], [key], item)
     else:
         tree[name] = value
-
-
-def default_run_name(cfg: TrainConfig) -> str:
-    """`<task>-<YYYYmmdd-HHMMSS>`, as the command line names runs."""
-    return f"{cfg.task.replace(':', '-')}-{time.strftime('%Y%m%d-%H%M%S')}"

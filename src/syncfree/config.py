@@ -6,77 +6,47 @@ import dataclasses
 import difflib
 import logging
 import math
+import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from syncfree.core.switches import RETIRED, PerfConfig
-from syncfree.errors import UserError
+from syncfree.errors import UserError, check
 
 log = logging.getLogger("syncfree")
 
 
 @dataclass
-class GridEnvConfig:
-    """One MettaGrid simulation of the grid-arena task (built with MettaGrid's own config builders)."""
-
-    map: Literal["arena", "empty-room", "mines"] = "mines"
-    """`mines`: mines placed at random, each push into one pays a heart (reward 1); `arena`: MettaGrid's arena
-    builder; `empty-room`: no objects. Only `mines` pays reward (the others measure stepping speed)."""
-    agents_per_env: int = 4
-    """Agents per simulation."""
-    width: int = 8
-    """Playable width (without the wall border)."""
-    height: int = 8
-    """Playable height (without the wall border)."""
-    max_steps: int = 64
-    """Episode length (a time-out, bootstrapped from the value)."""
-    mines: int = 6
-    """Mines on the `mines` map."""
-
-
-@dataclass
-class G1TrackOptions:
-    """g1-track: the settings whole-body tracking pipelines tune (read by the task, see `envs/tasks/g1_track`)."""
-
-    history: int = 10
-    """Steps of history of the policy's proprioceptive terms (gravity, angular velocity, joint positions and
-    velocities, last actions)."""
-    num_encoders: int = 2
-    """Encoder types drawn per episode for a token-encoder policy (0: joints, 1: keypoints): 1 or 2, at most the
-    number of `policy.token.encoders`."""
-    tokenizer_frames: list[int] = field(default_factory=lambda: list(range(1, 11)))
-    """Future reference frames (offsets >= 1 from the current target) in the token policy's encoder inputs."""
-    sampler_bin_frames: int = 50
-    """Adaptive start sampling: frames per bin of a clip."""
-    sampler_uniform_ratio: float = 0.1
-    """Share of the sampling probability kept uniform over clips (every clip weighs the same), in [0, 1]."""
-    sampler_cap: float = 5.0
-    """A bin's failure rate counts up to this multiple of the mean rate (> 0)."""
-    sampler_decay: float = 0.9
-    """Per-iteration decay of the bins' visit and failure counts, in [0, 1)."""
-
-
-@dataclass
 class EnvConfig:
-    """The environments: how many, their episode limit, and the options of the tasks that read them."""
+    """The environments: how many. A task whose envs read options has its own section type, a subclass of this one
+    (`syncfree.tasks`), so each task's `env` section holds just what its envs read."""
 
     num_envs: int = 256
     """Parallel environments per process: under torchrun each rank steps its own `num_envs` envs, so an
     iteration collects `world_size x num_envs x ppo.steps_per_env` env steps."""
+
+    def rows(self) -> int:
+        """Env rows the trainer acts for: one per env (a multi-agent task: one per agent)."""
+        return self.num_envs
+
+    def describe(self, rows: int) -> str:
+        """`rows` env rows in words, for the start-up line and `syncfree eval`."""
+        return f"{rows} envs"
+
+    def validate(self) -> None:
+        check(self.num_envs >= 1, "env.num_envs", "an integer >= 1", self.num_envs)
+
+
+@dataclass
+class TimeLimitEnvConfig(EnvConfig):
+    """Envs whose time limit a run may change (the classic tasks, g1-track)."""
+
     max_episode_length: int = 0
     """Time limit in env steps; 0 keeps the task's own (500 for CartPole, 200 for Pendulum, 500 for g1-track)."""
-    robot: str = ""
-    """g1-track: MJCF file of the robot; empty: the G1 29-DoF description shipped with syncfree."""
-    motions: list[str] = field(default_factory=list)
-    """g1-track: motion clips (.npz files or folders of them); empty: syncfree's generated clip set."""
-    grid: GridEnvConfig = field(default_factory=GridEnvConfig)
-    """grid-arena: the MettaGrid map; `num_envs` counts simulations, each with `grid.agents_per_env` agents."""
-    g1: G1TrackOptions = field(default_factory=G1TrackOptions)
-    """g1-track: history, encoders, tokenizer frames and the adaptive sampler."""
-    backend: str = ""
-    """g1-track: physics backend, `torch` (PD joints, root driven along the reference; no contacts), `mujoco`
-    (MuJoCo on the CPU, real contacts) or `mujoco-warp` (MuJoCo Warp on the env's device: a GPU; Warp's CPU device works but is slow); empty:
-    `torch`."""
+
+    def validate(self) -> None:
+        super().validate()
+        check(self.max_episode_length >= 0, "env.max_episode_length", "an integer >= 0", self.max_episode_length)
 
 
 @dataclass
@@ -141,7 +111,7 @@ class RecurrentPolicyConfig:
 
 @dataclass
 class PolicyConfig:
-    """The policy's networks: the MLP actor and critic, and the token and recurrent policies' own sections."""
+    """The policy's networks: the MLP actor and critic."""
 
     actor_hidden: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the actor MLP."""
@@ -154,11 +124,40 @@ class PolicyConfig:
     normalize_obs: bool = True
     """Running mean/std normalization of actor and critic observations, updated during rollouts."""
     kind: Literal["mlp", "token", "recurrent"] = "mlp"
-    """`mlp`: the MLP actor-critic above. `token`: the universal-token policy configured by `policy.token` (its
-    own sizes; the fields above then do not apply). Needs a task with a `tokenizer` group (g1-track).
-    `recurrent`: the recurrent token policy of `policy.recurrent`, trained on BPTT segments (grid-arena)."""
+    """`mlp`: the MLP actor-critic above. `token` (g1-track): the universal-token policy configured by `policy.token`
+    (its own sizes; the fields above then do not apply). `recurrent` (grid-arena): the recurrent token policy of
+    `policy.recurrent`, trained on BPTT segments. A task's config type says which it trains."""
+
+    def validate(self, kinds: tuple[str, ...], task: str) -> None:
+        check(self.kind in kinds, "policy.kind", f"{', '.join(kinds)} (the policies {task} trains)", self.kind)
+        for key in ("actor_hidden", "critic_hidden"):
+            sizes = getattr(self, key)
+            check(len(sizes) > 0 and all(s >= 1 for s in sizes), f"policy.{key}", "a non-empty list of integers >= 1",
+                  sizes)
+        check(self.init_std > 0, "policy.init_std", "a number > 0", self.init_std)
+
+
+@dataclass
+class TokenPolicyConfig(PolicyConfig):
+    """The MLP policy, or (`kind=token`) the universal-token policy of `token`."""
+
     token: TokenEncoderConfig = field(default_factory=TokenEncoderConfig)
+
+
+@dataclass
+class RecurrentTokenPolicyConfig(PolicyConfig):
+    """The recurrent token policy of `recurrent` (`kind=recurrent`; the MLP sizes above do not apply)."""
+
+    kind: Literal["mlp", "token", "recurrent"] = "recurrent"
     recurrent: RecurrentPolicyConfig = field(default_factory=RecurrentPolicyConfig)
+
+    def validate(self, kinds: tuple[str, ...], task: str) -> None:
+        super().validate(kinds, task)
+        r = self.recurrent
+        check(r.core in ("lstm", "gru"), "policy.recurrent.core", "lstm, gru", r.core)
+        for name in ("hidden", "embed_dim", "encoder_hidden"):
+            check(getattr(r, name) >= 1, f"policy.recurrent.{name}", "an integer >= 1", getattr(r, name))
+        check(r.max_tokens >= 0, "policy.recurrent.max_tokens", "an integer >= 0 (0: all)", r.max_tokens)
 
 
 @dataclass
@@ -215,23 +214,53 @@ class PPOConfig:
     non-finite gradients: the run has diverged. 0: never stop for it."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
+
+    def validate(self) -> None:
+        check(self.steps_per_env >= 1, "ppo.steps_per_env", "an integer >= 1", self.steps_per_env)
+        check(self.num_epochs >= 1, "ppo.num_epochs", "an integer >= 1", self.num_epochs)
+        check(self.learning_rate > 0, "ppo.learning_rate", "a number > 0", self.learning_rate)
+        check(self.desired_kl > 0, "ppo.desired_kl", "a number > 0", self.desired_kl)
+        check(0 <= self.gamma <= 1, "ppo.gamma", "a number in [0, 1]", self.gamma)
+        check(0 <= self.lam <= 1, "ppo.lam", "a number in [0, 1]", self.lam)
+        check(self.clip_param > 0, "ppo.clip_param", "a number > 0", self.clip_param)
+        check(self.max_grad_norm > 0, "ppo.max_grad_norm", "a number > 0", self.max_grad_norm)
+        check(self.max_skipped_updates >= 0, "ppo.max_skipped_updates", "an integer >= 0 (0: never stop)",
+              self.max_skipped_updates)
+        check(self.weight_decay >= 0, "ppo.weight_decay", "a number >= 0", self.weight_decay)
+
+
+@dataclass
+class RecurrentPPOConfig(PPOConfig):
+    """PPO on BPTT segments: the fields above, and segments, V-trace and the minibatch sampler."""
+
     bptt_horizon: int = 16
-    """Recurrent policies: steps per BPTT segment (a divisor of `steps_per_env`)."""
+    """Steps per BPTT segment (a divisor of `steps_per_env`)."""
     advantage: Literal["gae", "vtrace"] = "gae"
-    """Recurrent policies: `gae`, or GAE with V-trace's clipped importance weights, recomputed every epoch from
+    """`gae`, or GAE with V-trace's clipped importance weights, recomputed every epoch from
     the ratios of the latest policy."""
     vtrace_rho_clip: float = 1.0
     """V-trace: clip of the importance weight on the TD error."""
     vtrace_c_clip: float = 1.0
     """V-trace: clip of the importance weight on the trace."""
     minibatch_sampler: Literal["sequential", "prioritized"] = "sequential"
-    """Recurrent policies: minibatches of consecutive segments, or segments drawn with probability proportional
+    """Minibatches of consecutive segments, or segments drawn with probability proportional
     to mean |advantage| ** `prio_alpha`, weighted by importance weights with exponent annealed from `prio_beta0`
     to 1 over the run."""
     prio_alpha: float = 0.6
     """Prioritized sampling: priority exponent."""
     prio_beta0: float = 0.4
     """Prioritized sampling: initial importance-weight exponent."""
+
+    def validate(self) -> None:
+        super().validate()
+        check(self.bptt_horizon >= 2 and self.steps_per_env % self.bptt_horizon == 0, "ppo.bptt_horizon",
+              f"an integer >= 2 dividing ppo.steps_per_env={self.steps_per_env}", self.bptt_horizon)
+        check(self.advantage in ("gae", "vtrace"), "ppo.advantage", "gae, vtrace", self.advantage)
+        check(self.vtrace_rho_clip > 0 and self.vtrace_c_clip > 0, "ppo.vtrace_rho_clip", "clips > 0",
+              (self.vtrace_rho_clip, self.vtrace_c_clip))
+        check(self.minibatch_sampler in ("sequential", "prioritized"), "ppo.minibatch_sampler",
+              "sequential, prioritized", self.minibatch_sampler)
+        check(0 <= self.prio_beta0 <= 1, "ppo.prio_beta0", "a number in [0, 1]", self.prio_beta0)
 
 
 @dataclass
@@ -253,6 +282,16 @@ class LossesConfig:
     teacher: str = ""
     """Checkpoint of a recurrent grid-arena run (its policy is the teacher of `kickstarter` and
     `behavior_cloning`)."""
+
+    def validate(self) -> None:
+        for name in ("ppo", "supervised", "kickstarter", "kickstarter_value", "behavior_cloning"):
+            check(getattr(self, name) >= 0, f"losses.{name}", "a weight >= 0", getattr(self, name))
+        teacher_losses = self.kickstarter + self.kickstarter_value + self.behavior_cloning > 0
+        check(bool(self.teacher) == teacher_losses, "losses.teacher",
+              "a checkpoint path when kickstarter, kickstarter_value or behavior_cloning is on (and empty otherwise)",
+              self.teacher)
+        check(self.ppo + self.supervised + self.kickstarter + self.kickstarter_value + self.behavior_cloning > 0,
+              "losses", "at least one weight > 0", "all 0")
 
 
 @dataclass
@@ -293,7 +332,11 @@ class DistributedConfig:
 
 @dataclass
 class TrainConfig:
-    """Train a PPO policy on a built-in task."""
+    """Train PPO on a task. A task's config type is this class or a subclass with the sections its envs, policy
+    and algorithm read (`syncfree.tasks`); `RecurrentTrainConfig` is the recurrent algorithm's."""
+
+    POLICY_KINDS: ClassVar[tuple[str, ...]] = ("mlp",)
+    """The `policy.kind` values this config type trains."""
 
     task: str = "cartpole"
     """Task name (see `syncfree tasks`)."""
@@ -315,127 +358,79 @@ class TrainConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
-    losses: LossesConfig = field(default_factory=LossesConfig)
     log: LogConfig = field(default_factory=LogConfig)
     perf: PerfConfig = field(default_factory=PerfConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
+    def minibatch_rows(self) -> tuple[int, str]:
+        """What a rollout's minibatches split (`ppo.num_minibatches` must divide it): the count and how it is
+        made."""
+        return self.env.rows() * self.ppo.steps_per_env, "env.num_envs * ppo.steps_per_env"
 
-def _check(ok: bool, key: str, allowed: str, value: Any) -> None:
-    if not ok:
-        raise UserError(f"config: {key}={value!r} is invalid; allowed: {allowed}")
+    def validate(self) -> None:
+        """Reject values that parse but make no sense, naming the key (the task name is checked by
+        `syncfree.tasks.check_task`)."""
+        for key, value in _numbers(self):
+            check(math.isfinite(value), key, "a finite number", value)
+        check(self.device == "auto" or self.device == "cpu" or self.device.startswith("cuda"), "device",
+              "auto, cpu, cuda, cuda:N", self.device)
+        check(self.iterations >= 0, "iterations", "an integer >= 0", self.iterations)
+        check(self.threads >= 0, "threads", "an integer >= 0 (0: chosen)", self.threads)
+        check(self.save_every >= 1, "save_every", "an integer >= 1", self.save_every)
+        self.env.validate()
+        self.policy.validate(self.POLICY_KINDS, self.task)
+        self.ppo.validate()
+        rows, made = self.minibatch_rows()
+        check(1 <= self.ppo.num_minibatches <= rows and rows % self.ppo.num_minibatches == 0, "ppo.num_minibatches",
+              f"a divisor of {made} = {rows}", self.ppo.num_minibatches)
+        check(self.distributed.timeout > 0, "distributed.timeout", "a number of seconds > 0", self.distributed.timeout)
+        check(self.distributed.backend in ("auto", "nccl", "gloo"), "distributed.backend", "auto, nccl, gloo",
+              self.distributed.backend)
+        _validate_perf(self.perf)
 
 
-def validate(cfg: TrainConfig) -> TrainConfig:
-    """Reject values that parse but make no sense, naming the key (the task name is checked where envs are made:
-    `syncfree.envs.tasks.check_task`)."""
-    for key, value in _numbers(cfg):
-        _check(math.isfinite(value), key, "a finite number", value)
-    _check(cfg.device == "auto" or cfg.device == "cpu" or cfg.device.startswith("cuda"), "device",
-           "auto, cpu, cuda, cuda:N", cfg.device)
-    _check(cfg.iterations >= 0, "iterations", "an integer >= 0", cfg.iterations)
-    _check(cfg.threads >= 0, "threads", "an integer >= 0 (0: chosen)", cfg.threads)
-    _check(cfg.save_every >= 1, "save_every", "an integer >= 1", cfg.save_every)
-    _check(cfg.env.num_envs >= 1, "env.num_envs", "an integer >= 1", cfg.env.num_envs)
-    _check(cfg.env.max_episode_length >= 0, "env.max_episode_length", "an integer >= 0", cfg.env.max_episode_length)
-    for key in ("actor_hidden", "critic_hidden"):
-        sizes = getattr(cfg.policy, key)
-        _check(len(sizes) > 0 and all(s >= 1 for s in sizes), f"policy.{key}", "a non-empty list of integers >= 1", sizes)
-    _check(cfg.policy.init_std > 0, "policy.init_std", "a number > 0", cfg.policy.init_std)
-    p = cfg.ppo
-    _check(p.steps_per_env >= 1, "ppo.steps_per_env", "an integer >= 1", p.steps_per_env)
-    _check(p.num_epochs >= 1, "ppo.num_epochs", "an integer >= 1", p.num_epochs)
-    if cfg.policy.kind != "recurrent":
-        batch = cfg.env.num_envs * p.steps_per_env
-        _check(1 <= p.num_minibatches <= batch and batch % p.num_minibatches == 0, "ppo.num_minibatches",
-               f"a divisor of env.num_envs * ppo.steps_per_env = {batch}", p.num_minibatches)
-    _check(p.learning_rate > 0, "ppo.learning_rate", "a number > 0", p.learning_rate)
-    _check(p.desired_kl > 0, "ppo.desired_kl", "a number > 0", p.desired_kl)
-    _check(0 <= p.gamma <= 1, "ppo.gamma", "a number in [0, 1]", p.gamma)
-    _check(0 <= p.lam <= 1, "ppo.lam", "a number in [0, 1]", p.lam)
-    _check(p.clip_param > 0, "ppo.clip_param", "a number > 0", p.clip_param)
-    _check(p.max_grad_norm > 0, "ppo.max_grad_norm", "a number > 0", p.max_grad_norm)
-    _check(p.max_skipped_updates >= 0, "ppo.max_skipped_updates", "an integer >= 0 (0: never stop)",
-           p.max_skipped_updates)
-    _check(p.weight_decay >= 0, "ppo.weight_decay", "a number >= 0", p.weight_decay)
-    _check(cfg.distributed.timeout > 0, "distributed.timeout", "a number of seconds > 0", cfg.distributed.timeout)
-    _check(cfg.distributed.backend in ("auto", "nccl", "gloo"), "distributed.backend", "auto, nccl, gloo",
-           cfg.distributed.backend)
-    _check(cfg.perf.compile in ("off", "hot", "step"), "perf.compile", "off, hot, step", cfg.perf.compile)
-    _check(cfg.perf.autocast in ("off", "auto", "bf16"), "perf.autocast", "off, auto, bf16", cfg.perf.autocast)
-    _check(cfg.perf.cuda_graphs in ("off", "auto", "on"), "perf.cuda_graphs", "off, auto, on", cfg.perf.cuda_graphs)
-    _check(cfg.perf.cuda_graphs != "on" or cfg.perf.compile != "off", "perf.cuda_graphs",
-           "off or auto while perf.compile=off (CUDA graphs replay compiled graphs)", cfg.perf.cuda_graphs)
-    for f in PerfConfig.switches():
-        if getattr(cfg.perf, f.name) != f.metadata["baseline"]:
-            for other, needed in f.metadata["requires"].items():
-                _check(getattr(cfg.perf, other) == needed, f"perf.{other}",
-                       f"{str(needed).lower()} while perf.{f.name}={getattr(cfg.perf, f.name)}",
-                       getattr(cfg.perf, other))
-    _validate_g1(cfg)
-    _validate_recurrent(cfg)
-    _check(cfg.perf.critic_chunk_size >= 1, "perf.critic_chunk_size", "an integer >= 1", cfg.perf.critic_chunk_size)
-    _check(cfg.perf.physics_partitions >= 1, "perf.physics_partitions", "an integer >= 1", cfg.perf.physics_partitions)
+@dataclass
+class RecurrentTrainConfig(TrainConfig):
+    """PPO on BPTT segments with a recurrent policy, and its teacher losses (`syncfree.algo.recurrent`)."""
+
+    POLICY_KINDS: ClassVar[tuple[str, ...]] = ("recurrent",)
+
+    policy: RecurrentTokenPolicyConfig = field(default_factory=RecurrentTokenPolicyConfig)
+    ppo: RecurrentPPOConfig = field(default_factory=RecurrentPPOConfig)
+    losses: LossesConfig = field(default_factory=LossesConfig)
+
+    def minibatch_rows(self) -> tuple[int, str]:
+        """Minibatches of whole BPTT segments."""
+        segments = self.env.rows() * (self.ppo.steps_per_env // max(self.ppo.bptt_horizon, 1))
+        return segments, "the segments per rollout, env rows * ppo.steps_per_env / ppo.bptt_horizon"
+
+    def validate(self) -> None:
+        super().validate()
+        self.losses.validate()
+
+
+def validate(cfg: TrainConfigT) -> TrainConfigT:
+    """`cfg.validate()`, returning `cfg`."""
+    cfg.validate()
     return cfg
 
 
-def _validate_g1(cfg: TrainConfig) -> None:
-    g = cfg.env.g1
-    _check(g.history >= 1, "env.g1.history", "an integer >= 1", g.history)
-    encoders = len(cfg.policy.token.encoders) if cfg.policy.kind == "token" else 2
-    _check(1 <= g.num_encoders <= min(2, encoders), "env.g1.num_encoders",
-           f"1 or 2, at most the {encoders} policy.token.encoders", g.num_encoders)
-    _check(len(g.tokenizer_frames) > 0 and all(f >= 1 for f in g.tokenizer_frames), "env.g1.tokenizer_frames",
-           "a non-empty list of frame offsets >= 1", g.tokenizer_frames)
-    _check(g.sampler_bin_frames >= 1, "env.g1.sampler_bin_frames", "an integer >= 1", g.sampler_bin_frames)
-    _check(0 <= g.sampler_uniform_ratio <= 1, "env.g1.sampler_uniform_ratio", "a number in [0, 1]",
-           g.sampler_uniform_ratio)
-    _check(g.sampler_cap > 0, "env.g1.sampler_cap", "a number > 0", g.sampler_cap)
-    _check(0 <= g.sampler_decay < 1, "env.g1.sampler_decay", "a number in [0, 1)", g.sampler_decay)
+def _validate_perf(perf: PerfConfig) -> None:
+    check(perf.compile in ("off", "hot", "step"), "perf.compile", "off, hot, step", perf.compile)
+    check(perf.autocast in ("off", "auto", "bf16"), "perf.autocast", "off, auto, bf16", perf.autocast)
+    check(perf.cuda_graphs in ("off", "auto", "on"), "perf.cuda_graphs", "off, auto, on", perf.cuda_graphs)
+    check(perf.cuda_graphs != "on" or perf.compile != "off", "perf.cuda_graphs",
+          "off or auto while perf.compile=off (CUDA graphs replay compiled graphs)", perf.cuda_graphs)
+    for f in PerfConfig.switches():
+        if getattr(perf, f.name) != f.metadata["baseline"]:
+            for other, needed in f.metadata["requires"].items():
+                check(getattr(perf, other) == needed, f"perf.{other}",
+                      f"{str(needed).lower()} while perf.{f.name}={getattr(perf, f.name)}", getattr(perf, other))
+    check(perf.critic_chunk_size >= 1, "perf.critic_chunk_size", "an integer >= 1", perf.critic_chunk_size)
+    check(perf.physics_partitions >= 1, "perf.physics_partitions", "an integer >= 1", perf.physics_partitions)
 
 
-def _validate_recurrent(cfg: TrainConfig) -> None:
-    """The recurrent trainer's sections: segments, samplers, losses and the grid map."""
-    recurrent_task = cfg.task == "grid-arena"
-    _check(recurrent_task == (cfg.policy.kind == "recurrent"), "policy.kind",
-           "recurrent for grid-arena (and only there)" if recurrent_task else "mlp or token (recurrent is for "
-           "grid-arena)", cfg.policy.kind)
-    losses = cfg.losses
-    for name in ("ppo", "supervised", "kickstarter", "kickstarter_value", "behavior_cloning"):
-        _check(getattr(losses, name) >= 0, f"losses.{name}", "a weight >= 0", getattr(losses, name))
-    if not recurrent_task:
-        for name in ("supervised", "kickstarter", "kickstarter_value", "behavior_cloning"):
-            _check(getattr(losses, name) == 0, f"losses.{name}", "0 (teacher losses are for grid-arena)",
-                   getattr(losses, name))
-        return
-    p, r, g = cfg.ppo, cfg.policy.recurrent, cfg.env.grid
-    for name in ("agents_per_env", "width", "height", "max_steps"):
-        _check(getattr(g, name) >= 1, f"env.grid.{name}", "an integer >= 1", getattr(g, name))
-    _check(g.mines >= 0, "env.grid.mines", "an integer >= 0", g.mines)
-    _check(p.bptt_horizon >= 2 and p.steps_per_env % p.bptt_horizon == 0, "ppo.bptt_horizon",
-           f"an integer >= 2 dividing ppo.steps_per_env={p.steps_per_env}", p.bptt_horizon)
-    segments = cfg.env.num_envs * g.agents_per_env * (p.steps_per_env // max(p.bptt_horizon, 1))
-    _check(1 <= p.num_minibatches <= segments and segments % p.num_minibatches == 0, "ppo.num_minibatches",
-           f"a divisor of the segments per rollout, env.num_envs * env.grid.agents_per_env * ppo.steps_per_env / "
-           f"ppo.bptt_horizon = {segments}", p.num_minibatches)
-    _check(p.advantage in ("gae", "vtrace"), "ppo.advantage", "gae, vtrace", p.advantage)
-    _check(p.vtrace_rho_clip > 0 and p.vtrace_c_clip > 0, "ppo.vtrace_rho_clip", "clips > 0",
-           (p.vtrace_rho_clip, p.vtrace_c_clip))
-    _check(p.minibatch_sampler in ("sequential", "prioritized"), "ppo.minibatch_sampler", "sequential, prioritized",
-           p.minibatch_sampler)
-    _check(0 <= p.prio_beta0 <= 1, "ppo.prio_beta0", "a number in [0, 1]", p.prio_beta0)
-    _check(r.core in ("lstm", "gru"), "policy.recurrent.core", "lstm, gru", r.core)
-    for name in ("hidden", "embed_dim", "encoder_hidden"):
-        _check(getattr(r, name) >= 1, f"policy.recurrent.{name}", "an integer >= 1", getattr(r, name))
-    _check(r.max_tokens >= 0, "policy.recurrent.max_tokens", "an integer >= 0 (0: all)", r.max_tokens)
-    teacher_losses = losses.kickstarter + losses.kickstarter_value + losses.behavior_cloning > 0
-    _check(bool(losses.teacher) == teacher_losses, "losses.teacher",
-           "a checkpoint path when kickstarter, kickstarter_value or behavior_cloning is on (and empty otherwise)",
-           losses.teacher)
-    _check(losses.supervised == 0 or g.map == "mines", "losses.supervised",
-           "0 unless env.grid.map=mines (the scripted teacher walks to mines)", losses.supervised)
-    _check(losses.ppo + losses.supervised + losses.kickstarter + losses.kickstarter_value
-           + losses.behavior_cloning > 0, "losses", "at least one weight > 0", "all 0")
+TrainConfigT = TypeVar("TrainConfigT", bound=TrainConfig)
 
 
 def _numbers(section: Any, prefix: str = "") -> list[tuple[str, float]]:
@@ -454,10 +449,10 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
-def key_hint(key: str) -> str:
-    """For an unknown dotted key of `TrainConfig`: the nearest known key at its level and the keys of its section,
-    as `; did you mean ppo.learning_rate? (allowed: ppo.steps_per_env, ...)`."""
-    parts, cls, prefix = key.split("."), TrainConfig, ""
+def key_hint(key: str, root: type = TrainConfig) -> str:
+    """For an unknown dotted key of the config type `root`: the nearest known key at its level and the keys of its
+    section, as `; did you mean ppo.learning_rate? (allowed: ppo.steps_per_env, ...)`."""
+    parts, cls, prefix = key.split("."), root, ""
     for part in parts[:-1]:  # down to the section the unknown name is in
         field = {f.name: f for f in dataclasses.fields(cls)}.get(part)
         if field is None or not dataclasses.is_dataclass(field.default_factory):
@@ -480,10 +475,35 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", root: type | No
             log.warning("config: %s is ignored: the switch was removed (%s)", prefix + key, RETIRED[key])
             continue
         if key not in fields:
-            hint = key_hint(prefix + key) if root is TrainConfig else f" (allowed: {', '.join(fields)})"
+            hint = (key_hint(prefix + key, root) if issubclass(root, TrainConfig)
+                    else f" (allowed: {', '.join(fields)})")
             raise UserError(f"config: unknown key {prefix + key!r}{hint}")
         sub = fields[key].default_factory if fields[key].default_factory is not dataclasses.MISSING else None
         if sub is not None and dataclasses.is_dataclass(sub) and isinstance(value, dict):
             value = from_dict(sub, value, prefix=f"{prefix}{key}.", root=root)
         kwargs[key] = value
     return cls(**kwargs)
+
+
+def read_config_file(path: str) -> dict[str, Any]:
+    """A YAML config file's mapping (`syncfree train --config`); one line naming the file when it cannot be read."""
+    import yaml
+
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        raise UserError(f"config: cannot read {path} ({type(e).__name__})") from None
+    return data if isinstance(data, dict) else {}
+
+
+UNKNOWN_KEY = (r"unrecognized arguments: --([\w.]+)", r"Group '([\w.]+)' does not accept option '([\w.]+)'",
+               r"Option '([\w.]+)' is not accepted")
+"""How the parser names an unknown key: on the command line, in a section of a YAML file, at its top level."""
+
+
+def unknown_key_hint(message: str, cls: type = TrainConfig) -> str:
+    """For an unknown key (on the command line or in a YAML file), the nearest known key of `cls` and the keys of
+    its section."""
+    match = next((m for m in (re.search(p, message) for p in UNKNOWN_KEY) if m), None)
+    return key_hint(".".join(match.groups()), cls) if match else ""

@@ -15,26 +15,28 @@ functions run eagerly (what `fullgraph=True` then checks in the graph).
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib
 import json
 import os
+import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from syncfree.config import TrainConfig
+from syncfree.config import TrainConfig, validate
 from syncfree.core import phases as phases_module
 from syncfree.core.counters import Counts, caller_site, tensors_in
 from syncfree.core.phases import ROLLOUT_PHASES, UPDATE_PHASES, PhaseCounter, Phases
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError
-from syncfree.presets import preset
-from syncfree.train.runner import Runner, make_task_env
+from syncfree.tasks import make_task_env, preset
+from syncfree.train.runner import Runner
 
 ENV_PHASE = "env"
 """The phase of an env-only target: every `step` of the env."""
@@ -338,13 +340,70 @@ def table(report: Report, top: int = 15) -> str:
     lines += ["", f"per env step: {total['syncs']:g} host syncs, {total['allocs']:g} new storages, "
               f"{total['ops']:g} ops, {total['repeats']:g} repeated on the same inputs", "", f"worst lines (of {len(report.sites())}; per run of their phase):", ""]
     for row in report.sites()[:top]:
-        kinds = ", ".join(f"{k} {v:g}" for k, v in row["sync_kinds"].items())
+        sync_kinds = ", ".join(f"{k} {v:g}" for k, v in row["sync_kinds"].items())
         ops = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in row["top_ops"].items())
         repeats = f"  repeated {row['repeats']:g}" if row["repeats"] else ""
-        lines.append(f"{row['site']}  [{row['phase']}]  syncs {row['syncs']:g}{' (' + kinds + ')' if kinds else ''}"
+        sync_text = f" ({sync_kinds})" if sync_kinds else ""
+        lines.append(f"{row['site']}  [{row['phase']}]  syncs {row['syncs']:g}{sync_text}"
                      f"  allocs {row['allocs']:g}  ops {row['ops']:g} ({ops}){repeats}")
     return "\n".join(lines)
 
 
 def write_json(report: Report) -> str:
     return json.dumps(report.to_json(), indent=1)
+
+
+def run(args: argparse.Namespace) -> int:
+    """`syncfree doctor` with its parsed arguments: print the report; 1 when a count exceeds `--budget`."""
+    budget = parse_budget(args.budget)
+    perf = with_switches(PerfConfig.preset(args.perf), args.switch)
+    if args.train:
+        cfg = preset(args.task)
+        cfg.perf, cfg.device = perf, args.device
+        cfg.env.num_envs = args.num_envs or cfg.env.num_envs
+        cfg.log.tensorboard = False
+        report = examine_training(validate(cfg), max(args.warmup or 1, 1),
+                                  target=f"train {args.task} ({args.perf} switches)")
+    else:
+        if args.task:
+            env = task_env(args.task, args.num_envs, perf, args.device)
+            name = f"{args.task} env ({args.perf} switches)"
+        else:
+            env, name = as_vec_env(load_factory(args.env)), args.env
+        report = examine_env(env, args.steps, 8 if args.warmup is None else args.warmup, target=name)
+    print(write_json(report) if args.json else table(report, args.top))
+    exceeded = over_budget(report, budget)
+    for line in exceeded:
+        print(f"syncfree doctor: over budget: {line}", file=sys.stderr)
+    return 1 if exceeded else 0
+
+
+def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
+    """`syncfree doctor`'s arguments, checked (one line naming the culprit)."""
+    parser = argparse.ArgumentParser(
+        prog="syncfree doctor", description="Run an env (or, with `train`, a training iteration) for a few warm-up "
+        "steps and a measured window, and report its host syncs, new tensor storages and dispatched ops per phase "
+        "and per source line (file:line), worst first.")
+    parser.add_argument("train", nargs="?", choices=["train"], help="examine the trainer's whole loop on --task")
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--task", help="a task (see `syncfree tasks`)")
+    target.add_argument("--env", help="module:factory returning a syncfree VecEnv or an rsl_rl VecEnv")
+    parser.add_argument("--perf", choices=("optimized", "baseline"), default="optimized",
+                        help="the switches' preset (the env-side switches act on manager-based envs, g1-track's)")
+    parser.add_argument("--switch", action="append", default=[], metavar="NAME=VALUE",
+                        help="set one switch after the preset (repeatable), e.g. --switch fast_history=false")
+    parser.add_argument("--num_envs", type=int, default=0, help="envs (default: the task preset's)")
+    parser.add_argument("--steps", type=int, default=32, help="measured env steps (env targets)")
+    parser.add_argument("--warmup", type=int, default=None,
+                        help="env steps (env targets, default 8) or iterations (train, default 1) run first")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--top", type=int, default=15, help="source lines to list")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--budget", default="", help="e.g. syncs=0,allocs=20: exit 1 when a per-step count "
+                        "exceeds its bound")
+    args = parser.parse_args(argv)
+    if args.steps < 1 or (args.warmup or 0) < 0 or args.num_envs < 0:
+        raise UserError("doctor: --steps must be >= 1, --warmup and --num_envs >= 0")
+    if args.train and not args.task:
+        raise UserError("doctor: train needs --task")
+    return args

@@ -24,26 +24,21 @@ import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
 
 import syncfree
-from syncfree.config import TrainConfig, from_dict
-from syncfree.envs.api import ActionSpec
+from syncfree.algo import algorithm_for
 from syncfree.errors import UserError
-from syncfree.policy.actor_critic import set_autocast
-from syncfree.policy.build import build_policy
+from syncfree.policy.actor_critic import PolicyBase
 from syncfree.policy.token_encoder import TokenActorCritic
-from syncfree.train import checkpoint
+from syncfree.train.evaluate import LoadedPolicy, load_policy
 
 log = logging.getLogger("syncfree")
 
 FORMATS = ("onnx",)
-POLICY_KINDS = ("mlp", "token")
-"""Policy kinds this version can rebuild (and so export)."""
 EXTRA_HINT = "pip install 'syncfree[export]'"
 _EXAMPLE_ROWS = 4
 """Rows of the example batch traced by the exporter (not 0 or 1: those would fix the batch axis)."""
@@ -63,7 +58,7 @@ class Graph:
 class _MLPActor(nn.Module):
     """Continuous: the Gaussian mean. Discrete: the arg-max action (int64) and the logits."""
 
-    def __init__(self, policy: nn.Module) -> None:
+    def __init__(self, policy: PolicyBase) -> None:
         super().__init__()
         self.policy = policy
         self.discrete = policy.action_spec.kind == "discrete"
@@ -76,7 +71,7 @@ class _MLPActor(nn.Module):
 
 
 class _TokenEncoder(nn.Module):
-    def __init__(self, policy: nn.Module) -> None:
+    def __init__(self, policy: TokenActorCritic) -> None:
         super().__init__()
         self.policy = policy
 
@@ -85,7 +80,7 @@ class _TokenEncoder(nn.Module):
 
 
 class _TokenDecoder(nn.Module):
-    def __init__(self, policy: nn.Module) -> None:
+    def __init__(self, policy: TokenActorCritic) -> None:
         super().__init__()
         self.policy = policy
 
@@ -94,7 +89,7 @@ class _TokenDecoder(nn.Module):
 
 
 class _TokenActor(nn.Module):
-    def __init__(self, policy: nn.Module) -> None:
+    def __init__(self, policy: TokenActorCritic) -> None:
         super().__init__()
         self.policy = policy
 
@@ -109,8 +104,14 @@ def export_checkpoint(path: str | Path, out_dir: str | Path | None = None, forma
         raise UserError(f"export: format={format!r} is invalid; allowed: {', '.join(FORMATS)}")
     require_onnx()
     path = Path(path)
-    state = checkpoint.load(path)
-    policy, task = load_policy(state, path)
+    loaded = load_policy(path, autocast=False)  # the exported graphs compute in float32 (a runtime picks its own)
+    refusal = algorithm_for(loaded.cfg).export_refusal
+    if refusal is not None or not isinstance(loaded.policy, PolicyBase):
+        raise UserError(f"export: checkpoint {path}: {refusal or f'a {type(loaded.policy).__name__} cannot be exported'}")
+    policy, task = loaded.policy, loaded.cfg.task
+    for flag in ("cache_encoded_outputs", "cache_full_latent"):  # diagnostics: host copies, not graph ops
+        if hasattr(policy, flag):
+            setattr(policy, flag, False)
     graphs = actor_graphs(policy, _EXAMPLE_ROWS)
     out = Path(out_dir) if out_dir is not None else path.parent
     try:
@@ -123,8 +124,7 @@ def export_checkpoint(path: str | Path, out_dir: str | Path | None = None, forma
         exporters[graph.name] = export_onnx(graph, file, source=f"checkpoint {path}")
         written.append(file)
     sidecar = out / f"{task.replace(':', '-')}-actor.json"
-    meta = describe(state, policy, graphs, {g.name: f.name for g, f in zip(graphs, written, strict=True)},
-                    exporters)
+    meta = describe(loaded, graphs, {g.name: f.name for g, f in zip(graphs, written, strict=True)}, exporters)
     try:
         sidecar.write_text(json.dumps(meta, indent=2) + "\n")
     except OSError as e:
@@ -140,45 +140,7 @@ def require_onnx() -> None:
         raise UserError(f"export: {' and '.join(missing)} not installed ({EXTRA_HINT})")
 
 
-def load_policy(state: dict[str, Any], path: Path) -> tuple[nn.Module, str]:
-    """The checkpoint's policy (CPU, eval mode, diagnostics caches off) and its task name, built without an env."""
-    source = f"checkpoint {path}"
-    try:
-        raw = state["config"]
-        kind = raw.get("policy", {}).get("kind", "mlp")
-        if kind not in POLICY_KINDS:
-            raise UserError(f"{source}: policy.kind={kind!r} cannot be exported; this version of syncfree knows "
-                            f"{', '.join(POLICY_KINDS)}")
-        task = state["task"]
-        action_kind, action_size = state["action_spec"]
-        shapes = {name: tuple(value.shape[1:]) for name, value in state["obs"].items()}
-        weights = state["policy"]
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise UserError(f"{source}: lacks what export needs ({type(e).__name__}: {e})") from None
-    try:
-        cfg = from_dict(TrainConfig, raw)
-    except (UserError, TypeError) as e:
-        raise UserError(f"{source}: {e}") from None
-    # no env: build_policy reads only the observation shapes and the action spec
-    env = SimpleNamespace(obs_shapes=shapes, action_spec=ActionSpec(action_kind, int(action_size)))
-    try:
-        policy = build_policy(cfg, env)
-    except UserError as e:
-        raise UserError(f"{source}: {e}") from None
-    try:
-        policy.load_state_dict(weights)
-    except RuntimeError as e:
-        lines = str(e).strip().splitlines()
-        detail = lines[1].strip() if len(lines) > 1 else lines[0]
-        raise UserError(f"{source}: policy does not fit its config ({detail})") from None
-    set_autocast(policy, "off")  # the exported graphs compute in float32 (a runtime picks its own precision)
-    for flag in ("cache_encoded_outputs", "cache_full_latent"):  # diagnostics: host copies, not graph ops
-        if hasattr(policy, flag):
-            setattr(policy, flag, False)
-    return policy.eval().requires_grad_(False), task
-
-
-def actor_graphs(policy: nn.Module, rows: int = _EXAMPLE_ROWS) -> list[Graph]:
+def actor_graphs(policy: PolicyBase, rows: int = _EXAMPLE_ROWS) -> list[Graph]:
     """The graphs to export, with example inputs of `rows` rows (zeros, encoder index 0)."""
     obs = torch.zeros(rows, policy.actor_obs_dim)
     if not isinstance(policy, TokenActorCritic):
@@ -248,10 +210,11 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
-def describe(state: dict[str, Any], policy: nn.Module, graphs: list[Graph], files: dict[str, str],
+def describe(loaded: LoadedPolicy, graphs: list[Graph], files: dict[str, str],
              exporters: dict[str, str]) -> dict[str, Any]:
     """The sidecar: what each file computes, its inputs and outputs, and the actor observation's layout."""
-    kind, size = state["action_spec"]
+    policy = cast(PolicyBase, loaded.policy)  # `export_checkpoint` refused any other
+    kind, size = policy.action_spec.kind, policy.action_spec.size
     layout = getattr(policy, "layout", None) or {"policy": policy.actor_obs_dim}
     parts, start = [], 0
     for name, width in layout.items():
@@ -260,9 +223,9 @@ def describe(state: dict[str, Any], policy: nn.Module, graphs: list[Graph], file
     meta: dict[str, Any] = {
         "syncfree_version": syncfree.__version__,
         "format": "onnx",
-        "task": state["task"],
+        "task": loaded.cfg.task,
         "policy_kind": "token" if "encoder" in files else "mlp",
-        "checkpoint_iteration": state.get("iteration"),
+        "checkpoint_iteration": loaded.iteration,
         "action": {"kind": kind, "size": size,
                    "note": "deterministic action: the Gaussian mean, as the policy outputs it (not clipped)"
                    if kind == "continuous" else "deterministic action: the arg-max of the logits"},
@@ -281,7 +244,7 @@ def describe(state: dict[str, Any], policy: nn.Module, graphs: list[Graph], file
                 "inputs": [_io(name, t) for name, t in graph.inputs.items()],
                 "outputs": [_io(name, t) for name, t in zip(graph.outputs, outs, strict=True)],
             }
-    if "encoder" in meta["graphs"]:
+    if isinstance(policy, TokenActorCritic):  # its graphs: the encoder, the decoder and both combined
         meta["graphs"]["actor"]["note"] = "encoder and decoder combined"
         fsq = policy.fsq
         meta["tokens"] = {

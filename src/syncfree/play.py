@@ -1,38 +1,33 @@
 """`syncfree play`: a checkpoint's deterministic policy acting in one env, drawn frame by frame into a video.
 
-g1-track is rendered with MuJoCo's offscreen renderer (EGL or OSMesa without a display): the policy's robot, and
-beside it, translucent, the reference pose it tracks. Gymnasium envs draw themselves (`render_mode="rgb_array"`);
-the classic tasks are drawn as simple 2-D pictures. Frames go to an MP4 (through imageio's ffmpeg) or a GIF.
+Each task draws itself (its spec's renderer: `syncfree.envs.render`). Frames go to an MP4 (through imageio's
+ffmpeg) or a GIF.
 """
 
 from __future__ import annotations
 
-import math
+import argparse
 import os
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import torch
-from PIL import Image, ImageDraw
+from PIL import Image
 
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError
 from syncfree.policy.actor_critic import PolicyBase
-
-Drawer = Callable[[], np.ndarray]
-"""Draws env 0 as it is now: an [height, width, 3] uint8 image."""
+from syncfree.tasks.spec import Drawer
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
-
-BACKGROUND = (245, 245, 240)
-INK = (40, 40, 40)
-ACCENT = (200, 80, 40)
 
 
 @torch.inference_mode()
 def play(policy: PolicyBase, env: VecEnv, steps: int, draw: Drawer,
-         progress: Callable[[int], None] | None = None) -> list[np.ndarray]:
+         progress: Callable[[int], object] | None = None) -> list[np.ndarray]:
     """The frames of `steps` env steps under the policy's deterministic action (the first frame: after reset)."""
     obs = env.reset()
     frames = [draw()]
@@ -81,7 +76,7 @@ def write_video(frames: list[np.ndarray], path: Path, fps: float) -> Path:
             except ImportError:
                 raise UserError("--video: writing MP4 needs imageio and its ffmpeg (pip install 'syncfree[play]'); "
                                 "a .gif needs nothing more") from None
-            with imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=1, pixelformat="yuv420p",
+            with cast(Any, imageio).get_writer(tmp, fps=fps, codec="libx264", macro_block_size=1, pixelformat="yuv420p",
                                     ffmpeg_log_level="error") as writer:
                 for frame in frames:
                     writer.append_data(frame)
@@ -103,173 +98,56 @@ def gif_frames(frames: list[np.ndarray], samples: int = 4) -> list[Image.Image]:
     return [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
 
 
-def drawer(env: VecEnv, width: int, height: int) -> Drawer:
-    """How to draw env 0 of `env`; a UserError for an env that cannot be drawn."""
-    from syncfree.envs.tasks.classic import CartPole, Pendulum
-    from syncfree.envs.tasks.g1_track.env import G1TrackEnv
-    from syncfree.envs.tasks.point_mass import PointMass
+def record(checkpoint: str | Path, video: Path, steps: int, fps: float, width: int, height: int,
+           device: str = "cpu", seed: int = 12345) -> str:
+    """`syncfree play`: the checkpoint's policy acting in one env of its task for `steps` steps, drawn by the task's
+    renderer into `video` (`fps` 0: real time); returns the line that says what was written."""
+    from tqdm import tqdm
 
-    if isinstance(env, G1TrackEnv):
-        return G1Renderer(env, width, height)
-    if type(env).__name__ == "GymnasiumVecEnv":  # its module imports gymnasium, an optional package
-        return lambda: _gymnasium_frame(env)
-    pictures = {CartPole: draw_cartpole, Pendulum: draw_pendulum, PointMass: draw_point_mass}
-    for kind, picture in pictures.items():
-        if isinstance(env, kind):
-            return lambda: picture(env.state[0].tolist(), width, height)
-    raise UserError(f"play: {type(env).__name__} cannot be drawn (g1-track, the classic tasks and Gymnasium envs "
-                    "can); `syncfree eval` measures its return")
+    from syncfree.train.evaluate import load_policy
 
-
-def _gymnasium_frame(env) -> np.ndarray:
-    frame = env.vector_env.render()
-    frame = frame[0] if isinstance(frame, tuple | list) else frame
-    if frame is None:
-        raise UserError("play: the Gymnasium env returned no frame (was it made with render_mode='rgb_array'?)")
-    return np.ascontiguousarray(frame[..., :3], dtype=np.uint8)
-
-
-# -- the classic tasks, in 2-D ----------------------------------------------------------------------------------
-
-
-def _canvas(width: int, height: int) -> tuple[Image.Image, ImageDraw.ImageDraw]:
-    image = Image.new("RGB", (width, height), BACKGROUND)
-    return image, ImageDraw.Draw(image)
-
-
-def draw_cartpole(state: list[float], width: int, height: int) -> np.ndarray:
-    """Cart on a rail (x in [-2.4, 2.4] m) and its pole (1 m, angle from upright)."""
-    from syncfree.envs.tasks.classic import CartPole
-
-    x, _, theta, _ = state
-    image, draw = _canvas(width, height)
-    scale = width / (2 * CartPole.x_threshold + 1.0)
-    rail_y = height * 0.7
-    draw.line([(0, rail_y), (width, rail_y)], fill=INK, width=2)
-    cx = width / 2 + x * scale
-    cart_w, cart_h = 0.5 * scale, 0.3 * scale
-    draw.rectangle([cx - cart_w / 2, rail_y - cart_h / 2, cx + cart_w / 2, rail_y + cart_h / 2], fill=INK)
-    pole = 2 * CartPole.length * scale
-    tip = (cx + pole * math.sin(theta), rail_y - pole * math.cos(theta))
-    draw.line([(cx, rail_y), tip], fill=ACCENT, width=max(3, round(0.05 * scale)))
-    return np.asarray(image)
-
-
-def draw_pendulum(state: list[float], width: int, height: int) -> np.ndarray:
-    """The pendulum's rod from its pivot (angle 0: upright)."""
-    theta, _ = state
-    image, draw = _canvas(width, height)
-    center, length = (width / 2, height / 2), 0.4 * min(width, height)
-    tip = (center[0] + length * math.sin(theta), center[1] - length * math.cos(theta))
-    draw.line([center, tip], fill=ACCENT, width=max(4, round(0.04 * min(width, height))))
-    r = 0.02 * min(width, height)
-    draw.ellipse([center[0] - r, center[1] - r, center[0] + r, center[1] + r], fill=INK)
-    return np.asarray(image)
-
-
-def draw_point_mass(state: list[float], width: int, height: int) -> np.ndarray:
-    """The point in its 4 m box, the goal (the origin) marked."""
-    from syncfree.envs.tasks.point_mass import PointMass
-
-    x, y, _, _ = state
-    image, draw = _canvas(width, height)
-    scale = 0.5 * min(width, height) / PointMass.box
-    center = (width / 2, height / 2)
-    box = PointMass.box * scale
-    draw.rectangle([center[0] - box, center[1] - box, center[0] + box, center[1] + box], outline=INK, width=2)
-    r = 0.02 * min(width, height)
-    draw.line([(center[0] - 2 * r, center[1]), (center[0] + 2 * r, center[1])], fill=INK, width=2)
-    draw.line([(center[0], center[1] - 2 * r), (center[0], center[1] + 2 * r)], fill=INK, width=2)
-    p = (center[0] + x * scale, center[1] - y * scale)
-    draw.ellipse([p[0] - 2 * r, p[1] - 2 * r, p[0] + 2 * r, p[1] + 2 * r], fill=ACCENT)
-    return np.asarray(image)
-
-
-# -- g1-track, with MuJoCo --------------------------------------------------------------------------------------
-
-
-def gl_context(width: int, height: int):
-    """An OpenGL context for offscreen rendering: `MUJOCO_GL` if set (egl, osmesa, glfw), else GLFW with a display
-    and EGL without one."""
-    backend = os.environ.get("MUJOCO_GL", "").lower() or ("glfw" if os.environ.get("DISPLAY") else "egl")
+    check_video_path(video)  # before anything is built
+    loaded = load_policy(checkpoint, device)
+    task = loaded.task
+    if not isinstance(loaded.policy, PolicyBase):
+        raise UserError(f"play: {loaded.cfg.task}: its {type(loaded.policy).__name__} acts with a state `play` does not "
+                        "carry; `syncfree eval` measures its return")
+    if task is None or task.render is None:
+        why = task.cannot_render if task is not None else "it is not a registered task"
+        raise UserError(f"play: {loaded.cfg.task} cannot be drawn ({why})")
+    env, draw = task.render(loaded.cfg, loaded.device, seed, width, height)
     try:
-        if backend == "egl":
-            from mujoco.egl import GLContext
-        elif backend == "osmesa":
-            from mujoco.osmesa import GLContext
-        elif backend == "glfw":
-            from mujoco.glfw import GLContext
-        else:
-            raise UserError(f"MUJOCO_GL={backend!r}: allowed for play: egl, osmesa, glfw")
-        context = GLContext(width, height)
-    except (ImportError, RuntimeError, AttributeError) as e:
-        raise UserError(f"play: no OpenGL context through {backend} ({str(e).strip().splitlines()[0]}); headless "
-                        "rendering needs EGL or OSMesa (Debian: apt-get install libegl1 libgl1-mesa-dri, or "
-                        "libosmesa6 with MUJOCO_GL=osmesa)") from None
-    context.make_current()
-    return context
+        fps = fps or real_time_fps(env)
+        with tqdm(total=steps, desc="play", unit="step", disable=not sys.stderr.isatty()) as bar:
+            frames = play(loaded.policy, env, steps, draw, lambda n: bar.update(n))
+    finally:
+        close = getattr(draw, "close", None)
+        if close is not None:
+            close()
+        env.close()
+    write_video(frames, video, fps)
+    frame_height, frame_width = frames[0].shape[:2]
+    return (f"wrote {video} ({len(frames)} frames, {frame_width}x{frame_height}, {fps:g} fps; {loaded.cfg.task}, "
+            f"checkpoint at iteration {loaded.iteration})")
 
 
-ROBOT_RGBA = (0.85, 0.55, 0.3, 1.0)
-REFERENCE_RGBA = (0.3, 0.6, 1.0, 0.35)
-"""The policy's robot opaque orange, the reference translucent blue."""
+DESCRIPTION = ("Record a checkpoint's deterministic policy acting in one env as a video, drawn by the task (g1-track by "
+               "MuJoCo: the policy's robot beside its translucent reference, headless through EGL or OSMesa; Gymnasium "
+               "envs by their own renderer; the classic tasks as 2-D drawings).")
 
 
-class G1Renderer:
-    """The policy's robot (env 0) and, `reference_offset` metres to its left, the reference pose it tracks,
-    translucent, seen from the side by a camera that follows the robot."""
-
-    def __init__(self, env, width: int, height: int, reference_offset: float = 1.0) -> None:
-        import mujoco
-
-        self.env, self.mujoco = env, mujoco
-        self.model = mujoco.MjModel.from_xml_path(env.robot.path)
-        self.model.vis.global_.offwidth = max(width, self.model.vis.global_.offwidth)
-        self.model.vis.global_.offheight = max(height, self.model.vis.global_.offheight)
-        self.robot, self.reference = mujoco.MjData(self.model), mujoco.MjData(self.model)
-        self.offset = np.array([0.0, reference_offset, 0.0])
-        self.context = gl_context(width, height)
-        self.render_context = mujoco.MjrContext(self.model, mujoco.mjtFontScale.mjFONTSCALE_150)
-        mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self.render_context)
-        self.scene = mujoco.MjvScene(self.model, maxgeom=4 * self.model.ngeom + 100)
-        self.option, self.perturb, self.camera = mujoco.MjvOption(), mujoco.MjvPerturb(), mujoco.MjvCamera()
-        self.option.geomgroup[:4] = 1  # the robot's shapes are its collision geoms (group 3)
-        self.camera.distance, self.camera.azimuth, self.camera.elevation = 3.2, 150.0, -15.0
-        self.viewport = mujoco.MjrRect(0, 0, width, height)
-        self.pixels = np.empty((height, width, 3), dtype=np.uint8)
-
-    def pose(self, data, root_pos: torch.Tensor, root_quat: torch.Tensor, joint_pos: torch.Tensor,
-             shift: np.ndarray | None = None) -> None:
-        qpos = torch.cat((root_pos, root_quat, joint_pos)).double().cpu().numpy()
-        if shift is not None:
-            qpos[:3] += shift
-        data.qpos[:] = qpos
-        self.mujoco.mj_kinematics(self.model, data)
-
-    def __call__(self) -> np.ndarray:
-        mujoco, env = self.mujoco, self.env
-        physics, command = env.physics, env.command
-        self.pose(self.robot, physics.root_pos[0], physics.root_quat[0], physics.joint_pos[0])
-        frame = command.frame[0]
-        motions = command.motions
-        self.pose(self.reference, motions.root_pos[frame], motions.root_quat[frame], motions.joint_pos[frame],
-                  self.offset)
-        self.camera.lookat[:] = self.robot.qpos[:3] + self.offset / 2
-        self.camera.lookat[2] = 0.8  # about the pelvis' height: the camera does not bob with the robot
-        mujoco.mjv_updateScene(self.model, self.robot, self.option, self.perturb, self.camera,
-                               mujoco.mjtCatBit.mjCAT_ALL, self.scene)
-        first = self.scene.ngeom
-        for i in range(first):
-            if self.scene.geoms[i].category == mujoco.mjtCatBit.mjCAT_DYNAMIC:
-                self.scene.geoms[i].rgba[:] = ROBOT_RGBA
-        mujoco.mjv_addGeoms(self.model, self.reference, self.option, self.perturb, mujoco.mjtCatBit.mjCAT_DYNAMIC,
-                            self.scene)
-        for i in range(first, self.scene.ngeom):
-            self.scene.geoms[i].rgba[:] = REFERENCE_RGBA
-        mujoco.mjr_render(self.viewport, self.scene, self.render_context)
-        mujoco.mjr_readPixels(self.pixels, None, self.viewport, self.render_context)
-        return np.flipud(self.pixels).copy()
-
-    def close(self) -> None:
-        self.render_context.free()
-        self.context.free()
+def parse_arguments(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """`syncfree play`'s options on `parser` (which takes the checkpoint and `--device`), parsed and checked."""
+    parser.add_argument("--video", type=Path, default=None,
+                        help="output file, .mp4 or .gif (default: play.mp4 beside the checkpoint)")
+    parser.add_argument("--steps", type=int, default=300, help="env steps to record (default 300)")
+    parser.add_argument("--fps", type=float, default=0.0,
+                        help="frames per second (default: real time for the env's control step, else 30)")
+    parser.add_argument("--width", type=int, default=640, help="frame width in pixels (default 640)")
+    parser.add_argument("--height", type=int, default=480, help="frame height in pixels (default 480)")
+    parser.add_argument("--seed", type=int, default=12345, help="environment seed (default 12345)")
+    args = parser.parse_args(argv)
+    for name, low in (("steps", 1), ("width", 16), ("height", 16)):
+        if getattr(args, name) < low:
+            raise UserError(f"--{name}={getattr(args, name)} is invalid; allowed: an integer >= {low}")
+    return args

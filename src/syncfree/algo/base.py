@@ -13,17 +13,26 @@ no host read, nothing allocated that a preallocated buffer could hold.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
-from syncfree.algo.optim import PolicyOptimizer
-from syncfree.config import PPOConfig
+from syncfree.algo.optim import Collective, PolicyOptimizer
+from syncfree.config import PPOConfig, TrainConfig
 from syncfree.core.phases import Phases
-from syncfree.envs.api import StepResult
+from syncfree.core.switches import Scope
+from syncfree.envs.api import StepResult, VecEnv
+from syncfree.policy.build import EnvShape
 from syncfree.policy.normalizer import RewardScale
+
+
+class CheckpointReader(Protocol):
+    """Reads a syncfree checkpoint a config names (e.g. a teacher's): its config and its whole state."""
+
+    def __call__(self, path: str) -> tuple[TrainConfig, dict[str, Any]]: ...
 
 
 class StepObserver(Protocol):
@@ -51,8 +60,50 @@ class Algorithm(ABC):
     """PPO in one of its forms, driven by the runner.
 
     Per iteration the runner calls `begin_rollout()`, then per step `act(obs, t)`, steps the env and calls
-    `record(t, step)`; then `compute_returns(obs)` with the observation after the last step, and `update()`.
-    `statistics()` names the device tensors the runner moves to the host once per iteration."""
+    `record(t, step)`; then `compute_returns(obs)` with the observation after the last step, and `update(progress)`.
+    `statistics()` names the device tensors the runner moves to the host once per iteration.
+
+    The class owns what differs between algorithms outside the loop too: the config type it trains from, building
+    itself and its policy, evaluating a policy, where the perf switches act, and the bench's policy forward."""
+
+    config_type: ClassVar[type[TrainConfig]] = TrainConfig
+    """The config type this algorithm trains from (a task's config type derives from it)."""
+    export_refusal: ClassVar[str | None] = None
+    """Why `syncfree export` cannot write this algorithm's policies (None: it can)."""
+
+    @classmethod
+    @abstractmethod
+    def build(cls, cfg: Any, env: VecEnv, device: torch.device, dist: Collective | None = None,
+              read_checkpoint: CheckpointReader | None = None) -> Algorithm:
+        """The algorithm and the policy `cfg` (a `config_type`) asks for, on `device`, training on `env`;
+        `read_checkpoint` reads checkpoints the config names (teachers)."""
+
+    @classmethod
+    @abstractmethod
+    def build_policy(cls, cfg: Any, env: EnvShape) -> nn.Module:
+        """The policy `cfg` asks for, for `env`'s observation shapes and action spec (an env, or a checkpoint's
+        record of them): how training, evaluation and export build it."""
+
+    @staticmethod
+    @abstractmethod
+    def evaluate(policy: Any, env: VecEnv, greedy: bool = True) -> np.ndarray:
+        """The return of each env row's first episode under the policy's most likely actions (`greedy`) or sampled
+        ones."""
+
+    @classmethod
+    @abstractmethod
+    def scope(cls, cfg: Any, device_type: str, world_size: int, env_layer: bool) -> Scope:
+        """Where a run of `cfg` stands for the perf switches (`PerfConfig.inert_switches` says which change
+        nothing there)."""
+
+    @abstractmethod
+    def obs_dims(self, env: EnvShape) -> dict[str, Any]:
+        """The observation shapes a checkpoint of this algorithm's policy records (a resumed run must match)."""
+
+    @abstractmethod
+    def forward_only(self, obs: dict[str, Tensor]) -> Callable[[], list[Tensor]]:
+        """For the bench's compute floor: a function running the policy forwards of one rollout (as `act` runs
+        them, without storage) from copies of `obs` and of the per-row state, returning each step's actions."""
 
     policy: nn.Module
     optim: PolicyOptimizer
@@ -87,8 +138,9 @@ class Algorithm(ABC):
         """Advantages and returns of the finished rollout; `obs`: the observation after its last step."""
 
     @abstractmethod
-    def update(self) -> None:
-        """Epochs x minibatches over the rollout; the statistics stay on the device (`statistics()`)."""
+    def update(self, progress: float = 0.0) -> None:
+        """Epochs x minibatches over the rollout, `progress` (the fraction of the run done) into the run, for the
+        schedules that anneal; the statistics stay on the device (`statistics()`)."""
 
     @abstractmethod
     def statistics(self) -> dict[str, Tensor]:
@@ -105,7 +157,7 @@ class Algorithm(ABC):
         added to `stats`."""
         with self.phases("update.backward"):
             self.optim.zero_grad()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
         with self.phases("update.optimizer"):
             grad_norm = self.optim.step(kl_mean)
             self.add_statistics(parts, grad_norm)

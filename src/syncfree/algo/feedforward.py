@@ -10,22 +10,26 @@ compiled graph. The minibatch update is a compiled forward and loss (`hot`), or 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from syncfree.algo.advantages import compute_gae, global_mean_std
-from syncfree.algo.base import Algorithm, reward_scale
+from syncfree.algo.base import Algorithm, CheckpointReader, reward_scale
 from syncfree.algo.minibatch_step import MinibatchStep
 from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.storage import Batch, RolloutStorage, StepRow, store_env, store_policy
-from syncfree.config import PPOConfig
+from syncfree.config import PPOConfig, TokenPolicyConfig, TrainConfig
 from syncfree.core.compile import hot, mark_static, use_cuda_graphs
 from syncfree.core.phases import Phases
-from syncfree.core.switches import PerfConfig
-from syncfree.envs.api import ActionSpec, StepResult
-from syncfree.policy.actor_critic import PolicyBase
+from syncfree.core.switches import PerfConfig, Scope
+from syncfree.envs.api import ActionSpec, StepResult, VecEnv
+from syncfree.errors import UserError
+from syncfree.policy.actor_critic import ActorCritic, PolicyBase, set_autocast
+from syncfree.policy.build import EnvShape, obs_dim
+from syncfree.policy.token_encoder import TokenActorCritic, default_layout
 
 log = logging.getLogger("syncfree")
 
@@ -40,6 +44,8 @@ at every minibatch, as rsl_rl reads them."""
 
 class FeedForwardPPO(Algorithm):
     """PPO for a feed-forward policy (`ActorCritic` or `TokenActorCritic`) on `num_envs` envs."""
+
+    policy: PolicyBase
 
     def __init__(self, policy: PolicyBase, cfg: PPOConfig, perf: PerfConfig, num_envs: int, critic_dim: int,
                  action_spec: ActionSpec, device: torch.device, dist: Collective | None = None) -> None:
@@ -57,8 +63,9 @@ class FeedForwardPPO(Algorithm):
         self._done = torch.zeros(num_envs, dtype=torch.bool, device=device)
         self.reward_scale = reward_scale(cfg, num_envs, device)
         aux = getattr(policy, "auxiliary_loss", None)
-        self.auxiliary_loss = aux if aux is not None and policy.cfg.reconstruction_weight > 0 else None
-        """The policy's own extra loss (the token policy's reconstruction), added to PPO's."""
+        self.reconstruction_weight = float(getattr(getattr(policy, "cfg", None), "reconstruction_weight", 0.0))
+        self.auxiliary_loss = aux if aux is not None and self.reconstruction_weight > 0 else None
+        """The policy's own extra loss (the token policy's reconstruction, with its weight), added to PPO's."""
         self.stat_names = UPDATE_STATS
         if self.auxiliary_loss is not None:
             self.stat_names = (*UPDATE_STATS[:-1], "reconstruction_loss", UPDATE_STATS[-1])
@@ -85,6 +92,73 @@ class FeedForwardPPO(Algorithm):
                                             clip_groups=self.optim.clip_groups)
             self._whole_step = hot(self.whole_step, perf, device)
 
+    # -- the class's side: building, evaluating, the switches' scope ---------------------------------------------
+
+    @classmethod
+    def build(cls, cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
+              read_checkpoint: CheckpointReader | None = None) -> FeedForwardPPO:
+        policy = cls.build_policy(cfg, env).to(device)
+        set_autocast(policy, cfg.perf.autocast, device)
+        return cls(policy, cfg.ppo, cfg.perf, env.num_envs, obs_dim(env, "critic"), env.action_spec, device, dist=dist)
+
+    @classmethod
+    def build_policy(cls, cfg: TrainConfig, env: EnvShape) -> PolicyBase:
+        """`policy.kind`: `mlp` (`ActorCritic`) or `token` (`TokenActorCritic`, on the `tokenizer/` groups of a
+        task that has them, g1-track)."""
+        critic_dim = obs_dim(env, "critic")
+        if cfg.policy.kind == "mlp":
+            return ActorCritic(obs_dim(env, "policy"), critic_dim, env.action_spec, cfg.policy,
+                               validate_distributions=cfg.perf.validate_distributions,
+                               critic_chunk_size=cfg.perf.critic_chunk_size)
+        tokenizer = any(k.startswith("tokenizer/") for k in env.obs_shapes)
+        if not isinstance(cfg.policy, TokenPolicyConfig) or env.action_spec.kind != "continuous" or not tokenizer:
+            raise UserError(f"policy.kind={cfg.policy.kind}: task {cfg.task!r} has no tokenizer observations or no "
+                            "continuous actions (use it with g1-track)")
+        try:
+            layout = default_layout(env.obs_shapes, cfg.policy.token)
+            return TokenActorCritic(layout, critic_dim, env.action_spec, cfg.policy.token,
+                                    validate_distributions=cfg.perf.validate_distributions,
+                                    cache_encoded_outputs=cfg.perf.cache_encoded_outputs,
+                                    cache_full_latent=cfg.perf.cache_full_latent,
+                                    critic_chunk_size=cfg.perf.critic_chunk_size)
+        except ValueError as e:
+            raise UserError(f"policy.token: {e}") from None
+
+    @staticmethod
+    @torch.inference_mode()
+    def evaluate(policy: PolicyBase, env: VecEnv, greedy: bool = True) -> np.ndarray:
+        """The return of each env's first episode under the policy's deterministic action (mean or argmax;
+        `greedy`) or actions drawn from its distribution, as the rollout draws them."""
+        def sampled(actor_obs: Tensor) -> Tensor:
+            return policy.head.sample(policy.dist_params(actor_obs))[0]
+
+        act = policy.act_deterministic if greedy else sampled
+        obs = env.reset()
+        first_return = torch.full((env.num_envs,), float("nan"), device=env.device)
+        finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+        for _ in range(env.max_episode_length):  # every episode ends by its time limit
+            step = env.step(act(policy.actor_input(obs)))
+            done = step.terminated | step.truncated
+            first_return = torch.where(done & ~finished, step.info["episode_return"], first_return)
+            finished |= done
+            obs = step.obs
+        return first_return.cpu().numpy()
+
+    @classmethod
+    def scope(cls, cfg: TrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
+        p, rows = cfg.ppo, cfg.env.rows()
+        return Scope(token_policy=cfg.policy.kind == "token", env_layer=env_layer, device=device_type,
+                     adaptive_lr=p.schedule == "adaptive", world_size=world_size,
+                     critic_rows=max(rows, rows * p.steps_per_env // max(p.num_minibatches, 1)))
+
+    def obs_dims(self, env: EnvShape) -> dict[str, int]:
+        return {"policy": self.policy.actor_obs_dim, "critic": obs_dim(env, "critic")}
+
+    def forward_only(self, obs: dict[str, Tensor]) -> Callable[[], list[Tensor]]:
+        act = hot(self.policy.act, self.perf, self.device)
+        actor_obs, critic_obs = obs["policy"].clone(), obs["critic"].clone()
+        return lambda: [act(actor_obs, critic_obs).actions for _ in range(self.steps_per_env)]
+
     # -- rollout -------------------------------------------------------------------------------------------
 
     def act(self, obs: dict[str, Tensor], t: int) -> Tensor:
@@ -103,10 +177,10 @@ class FeedForwardPPO(Algorithm):
         row, phase, observer = self.storage.rows[t], self.phases, self.observer
         bootstrap_values = self.final_values(step)
         if self.perf.compile != "off":
-            fused = observer is not None and observer.fused
+            observed = observer.rows(t) if observer is not None and observer.fused else None
             with phase("stats"):  # one graph: normalizers, storage and the observer's bookkeeping
-                self._record_step(step, bootstrap_values, row, observer.rows(t) if fused else None)
-            if observer is not None and not fused:  # the conventional monitors read the host: outside the graph
+                self._record_step(step, bootstrap_values, row, observed)
+            if observer is not None and observed is None:  # the conventional monitors read the host: outside it
                 with phase("stats"):
                     observer.record(t, step)
             return
@@ -134,8 +208,9 @@ class FeedForwardPPO(Algorithm):
         self.update_normalizers(step.obs)
         done = torch.logical_or(step.terminated, step.truncated, out=self._done)
         store_env(row, self.learned_reward(step.reward, done), done, step.truncated, self.cfg.gamma, bootstrap_values)
-        if observed is not None:
-            self.observer.record_rows(step, observed)
+        observer = self.observer
+        if observed is not None and observer is not None:
+            observer.record_rows(step, observed)
 
     def update_normalizers(self, obs: dict[str, Tensor]) -> None:
         self.policy.update_normalizers(self.policy.actor_input(obs, out=self._next_actor_obs), obs["critic"])
@@ -151,7 +226,8 @@ class FeedForwardPPO(Algorithm):
         s = self.storage
         with self.phases("advantages"):
             last_values = self.policy.value(obs["critic"])
-            mean_std = None if self.dist is None else (lambda x: global_mean_std(x, self.dist))
+            dist = self.dist
+            mean_std = None if dist is None else (lambda x: global_mean_std(x, dist))
             self._gae(s.rewards, s.values, s.dones, last_values, self.cfg.gamma, self.cfg.lam, s.advantages,
                       s.returns, mean_std=mean_std)
 
@@ -250,9 +326,9 @@ class FeedForwardPPO(Algorithm):
         loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
         with torch.no_grad():
             clip_fraction = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
-        parts = (surrogate.detach(), value_loss.detach(), entropy.detach(), kl_mean, clip_fraction)
+        parts: tuple[Tensor, ...] = (surrogate.detach(), value_loss.detach(), entropy.detach(), kl_mean, clip_fraction)
         if self.auxiliary_loss is not None:
             auxiliary = self.auxiliary_loss(mb.actor_obs)
             loss = loss + auxiliary
-            parts = (*parts, auxiliary.detach() / self.policy.cfg.reconstruction_weight)
+            parts = (*parts, auxiliary.detach() / self.reconstruction_weight)
         return loss, parts, kl_mean

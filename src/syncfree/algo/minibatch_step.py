@@ -14,7 +14,7 @@ moments live in the optimizer's own state, so checkpoints are the same in every 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -87,7 +87,7 @@ class MinibatchStep:
                  clip_groups: list[list[nn.Parameter]] | None = None) -> None:
         self.loss_module = _LossModule(policy, losses)
         self.names = [f"policy.{n}" for n, p in policy.named_parameters() if p.requires_grad]
-        self.params = [p for p in policy.parameters() if p.requires_grad]
+        self.params: list[Tensor] = [p for p in policy.parameters() if p.requires_grad]
         index = {id(p): i for i, p in enumerate(self.params)}
         self.clip_groups = [[index[id(p)] for p in group] for group in clip_groups if group] if clip_groups else \
             [list(range(len(self.params)))]
@@ -120,7 +120,9 @@ class MinibatchStep:
         return StepState(self.params, moments, squares, steps, lr.view(1), stats, skipped.view(1))
 
     def loss(self, params: dict[str, Tensor], mb: Batch) -> tuple[Tensor, tuple[tuple[Tensor, ...], Tensor]]:
-        return torch.func.functional_call(self.loss_module, params, (mb,))
+        # `functional_call` returns what the module's forward does (`_LossModule.forward`); torch types it as Any
+        return cast("tuple[Tensor, tuple[tuple[Tensor, ...], Tensor]]",
+                    torch.func.functional_call(self.loss_module, params, (mb,)))
 
     def __call__(self, data: Batch, idx: Tensor, state: StepState) -> None:
         mb = Batch(*(x[idx] for x in data))

@@ -3,7 +3,7 @@ the KL-adaptive learning rate, and (with several processes) the gradient all-red
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -57,7 +57,8 @@ class PolicyOptimizer:
         )
         self.found_inf = torch.zeros((), dtype=torch.float32, device=device)
         if perf.grad_finite_from_norm and perf.fused_adamw:
-            self.optimizer.found_inf = self.found_inf  # read by the fused kernel: skips the step when 1
+            # read by the fused kernel: skips the step when 1 (torch reads it with getattr; its stubs do not declare it)
+            self.optimizer.found_inf = self.found_inf  # type: ignore[attr-defined]
         self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
         self.grad_all_reduce = GradientAllReduce(params, dist) if dist is not None else None
         """With several processes: averages gradients and the minibatch KL over ranks (one collective)."""
@@ -82,10 +83,11 @@ class PolicyOptimizer:
         the minibatch KL (adaptive schedule), clip the gradients and step; returns their norm before clipping."""
         if self.grad_all_reduce is not None:
             kl_mean = self.grad_all_reduce(kl_mean if kl_mean is not None else self._no_kl)
+        # the adaptive schedule's callers always pass the minibatch KL (None only with another schedule)
         if self.adapt_per_minibatch:
-            self.adapt_learning_rate(kl_mean)
+            self.adapt_learning_rate(cast(Tensor, kl_mean))
         elif self.adaptive:
-            self.record_kl(kl_mean)
+            self.record_kl(cast(Tensor, kl_mean))
         grad_norm = self.clip_and_step()
         self.track_skips()
         return grad_norm
@@ -132,7 +134,7 @@ class PolicyOptimizer:
             return
         self.lr.copy_(self.next_learning_rate(self.lr, kl_mean))
         if self.optimizer_lr is not self.lr:
-            self.optimizer_lr.copy_(self.lr)
+            cast(Tensor, self.optimizer_lr).copy_(self.lr)  # a tensor whenever `lr_on_device`
 
     def next_learning_rate(self, lr: Tensor, kl_mean: Tensor) -> Tensor:
         """The adaptive schedule on the device: `lr` / 1.5 above twice the KL target, x 1.5 below half of it."""
@@ -181,13 +183,13 @@ class PolicyOptimizer:
         return {"skipped_steps": self.skipped_steps - self._skipped_before, "learning_rate": lr,
                 "longest_skip_run": self.longest_skip_run, "non_finite_parameters": finite.logical_not()}
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """The learning rate is saved as one float64 tensor whichever path kept it, so a run may resume with
         `device_adaptive_lr` switched."""
         lr = self.lr if self.lr_on_device else torch.tensor(self.learning_rate, dtype=torch.float64)
         return {"optimizer": self.optimizer.state_dict(), "lr": lr.clone(), "skipped_steps": self.skipped_steps.clone()}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_optimizer_state(state["optimizer"])
         self.lr.copy_(state["lr"])
         if isinstance(self.optimizer_lr, Tensor) and self.optimizer_lr is not self.lr:
@@ -197,7 +199,7 @@ class PolicyOptimizer:
         for group in self.optimizer.param_groups:
             group["lr"] = self.optimizer_lr if isinstance(self.optimizer_lr, Tensor) else self.learning_rate
 
-    def load_optimizer_state(self, state: dict) -> None:
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
         """Load moments and step counts but keep this run's optimizer options (fused, foreach, lr object). The
         tensors are copied: `torch.optim` would otherwise keep those of a live state dict and share them."""
         own_groups = self.optimizer.state_dict()["param_groups"]
@@ -226,7 +228,7 @@ class GradientAllReduce:
         self.params, self.ctx = params, ctx
         total = sum(p.numel() for p in params)
         self.flat = torch.zeros(total + extra, dtype=params[0].dtype, device=params[0].device)
-        self.views = [v.view_as(p) for v, p in zip(self.flat[:total].split([p.numel() for p in params]), params,
+        self.views = [v.view_as(p) for v, p in zip(torch.split(self.flat[:total], [p.numel() for p in params]), params,
                                                    strict=True)]
         self.extra = self.flat[total:]
 

@@ -15,20 +15,25 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Callable
+from typing import Any, cast
 
+import numpy as np
 import torch
 from torch import Tensor
 
-from syncfree.algo.base import Algorithm, reward_scale
+from syncfree.algo.base import Algorithm, CheckpointReader, reward_scale
 from syncfree.algo.losses import LossInputs, build_losses, needed_fields, needs_full_log_probs, teacher_fields
 from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.segments import Field, Minibatch, SegmentBuffer, prioritized_beta
 from syncfree.algo.vtrace import vtrace_advantages
-from syncfree.config import LossesConfig, PPOConfig
+from syncfree.config import LossesConfig, PPOConfig, RecurrentPPOConfig, RecurrentTrainConfig
 from syncfree.core.compile import hot
 from syncfree.core.phases import Phases
-from syncfree.core.switches import PerfConfig
-from syncfree.envs.api import StepResult
+from syncfree.core.switches import PerfConfig, Scope
+from syncfree.envs.api import StepResult, VecEnv
+from syncfree.errors import UserError
+from syncfree.policy.actor_critic import set_autocast
+from syncfree.policy.build import EnvShape
 from syncfree.policy.recurrent import EMPTY_TOKEN, RecurrentTokenPolicy
 
 log = logging.getLogger("syncfree")
@@ -48,7 +53,9 @@ class RecurrentPPO(Algorithm):
     scripted teacher (the `supervised` loss imitates its actions). With several processes (`dist`) each rank
     trains on its own agents' rows and the gradients are averaged over ranks before every step."""
 
-    def __init__(self, policy: RecurrentTokenPolicy, cfg: PPOConfig, losses: LossesConfig, perf: PerfConfig,
+    policy: RecurrentTokenPolicy
+
+    def __init__(self, policy: RecurrentTokenPolicy, cfg: RecurrentPPOConfig, losses: LossesConfig, perf: PerfConfig,
                  num_agents: int, obs_shape: tuple[int, ...], stored_tokens: int, device: torch.device,
                  teacher: RecurrentTokenPolicy | None = None, env_teacher: Teacher | None = None,
                  dist: Collective | None = None) -> None:
@@ -107,6 +114,107 @@ class RecurrentPPO(Algorithm):
                      "algorithm only)")
         self.reset_episodes()
 
+    # -- the class's side: building, evaluating, the switches' scope ---------------------------------------------
+
+    config_type = RecurrentTrainConfig
+    export_refusal = "the recurrent policy cannot be exported (its state is carried between steps); " \
+        "`syncfree eval` measures its return"
+
+    @classmethod
+    def build(cls, cfg: RecurrentTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
+              read_checkpoint: CheckpointReader | None = None) -> RecurrentPPO:
+        """Also the teachers: a checkpoint's policy (`losses.teacher`, read with `read_checkpoint`) and the
+        env's scripted one (`losses.supervised`)."""
+        policy = cls.build_policy(cfg, env).to(device)
+        set_autocast(policy, cfg.perf.autocast, device)
+        teacher = None
+        if cfg.losses.teacher:
+            if read_checkpoint is None:
+                raise UserError("losses.teacher: no way to read checkpoints was given")
+            teacher = cls.load_teacher(cfg.losses.teacher, env, read_checkpoint).to(device)
+        tokens = env.obs_shapes["policy"]
+        return cls(policy, cfg.ppo, cfg.losses, cfg.perf, env.num_envs, tokens,
+                   min(tokens[0], cfg.policy.recurrent.max_tokens or tokens[0]), device, teacher=teacher,
+                   env_teacher=scripted_teacher(env) if cfg.losses.supervised > 0 else None, dist=dist)
+
+    @classmethod
+    def build_policy(cls, cfg: RecurrentTrainConfig, env: EnvShape,
+                     emit_full_log_probs: bool | None = None) -> RecurrentTokenPolicy:
+        """The recurrent token policy of `policy.recurrent`, on token observations and discrete actions; it emits
+        full log-probabilities when its losses need them (`emit_full_log_probs`, by default from `cfg`)."""
+        if env.action_spec.kind != "discrete" or len(env.obs_shapes.get("policy", ())) != 2:
+            raise UserError(f"policy.kind=recurrent: task {cfg.task!r} has no token observations or no discrete "
+                            "actions")
+        if emit_full_log_probs is None:
+            emit_full_log_probs = cls.full_log_probs_needed(cfg.losses, cfg.ppo, cfg.perf)
+        r = cfg.policy.recurrent
+        return RecurrentTokenPolicy(env.action_spec.size, embed_dim=r.embed_dim, encoder_hidden=r.encoder_hidden,
+                                    hidden=r.hidden, max_tokens=r.max_tokens or None,
+                                    emit_full_log_probs=emit_full_log_probs, core=r.core,
+                                    last_action_input=r.last_action_input)
+
+    @classmethod
+    def load_teacher(cls, path: str, env: EnvShape, read_checkpoint: CheckpointReader) -> RecurrentTokenPolicy:
+        """The recurrent policy of the checkpoint at `path`, frozen, emitting its full log-probabilities."""
+        cfg, state = read_checkpoint(path)
+        if not isinstance(cfg, RecurrentTrainConfig):
+            raise UserError(f"losses.teacher: {path} holds a policy.kind={cfg.policy.kind} policy, not a recurrent "
+                            "one")
+        if tuple(state["action_spec"]) != (env.action_spec.kind, env.action_spec.size):
+            raise UserError(f"losses.teacher: {path} acts in {tuple(state['action_spec'])} but this env has "
+                            f"{(env.action_spec.kind, env.action_spec.size)}")
+        teacher = cls.build_policy(cfg, env, emit_full_log_probs=True)
+        teacher.load_state_dict(state["policy"])
+        return teacher.eval().requires_grad_(False)
+
+    @staticmethod
+    @torch.inference_mode()
+    def evaluate(policy: RecurrentTokenPolicy, env: VecEnv, greedy: bool = True) -> np.ndarray:
+        """The return of each agent's first episode (every row of `env`), acting with the most likely action
+        (`greedy`) or sampling."""
+        n = env.num_envs
+        obs = env.reset()["policy"]
+        state = policy.initial_state(n, env.device)
+        done = torch.ones(n, dtype=torch.bool, device=env.device)
+        last = torch.zeros(n, dtype=torch.int64, device=env.device)
+        first_return = torch.full((n,), float("nan"), device=env.device)
+        finished = torch.zeros(n, dtype=torch.bool, device=env.device)
+        for _ in range(env.max_episode_length):  # every episode ends by its time limit
+            out, state = policy.step(obs, state, done, last if policy.last_action is not None else None,
+                                     greedy=greedy)
+            step = env.step(out.actions)
+            done = step.terminated | step.truncated
+            first_return = torch.where(done & ~finished, step.info["episode_return"], first_return)
+            finished |= done
+            obs, last = step.obs["policy"], out.actions
+        return first_return.cpu().numpy()
+
+    @classmethod
+    def scope(cls, cfg: RecurrentTrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
+        p = cfg.ppo  # rows are agents; the critic is not chunked here anyway
+        return Scope(flat_rollouts=False, whole_step_update=False, chunked_critic=False, cuda_graph_replay=False,
+                     segment_buffer=True, full_log_probs=True, env_layer=env_layer, device=device_type,
+                     adaptive_lr=p.schedule == "adaptive", world_size=world_size, critic_rows=cfg.env.rows(),
+                     full_log_probs_needed=needs_full_log_probs(build_losses(cfg.losses, p)),
+                     sequential_minibatches=p.minibatch_sampler == "sequential" or p.prio_alpha <= 0)
+
+    def obs_dims(self, env: EnvShape) -> dict[str, Any]:
+        return {"policy": list(env.obs_shapes["policy"])}
+
+    def forward_only(self, obs: dict[str, Tensor]) -> Callable[[], list[Tensor]]:
+        tokens, done, start = obs["policy"].clone(), self.done.clone(), type(self.state)(*(s.clone() for s in self.state))
+        last_actions = (self.buffer.previous_actions(self._everyone).clone()
+                        if "last_actions" in self.buffer.data else None)
+
+        def rollout() -> list[Tensor]:
+            state, actions = start, []
+            for _ in range(self.steps_per_env):
+                out, state = self.policy_step(tokens, state, done, last_actions)
+                actions.append(out.actions)
+            return actions
+
+        return rollout
+
     @staticmethod
     def full_log_probs_needed(losses: LossesConfig, cfg: PPOConfig, perf: PerfConfig) -> bool:
         """Whether the policy must emit full log-probabilities: some enabled loss reads them, or the gate is off."""
@@ -164,14 +272,14 @@ class RecurrentPPO(Algorithm):
                 self.observer.record(t, step)
         self.state = self._next_state
 
-    def teacher_step(self, tokens: Tensor, data: dict, last_actions: Tensor | None) -> None:
+    def teacher_step(self, tokens: Tensor, data: dict[str, Tensor], last_actions: Tensor | None) -> None:
         """The teachers' outputs for this step, for the fields some enabled loss reads."""
-        fields = self.buffer.data
-        if "teacher_actions" in fields:
-            data["teacher_actions"] = self.env_teacher(tokens)
-        if self.teacher is not None:
+        fields, env_teacher = self.buffer.data, self.env_teacher
+        if "teacher_actions" in fields and env_teacher is not None:
+            data["teacher_actions"] = env_teacher(tokens)
+        if self.teacher is not None and self.teacher_state is not None:
             out, self.teacher_state = self.teacher.step(tokens, self.teacher_state, self.done, last_actions)
-            if "teacher_log_probs" in fields:
+            if "teacher_log_probs" in fields and out.full_log_probs is not None:  # a teacher emits them
                 data["teacher_log_probs"] = out.full_log_probs
             if "teacher_values" in fields:
                 data["teacher_values"] = out.value
@@ -222,7 +330,8 @@ class RecurrentPPO(Algorithm):
         ev = self.policy.evaluate_sequence(d["obs"], d["actions"], batch.initial_state, d["dones"],
                                            d.get("last_actions"))
         inputs = LossInputs(ev, d, batch.advantages, self.returns.index_select(0, batch.indices), batch.prio_weights)
-        total, parts = None, []
+        total: Tensor | None = None
+        parts: list[Tensor] = []
         for weight, loss_fn in self.losses:
             value, stats = loss_fn(inputs)
             total = weight * value if total is None else total + weight * value
@@ -236,7 +345,7 @@ class RecurrentPPO(Algorithm):
                     self.buffer.data["ratio"].index_copy_(0, batch.indices, ratio)
                 if self.optim.adaptive:
                     kl_mean = ((ratio - 1.0) - log_ratio)[:, :-1].mean()
-        return total, parts, kl_mean
+        return cast(Tensor, total), parts, kl_mean  # at least one loss is on (`LossesConfig.validate`)
 
     def storage_tensors(self) -> list[Tensor]:
         """The segment buffer (rows and scratch rows, state snapshots, advantages, last actions), the returns and
@@ -250,3 +359,13 @@ class RecurrentPPO(Algorithm):
         return {**dict(zip(self.stat_names, means.unbind(), strict=True)), **self.optim.statistics(),
                 "reward_per_agent_step": self.reward_total.double() / steps,
                 "obs_over_max_tokens": self.over_max_tokens.double() / steps}
+
+
+def scripted_teacher(env: VecEnv) -> Teacher:
+    """The scripted teacher of the grid-arena `mines` map (the `supervised` loss imitates it)."""
+    from syncfree.envs.adapters.mettagrid import MettaGridVecEnv  # imports mettagrid: only when asked for
+    from syncfree.envs.adapters.mettagrid_teacher import MinesTeacher
+
+    if not isinstance(env, MettaGridVecEnv):
+        raise UserError(f"losses.supervised: {type(env).__name__} provides no scripted teacher (a MettaGrid env does)")
+    return MinesTeacher.from_env(env)

@@ -4,49 +4,29 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from syncfree.config import TrainConfig
 from syncfree.core.switches import PerfConfig
-from syncfree.envs.tasks import GYMNASIUM_PREFIX
-from syncfree.presets import preset
+from syncfree.errors import UserError
+from syncfree.tasks import get_task, preset
 
 Profile = Literal["quick", "full", "gpu-smoke"]
-
-PROFILES: dict[str, dict[str, Any]] = {
-    "quick": dict(num_envs=[64, 1024], scaling=[], ablations=False, repeats=3, iterations=2),
-    "full": dict(num_envs=[64, 4096], scaling=[16, 64, 256, 1024, 4096, 16384], ablations=True, repeats=3,
-                 iterations=2),
-    "gpu-smoke": dict(num_envs=[1024, 4096], scaling=[], ablations=False, repeats=3, iterations=3),
-}
-"""The profiles' defaults for the feed-forward tasks (sizes in envs)."""
-RECURRENT_PROFILES: dict[str, dict[str, Any]] = {
-    "quick": dict(num_envs=[16, 64], scaling=[], ablations=False, repeats=3, iterations=1),
-    "full": dict(num_envs=[16, 256], scaling=[4, 16, 64, 256], ablations=True, repeats=3, iterations=1),
-    "gpu-smoke": dict(num_envs=[64, 256], scaling=[], ablations=False, repeats=3, iterations=1),
-}
-"""The profiles' defaults for the recurrent tasks (grid-arena; sizes in MettaGrid simulations)."""
-GYMNASIUM_PROFILES: dict[str, dict[str, Any]] = {
-    "quick": dict(num_envs=[16, 64], scaling=[], ablations=False, repeats=3, iterations=1),
-    "full": dict(num_envs=[16, 64], scaling=[4, 16, 64, 256], ablations=True, repeats=3, iterations=1),
-    "gpu-smoke": dict(num_envs=[16, 64], scaling=[], ablations=False, repeats=3, iterations=1),
-}
-"""The profiles' defaults for `gym:<id>` tasks (sizes in Gymnasium envs, which step on the host one after another:
-the presets run 16)."""
 
 
 @dataclass
 class BenchConfig:
     """What to measure. Sizes and steps default to the task's preset and the profile.
 
-    Profile defaults (`num_envs`; `scaling`; ablations; repeats x iterations):
+    Profile defaults (`num_envs`; `scaling`; ablations; repeats x iterations), each task's own
+    (`syncfree.tasks.TaskSpec.bench_profiles`):
 
-    - feed-forward tasks, sizes in envs: quick [64, 1024]; none; off; 3 x 2. full [64, 4096]; [16, 64, 256, 1024,
+    - device-resident tasks, sizes in envs: quick [64, 1024]; none; off; 3 x 2. full [64, 4096]; [16, 64, 256, 1024,
       4096, 16384]; on; 3 x 2. gpu-smoke [1024, 4096]; none; off; 3 x 3.
-    - grid-arena (recurrent algorithm), sizes in MettaGrid simulations of `env.grid.agents_per_env` agents each (the
-      preset's 4: 64 to 1024 agents), where one iteration of 256 simulations takes tens of seconds on one CPU
-      thread: quick [16, 64]; none; off; 3 x 1. full [16, 256]; [4, 16, 64, 256]; on; 3 x 1. gpu-smoke [64, 256];
-      none; off; 3 x 1 (MettaGrid steps on the CPU whatever the device).
+    - grid-arena, sizes in MettaGrid simulations of `env.agents_per_env` agents each (the preset's 4: 64 to 1024
+      agents), where one iteration of 256 simulations takes tens of seconds on one CPU thread: quick [16, 64];
+      none; off; 3 x 1. full [16, 256]; [4, 16, 64, 256]; on; 3 x 1. gpu-smoke [64, 256]; none; off; 3 x 1
+      (MettaGrid steps on the CPU whatever the device).
     - `gym:<id>` tasks, sizes in Gymnasium envs (stepped on the host, one after another): quick [16, 64]; none; off;
       3 x 1. full [16, 64]; [4, 16, 64, 256]; on; 3 x 1. gpu-smoke as quick.
     """
@@ -54,7 +34,8 @@ class BenchConfig:
     task: str = "point-mass"
     """A built-in task (`syncfree tasks`) or `gym:<id>`, a Gymnasium env."""
     backend: str = ""
-    """g1-track's physics backend (`env.backend`: torch, mujoco, mujoco-warp; empty: the task's default)."""
+    """The env's physics backend, for a task whose env section has one (g1-track's `env.backend`: torch, mujoco,
+    mujoco-warp); empty: the preset's."""
     profile: Profile = "quick"
     num_envs: list[int] = field(default_factory=list)
     """Sizes for the configuration comparison (empty: the profile's)."""
@@ -84,11 +65,20 @@ class BenchConfig:
     for; for checking the bench itself)."""
     seed: int = 0
 
+    def checked(self) -> BenchConfig:
+        """This config, after one line naming the first bad value."""
+        get_task(self.task, "bench")
+        for key in ("num_envs", "scaling"):
+            if any(n < 1 for n in getattr(self, key)):
+                raise UserError(f"bench: {key}={getattr(self, key)} is invalid; allowed: integers >= 1")
+        if self.repeats < 0 or self.iterations < 0 or self.warmup < 0:
+            raise UserError("bench: repeats, iterations and warmup must be >= 0")
+        return self
+
     def resolved(self) -> BenchConfig:
-        if self.task.startswith(GYMNASIUM_PREFIX):
-            defaults = GYMNASIUM_PROFILES[self.profile]
-        else:
-            defaults = (RECURRENT_PROFILES if is_recurrent(self.task) else PROFILES)[self.profile]
+        """Sizes, repeats and iterations left at 0 or empty take the task's profile defaults (`TaskSpec.
+        bench_profiles`)."""
+        defaults = get_task(self.task, "bench").bench_profiles[self.profile]
         out = dataclasses.replace(self)
         for key, value in defaults.items():
             if getattr(out, key) in (None, 0, []):
@@ -96,19 +86,16 @@ class BenchConfig:
         return out
 
 
-def is_recurrent(task: str) -> bool:
-    """Whether the task trains a recurrent policy (with `RecurrentPPO`; grid-arena)."""
-    return preset(task).policy.kind == "recurrent"
-
-
 def train_config(bench: BenchConfig, num_envs: int, perf: PerfConfig) -> TrainConfig:
+    """The task's preset at `num_envs`, with `perf`; its minibatch count lowered until it divides the rollout."""
     cfg = preset(bench.task)
     cfg.env.num_envs, cfg.perf, cfg.seed, cfg.device = num_envs, perf, bench.seed, bench.device
-    cfg.env.backend = bench.backend
+    if bench.backend:
+        if not hasattr(cfg.env, "backend"):
+            raise UserError(f"bench: task {bench.task!r} has no env.backend (backend={bench.backend!r})")
+        setattr(cfg.env, "backend", bench.backend)  # noqa: B010 - a field some tasks' env sections have
     cfg.log.progress = False
-    batch = num_envs * cfg.ppo.steps_per_env
-    if cfg.policy.kind == "recurrent":  # minibatches of whole BPTT segments
-        batch = num_envs * cfg.env.grid.agents_per_env * (cfg.ppo.steps_per_env // cfg.ppo.bptt_horizon)
-    while batch % cfg.ppo.num_minibatches:
+    rows = cfg.minibatch_rows()[0]
+    while rows % cfg.ppo.num_minibatches:
         cfg.ppo.num_minibatches -= 1
     return cfg

@@ -10,7 +10,7 @@ multiply the training loop uses; the rest goes to the env, elementwise kernels, 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -21,6 +21,9 @@ from syncfree.algo.recurrent import RecurrentPPO
 from syncfree.algo.storage import Batch
 from syncfree.bench.timing import sync
 from syncfree.train.runner import Runner
+
+if TYPE_CHECKING:
+    from syncfree.policy.actor_critic import PolicyBase
 
 PEAK_SIZE = 2048
 """Side of the square matrices of the peak measurement (large enough to reach the kernel's best rate)."""
@@ -57,9 +60,10 @@ def flops_per_env_step(runner: Runner) -> dict[str, float]:
     with FlopCounterMode(display=False) as rollout, torch.inference_mode():
         if isinstance(algorithm, RecurrentPPO):
             last = algorithm.buffer.previous_actions(slice(0, rows)) if "last_actions" in algorithm.buffer.data else None
-            runner.policy.step(runner.obs["policy"], algorithm.state, algorithm.done, last)
+            algorithm.policy.step(runner.obs["policy"], algorithm.state, algorithm.done, last)
         else:
-            runner.policy.act(runner.policy.actor_input(runner.obs), runner.obs["critic"])
+            policy = cast("PolicyBase", runner.policy)  # the feed-forward algorithm's policy
+            policy.act(policy.actor_input(runner.obs), runner.obs["critic"])
     minibatches = cfg.num_epochs * cfg.num_minibatches
     with FlopCounterMode(display=False) as update:
         if isinstance(algorithm, RecurrentPPO):
@@ -85,7 +89,7 @@ def compute_dtype(runner: Runner) -> str:
     algorithm = runner.algorithm
     rows = algorithm.num_envs * algorithm.steps_per_env // runner.cfg.ppo.num_minibatches
     in_bf16 = (getattr(m, "autocast_dtype", None) is torch.bfloat16
-               and rows * getattr(m, "width", 0) >= m.autocast_min_work for m in runner.policy.modules())
+               and rows * getattr(m, "width", 0) >= cast(int, m.autocast_min_work) for m in runner.policy.modules())
     return "bfloat16" if any(in_bf16) else "float32"
 
 

@@ -7,12 +7,13 @@ beside the baseline ones. `skipped_rows` says which and why, for the report."""
 from __future__ import annotations
 
 import dataclasses
+from typing import cast
 
-from syncfree.algo.scope import switch_scope
 from syncfree.bench.config import BenchConfig, train_config
 from syncfree.core.device import resolve_device
 from syncfree.core.switches import PerfConfig, Scope
 from syncfree.errors import UserError
+from syncfree.tasks import switch_scope
 
 
 def bench_configurations(bench: BenchConfig) -> list[tuple[str, PerfConfig]]:
@@ -72,7 +73,7 @@ def _ablations(add_one_in: bool, compile: bool, scopes: list[Scope] | None
     def add(name: str, perf: PerfConfig, switch: str, beside: PerfConfig) -> None:
         reasons = [beside.inert_reason(switch, scope) for scope in scopes or ()]
         if scopes and all(reasons):
-            skipped[name] = reasons[-1]
+            skipped[name] = cast(str, reasons[-1])  # `all(reasons)`: every one is a reason, not None
         else:
             kept.append((name, perf))
 

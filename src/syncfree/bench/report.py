@@ -202,7 +202,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(8, 4))
     labels = []
-    bars = {p: [] for p in ALL_PHASES}
+    bars: dict[str, list[float]] = {p: [] for p in ALL_PHASES}
     for s in result["sizes"]:
         baseline_total = sum(s["configs"]["baseline"]["phase_seconds"].values()) or 1.0
         for name in ("baseline", "optimized"):

@@ -4,10 +4,9 @@ Timing rules: warm-up first; configurations interleaved (A B C A B C ...) for se
 seeds; medians, extremes and per-repeat ratios reported. Counts (host syncs, ops, allocations) come from a
 separate, untimed iteration: a dispatch mode slows everything it watches.
 
-Tasks with a recurrent policy (grid-arena) train with the recurrent algorithm (`syncfree.algo.recurrent`): sizes
-count MettaGrid simulations (as `env.num_envs` does), steps are agent steps (simulations x `env.grid.agents_per_env`
-x `ppo.steps_per_env` per iteration), and each size also reports MettaGrid's own env-only speed and the
-adapter's at the same settings.
+Sizes are `env.num_envs` (for grid-arena, MettaGrid simulations); steps are env rows (agents, for a multi-agent
+task) x `ppo.steps_per_env` per iteration. A task whose spec reports its env's own speed (`TaskSpec.env_only`:
+grid-arena gives MettaGrid alone and through its adapter) has it at every size.
 
 Ablation rows are run only for switches that act at the bench's sizes (`syncfree.bench.matrix`); the report lists
 the rows left out and why.
@@ -30,15 +29,15 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from syncfree.bench.config import BenchConfig, is_recurrent, train_config
-from syncfree.bench.envs import env_only
-from syncfree.bench.floor import Floor, make_floor
+from syncfree.bench.config import BenchConfig, train_config
+from syncfree.bench.floor import Floor
 from syncfree.bench.hardware import compute_dtype, flops_per_env_step, hardware_fraction, measure_peaks
 from syncfree.bench.matrix import bench_configurations, skipped_rows
 from syncfree.bench.timing import count_iteration, summarize, tensor_bytes, time_iterations, time_phases
 from syncfree.core.device import resolve_device
 from syncfree.core.memory import live_bytes, peak_resident_bytes
 from syncfree.core.switches import PerfConfig
+from syncfree.tasks import get_task
 from syncfree.train.runner import Runner
 
 
@@ -86,7 +85,7 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
         if runner.device.type == "cuda":
             memory[name]["cuda_max_allocated"] = torch.cuda.max_memory_allocated(runner.device)
         progress.update(1)
-    floor = make_floor(bench, num_envs)
+    floor = Floor(bench, num_envs)
     live_after_warmup = live_bytes(runners["optimized"].device)
     times, floor_time, iterations = interleave(runners, floor, bench, progress)
     live_after_timing = live_bytes(runners["optimized"].device)
@@ -111,9 +110,10 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
                           "timed_iterations_per_config": bench.repeats * iterations},
            "floor_steps_per_s": steps_per_iteration / floor_time["total"], "flops_per_step": flops,
            "configs": rows}
-    if is_recurrent(bench.task):
+    env_only = get_task(bench.task).env_only
+    if env_only is not None:
         out["num_agents"] = first.env.num_envs
-        out["env_only"] = env_only(bench, num_envs, bench.repeats)
+        out["env_only"] = env_only(first.cfg, num_envs, bench.repeats)
     return out
 
 
@@ -125,16 +125,17 @@ def bench_scaling(bench: BenchConfig, progress: tqdm) -> list[dict[str, Any]]:
                     for name, perf in bench_configurations(dataclasses.replace(bench, ablations=False, rows=[]))}
         for runner in runners.values():
             time_iterations(runner, bench.warmup)
-        times, floor_time, _ = interleave(runners, make_floor(bench, num_envs), bench)
+        times, floor_time, _ = interleave(runners, Floor(bench, num_envs), bench)
         optimized = runners["optimized"]
         steps = optimized.cfg.ppo.steps_per_env * optimized.env.num_envs
-        point = {"num_envs": num_envs, "floor_steps_per_s": steps / floor_time["total"]}
+        point: dict[str, Any] = {"num_envs": num_envs, "floor_steps_per_s": steps / floor_time["total"]}
         for name, ts in times.items():
             median = statistics.median(ts)
             point[name] = {"steps_per_s": steps / median, "efficiency": floor_time["total"] / median}
-        if is_recurrent(bench.task):
+        env_only = get_task(bench.task).env_only
+        if env_only is not None:
             point["num_agents"] = optimized.env.num_envs
-            point["env_only"] = env_only(bench, num_envs, bench.repeats)
+            point["env_only"] = env_only(optimized.cfg, num_envs, bench.repeats)
         points.append(point)
         progress.update(1)
     return points
@@ -168,8 +169,8 @@ def run(bench: BenchConfig) -> dict[str, Any]:
         "notes": "Counts see eager code only (a dispatch mode stops dynamo from compiling what it watches): a "
                  "compiled configuration is counted with its hot functions run eagerly.",
     }
-    if is_recurrent(bench.task):
-        out["recurrent"] = {"agents_per_env": cfg.env.grid.agents_per_env, "grid": dataclasses.asdict(cfg.env.grid)}
+    if cfg.env.rows() != cfg.env.num_envs:  # a multi-agent task: its env section names the agents per env
+        out["recurrent"] = {"agents_per_env": cfg.env.rows() // cfg.env.num_envs, "grid": dataclasses.asdict(cfg.env)}
     return out
 
 

@@ -12,7 +12,7 @@ import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch._dynamo
@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from syncfree.core.switches import PerfConfig
 from syncfree.errors import UserError
 
-F = TypeVar("F", bound=Callable)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def use_cuda_graphs(perf: PerfConfig, device: torch.device) -> bool:
@@ -64,7 +64,7 @@ def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
     graph = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)
 
     @functools.wraps(fn)
-    def run(*args, **kwargs):
+    def run(*args: Any, **kwargs: Any) -> Any:
         if _get_current_dispatch_mode() is not None or torch._dynamo.config.disable:
             return fn(*args, **kwargs)
         return graph(*args, **kwargs)

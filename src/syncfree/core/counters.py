@@ -7,13 +7,16 @@ import os
 import sys
 import weakref
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+
+if TYPE_CHECKING:
+    from types import FrameType, TracebackType
 
 HOST_READ_METHODS = frozenset({"item", "tolist", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__"})
 """Tensor methods that read device memory on the host (seen by a TorchFunctionMode)."""
@@ -27,6 +30,9 @@ COPY_OPS = frozenset({"aten::_to_copy", "aten::copy_"})
 
 INDEX_OPS = frozenset({"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"})
 """Tagged data-dependent, but a sync only with boolean-mask indices."""
+
+OnOp = Callable[[torch._ops.OpOverload, tuple[Any, ...], dict[str, Any], list[torch.Tensor]], None]
+"""`on_op(op, args, kwargs, tensors)`: called before each dispatched op (see `count_syncs`)."""
 
 
 def _name(func: object) -> str:
@@ -55,7 +61,7 @@ def _sync_kind(op: torch._ops.OpOverload) -> str:
     return kind
 
 
-def _is_sync_op(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
+def _is_sync_op(op: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     kind = _sync_kind(op)
     if kind == "never":
         return False
@@ -71,9 +77,9 @@ def _is_sync_op(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> bool:
 class Site:
     """What one source line caused: host syncs by kind, dispatched ops, new storages."""
 
-    syncs: Counter = field(default_factory=Counter)
+    syncs: Counter[str] = field(default_factory=Counter)
     """`item`, `__bool__`, `cpu`, ... and sync ops (`aten::nonzero`, boolean-mask indexing, ...)."""
-    ops: Counter = field(default_factory=Counter)
+    ops: Counter[str] = field(default_factory=Counter)
     allocations: int = 0
     allocated_bytes: int = 0
 
@@ -90,7 +96,7 @@ _SKIPPED_FILES = (os.path.dirname(torch.__file__) + os.sep, __file__, contextlib
 
 def caller_site(skip: tuple[str, ...] = ()) -> str:
     """`file:line` of the innermost Python frame outside torch, this module and `skip` (path prefixes)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     skipped = (*_SKIPPED_FILES, *skip)
     while frame is not None:
         name = frame.f_code.co_filename
@@ -102,12 +108,12 @@ def caller_site(skip: tuple[str, ...] = ()) -> str:
 
 @dataclass
 class Counts:
-    host_reads: Counter = field(default_factory=Counter)
+    host_reads: Counter[str] = field(default_factory=Counter)
     """Python-visible reads (`item`, `tolist`, `bool(t)`, ...)."""
-    sync_ops: Counter = field(default_factory=Counter)
+    sync_ops: Counter[str] = field(default_factory=Counter)
     """Dispatched ops that wait for the device (`_local_scalar_dense`, `nonzero`, data-dependent shapes),
     not counting those dispatched by a Python read already in `host_reads`."""
-    ops: Counter = field(default_factory=Counter)
+    ops: Counter[str] = field(default_factory=Counter)
     """Every dispatched aten op (a proxy for kernel launches)."""
     allocations: int = 0
     """New tensor storages created by dispatched ops (views, in-place and `out=` writes create none)."""
@@ -142,10 +148,11 @@ class _FunctionCounter(TorchFunctionMode):
     def __init__(self, counts: Counts) -> None:
         super().__init__()
         self.counts = counts
-        self.host_copies: dict[int, weakref.ref] = {}
+        self.host_copies: dict[int, weakref.ref[torch.Tensor]] = {}
         """Results of `.cpu()`/`.numpy()`: reading them again (`.tolist()`) costs no further sync."""
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(self, func: Callable[..., Any], types: Collection[type], args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         name = _name(func)
         if name not in HOST_READ_METHODS:
             return func(*args, **(kwargs or {}))
@@ -169,13 +176,15 @@ class _FunctionCounter(TorchFunctionMode):
         return ref is not None and ref() is x
 
 
-class _DispatchCounter(TorchDispatchMode):
-    def __init__(self, counts: Counts, on_op: Callable[[Any, tuple, dict, list], None] | None = None) -> None:
-        super().__init__()
+# The ignores: torch leaves `TorchDispatchMode.__init_subclass__` and `__init__` unannotated.
+class _DispatchCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    def __init__(self, counts: Counts, on_op: OnOp | None = None) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
         self.counts = counts
         self.on_op = on_op
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: torch._ops.OpOverload, types: Collection[type], args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         name = func._schema.name
         kwargs = kwargs or {}
         tensors = tensors_in((args, kwargs))
@@ -226,9 +235,10 @@ def _collect(value: object, found: list[torch.Tensor]) -> None:
             _collect(item, found)
 
 
-def _is_device_to_host(name: str, args: tuple, kwargs: dict) -> bool:
+def _is_device_to_host(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     if name == "aten::copy_":
-        dst, src = args[0], args[1]
+        dst: torch.Tensor = args[0]
+        src: torch.Tensor = args[1]
         return src.device.type != "cpu" and dst.device.type == "cpu"
     target = kwargs.get("device")
     return args[0].device.type != "cpu" and target is not None and torch.device(target).type == "cpu"
@@ -247,26 +257,28 @@ class count_syncs:
     """
 
     def __init__(self, sites: bool = False, skip: tuple[str, ...] = (),
-                 on_op: Callable[[Any, tuple, dict, list], None] | None = None) -> None:
+                 on_op: OnOp | None = None) -> None:
         """`sites`: also attribute every event to the source line that caused it (`Counts.sites`), skipping
         frames under the path prefixes `skip`. `on_op(op, args, kwargs, tensors)`: called before each dispatched
         op runs, with the tensors among its arguments (another instrument in the same dispatch mode, e.g. the
         doctor's repeat finder)."""
         self.counts = Counts(sites={} if sites else None, skip=skip)
-        self._modes = (_FunctionCounter(self.counts), _DispatchCounter(self.counts, on_op))
+        self._modes: tuple[contextlib.AbstractContextManager[object], ...] = (
+            _FunctionCounter(self.counts), _DispatchCounter(self.counts, on_op))
 
     def __enter__(self) -> Counts:
         for mode in self._modes:
             mode.__enter__()
         return self.counts
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         for mode in reversed(self._modes):
-            mode.__exit__(*exc)
+            mode.__exit__(exc_type, exc, traceback)
 
 
 @contextlib.contextmanager
-def cuda_sync_errors(device: torch.device):
+def cuda_sync_errors(device: torch.device) -> Iterator[None]:
     """On CUDA, make every synchronizing call raise (`torch.cuda.set_sync_debug_mode("error")`), which also
     covers compiled code the counters cannot see. A no-op on other devices, where that mode is unavailable."""
     if device.type != "cuda":

@@ -9,11 +9,11 @@ import contextlib
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Protocol, cast
 
 import torch
 
-from syncfree.core.counters import Counts, Site, count_syncs
+from syncfree.core.counters import Counts, OnOp, Site, count_syncs
 
 ROLLOUT_PHASES = ("act", "store", "env", "normalizer", "stats")
 """Once per rollout step."""
@@ -28,7 +28,7 @@ _NULL = contextlib.nullcontext()
 
 
 class Recorder(Protocol):
-    def phase(self, name: str) -> contextlib.AbstractContextManager: ...
+    def phase(self, name: str) -> contextlib.AbstractContextManager[None]: ...
 
 
 class Phases:
@@ -39,7 +39,7 @@ class Phases:
     def __init__(self) -> None:
         self.recorder: Recorder | None = None
 
-    def __call__(self, name: str) -> contextlib.AbstractContextManager:
+    def __call__(self, name: str) -> contextlib.AbstractContextManager[None]:
         return _NULL if self.recorder is None else self.recorder.phase(name)
 
     @contextlib.contextmanager
@@ -62,7 +62,8 @@ class PhaseTimer:
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:
         if self.cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            event = cast("Callable[..., torch.cuda.Event]", torch.cuda.Event)  # torch: `__new__` is unannotated
+            start, end = event(enable_timing=True), event(enable_timing=True)
             start.record()
             yield
             end.record()
@@ -94,15 +95,15 @@ class PhaseCounter:
             yield
         self.add(name, counter.counts)
 
-    def on_op(self, name: str) -> Callable[[Any, tuple, dict, list], None] | None:
+    def on_op(self, name: str) -> OnOp | None:
         """What to call before each op of a run of phase `name` (see `count_syncs`); none here."""
         return None
 
     def add(self, name: str, counts: Counts) -> None:
         """Add one run's counts to phase `name`'s."""
         total = self.counts.setdefault(name, Counts(sites={} if self.sites else None))
-        for key, site in (counts.sites or {}).items():
-            total.sites.setdefault(key, Site()).add(site)
+        for key, site in (counts.sites or {}).items():  # only when attributing, and then `total.sites` is a dict
+            cast("dict[str, Site]", total.sites).setdefault(key, Site()).add(site)
         total.host_reads.update(counts.host_reads)
         total.sync_ops.update(counts.sync_ops)
         total.ops.update(counts.ops)

@@ -10,10 +10,24 @@ from typing import Any, Literal
 
 @dataclass(frozen=True)
 class Scope:
-    """Where a run stands, as far as the switches care: which of them act there (`inert_reason`)."""
+    """Where a run stands, as far as the switches care: which of them act there (`inert_reason`). The algorithm
+    says what its code has (`syncfree.algo.base.Algorithm.scope`), the task what its env is."""
 
-    algorithm: Literal["feedforward", "recurrent"] = "feedforward"
-    policy: Literal["mlp", "token", "recurrent"] = "mlp"
+    flat_rollouts: bool = True
+    """The algorithm stores flat `[steps, envs]` rollouts, samples actions from the policy's head there and updates
+    as rsl_rl does (PPO on flat rollouts)."""
+    whole_step_update: bool = True
+    """Its minibatch update can be one compiled graph with its own AdamW (`compile=step`)."""
+    chunked_critic: bool = True
+    """Its critic evaluations may be split into chunks (`critic_chunk_size`)."""
+    cuda_graph_replay: bool = True
+    """Its compiled graphs may be replayed as CUDA graphs."""
+    segment_buffer: bool = False
+    """It stores BPTT segments of every agent (PPO on BPTT segments)."""
+    full_log_probs: bool = False
+    """Its policy can emit full log-probabilities (the recurrent token policy)."""
+    token_policy: bool = False
+    """The policy is the token-encoder one (`policy.kind=token`)."""
     env_layer: bool = False
     """The env is manager-based (g1-track): it reads the env-side switches."""
     isaaclab: bool = False
@@ -45,19 +59,19 @@ def _only_for(where: str, **wanted: Any) -> Inert:
 
 
 _FEEDFORWARD = _only_for("in the feed-forward algorithm (the recurrent one has its own action sampling)",
-                         algorithm="feedforward")
+                         flat_rollouts=True)
 _RSL_RL_UPDATE = _only_for("in the feed-forward algorithm (rsl_rl's update; the recurrent one keeps its statistics "
-                           "on the device)", algorithm="feedforward")
-_RECURRENT = _only_for("in the recurrent algorithm's segment buffer (grid-arena)", algorithm="recurrent")
+                           "on the device)", flat_rollouts=True)
+_RECURRENT = _only_for("in the recurrent algorithm's segment buffer (grid-arena)", segment_buffer=True)
 _ENV_LAYER = _only_for("in a manager-based env (g1-track)", env_layer=True)
 _ISAACLAB = _only_for("on Isaac Lab env configs (PhysX); syncfree's own physics has no partitions", isaaclab=True)
-_TOKEN_POLICY = _only_for("in the token-encoder policy (policy.kind=token)", policy="token")
+_TOKEN_POLICY = _only_for("in the token-encoder policy (policy.kind=token)", token_policy=True)
 
 
 def _whole_step_graph(scope: Scope, perf: PerfConfig) -> str | None:
     """Inert where the minibatch update is one compiled graph (`compile=step`, feed-forward, one process, the
     optimized loss-statistics and learning-rate paths): its AdamW and gradients are the graph's own."""
-    if (scope.algorithm == "feedforward" and perf.compile == "step" and perf.device_loss_stats
+    if (scope.whole_step_update and perf.compile == "step" and perf.device_loss_stats
             and (perf.device_adaptive_lr or not scope.adaptive_lr) and scope.world_size == 1):
         return "compile=step makes the whole minibatch update one graph with its own AdamW and gradients"
     return None
@@ -68,7 +82,7 @@ def _adaptive_lr(scope: Scope, perf: PerfConfig) -> str | None:
 
 
 def _critic_chunks(scope: Scope, perf: PerfConfig) -> str | None:
-    if scope.algorithm == "recurrent":
+    if not scope.chunked_critic:
         return "the recurrent policy evaluates its critic per row, unchunked"
     least = min(perf.critic_chunk_size, PerfConfig.switches_by_name()["critic_chunk_size"].metadata["baseline"])
     if scope.critic_rows and scope.critic_rows <= least:
@@ -79,13 +93,13 @@ def _critic_chunks(scope: Scope, perf: PerfConfig) -> str | None:
 def _cuda_graphs(scope: Scope, perf: PerfConfig) -> str | None:
     if scope.device != "cuda" or perf.compile == "off":
         return "CUDA graphs replay compiled graphs on a CUDA device (compile=hot or step)"
-    if scope.algorithm == "recurrent":
+    if not scope.cuda_graph_replay:
         return "the recurrent algorithm's compiled graphs run without CUDA graphs"
     return None
 
 
 def _gate(scope: Scope, perf: PerfConfig) -> str | None:
-    if scope.algorithm != "recurrent":
+    if not scope.full_log_probs:
         return "only the recurrent policy has full log-probabilities to gate"
     if scope.full_log_probs_needed:
         return "an enabled loss reads the full log-probabilities: they are emitted either way"
@@ -93,7 +107,7 @@ def _gate(scope: Scope, perf: PerfConfig) -> str | None:
 
 
 def _sequential_cache(scope: Scope, perf: PerfConfig) -> str | None:
-    if scope.algorithm != "recurrent":
+    if not scope.segment_buffer:
         return _RECURRENT(scope, perf)
     if not scope.sequential_minibatches:
         return "the prioritized sampler draws its own rows and weights"
@@ -296,11 +310,11 @@ class PerfConfig:
         return cls(**{f.name: f.metadata[which] for f in dataclasses.fields(cls)})
 
     @classmethod
-    def switches(cls) -> list[dataclasses.Field]:
+    def switches(cls) -> list[dataclasses.Field[Any]]:
         return list(dataclasses.fields(cls))
 
     @classmethod
-    def switches_by_name(cls) -> dict[str, dataclasses.Field]:
+    def switches_by_name(cls) -> dict[str, dataclasses.Field[Any]]:
         return {f.name: f for f in dataclasses.fields(cls)}
 
     def inert_reason(self, name: str, scope: Scope) -> str | None:

@@ -46,7 +46,8 @@ class HostTransfer:
         buffer = self._buffer
         if buffer is None or buffer.numel() != sum(sizes) or buffer.device != parts[0].device:
             buffer = self._buffer = torch.empty(sum(sizes), dtype=torch.float64, device=parts[0].device)
-        for view, part in zip(buffer.split(sizes), parts, strict=True):
+        # torch leaves `Tensor.split` unannotated
+        for view, part in zip(buffer.split(sizes), parts, strict=True):  # type: ignore[no-untyped-call]
             view.view(part.shape).copy_(part)
         flat = buffer.cpu().numpy()
         if buffer.device.type == "cpu":

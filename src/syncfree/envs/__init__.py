@@ -1,6 +1,5 @@
-"""Environments: the batched env protocol, built-in tasks and adapters."""
+"""Environments: the batched env protocol, syncfree's own envs and adapters (the tasks: `syncfree.tasks`)."""
 
 from syncfree.envs.api import ActionSpec, StepResult, TorchVecEnv, VecEnv
-from syncfree.envs.tasks import TASKS, make_env
 
-__all__ = ["TASKS", "ActionSpec", "StepResult", "TorchVecEnv", "VecEnv", "make_env"]
+__all__ = ["ActionSpec", "StepResult", "TorchVecEnv", "VecEnv"]

@@ -82,6 +82,10 @@ class VecEnv(ABC):
         """Called by the trainer with `perf.compile` on: an env whose step (or part of it) is a pure tensor
         function may replace it by `wrap(fn)`, a whole compiled graph of it. Envs that cannot leave it."""
 
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release what the env holds outside Python's reach (simulators, threads, renderers); the env is not
+        stepped again. Envs holding nothing of the kind leave it."""
+
 
 class TorchVecEnv(VecEnv):
     """Base of the torch-native tasks: episode bookkeeping and branchless auto-reset.
@@ -150,7 +154,7 @@ class TorchVecEnv(VecEnv):
         env's own generator, so the random stream is the same either way. Once per env: a second call keeps the
         first wrapper."""
         if "_transition" not in vars(self):
-            self._transition = wrap(self._transition)
+            vars(self)["_transition"] = wrap(self._transition)
 
     def _reset_where(self, done: Tensor, fresh_states: dict[str, Tensor]) -> None:
         for name, fresh in fresh_states.items():

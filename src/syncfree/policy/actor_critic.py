@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
 import torch
 from torch import Tensor, nn
@@ -84,6 +84,14 @@ def native_bf16(device: torch.device) -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+if TYPE_CHECKING:
+    class _Autocast(Protocol):
+        """A module that declares `autocast_dtype` (see `set_autocast`)."""
+
+        autocast_dtype: torch.dtype | None
+        autocast_min_work: int
+
+
 def set_autocast(module: nn.Module, precision: str, device: torch.device | None = None) -> None:
     """Set the precision of every module inside `module` that declares `autocast_dtype` (`MLP`, the recurrent
     policy's `TokenEncoder`): `off` (float32), `bf16` (bfloat16 hidden layers), or `auto` (bfloat16 for large
@@ -97,7 +105,8 @@ def set_autocast(module: nn.Module, precision: str, device: torch.device | None 
     for sub in module.modules():
         if hasattr(type(sub), "autocast_dtype"):
             auto_off = precision == "auto" and not getattr(type(sub), "autocast_auto", True)
-            sub.autocast_dtype, sub.autocast_min_work = (None if auto_off else dtype), min_work
+            settable = cast("_Autocast", sub)
+            settable.autocast_dtype, settable.autocast_min_work = (None if auto_off else dtype), min_work
 
 
 def chunked_value(critic: nn.Module, norm: nn.Module, critic_obs: Tensor, chunk_size: int) -> Tensor:
@@ -112,9 +121,19 @@ class PolicyBase(nn.Module):
 
     head: GaussianHead | CategoricalHead
     critic: nn.Module
+    actor_obs_dim: int
+    """Width of the actor's observation (`actor_input`'s output)."""
+    action_spec: ActionSpec
     assembles_actor_obs: bool = False
     """Whether `actor_input` builds the actor's observation from several groups (then the trainer hands it a
     buffer to fill, `out`); False: it is the env's `policy` group itself."""
+
+    if TYPE_CHECKING:  # what the subclasses define
+        def dist_params(self, actor_obs: Tensor) -> Tensor: ...
+        def value(self, critic_obs: Tensor) -> Tensor: ...
+        def actor_input(self, obs: dict[str, Tensor], out: Tensor | None = None) -> Tensor: ...
+        def act_deterministic(self, actor_obs: Tensor) -> Tensor: ...
+        def update_normalizers(self, actor_obs: Tensor, critic_obs: Tensor) -> None: ...
 
     def gradient_groups(self) -> list[list[nn.Parameter]]:
         """The trainable parameters as [actor's, critic's] (`ppo.grad_clip=per_network` clips each by its own norm):
@@ -169,6 +188,6 @@ class ActorCritic(PolicyBase):
 
     @torch.no_grad()
     def update_normalizers(self, actor_obs: Tensor, critic_obs: Tensor) -> None:
-        if self.normalize_obs:
-            self.actor_norm.update(actor_obs)
-            self.critic_norm.update(critic_obs)
+        if self.normalize_obs:  # the norms are then `RunningNorm`s (`nn.Identity` otherwise)
+            cast(RunningNorm, self.actor_norm).update(actor_obs)
+            cast(RunningNorm, self.critic_norm).update(critic_obs)

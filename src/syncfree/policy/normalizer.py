@@ -9,6 +9,10 @@ from torch import Tensor, nn
 class RunningNorm(nn.Module):
     """Normalizes by the running mean and variance of every sample seen so far (parallel Welford merge)."""
 
+    mean: Tensor
+    var: Tensor
+    count: Tensor
+
     def __init__(self, dim: int, eps: float = 1e-8) -> None:
         super().__init__()
         self.eps = eps
@@ -37,6 +41,8 @@ class RewardScale(nn.Module):
     Per step: `returns = returns * gamma + reward`; the running variance of `returns` over every env and step so
     far is updated; the reward is divided by its square root; `returns` restarts at 0 where the episode ended
     (terminated or truncated). The mean is not subtracted: the reward's sign is kept."""
+
+    returns: Tensor
 
     def __init__(self, num_envs: int, gamma: float, clip: float = 10.0, eps: float = 1e-8) -> None:
         super().__init__()

@@ -14,7 +14,7 @@ host reads.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -35,7 +35,8 @@ class GRUState(NamedTuple):
     """[batch, hidden] hidden state."""
 
 
-CORES = {"lstm": (nn.LSTMCell, LSTMState), "gru": (nn.GRUCell, GRUState)}
+CORES: dict[str, tuple[type[nn.LSTMCell | nn.GRUCell], type[LSTMState | GRUState]]] = {
+    "lstm": (nn.LSTMCell, LSTMState), "gru": (nn.GRUCell, GRUState)}
 """Recurrent core name -> (cell module, state tuple)."""
 
 
@@ -121,7 +122,7 @@ class TokenEncoder(nn.Module):
         """[..., tokens, 3] uint8 -> [..., out_dim] float32."""
         if self.max_tokens is not None:
             tokens = tokens[..., : self.max_tokens, :]
-        work = tokens.shape[:-1].numel() * self.mlp[0].out_features
+        work = tokens.shape[:-1].numel() * cast(nn.Linear, self.mlp[0]).out_features
         if self.autocast_dtype is None or work < self.autocast_min_work:
             return self.encode(tokens)
         with torch.autocast(tokens.device.type, dtype=self.autocast_dtype):
@@ -193,12 +194,13 @@ class RecurrentTokenPolicy(nn.Module):
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> tuple[Tensor, ...]:
         return self._state_type(*(torch.zeros(batch, self.hidden, device=device) for _ in range(self.state_size)))
 
-    def _advance(self, x: Tensor, state: tuple[Tensor, ...], done: Tensor) -> tuple[Tensor, ...]:
+    def _advance(self, x: Tensor, state: tuple[Tensor, ...], done: Tensor) -> LSTMState | GRUState:
         """One core step from `state`, zeroed first on rows whose `done` is set."""
         keep = (~done).unsqueeze(-1).to(x.dtype)
         kept = tuple(s * keep for s in state)
         out = self.core(x, kept if len(kept) > 1 else kept[0])
-        return self._state_type(*out) if isinstance(out, tuple) else self._state_type(out)
+        # a bare tensor comes from the GRU cell
+        return self._state_type(*out) if isinstance(out, tuple) else cast("type[GRUState]", self._state_type)(out)
 
     def _input(self, encoded: Tensor, last_actions: Tensor | None, done: Tensor) -> Tensor:
         """The core's input: the encoded tokens, plus the previous action's embedding unless the step starts an

@@ -13,6 +13,7 @@ order). `concat_observations` builds it from an observation dict.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -41,6 +42,13 @@ class FSQ(nn.Module):
     the count is even), rounded with a straight-through gradient and divided by `levels[i] // 2`: codes lie on
     the grid `(k - levels[i] // 2) / (levels[i] // 2)`, k = 0 .. levels[i] - 1, within [-1, 1].
     """
+
+    _half_l: Tensor
+    _offset: Tensor
+    _shift: Tensor
+    _half_width: Tensor
+    _levels: Tensor
+    _basis: Tensor
 
     def __init__(self, levels: list[int], eps: float = 1e-3) -> None:
         super().__init__()
@@ -295,11 +303,11 @@ class TokenActorCritic(PolicyBase):
 
     @torch.no_grad()
     def update_normalizers(self, actor_obs: Tensor, critic_obs: Tensor) -> None:
-        if self.normalize_obs:
-            self.policy_norm.update(self.part(actor_obs, POLICY_PART))
+        if self.normalize_obs:  # the norms are then `RunningNorm`s (`nn.Identity` otherwise)
+            cast(RunningNorm, self.policy_norm).update(self.part(actor_obs, POLICY_PART))
             for k, norm in enumerate(self.encoder_norms):
-                norm.update(self.encoder_input(actor_obs, k))
-            self.critic_norm.update(critic_obs)
+                cast(RunningNorm, norm).update(self.encoder_input(actor_obs, k))
+            cast(RunningNorm, self.critic_norm).update(critic_obs)
 
     # ------------------------------------------------------------------------------------------ auxiliary loss
     def auxiliary_loss(self, actor_obs: Tensor) -> Tensor:

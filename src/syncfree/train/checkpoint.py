@@ -17,12 +17,14 @@ import pickle
 import random
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
 
+from syncfree.config import TrainConfig, validate
 from syncfree.errors import UserError
+from syncfree.tasks import config_from_dict
 
 FORMAT_VERSION = 2
 """2: the envelope above. 1 (earlier versions): the state itself, its NumPy RNG state a NumPy array; still read,
@@ -32,8 +34,8 @@ REQUIRED_KEYS = ("config", "task", "obs_dims", "action_spec", "num_envs", "itera
                  "obs", "episodes", "rng")
 """What every run's checkpoint holds (`Runner.state_dict`)."""
 
-_NUMPY_ARRAY_GLOBALS = [np.ndarray, np.dtype, type(np.dtype(np.uint32)),
-                        getattr(np, "_core", getattr(np, "core", None)).multiarray._reconstruct]
+_NUMPY_CORE: Any = getattr(np, "_core", None) or getattr(np, "core")  # noqa: B009 - renamed in NumPy 2
+_NUMPY_ARRAY_GLOBALS: list[Any] = [np.ndarray, np.dtype, type(np.dtype(np.uint32)), _NUMPY_CORE.multiarray._reconstruct]
 """What a format-1 checkpoint's NumPy RNG state needs to be rebuilt under `weights_only=True`."""
 
 
@@ -151,6 +153,18 @@ def load(path: str | Path) -> dict[str, Any]:
     return state
 
 
+def read(path: str | Path) -> tuple[TrainConfig, dict[str, Any]]:
+    """The checkpoint at `path` (`load`) and its config as its task's config type; one line naming the file when
+    the config does not parse."""
+    state = load(path)
+    if not isinstance(state["config"], dict):
+        raise UserError(f"checkpoint {path}: its config is not a mapping")
+    try:
+        return validate(config_from_dict(state["config"])), state
+    except (UserError, TypeError) as e:
+        raise UserError(f"checkpoint {path}: {e}") from None
+
+
 def _load_data(data: bytes, path: Path) -> Any:
     try:
         with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS):
@@ -189,11 +203,11 @@ def _tensors(tree: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:
 
 def rng_state() -> dict[str, Any]:
     """Every random stream's state as tensors and plain numbers (NumPy's Mersenne Twister keys as an int64 tensor)."""
-    name, keys, position, has_gauss, cached = np.random.get_state()
+    name, keys, position, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float], np.random.get_state())
     state = {"torch": torch.get_rng_state(), "python": random.getstate(),
              "numpy": {"bit_generator": name, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(position),
                        "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # unannotated
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 

@@ -28,6 +28,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -86,7 +87,7 @@ class Distributed:
                 raise error
             with torch.no_grad():
                 torch._foreach_copy_(group, [part.view_as(t) for part, t in
-                                             zip(flat.split([t.numel() for t in group]), group, strict=True)])
+                                             zip(torch.split(flat, [t.numel() for t in group]), group, strict=True)])
 
     def error(self, what: str, cause: BaseException) -> DistributedError:
         """One line: which rank, which collective, and why it most likely failed."""
@@ -116,7 +117,7 @@ def init_from_env(device: str, backend: str = "auto", timeout: float = 120.0) ->
         backend = "nccl" if on_cuda else "gloo"
     if backend == "nccl" and not on_cuda:
         raise UserError(f"distributed.backend=nccl needs CUDA tensors but device={device!r} (use gloo on the CPU)")
-    kwargs = {}
+    kwargs: dict[str, Any] = {}  # the keywords this call sets (torch's defaults otherwise)
     if on_cuda:
         torch.cuda.set_device(local_rank)
         if backend == "nccl":
@@ -189,7 +190,7 @@ class NormalizerSync:
             parts += [c * m - c0 * m0, c * (v + m * m) - c0 * (v0 + m0 * m0), (c - c0).view(1)]
         torch.cat(parts, out=self.flat)
         self.ctx.all_reduce(self.flat, "observation normalizer merge")
-        for norm, (count0, mean0, var0), part in zip(self.norms, self.base, self.flat.split(self.sizes),
+        for norm, (count0, mean0, var0), part in zip(self.norms, self.base, torch.split(self.flat, self.sizes),
                                                      strict=True):
             d = norm.mean.numel()
             c0, m0, v0 = count0.double(), mean0.double(), var0.double()

@@ -1,64 +1,95 @@
-"""Policy evaluation: the first episode of each of N parallel environments."""
+"""Policy evaluation: the first episode of each of N fresh environments, and the one way to load a policy from a
+checkpoint (`load_policy`), used by `syncfree eval`, `play`, `export` and the Python API."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import torch
+from torch import nn
 
+from syncfree.algo import algorithm_for
 from syncfree.config import TrainConfig
-from syncfree.envs import VecEnv
-from syncfree.policy.actor_critic import PolicyBase
-from syncfree.policy.recurrent import RecurrentTokenPolicy
-from syncfree.train.runner import make_task_env
+from syncfree.core.device import resolve_device
+from syncfree.envs.api import ActionSpec, VecEnv
+from syncfree.errors import UserError
+from syncfree.policy.actor_critic import set_autocast
+from syncfree.tasks import find_task, make_task_env
+from syncfree.tasks.spec import TaskSpec
+from syncfree.train import checkpoint
 
 
-def sampled_action(policy: PolicyBase, actor_obs: torch.Tensor) -> torch.Tensor:
-    """An action drawn from the policy's distribution, as the rollout draws it."""
-    return policy.head.sample(policy.dist_params(actor_obs))[0]
+@dataclass
+class CheckpointShape:
+    """The observation shapes and action spec a checkpoint records: what building its policy reads."""
+
+    obs_shapes: dict[str, tuple[int, ...]]
+    action_spec: ActionSpec
 
 
-@torch.inference_mode()
-def evaluate(policy: PolicyBase, env: VecEnv, greedy: bool = True) -> np.ndarray:
-    """Return of each env's first episode under the policy's deterministic action (mean or argmax; `greedy`) or
-    sampled ones."""
-    act = policy.act_deterministic if greedy else (lambda actor_obs: sampled_action(policy, actor_obs))
-    obs = env.reset()
-    first_return = torch.full((env.num_envs,), float("nan"), device=env.device)
-    finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
-    for _ in range(env.max_episode_length):  # every episode ends by its time limit
-        step = env.step(act(policy.actor_input(obs)))
-        done = step.terminated | step.truncated
-        first_return = torch.where(done & ~finished, step.info["episode_return"], first_return)
-        finished |= done
-        obs = step.obs
-    return first_return.cpu().numpy()
+@dataclass
+class LoadedPolicy:
+    """A checkpoint's policy, built from the checkpoint alone (no env, no trainer)."""
+
+    path: Path
+    cfg: TrainConfig
+    """The run's config, as its task's config type."""
+    task: TaskSpec | None
+    """The run's task; None for a run on a user's own env (no registered task makes its envs)."""
+    policy: nn.Module
+    iteration: int
+    env_steps: int
+    device: torch.device
+
+    def make_env(self, num_envs: int, seed: int) -> VecEnv:
+        """`num_envs` fresh envs of the run's task with the run's options, on the policy's device."""
+        if self.task is None:
+            raise UserError(f"checkpoint {self.path}: task {self.cfg.task!r} is not a registered task (a run on "
+                            "your own env): make the env yourself")
+        return make_task_env(self.cfg, num_envs, self.device, seed)
+
+    def evaluate(self, env: VecEnv, greedy: bool = True) -> np.ndarray:
+        """The return of each env row's first episode (`Algorithm.evaluate`)."""
+        return algorithm_for(self.cfg).evaluate(self.policy, env, greedy)
 
 
-@torch.inference_mode()
-def evaluate_recurrent(policy: RecurrentTokenPolicy, env: VecEnv, greedy: bool = True) -> np.ndarray:
-    """Return of each agent's first episode (every row of `env`), acting with the most likely action (`greedy`)
-    or sampling."""
-    n = env.num_envs
-    obs = env.reset()["policy"]
-    state = policy.initial_state(n, env.device)
-    done = torch.ones(n, dtype=torch.bool, device=env.device)
-    last = torch.zeros(n, dtype=torch.int64, device=env.device)
-    first_return = torch.full((n,), float("nan"), device=env.device)
-    finished = torch.zeros(n, dtype=torch.bool, device=env.device)
-    for _ in range(env.max_episode_length):  # every episode ends by its time limit
-        out, state = policy.step(obs, state, done, last if policy.last_action is not None else None, greedy=greedy)
-        step = env.step(out.actions)
-        done = step.terminated | step.truncated
-        first_return = torch.where(done & ~finished, step.info["episode_return"], first_return)
-        finished |= done
-        obs, last = step.obs["policy"], out.actions
-    return first_return.cpu().numpy()
+def load_policy(path: str | Path, device: str | torch.device = "cpu", autocast: bool = True) -> LoadedPolicy:
+    """The policy of the checkpoint at `path`, on `device` (`auto`: CUDA when available), in evaluation mode, with
+    the run's `perf.autocast` unless `autocast` is false. Bad input is one `UserError` line naming the file."""
+    path = Path(path)
+    cfg, state = checkpoint.read(path)
+    source = f"checkpoint {path}"
+    try:
+        kind, size = state["action_spec"]
+        shape = CheckpointShape({name: tuple(value.shape[1:]) for name, value in state["obs"].items()},
+                                ActionSpec(kind, int(size)))
+    except (TypeError, ValueError, AttributeError) as e:
+        raise UserError(f"{source}: its observations or action spec are unreadable ({type(e).__name__})") from None
+    target = resolve_device(str(device))
+    try:
+        with torch.random.fork_rng(devices=[]):  # the initial weights are replaced: the caller's draws stay as they were
+            policy = algorithm_for(cfg).build_policy(cfg, shape)
+    except UserError as e:
+        raise UserError(f"{source}: {e}") from None
+    try:
+        policy.load_state_dict(state["policy"])
+    except RuntimeError as e:
+        lines = str(e).strip().splitlines()
+        detail = lines[1].strip() if len(lines) > 1 else lines[0]
+        raise UserError(f"{source}: policy does not fit its config ({detail})") from None
+    policy = policy.to(target).eval().requires_grad_(False)
+    set_autocast(policy, cfg.perf.autocast if autocast else "off", target)
+    return LoadedPolicy(path, cfg, find_task(cfg.task), policy, int(state["iteration"]), int(state["env_steps"]),
+                        target)
 
 
-def evaluate_task(cfg: TrainConfig, policy: PolicyBase | RecurrentTokenPolicy, num_envs: int, device: torch.device,
-                  seed: int, greedy: bool = True) -> np.ndarray:
+def evaluate_task(cfg: TrainConfig, policy: Any, num_envs: int, device: torch.device, seed: int,
+                  greedy: bool = True) -> np.ndarray:
     """First-episode returns of the policy's deterministic (greedy) or sampled actions on `num_envs` fresh envs of the
-    run's task (grid-arena: simulations, one return per agent), as `syncfree eval` plays a checkpoint. Sampled actions
+    run's task (a multi-agent task: one return per agent), as `syncfree eval` plays a checkpoint. Sampled actions
     draw from torch's generator seeded with `seed`, its state outside the call left as it was."""
     env = make_task_env(cfg, num_envs, device, seed)
     cuda = list(range(torch.cuda.device_count())) if device.type == "cuda" else []  # manual_seed seeds them all
@@ -66,10 +97,6 @@ def evaluate_task(cfg: TrainConfig, policy: PolicyBase | RecurrentTokenPolicy, n
         with torch.random.fork_rng(devices=cuda, enabled=not greedy):
             if not greedy:
                 torch.manual_seed(seed)
-            if cfg.policy.kind == "recurrent":
-                return evaluate_recurrent(policy, env, greedy)
-            return evaluate(policy, env, greedy)
+            return algorithm_for(cfg).evaluate(policy, env, greedy)
     finally:
-        close = getattr(env, "close", None)
-        if close is not None:
-            close()
+        env.close()

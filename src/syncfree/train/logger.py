@@ -7,7 +7,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from syncfree.errors import UserError
 
@@ -92,6 +92,6 @@ def truncate_records(path: Path, last_iteration: int) -> int:
 
 def _iteration(line: str) -> float:
     try:
-        return json.loads(line)["iteration"]
+        return cast(float, json.loads(line)["iteration"])  # a record's iteration is a number
     except (ValueError, KeyError, TypeError):
         return math.inf  # a line cut by a kill, or not a record: dropped

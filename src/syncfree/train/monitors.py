@@ -7,6 +7,7 @@ and the conventional path (host reads at every step). Both produce the same valu
 from __future__ import annotations
 
 from collections import deque
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -78,7 +79,7 @@ class EpisodeStats:
 
     def end_iteration(self, payload: np.ndarray | None) -> None:
         if self.deferred:
-            done, returns, lengths = payload.reshape(3, -1)
+            done, returns, lengths = cast(np.ndarray, payload).reshape(3, -1)  # the deferred path has a payload
             mask = done > 0.5
             episodes = list(zip(returns[mask].tolist(), lengths[mask].tolist(), strict=True))
         else:
@@ -93,10 +94,10 @@ class EpisodeStats:
             return {}
         return {"mean_return": float(np.mean(self.recent_returns)), "mean_length": float(np.mean(self.recent_lengths))}
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {"recent_returns": list(self.recent_returns), "recent_lengths": list(self.recent_lengths)}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.recent_returns.extend(state["recent_returns"])
         self.recent_lengths.extend(state["recent_lengths"])
 
@@ -157,8 +158,9 @@ class NonFiniteMonitor:
         """(step, env ids) of the first non-finite output since the last call, or None."""
         if self.deferred:
             self._first_step.fill_(float("inf"))
-            first = payload.min()
-            return None if np.isinf(first) else (int(first), np.flatnonzero(payload == first).tolist())
+            values = cast(np.ndarray, payload)  # the deferred path has a payload
+            first = values.min()
+            return None if np.isinf(first) else (int(first), np.flatnonzero(values == first).tolist())
         first, self._first = self._first, None
         return first
 

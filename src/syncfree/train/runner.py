@@ -1,15 +1,14 @@
 """The training loop, one for every algorithm: rollout, advantages, update, one host transfer, log, save.
 
-`Runner` builds the env, the policy and the algorithm a config asks for (`FeedForwardPPO` for MLP and token
-policies, `RecurrentPPO` for recurrent ones), and drives them; the algorithm owns storage, the rollout step's two
-halves, advantages and the update (`syncfree.algo.base`). Everything the host needs from an iteration (the
+`Runner` builds the env a config's task makes (`syncfree.tasks`), and the algorithm the config's type chooses
+(`syncfree.algo.algorithm_for`) with its policy, and drives them; the algorithm owns storage, the rollout step's
+two halves, advantages and the update (`syncfree.algo.base`). Everything the host needs from an iteration (the
 algorithm's statistics, the monitors' buffers, the env's log, with several processes the ranks' shared flags)
 reaches it in one named transfer (`syncfree.core.transfer`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import logging
 import math
@@ -21,22 +20,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from syncfree.algo.base import Algorithm
-from syncfree.algo.feedforward import FeedForwardPPO
-from syncfree.algo.recurrent import RecurrentPPO
-from syncfree.algo.scope import switch_scope
+from syncfree.algo import algorithm_for
 from syncfree.config import TrainConfig, to_dict, validate
 from syncfree.core.compile import hot
 from syncfree.core.device import apply_threads, choose_threads, resolve_device, set_deterministic
 from syncfree.core.memory import retain_freed_memory
 from syncfree.core.switches import Scope
 from syncfree.core.transfer import HostTransfer
-from syncfree.envs import VecEnv, make_env
+from syncfree.envs import VecEnv
 from syncfree.envs.managers.env import ManagerBasedEnv
-from syncfree.envs.tasks import check_task
 from syncfree.errors import NonFiniteError, UserError
-from syncfree.policy.actor_critic import set_autocast
-from syncfree.policy.build import build_policy, obs_dim, obs_dims, teacher_from_checkpoint
+from syncfree.tasks import make_task_env, switch_scope
 from syncfree.train import checkpoint
 from syncfree.train.distributed import Distributed, NormalizerSync, running_norms
 from syncfree.train.logger import RunLogger, WandbRun
@@ -71,15 +65,16 @@ class Runner:
         checkpoint.seed_everything(cfg.seed + self.rank)
         if cfg.perf.retain_host_memory:
             retain_freed_memory()
-        if env is not None and cfg.policy.kind != "recurrent" and env.num_envs != cfg.env.num_envs:
-            raise UserError(f"env: {type(env).__name__} has {env.num_envs} envs but env.num_envs={cfg.env.num_envs}")
+        if env is not None and env.num_envs != cfg.env.rows():
+            raise UserError(f"env: {type(env).__name__} has {env.num_envs} envs but the config has "
+                            f"{cfg.env.describe(cfg.env.rows())} (env.num_envs={cfg.env.num_envs})")
         self._owns_env = env is None
         self.env = env or make_task_env(cfg, cfg.env.num_envs, self.device, cfg.seed + self.rank)
         self.threads, self.threads_reason = choose_threads(cfg.threads, self.device, self.world_size,
                                                            self.env.host_threads, self.env.num_envs)
         """torch intra-op threads this run uses, and why (a process-wide setting, made here)."""
         apply_threads(self.threads, self.threads_reason)
-        self.algorithm = make_algorithm(cfg, self.env, self.device, self.dist)
+        self.algorithm = algorithm_for(cfg).build(cfg, self.env, self.device, self.dist, checkpoint.read)
         self.policy = self.algorithm.policy
         self.phases = self.algorithm.phases
         """Attach a recorder (`syncfree.core.phases`) to time or count each phase of the hot loop."""
@@ -156,7 +151,7 @@ class Runner:
                 record = self.finish_iteration(host, time.perf_counter() - start)
             self._iterations_run += 1
             bar.set_description_str("")
-            bar.set_postfix(steps_per_s=f"{record['steps_per_s']:.0f}", **progress_value(record), refresh=False)
+            bar.set_postfix({"steps_per_s": f"{record['steps_per_s']:.0f}", **progress_value(record)}, refresh=False)
             bar.update(1)
             last = self.iteration == until or self.stopping()
             if self.iteration % cfg.save_every == 0 or last:
@@ -166,8 +161,7 @@ class Runner:
 
     def switch_scope(self) -> Scope:
         """Where this run stands for the perf switches (`PerfConfig.inert_switches` says which change nothing)."""
-        return dataclasses.replace(switch_scope(self.cfg, self.device, self.world_size),
-                                   env_layer=isinstance(self.env, ManagerBasedEnv))
+        return switch_scope(self.cfg, self.device, self.world_size, env_layer=isinstance(self.env, ManagerBasedEnv))
 
     def compiles_first_iteration(self) -> bool:
         """The next iteration is this runner's first with `perf.compile` on: it builds the graphs (seconds to
@@ -195,6 +189,7 @@ class Runner:
 
     def reduce_env_statistics(self, tensor: torch.Tensor) -> torch.Tensor:
         """Passed to `VecEnv.end_iteration` with several processes: sums `tensor` over ranks in place."""
+        assert self.dist is not None  # passed only with several processes
         return self.dist.all_reduce(tensor, "env statistics (VecEnv.end_iteration)")
 
     def read_iteration(self) -> dict[str, np.ndarray]:
@@ -261,7 +256,7 @@ class Runner:
             "format": checkpoint.FORMAT_VERSION,
             "config": to_dict(self.cfg),
             "task": self.cfg.task,
-            "obs_dims": obs_dims(self.policy, self.env),
+            "obs_dims": self.algorithm.obs_dims(self.env),
             "action_spec": (self.env.action_spec.kind, self.env.action_spec.size),
             "num_envs": self.env.num_envs,
             "world_size": self.world_size,
@@ -291,10 +286,10 @@ class Runner:
                 raise UserError(f"{source}: written by {saved} process{'es' if saved != 1 else ''} (world size "
                                 f"{saved}) but this run has world size {self.world_size}; resume it with "
                                 f"{saved} process{'es' if saved != 1 else ''}")
-            if self.cfg.policy.kind == "recurrent" and state.get("num_envs") != self.env.num_envs:
-                raise UserError(f"{source}: written with {state.get('num_envs')} agents but this run has "
-                                f"{self.env.num_envs} (env.num_envs x env.grid.agents_per_env); resume with the "
-                                "same")
+            if state.get("num_envs") != self.env.num_envs:
+                raise UserError(f"{source}: written with {state.get('num_envs')} env rows but this run has "
+                                f"{self.cfg.env.describe(self.env.num_envs)} (env.num_envs={self.cfg.env.num_envs}); "
+                                "resume with the same")
         check_compatible(state, self, source)
         try:
             self.policy.load_state_dict(state["policy"])
@@ -318,7 +313,7 @@ class Runner:
             else:
                 self.reset_env()  # external envs cannot be saved: they start new episodes
             checkpoint.set_rng_state(state["rng"])
-        if self.dist is not None:
+        if self.dist is not None and self.norm_sync is not None:
             self.dist.broadcast_module(self.policy)
             self.norm_sync.snapshot()
 
@@ -363,51 +358,14 @@ class Runner:
     def close(self) -> None:
         if self.logger is not None:
             self.logger.close()
-        close_env = getattr(self.env, "close", None)
-        if self._owns_env and close_env is not None:  # an env passed in stays its owner's to close
-            close_env()
-
-
-def make_task_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
-    """`num_envs` envs of `cfg.task` with the options its config gives (grid-arena: `num_envs` simulations)."""
-    check_task(cfg.task)
-    return make_env(cfg.task, num_envs, device, seed, cfg.env.max_episode_length, robot=cfg.env.robot,
-                    motions=cfg.env.motions, backend=cfg.env.backend, tokenizer=cfg.policy.kind == "token",
-                    perf=cfg.perf, grid=cfg.env.grid, g1=cfg.env.g1)
-
-
-def make_algorithm(cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Distributed | None) -> Algorithm:
-    """The policy `cfg.policy` describes, on `device`, and the algorithm that trains it on `env`."""
-    if cfg.policy.kind == "recurrent":
-        emit = RecurrentPPO.full_log_probs_needed(cfg.losses, cfg.ppo, cfg.perf)
-        policy = build_policy(cfg, env, emit_full_log_probs=emit).to(device)
-        set_autocast(policy, cfg.perf.autocast, device)
-        teacher = None
-        if cfg.losses.teacher:
-            state = checkpoint.load(cfg.losses.teacher)
-            teacher = teacher_from_checkpoint(state, env, cfg.losses.teacher).to(device)
-        tokens = env.obs_shapes["policy"]
-        return RecurrentPPO(policy, cfg.ppo, cfg.losses, cfg.perf, env.num_envs, tokens,
-                            min(tokens[0], cfg.policy.recurrent.max_tokens or tokens[0]), device, teacher=teacher,
-                            env_teacher=scripted_teacher(env) if cfg.losses.supervised > 0 else None, dist=dist)
-    policy = build_policy(cfg, env).to(device)
-    set_autocast(policy, cfg.perf.autocast, device)
-    return FeedForwardPPO(policy, cfg.ppo, cfg.perf, env.num_envs, obs_dim(env, "critic"), env.action_spec, device,
-                          dist=dist)
-
-
-def scripted_teacher(env: VecEnv):
-    """The scripted teacher of the grid-arena `mines` map (the `supervised` loss imitates it)."""
-    # imports mettagrid: only when asked for
-    from syncfree.envs.adapters.mettagrid_teacher import MinesTeacher
-
-    return MinesTeacher.from_env(env)
+        if self._owns_env:  # an env passed in stays its owner's to close
+            self.env.close()
 
 
 def check_compatible(state: dict[str, Any], runner: Runner, source: str) -> None:
     """A checkpoint must match the task's observation and action shapes and the env count."""
     env = runner.env
-    expected = {"task": runner.cfg.task, "obs_dims": obs_dims(runner.policy, env),
+    expected = {"task": runner.cfg.task, "obs_dims": runner.algorithm.obs_dims(env),
                 "action_spec": (env.action_spec.kind, env.action_spec.size), "num_envs": env.num_envs}
     for key, value in expected.items():
         got = state.get(key)

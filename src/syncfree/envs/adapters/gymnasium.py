@@ -14,7 +14,7 @@ saved (`saveable = False`): a resumed run restores the trainer state exactly and
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -87,7 +87,7 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
         dim = math.prod(obs_space.shape)
         self.obs_shapes = {"policy": (dim,), "critic": (dim,)}
         self._seed = seed
-        self._act_shape = (n, *act_space.shape)
+        self._act_shape = (n, *cast("tuple[int, ...]", act_space.shape))  # a Discrete's is ()
         cuda = self.device.type == "cuda"
         self._event = torch.cuda.Event() if cuda else None
 
@@ -102,8 +102,8 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
         self._terminated, self._terminated_host = buffers(n, dtype=torch.bool)
         self._truncated, self._truncated_host = buffers(n, dtype=torch.bool)
         if self.action_spec.kind == "continuous":
-            low, high = (np.broadcast_to(b, act_space.shape).reshape(-1).astype(np.float64)
-                         for b in (act_space.low, act_space.high))
+            box = cast(Box, act_space)
+            low, high = (np.broadcast_to(b, box.shape).reshape(-1).astype(np.float64) for b in (box.low, box.high))
             finite = np.isfinite(low) & np.isfinite(high)
             low, high = np.where(finite, low, 0.0), np.where(finite, high, 0.0)
             as_tensor = lambda x: torch.tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
@@ -114,7 +114,7 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
             act_dtype = torch.from_numpy(np.zeros(0, dtype=act_space.dtype)).dtype
             self._actions, self._actions_host = buffers(n, self.action_spec.size, dtype=act_dtype)
         else:
-            self._start = int(act_space.start)
+            self._start = int(cast(Discrete, act_space).start)
             self._actions, self._actions_host = buffers(n, dtype=torch.int64)
         self._obs_np, self._final_obs_np = self._obs_host.numpy(), self._final_obs_host.numpy()
         self._actions_np = self._actions_host.numpy().reshape(self._act_shape)

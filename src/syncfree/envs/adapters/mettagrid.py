@@ -17,16 +17,18 @@ saved (`saveable = False`): a resumed run restores the trainer state exactly and
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import cast
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from syncfree.envs.adapters.mettagrid_map import ARENA_BORDER, ARENA_WALLS, MAPS, MettaGridMap
 from syncfree.envs.adapters.staging import HostStaging
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.errors import UserError
@@ -42,8 +44,9 @@ try:
     from mettagrid.config.mettagrid_config import ChangeVibeActionConfig, GridObjectConfig
     from mettagrid.config.mutation import updateActor
     from mettagrid.config.reward_config import reward
-    from mettagrid.mapgen.mapgen import MapGen
-    from mettagrid.mapgen.scenes.random import Random
+    from mettagrid.map_builder.random_map import RandomMapBuilderConfig
+    from mettagrid.mapgen.mapgen import MapGenConfig
+    from mettagrid.mapgen.scenes.random import RandomConfig
     from mettagrid.mettagrid_c import (
         dtype_actions,
         dtype_masks,
@@ -59,16 +62,10 @@ finally:  # importing mettagrid sets the root logger to INFO and gives it a hand
     _root.setLevel(_root_state[0])
     _root.handlers[:] = _root_state[1]
 
-MAPS = ("arena", "empty-room", "mines")
-ARENA_WALLS = 10
-"""Walls scattered at random in the arena (as in MettaGrid's `make_arena`)."""
-ARENA_BORDER = 6
-"""Wall border around the arena's playable area (as in MettaGrid's `make_arena`)."""
-
-
-@dataclass(frozen=True)
-class MettaGridSpec:
-    """One MettaGrid simulation, built with MettaGrid's own config builders (`to_config`).
+@dataclass
+class MettaGridSpec(MettaGridMap):
+    """One MettaGrid simulation (`MettaGridMap`'s settings), built with MettaGrid's own config builders
+    (`to_config`).
 
     `map`: `"arena"` (`mettagrid.builder.envs.make_arena` on a `width` x `height` area with 10 random walls, inside
     a 6-cell wall border), `"empty-room"` (`MettaGridConfig.EmptyRoom`, inside a 1-cell wall border) or `"mines"`
@@ -79,46 +76,17 @@ class MettaGridSpec:
     Only `"mines"` pays reward: an agent that moves into a mine (mines block movement, like walls) gains one heart,
     and each heart gained is a reward of 1, so a policy that walks to a mine and keeps pushing into it earns 1 per
     step. Measured with mettagrid 0.26.22 (`random_policy_reward`, uniformly random actions, 2000 steps of 8
-    simulations, seeds 0 and 1): the default spec with `map="mines"` (24 agents, 25 x 25, 10 mines) pays 0.012 per
-    agent per step; `learnable_spec()` (4 agents, 8 x 8, 6 mines, 64-step episodes) pays 0.064 (0.063 and 0.065).
-    The arena rewards hearts but nothing on it makes them (and its attack, triggered by moving onto an agent with a
-    matching vibe, never fires without vibes); the empty room pays nothing: both measure stepping throughput and
-    exercise the token pipeline, not learning.
+    simulations, seeds 0 and 1): `map="mines"` with 24 agents, 25 x 25 cells and 10 mines pays 0.012 per agent per
+    step; the defaults (4 agents, 8 x 8, 6 mines, 64-step episodes) pay 0.064 (0.063 and 0.065). The arena rewards
+    hearts but nothing on it makes them (and its attack, triggered by moving onto an agent with a matching vibe,
+    never fires without vibes); the empty room pays nothing: both measure stepping throughput and exercise the
+    token pipeline, not learning.
     """
 
-    map: Literal["arena", "empty-room", "mines"] = "arena"
-    agents_per_env: int = 24
-    width: int = 25
-    height: int = 25
-    max_steps: int = 1000
-    mines: int = 10
-    """Mines on the `"mines"` map (ignored by the others)."""
-
-    def validate(self) -> None:
-        if self.map not in MAPS:
-            raise UserError(f"MettaGrid spec: map={self.map!r} is unknown; use one of {', '.join(map(repr, MAPS))}")
-        for name in ("agents_per_env", "width", "height", "max_steps", "mines"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise UserError(f"MettaGrid spec: {name}={value!r} must be an integer >= 1")
-        cells = self.width * self.height
-        objects = {"arena": (ARENA_WALLS, f" and its {ARENA_WALLS} walls"),
-                   "mines": (self.mines, f" and mines={self.mines}")}.get(self.map, (0, ""))
-        needed = self.agents_per_env + objects[0]
-        if needed > cells:
-            raise UserError(f"MettaGrid spec: width x height = {self.width} x {self.height} is too small for "
-                            f"agents_per_env={self.agents_per_env}{objects[1]} on map={self.map!r} "
-                            f"(needs at least {needed} cells)")
-
     @classmethod
-    def from_options(cls, grid: Any = None, max_episode_length: int = 0) -> MettaGridSpec:
-        """The spec of the grid-arena task: `grid` is the config's `env.grid` section (map, agents_per_env, width,
-        height, max_steps, mines; `learnable_spec()` when None); a `max_episode_length` > 0 replaces its
-        `max_steps`."""
-        if grid is None:
-            return learnable_spec(max_episode_length or 64)
-        return cls(grid.map, agents_per_env=grid.agents_per_env, width=grid.width, height=grid.height,
-                   max_steps=max_episode_length or grid.max_steps, mines=grid.mines)
+    def of(cls, grid: MettaGridMap) -> MettaGridSpec:
+        """The spec of a map's settings (e.g. the grid-arena task's `env` section)."""
+        return cls(**{f.name: getattr(grid, f.name) for f in dataclasses.fields(MettaGridMap)})
 
     def to_config(self, seed: int = 0) -> MettaGridConfig:
         """The MettaGrid config of one simulation. Maps are drawn from `seed`: a `Simulator` gives the k-th
@@ -133,23 +101,23 @@ class MettaGridSpec:
                 if self.map == "mines":
                     _add_mines(cfg, self.mines)
             else:
-                builder = MapGen.Config(num_agents=a, width=self.width, height=self.height,
-                                        border_width=ARENA_BORDER, instance_border_width=0,
-                                        instance=Random.Config(agents=a, objects={"wall": ARENA_WALLS}))
+                builder = MapGenConfig(num_agents=a, width=self.width, height=self.height,
+                                       border_width=ARENA_BORDER, instance_border_width=0,
+                                       instance=RandomConfig(agents=a, objects={"wall": ARENA_WALLS}))
                 cfg = make_arena(a, map_builder=builder)
         except pydantic.ValidationError as e:
             raise UserError(_validation_message(e)) from None
         cfg.game.max_steps = self.max_steps
         cfg.game.episode_truncates = True  # a time-out is a truncation: the trainer bootstraps from the value
-        cfg.game.map_builder.seed = seed
+        cast("MapGenConfig | RandomMapBuilderConfig", cfg.game.map_builder).seed = seed  # the builders used above
         return cfg
 
 
 def learnable_spec(max_steps: int = 64) -> MettaGridSpec:
-    """A small `"mines"` map a recurrent policy learns quickly: 4 agents and 6 mines on 8 x 8 cells. A random
+    """The default `"mines"` map a recurrent policy learns quickly: 4 agents and 6 mines on 8 x 8 cells. A random
     policy earns 0.064 per agent per step there (see `MettaGridSpec`); `benchmarks/grid_learning.py` passes
     3x that after about 5k agent steps (4 simulations)."""
-    return MettaGridSpec("mines", agents_per_env=4, width=8, height=8, max_steps=max_steps, mines=6)
+    return MettaGridSpec(max_steps=max_steps)
 
 
 def _add_mines(cfg: MettaGridConfig, mines: int) -> None:
@@ -158,7 +126,7 @@ def _add_mines(cfg: MettaGridConfig, mines: int) -> None:
     cfg.game.objects["mine"] = GridObjectConfig(name="mine",
                                                 on_use_handler=Handler(mutations=[updateActor({"heart": 1})]))
     cfg.game.agent.rewards = {"heart": reward(InventoryValue(item="heart"))}
-    cfg.game.map_builder.objects = {"mine": mines}
+    cast(RandomMapBuilderConfig, cfg.game.map_builder).objects = {"mine": mines}  # `EmptyRoom`'s builder
 
 
 _SPEC_FIELDS = {"num_agents": "agents_per_env", "agents": "agents_per_env", "width": "width", "height": "height",
@@ -218,9 +186,10 @@ class _Simulations:
 
     def finished(self) -> np.ndarray:
         """[num_simulations] bool: the simulations whose episode ended (MettaGrid's `Simulation.is_done`)."""
-        return self.terminals_2d.all(axis=1) | self.truncations_2d.all(axis=1)
+        # numpy's stubs allow a scalar for `all(axis=1)` (a 1-D array's); these arrays are 2-D
+        return cast(np.ndarray, self.terminals_2d.all(axis=1) | self.truncations_2d.all(axis=1))
 
-    def restart(self, indices: np.ndarray | list[int]) -> None:
+    def restart(self, indices: np.ndarray | Sequence[int]) -> None:
         """New episodes on the given simulations' slices (rewards, terminals and truncations there are reset)."""
         for i in indices:
             self.sims[i].close()
@@ -394,7 +363,7 @@ def mettagrid_raw_throughput(spec: MettaGridSpec, num_simulations: int, steps: i
                              seed: int = 0) -> float:
     """Agent-steps per second of MettaGrid alone at the adapter's settings, without the adapter: the same
     simulations on shared numpy arrays, random actions (drawn beforehand) copied into the action array, a plain
-    `sim.step()` loop, finished simulations restarted. The gap to `syncfree.bench.envs.env_only_throughput` is the adapter's cost."""
+    `sim.step()` loop, finished simulations restarted. The gap to `syncfree.envs.throughput.env_only_throughput` is the adapter's cost."""
     if steps < 1:
         raise UserError(f"mettagrid_raw_throughput: steps={steps} must be >= 1")
     sims = _Simulations(spec.to_config(seed), num_simulations, seed, lambda shape, dtype: np.zeros(shape, dtype))

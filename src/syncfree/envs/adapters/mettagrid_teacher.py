@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final, cast
 
 import torch
 import torch.nn.functional as F
@@ -47,7 +48,7 @@ except ImportError as e:  # pragma: no cover - exercised only without mettagrid
 MINE_OBJECT = "mine"
 """The object name `MettaGridSpec(map="mines")` gives its mines (a syncfree name, not a MettaGrid one)."""
 
-CLOCKWISE = ("north", "east", "south", "west")
+CLOCKWISE: Final = ("north", "east", "south", "west")
 """The four moves in clockwise order: the teacher's internal move order, and its tie-break order."""
 
 COMPASS = {"north": (-1, 0), "east": (0, 1), "south": (1, 0), "west": (0, -1)}
@@ -117,7 +118,8 @@ def read_layout(config: MettaGridConfig, action_names: Sequence[str]) -> MinesLa
         height=height, width=width,
         cell_of_coordinate=tuple(_window_cell(byte, height, width) for byte in range(256)),
         tag_feature=features["tag"], mine_tag=interface.tags.index(mine_tag_name), last_action_feature=last_action,
-        noop_action=index[wanted["noop"]], move_actions=tuple(index[wanted[d]] for d in CLOCKWISE))
+        noop_action=index[wanted["noop"]],
+        move_actions=cast("tuple[int, int, int, int]", tuple(index[wanted[d]] for d in CLOCKWISE)))
 
 
 def _window_cell(byte: int, height: int, width: int) -> int:

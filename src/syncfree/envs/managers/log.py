@@ -8,6 +8,7 @@ which the trainer moves to the host with the rest of the iteration's statistics,
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -25,7 +26,7 @@ class EnvLog:
             self._host_sum[key] += value
             self._host_steps[key] += 1
 
-    def add_device(self, names: tuple[str, ...], values: Tensor, valid: Tensor | bool = True) -> None:
+    def add_device(self, names: tuple[str, ...], values: Tensor, valid: Tensor | Literal[True] = True) -> None:
         """Accumulate one step's `values` ([len(names)]) if `valid` (a device bool, or True)."""
         if names not in self._device:
             self._device[names] = (torch.zeros(len(names), device=self.device),
@@ -47,8 +48,8 @@ class EnvLog:
             for name, value in zip(names, total.double().unbind(), strict=True):
                 sums[name] = sums[name] + value if name in sums else value
                 counts[name] = counts[name] + count.double() if name in counts else count.double()
-        for name, value in self._host_sum.items():
-            host = torch.tensor([value, float(self._host_steps[name])], dtype=torch.float64, device=self.device)
+        for name, host_sum in self._host_sum.items():
+            host = torch.tensor([host_sum, float(self._host_steps[name])], dtype=torch.float64, device=self.device)
             sums[name] = sums[name] + host[0] if name in sums else host[0]
             counts[name] = counts[name] + host[1] if name in counts else host[1]
         means = {name: sums[name] / counts[name] for name in sums}

@@ -20,6 +20,7 @@ difference of the root positions; the body arrays (all model bodies) come from `
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import numpy as np
 import torch
@@ -218,8 +219,8 @@ def _make_clip(robot: RobotModel, kin: Kinematics, kind: str, name: str, t: np.n
 
     # bodies with the root at the origin, then the root placed from the feet
     with torch.no_grad():
-        rel, body_quat = kin.forward(torch.zeros(len(t), 3, dtype=torch.float64), quat, torch.as_tensor(sig.q))
-    rel = rel.numpy()
+        rel_t, body_quat = kin.forward(torch.zeros(len(t), 3, dtype=torch.float64), quat, torch.as_tensor(sig.q))
+    rel = rel_t.numpy()
     root_pos = np.zeros((len(t), 3))
     root_pos[:, 2] = ground - _softmin(rel[:, feet, 2])
     if kind == "walk":
@@ -229,7 +230,8 @@ def _make_clip(robot: RobotModel, kin: Kinematics, kind: str, name: str, t: np.n
     else:
         middle = rel[:, feet, :2].mean(axis=1)
         root_pos[:, :2] = middle[0] - middle  # the point between the feet stays where it starts
-    root_lin_vel = np.gradient(root_pos, t, axis=0, edge_order=2)
+    # numpy's stubs type the gradient of a 2-D array as one array per axis, even with `axis` naming one
+    root_lin_vel = cast(np.ndarray, np.gradient(root_pos, t, axis=0, edge_order=2))
 
     body_pos = torch.as_tensor(rel + root_pos[:, None, :])
     with torch.no_grad():

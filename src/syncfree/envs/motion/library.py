@@ -106,7 +106,7 @@ _BODY_KEYS = ("body_pos_w", "body_quat_w", "body_lin_vel_w", "body_ang_vel_w")
 _FRAME_KEYS = _ROOT_KEYS + _BODY_KEYS
 
 
-def motion_files(paths: Sequence[str | Path]) -> list[Path]:
+def motion_files(paths: Sequence[str | Path] | str | Path) -> list[Path]:
     """The files named, a directory standing for all its `*.npz` files (sorted by name)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]

@@ -98,6 +98,6 @@ class AdaptiveSampler:
             value = state[name]
             if value.shape != getattr(self, name).shape:
                 raise UserError(f"env state: the adaptive sampler's {name} has {value.shape[-1]} bins but this run's "
-                                f"clips and bin size (env.motions, env.g1.sampler_bin_frames) give {self.num_bins}; "
+                                f"clips and bin size (env.motions, env.sampler_bin_frames) give {self.num_bins}; "
                                 "resume with the clips and bin size the run was trained with")
             getattr(self, name).copy_(value)

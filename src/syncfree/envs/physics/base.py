@@ -7,7 +7,7 @@ through `write_state`, and set joint position targets; they never see how the ba
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -43,8 +43,13 @@ class Physics(ABC):
     """Bodies expected to touch the floor (the feet)."""
     contact_forces: Tensor | None = None
     """[num_envs, len(contact_bodies), 3] net force the floor exerts on each contact body, world frame."""
-    other_contacts: Tensor | None = None
-    """[num_envs] number of floor contacts of robot bodies other than `contact_bodies` (falls, knees, hands)."""
+    if TYPE_CHECKING:  # read-only to tasks: a backend may compute it in a property
+        @property
+        def other_contacts(self) -> Tensor | None:
+            """[num_envs] number of floor contacts of robot bodies other than `contact_bodies` (falls, knees,
+            hands)."""
+    else:
+        other_contacts: Tensor | None = None
 
     @abstractmethod
     def set_joint_targets(self, targets: Tensor) -> None:

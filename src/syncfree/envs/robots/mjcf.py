@@ -110,7 +110,7 @@ def _indices(path: str, kind: str, known: tuple[str, ...], names: Sequence[str])
 
 def default_robot_path() -> Path:
     """The Unitree G1 (29 joints) MJCF file shipped with the package."""
-    return Path(str(resources.files("syncfree.envs.robots").joinpath("assets", "g1_29dof.xml")))
+    return Path(str(resources.files("syncfree.envs.robots") / "assets" / "g1_29dof.xml"))
 
 
 def load_robot(path: str | Path | None = None) -> RobotModel:
@@ -188,7 +188,7 @@ def _read_model(path: str, model: mujoco.MjModel) -> RobotModel:
     lower = np.where(limited, model.jnt_range[jid, 0], -math.inf)
     upper = np.where(limited, model.jnt_range[jid, 1], math.inf)
 
-    def f32(x: np.ndarray) -> torch.Tensor:
+    def f32(x: np.ndarray | list[float]) -> torch.Tensor:
         return torch.as_tensor(np.asarray(x, dtype=np.float64), dtype=torch.float32).clone()
 
     bodies = np.arange(1, model.nbody)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import torch
 from torch import Tensor
 
+from syncfree.envs.builtin.g1_track.config import TRACKED_BODIES, G1TrackConfig
 from syncfree.envs.managers.commands import CommandTerm
 from syncfree.envs.managers.env import JointPositionAction
 from syncfree.envs.managers.select import assign_, is_mask
@@ -15,7 +16,6 @@ from syncfree.envs.motion.library import MotionLibrary
 from syncfree.envs.motion.sampler import AdaptiveSampler
 from syncfree.envs.physics import Physics
 from syncfree.envs.robots import RobotModel
-from syncfree.envs.tasks.g1_track.config import TRACKED_BODIES, G1TrackConfig
 from syncfree.errors import UserError
 
 
@@ -166,7 +166,8 @@ class MotionCommand(CommandTerm):
         same = (saved_lengths is None or (saved_lengths.shape == lengths.shape
                                           and torch.equal(saved_lengths.to(lengths.device), lengths)))
         if not same or (saved_names is not None and list(saved_names) != names):
-            saved_names = saved_names or [f"clip {i}" for i in range(saved_lengths.numel())]
+            # the lengths are missing only where the names differ (an empty list of names is not expected)
+            saved_names = saved_names or [f"clip {i}" for i in range(cast(Tensor, saved_lengths).numel())]
             raise UserError(f"env state: the run was trained on {len(saved_names)} clips ({_summary(saved_names)}) "
                             f"but this run's clips (env.motions) are {len(names)} ({_summary(names)}), or their "
                             "lengths differ; resume with the clips the run was trained on")

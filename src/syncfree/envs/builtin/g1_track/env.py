@@ -10,34 +10,27 @@ episode and contact terms join the reward.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor
 
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import ActionSpec
-from syncfree.envs.managers.env import JointPositionAction, ManagerBasedEnv
-from syncfree.envs.managers.events import EventTerm
-from syncfree.envs.managers.observations import ObsGroup, ObsTerm
-from syncfree.envs.managers.rewards import RewardTerm, TerminationTerm
-from syncfree.envs.motion.library import load_motions
-from syncfree.envs.motion.sampler import AdaptiveSampler
-from syncfree.envs.physics import MujocoPhysics, TorchPDPhysics
-from syncfree.envs.physics.factory import BACKENDS, make_physics
-from syncfree.envs.robots import RobotModel, load_robot
-from syncfree.envs.tasks.g1_track.command import MotionCommand
-from syncfree.envs.tasks.g1_track.config import (
+from syncfree.envs.builtin.g1_track.command import MotionCommand
+from syncfree.envs.builtin.g1_track.config import (
     DEFAULT_POSE,
     END_EFFECTORS,
     KEYPOINTS,
     TRACKED_BODIES,
     G1TrackConfig,
+    G1TrackOptions,
 )
-from syncfree.envs.tasks.g1_track.terms import (
+from syncfree.envs.builtin.g1_track.terms import (
     action_rate,
     anchor_height,
     anchor_orientation,
@@ -73,7 +66,18 @@ from syncfree.envs.tasks.g1_track.terms import (
     uniform_per_joint,
     uniform_root_velocity,
 )
-from syncfree.errors import UserError
+from syncfree.envs.managers.env import JointPositionAction, ManagerBasedEnv
+from syncfree.envs.managers.events import EventTerm
+from syncfree.envs.managers.observations import ObsGroup, ObsTerm
+from syncfree.envs.managers.rewards import RewardTerm, TerminationTerm
+from syncfree.envs.motion.library import load_motions
+from syncfree.envs.motion.sampler import AdaptiveSampler
+from syncfree.envs.physics import MujocoPhysics, TorchPDPhysics
+from syncfree.envs.physics.factory import make_physics
+from syncfree.envs.robots import RobotModel, load_robot
+
+if TYPE_CHECKING:
+    from syncfree.envs.physics.mujoco import MujocoScene
 
 
 def soft_limits(lower: Tensor, upper: Tensor, fraction: float = 0.9) -> tuple[Tensor, Tensor]:
@@ -85,6 +89,8 @@ def soft_limits(lower: Tensor, upper: Tensor, fraction: float = 0.9) -> tuple[Te
 
 
 class G1TrackEnv(ManagerBasedEnv):
+    command: MotionCommand
+
     def __init__(self, num_envs: int, device: torch.device | str = "cpu", seed: int = 0, max_episode_length: int = 0,
                  cfg: G1TrackConfig | None = None, perf: PerfConfig | None = None) -> None:
         cfg = cfg or G1TrackConfig()
@@ -106,15 +112,17 @@ class G1TrackEnv(ManagerBasedEnv):
         self.down = torch.tensor([0.0, 0.0, -1.0], device=device).expand(num_envs, 3)
         """Gravity's direction in the world frame, one row per env."""
         self.soft_lower, self.soft_upper = soft_limits(robot.joint_lower.to(device), robot.joint_upper.to(device))
-        stiffness = self.physics.stiffness
+        physics = cast("TorchPDPhysics | MujocoScene", self.physics)  # every backend has PD gains
+        stiffness = physics.stiffness
         self.action = JointPositionAction(self.physics, self.default_joint_pos,
-                                          0.25 * self.physics.effort_limit / stiffness)
+                                          0.25 * physics.effort_limit / stiffness)
         self.action_spec = ActionSpec("continuous", len(robot.joint_names))
         # reference bodies come from this robot's kinematics applied to each clip's root and joints: clips made
         # with another revision of the robot stay consistent, and clip files' body velocities are not trusted
         motions = load_motions(cfg.motions or None, robot, TRACKED_BODIES, device, control_dt=step_dt,
                                recompute_bodies=True)
-        sampler = AdaptiveSampler(motions.clip_length, num_envs, self.generator, **cfg.sampler)
+        sampler = AdaptiveSampler(motions.clip_length, num_envs, self.generator,
+                                  **cast("dict[str, Any]", cfg.sampler()))  # `bin_frames` is an int
         self.command = MotionCommand(self, motions, sampler)
         self.update_kinematics()
         self.build_managers(self._observation_groups(), self._rewards(), self._terminations(), self._events())
@@ -153,9 +161,9 @@ class G1TrackEnv(ManagerBasedEnv):
             }),
             "tokenizer": ObsGroup({
                 "encoder_index": ObsTerm(encoder_index),
-                "future_joint_pos": ObsTerm(future_field("joint_pos", cfg.tokenizer_frames)),
-                "future_joint_vel": ObsTerm(future_field("joint_vel", cfg.tokenizer_frames)),
-                "future_keypoints": ObsTerm(future_keypoints(cfg.tokenizer_frames)),
+                "future_joint_pos": ObsTerm(future_field("joint_pos", tuple(cfg.tokenizer_frames))),
+                "future_joint_vel": ObsTerm(future_field("joint_vel", tuple(cfg.tokenizer_frames))),
+                "future_keypoints": ObsTerm(future_keypoints(tuple(cfg.tokenizer_frames))),
             }, concatenate=False),
         }
         unknown = set(cfg.observation_groups) - set(groups)
@@ -218,17 +226,14 @@ class G1TrackEnv(ManagerBasedEnv):
 
 
 def make_g1_track(num_envs: int, device: torch.device | str = "cpu", seed: int = 0, max_episode_length: int = 0,
-                  robot: str = "", motions: list[str] | None = None, backend: str = "", tokenizer: bool = False,
-                  perf: PerfConfig | None = None, g1: Any = None) -> G1TrackEnv:
-    """`g1`: the config's `env.g1` section (history, encoders, tokenizer frames, sampler), read by attribute;
-    None keeps `G1TrackConfig`'s defaults."""
-    if backend not in ("", *BACKENDS):
-        raise UserError(f"env.backend={backend!r} is not available; allowed: {', '.join(BACKENDS)}")
+                  options: G1TrackOptions | None = None, tokenizer: bool = False, perf: PerfConfig | None = None,
+                  **fields: Any) -> G1TrackEnv:
+    """`options`: the settings users tune (None: their defaults), any of them replaced by `fields` (e.g.
+    `backend="mujoco"`); `tokenizer`: also compute the token policy's observation group."""
+    options = dataclasses.replace(options or G1TrackOptions(), **fields)
+    options.validate()
     groups = ("policy", "critic", "tokenizer") if tokenizer else ("policy", "critic")
-    cfg = G1TrackConfig(robot=robot, motions=[str(Path(m)) for m in motions or []], observation_groups=groups,
-                        backend=backend or "torch")
-    if g1 is not None:
-        cfg.history, cfg.num_encoders, cfg.tokenizer_frames = g1.history, g1.num_encoders, tuple(g1.tokenizer_frames)
-        cfg.sampler = {"bin_frames": g1.sampler_bin_frames, "uniform_ratio": g1.sampler_uniform_ratio,
-                       "cap": g1.sampler_cap, "decay": g1.sampler_decay}
+    cfg = G1TrackConfig(**{f.name: getattr(options, f.name) for f in dataclasses.fields(G1TrackOptions)},
+                        observation_groups=groups)
+    cfg.motions = [str(Path(m)) for m in cfg.motions]
     return G1TrackEnv(num_envs, device, seed, max_episode_length, cfg, perf)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor
 
+from syncfree.envs.builtin.g1_track.command import TrackingEnv
+from syncfree.envs.builtin.g1_track.config import KEYPOINTS, TRACKED_BODIES
 from syncfree.envs.managers.select import assign_
 from syncfree.envs.math import (
     matrix_first_two_columns,
@@ -15,8 +18,9 @@ from syncfree.envs.math import (
     quat_error_magnitude,
     quat_mul,
 )
-from syncfree.envs.tasks.g1_track.command import TrackingEnv
-from syncfree.envs.tasks.g1_track.config import KEYPOINTS, TRACKED_BODIES
+
+if TYPE_CHECKING:
+    from syncfree.envs.physics import MujocoPhysics, MujocoWarpPhysics
 
 # -- observation terms: pure functions of the env ---------------------------------------------------------
 
@@ -144,7 +148,7 @@ def action_rate(env: TrackingEnv) -> Tensor:
 
 def undesired_contacts(env: TrackingEnv) -> Tensor:
     """Floor contacts of bodies other than the feet (knees, hands, torso); needs a backend with contacts."""
-    return env.physics.other_contacts
+    return cast(Tensor, env.physics.other_contacts)
 
 
 def joint_limits(env: TrackingEnv) -> Tensor:
@@ -222,8 +226,9 @@ def push_root(env: TrackingEnv, selection: Tensor, drawn: Tensor) -> None:
 
 def uniform_model_variant(env: TrackingEnv) -> Tensor:
     """[num_envs] int64: a model variant (friction, added torso mass) for each env, uniformly."""
-    return torch.randint(0, env.physics.num_variants, (env.num_envs,), generator=env.generator, device=env.device)
+    physics = cast("MujocoPhysics | MujocoWarpPhysics", env.physics)  # the event of the real-physics backends
+    return torch.randint(0, physics.num_variants, (env.num_envs,), generator=env.generator, device=env.device)
 
 
 def randomize_model(env: TrackingEnv, selection: Tensor, drawn: Tensor) -> None:
-    env.physics.choose_variants(selection, drawn)
+    cast("MujocoPhysics | MujocoWarpPhysics", env.physics).choose_variants(selection, drawn)

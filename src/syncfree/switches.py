@@ -1,0 +1,41 @@
+"""`syncfree switches`: the performance switches with their baseline and optimized values, and, for a task, which
+of them act on its preset and why the others change nothing there."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import docstring_parser
+import torch
+
+from syncfree.config import validate
+from syncfree.core.device import resolve_device
+from syncfree.core.switches import PerfConfig
+from syncfree.tasks import preset, switch_scope
+
+
+def listing(task: str | None = None, compile: Literal["off", "hot", "step"] | None = None,
+            device: str | None = None) -> str:
+    """Every switch with its values, origin and doc; with `task`, marked live or inert (with the reason) on the
+    task's preset, under `compile` and on `device` (default: the preset's)."""
+    docs = {p.arg_name: p.description for p in docstring_parser.parse_from_object(PerfConfig).params}
+    inert: dict[str, str] | None = None
+    lines = []
+    if task:
+        cfg = preset(task)
+        cfg.perf.compile = compile or cfg.perf.compile
+        cfg.device = device or cfg.device
+        cfg = validate(cfg)
+        # judged for the device asked for, present here or not; else where the preset would train
+        where = torch.device(device) if device else resolve_device(cfg.device)
+        inert = cfg.perf.inert_switches(switch_scope(cfg, where))
+        lines.append(f"{task} (perf.compile={cfg.perf.compile}, device={where}): "
+                     f"{len(PerfConfig.switches()) - len(inert)} switches act, {len(inert)} change nothing\n")
+    for f in PerfConfig.switches():
+        mark = ""
+        if inert is not None:
+            mark = f"  INERT: {inert[f.name]}" if f.name in inert else "  live"
+        kind = " (a check, not an optimization)" if f.metadata["check"] else ""
+        lines.append(f"{f.name}: baseline={f.metadata['baseline']} optimized={f.metadata['optimized']}{kind}  "
+                     f"[{f.metadata['seed']}]{mark}\n    {' '.join((docs.get(f.name) or '').split())}")
+    return "\n".join(lines)
