@@ -11,8 +11,8 @@ min and max of the per-round ratios (this tree / baseline). For grid-arena, size
 agent steps.
 
 Each worker imports syncfree from its tree's `src/` (PYTHONPATH), so the trees must share this interpreter's
-packages. The worker speaks to both layouts of the trainer: `syncfree.train.runner.Runner` and, before it,
-`syncfree.train.trainer.make_trainer`.
+packages. The worker speaks to every layout so far: presets from `syncfree.tasks` (earlier `syncfree.presets`, then
+`syncfree.config`), the trainer `syncfree.train.runner.Runner` (earlier `syncfree.train.trainer.make_trainer`).
 """
 
 from __future__ import annotations
@@ -31,11 +31,16 @@ WORKER = r"""
 import json, sys, time, torch
 task, num_envs, threads, warmup, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), 0
 torch.set_num_threads(threads)
-try:
+try:  # the task registry; before it, the presets module; before that, the config module
     from syncfree.tasks import preset
+except ImportError:
+    try:
+        from syncfree.presets import preset
+    except ImportError:
+        from syncfree.config import preset
+try:
     from syncfree.train.runner import Runner as make
 except ImportError:
-    from syncfree.config import preset
     from syncfree.train.trainer import make_trainer as make
 cfg = preset(task)
 cfg.env.num_envs, cfg.seed, cfg.log.progress = num_envs, seed, False

@@ -19,6 +19,7 @@ def readme_python_examples() -> list[str]:
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", [0, 1], ids=["own torch env", "gymnasium"])
 def test_the_readme_examples_run(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     if index == 1:

@@ -68,6 +68,7 @@ def test_policy_flops_per_step_are_counted_from_the_layer_shapes() -> None:
     assert compute_dtype(runner) == "float32"
 
 
+@pytest.mark.slow
 def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     code = main(["bench", "--task", "point-mass", "--profile", "full", "--num_envs", "[16]", "--scaling", "[8, 16]",
                  "--repeats", "2", "--iterations", "1", "--min_seconds", "0", "--compile", "false", "--threads", "1",
@@ -102,6 +103,7 @@ def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     assert "# syncfree bench: point-mass" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_bench_runs_a_gymnasium_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     """`gym:<id>` tasks, which `syncfree train` takes, are benched too: sizes default to a few host-stepped envs, the
     default folder's name has no colon, and the counts hold the optimized trainer's budget there: no host sync in

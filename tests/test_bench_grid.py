@@ -53,6 +53,7 @@ def test_grid_arena_minibatches_divide_the_segments(monkeypatch) -> None:
 
 
 
+@pytest.mark.slow
 def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
     code = main(["bench", "--task", "grid-arena", "--profile", "full", "--num_envs", "[1]", "--scaling", "[1]",
                  "--add_one_in", "false", "--repeats", "1", "--iterations", "1", "--min_seconds", "0",

@@ -26,6 +26,7 @@ def test_benchmark_script_imports(script: str, monkeypatch: pytest.MonkeyPatch) 
     assert callable(getattr(module, "main", None)), f"{script} has no main()"
 
 
+@pytest.mark.slow
 def test_learning_parity_runs_resumes_and_reports(tmp_path: Path) -> None:
     """The study end to end at 2 iterations (`SYNCFREE_PARITY_ITERATIONS`): each (learner, seed) writes its run with
     the CPU's bfloat16 capability, the report gives a rerun command for this `--out`, and a second call finds the

@@ -35,6 +35,8 @@ from syncfree.policy.normalizer import RunningNorm
 from syncfree.train import checkpoint
 from syncfree.train.runner import Runner
 
+pytestmark = pytest.mark.slow  # each test starts processes (seconds each)
+
 TOLERANCE = 1e-5
 """Parameters after one 2-rank update vs one single-process update on the combined rollout (absolute)."""
 

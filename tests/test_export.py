@@ -102,6 +102,7 @@ def test_discrete_actor_from_the_cli(capsys, tmp_path: Path) -> None:
     assert [(o["name"], o["dtype"]) for o in outputs] == [("actions", "int64"), ("logits", "float32")]
 
 
+@pytest.mark.slow
 def test_token_policy_encoder_decoder_and_combined_graphs(tmp_path: Path) -> None:
     trainer = train(tmp_path / "run", "g1-track", token=True)
     policy = trainer.policy

@@ -523,6 +523,7 @@ PROCESS_FAULTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", PROCESS_FAULTS, ids=[f.name for f in PROCESS_FAULTS])
 def test_process_fault(fault: ProcessFault, tmp_path: Path) -> None:
     run = tmp_path / "run"
@@ -542,6 +543,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_a_hung_peer_ends_rank_0_with_one_line_and_exit_1(tmp_path: Path) -> None:
     """Rank 1 stops (SIGSTOP) mid-training: rank 0 names the collective and the timeout in one line and exits 1,
     without an abort on the way out."""

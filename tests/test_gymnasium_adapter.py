@@ -186,6 +186,7 @@ def test_cuda_copies_match_the_cpu_path() -> None:
             assert torch.equal(u, v.cpu())
 
 
+@pytest.mark.slow
 def test_gym_tasks_train_and_evaluate_from_the_command_line(tmp_path, capsys) -> None:
     from syncfree.cli import main
 

@@ -35,6 +35,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 def test_retained_memory_is_reused_without_page_faults() -> None:
     """One point-mass iteration at 2048 envs after a warm-up, in fresh processes (this one's heap depends on what

@@ -122,6 +122,7 @@ def test_recurrent_ppo_iterations_on_mettagrid_run_with_finite_losses() -> None:
     loop.env.close()
 
 
+@pytest.mark.slow
 def test_recurrent_ppo_beats_the_random_policy_on_mines() -> None:
     random_level = random_policy_reward(learnable_spec(), SIMULATIONS, steps=300)
     loop = Loop(seed=0)

@@ -88,6 +88,7 @@ def test_rsl_rl_stores_each_action_beside_the_observation_it_acted_on() -> None:
     assert torch.equal(alg.storage.observations["policy"], torch.stack(acted_on))
 
 
+@pytest.mark.slow
 def test_rsl_rl_learns_pendulum_through_the_adapter() -> None:
     """30 iterations (246k env steps) of rsl_rl's PPO. Its deterministic policy then returns about -240 over an
     episode (seeds 0-4: -169 to -241); a random policy returns about -1,200 to -1,500, and so did rsl_rl trained on

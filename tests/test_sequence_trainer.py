@@ -197,6 +197,7 @@ def test_cli_trains_grid_arena_and_resumes(tmp_path: Path, capsys) -> None:
     (["--ppo.num_minibatches", "7"], "ppo.num_minibatches=7 is invalid"),
     (["--losses.supervised", "1", "--env.map", "arena"], "losses.supervised=1.0 is invalid"),
     (["--losses.kickstarter", "1"], "losses.teacher='' is invalid"),
+    (["--policy.actor_hidden", "[8]"], "policy.actor_hidden=[8] is invalid"),  # the recurrent policy does not read it
 ])
 def test_bad_grid_config_is_one_line(args: list[str], culprit: str, capsys) -> None:
     assert main(["train", "--task", "grid-arena", "--iterations", "1", *args]) == 2

@@ -123,6 +123,9 @@ class PolicyConfig:
     """Initial standard deviation of the Gaussian head (continuous actions)."""
     normalize_obs: bool = True
     """Running mean/std normalization of actor and critic observations, updated during rollouts."""
+    UNREAD: ClassVar[tuple[str, ...]] = ()
+    """Fields of this section the policy does not read (a config of the earlier layout may hold any value there)."""
+
     kind: Literal["mlp", "token", "recurrent"] = "mlp"
     """`mlp`: the MLP actor-critic above. `token` (g1-track): the universal-token policy configured by `policy.token`
     (its own sizes; the fields above then do not apply). `recurrent` (grid-arena): the recurrent token policy of
@@ -148,11 +151,19 @@ class TokenPolicyConfig(PolicyConfig):
 class RecurrentTokenPolicyConfig(PolicyConfig):
     """The recurrent token policy of `recurrent` (`kind=recurrent`; the MLP sizes above do not apply)."""
 
+    UNREAD: ClassVar[tuple[str, ...]] = ("actor_hidden", "critic_hidden", "activation", "init_std", "normalize_obs")
+    """The MLP fields above: this policy does not read them, so they must keep their defaults."""
+
     kind: Literal["mlp", "token", "recurrent"] = "recurrent"
     recurrent: RecurrentPolicyConfig = field(default_factory=RecurrentPolicyConfig)
 
     def validate(self, kinds: tuple[str, ...], task: str) -> None:
         super().validate(kinds, task)
+        mlp = PolicyConfig()
+        for name in self.UNREAD:
+            check(getattr(self, name) == getattr(mlp, name), f"policy.{name}",
+                  f"{getattr(mlp, name)!r}: the recurrent token policy does not read it (its sizes are "
+                  "policy.recurrent.*)", getattr(self, name))
         r = self.recurrent
         check(r.core in ("lstm", "gru"), "policy.recurrent.core", "lstm, gru", r.core)
         for name in ("hidden", "embed_dim", "encoder_hidden"):

@@ -9,7 +9,7 @@ import copy
 import dataclasses
 import importlib
 import pkgutil
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -151,7 +151,7 @@ def upgrade_config(data: dict[str, Any], cls: type[TrainConfig]) -> dict[str, An
     out["env"] = {k: v for k, v in flat.items() if k in env_fields}
     for section in ("policy", "ppo"):
         if isinstance(out.get(section), dict):
-            names = _field_names(cls, section)
+            names = _field_names(cls, section) - set(getattr(_section_type(cls, section), "UNREAD", ()))
             out[section] = {k: v for k, v in out[section].items() if k in names}
     if "losses" in out and "losses" not in {f.name for f in dataclasses.fields(cls)}:
         del out["losses"]
@@ -170,9 +170,13 @@ def config_file_arguments(argv: list[str], path: str, data: dict[str, Any], cls:
     return [content if a == path else f"--config={content}" if a == f"--config={path}" else a for a in argv]
 
 
-def _field_names(cls: type[TrainConfig], section: str) -> set[str]:
+def _section_type(cls: type[TrainConfig], section: str) -> type:
     field = next(f for f in dataclasses.fields(cls) if f.name == section)
-    return {f.name for f in dataclasses.fields(field.default_factory)}  # type: ignore[arg-type]
+    return cast(type, field.default_factory)  # a section's default factory is its dataclass
+
+
+def _field_names(cls: type[TrainConfig], section: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(_section_type(cls, section))}
 
 
 _discover()

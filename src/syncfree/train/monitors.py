@@ -1,11 +1,13 @@
 """Per-step bookkeeping that the runner reads once per iteration: finished episodes and non-finite env output.
 
-Each monitor has a deferred path (device buffers, moved to the host inside the iteration's single transfer)
-and the conventional path (host reads at every step). Both produce the same values in the same order.
+Each monitor comes in two classes: the deferred one (device buffers, moved to the host inside the iteration's single
+transfer) and the conventional one (host reads at every step). Both produce the same values in the same order; the
+switch picks the class (`episode_stats`, `nonfinite_monitor`).
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections import deque
 from typing import Any, cast
 
@@ -23,19 +25,23 @@ class StepMonitors:
     that a compiled record step takes into its graph."""
 
     def __init__(self, steps: int, num_envs: int, device: torch.device, perf: PerfConfig) -> None:
-        self.episodes = EpisodeStats(steps, num_envs, device, deferred=perf.deferred_episode_stats)
-        self.nonfinite = NonFiniteMonitor(num_envs, device, deferred=perf.deferred_nonfinite_check, steps=steps)
-        self.fused = self.episodes.deferred and self.nonfinite.deferred
+        self.episodes = episode_stats(steps, num_envs, device, deferred=perf.deferred_episode_stats)
+        self.nonfinite = nonfinite_monitor(steps, num_envs, device, deferred=perf.deferred_nonfinite_check)
+        self._deferred = ((self.episodes, self.nonfinite) if isinstance(self.episodes, DeferredEpisodeStats)
+                          and isinstance(self.nonfinite, DeferredNonFinite) else None)
+        self.fused = self._deferred is not None
         self._done = torch.zeros(num_envs, dtype=torch.bool, device=device)
 
     def rows(self, t: int) -> tuple[Tensor, Tensor]:
-        return self.episodes.rows[t], self.nonfinite.step_values[t]
+        episodes, nonfinite = cast(tuple[DeferredEpisodeStats, DeferredNonFinite], self._deferred)  # when `fused`
+        return episodes.rows[t], nonfinite.step_values[t]
 
     def record_rows(self, step: StepResult, rows: tuple[Tensor, ...]) -> None:
         episode_row, step_value = rows
         done = torch.logical_or(step.terminated, step.truncated, out=self._done)
         record_row(episode_row, done, step.info["episode_return"], step.info["episode_length"])
-        self.nonfinite.check_row(step_value, step.obs, step.reward)
+        nonfinite = cast(DeferredNonFinite, self.nonfinite)  # record_rows runs when both are deferred (`fused`)
+        nonfinite.check_row(step_value, step.obs, step.reward)
 
     def record(self, t: int, step: StepResult) -> None:
         if self.fused:
@@ -46,45 +52,30 @@ class StepMonitors:
         self.nonfinite.check(t, step.obs, step.reward, done)
 
 
-class EpisodeStats:
-    """Returns and lengths of finished episodes, in (step, env) order."""
+class EpisodeStats(ABC):
+    """Returns and lengths of finished episodes, in (step, env) order: the last iteration's and a window of recent
+    ones. `DeferredEpisodeStats` records them on the device, `HostEpisodeStats` on the host at every step."""
 
-    def __init__(self, steps: int, num_envs: int, device: torch.device, deferred: bool, window: int = 100) -> None:
-        self.deferred = deferred
+    def __init__(self, window: int = 100) -> None:
         self.recent_returns: deque[float] = deque(maxlen=window)
         self.recent_lengths: deque[float] = deque(maxlen=window)
         self.iteration_episodes: list[tuple[float, float]] = []
         """(return, length) of every episode that ended in the last completed iteration."""
-        self._steps, self._num_envs = steps, num_envs
-        if deferred:
-            self._buffer = torch.zeros(3, steps, num_envs, device=device)  # done, return, length
-            self.rows = list(self._buffer.unbind(1))
-            """`rows[t]`: the [3, num_envs] view of step t (done, return, length), for `record_row`."""
-        else:
-            self._pending: list[tuple[float, float]] = []
 
+    @abstractmethod
     def record(self, t: int, done: Tensor, episode_return: Tensor, episode_length: Tensor) -> None:
-        if self.deferred:
-            record_row(self.rows[t], done, episode_return, episode_length)
-            return
-        ids = done.nonzero().squeeze(-1)
-        self._pending.extend(zip(episode_return[ids].cpu().tolist(), episode_length[ids].float().cpu().tolist(),
-                                 strict=True))
+        """Step `t`'s finished episodes."""
 
     def device_payload(self) -> Tensor | None:
-        return self._buffer.view(-1) if self.deferred else None
+        """What the iteration's host transfer carries for these statistics (None: nothing)."""
+        return None
 
-    def payload_size(self) -> int:
-        return 3 * self._steps * self._num_envs if self.deferred else 0
+    @abstractmethod
+    def finished(self, payload: np.ndarray | None) -> list[tuple[float, float]]:
+        """The iteration's finished episodes, from the transfer's `payload` or what was read at each step."""
 
     def end_iteration(self, payload: np.ndarray | None) -> None:
-        if self.deferred:
-            done, returns, lengths = cast(np.ndarray, payload).reshape(3, -1)  # the deferred path has a payload
-            mask = done > 0.5
-            episodes = list(zip(returns[mask].tolist(), lengths[mask].tolist(), strict=True))
-        else:
-            episodes, self._pending = self._pending, []
-        self.iteration_episodes = episodes
+        self.iteration_episodes = episodes = self.finished(payload)
         for ret, length in episodes:
             self.recent_returns.append(ret)
             self.recent_lengths.append(length)
@@ -102,26 +93,116 @@ class EpisodeStats:
         self.recent_lengths.extend(state["recent_lengths"])
 
 
-class NonFiniteMonitor:
-    """The first step of the iteration at which an env produced NaN or Inf (observation group or reward), and
-    which envs did so then: a NaN spreads to every env through the normalizer, so only the first ones matter."""
+class DeferredEpisodeStats(EpisodeStats):
+    """Done flags, returns and lengths written into a `[3, steps, envs]` device buffer, read in the iteration's
+    transfer."""
 
-    def __init__(self, num_envs: int, device: torch.device, deferred: bool, steps: int = 1) -> None:
-        self.deferred = deferred
+    def __init__(self, steps: int, num_envs: int, device: torch.device, window: int = 100) -> None:
+        super().__init__(window)
+        self._buffer = torch.zeros(3, steps, num_envs, device=device)  # done, return, length
+        self.rows = list(self._buffer.unbind(1))
+        """`rows[t]`: the [3, num_envs] view of step t (done, return, length), for `record_row`."""
+
+    def record(self, t: int, done: Tensor, episode_return: Tensor, episode_length: Tensor) -> None:
+        record_row(self.rows[t], done, episode_return, episode_length)
+
+    def device_payload(self) -> Tensor:
+        return self._buffer.view(-1)
+
+    def finished(self, payload: np.ndarray | None) -> list[tuple[float, float]]:
+        done, returns, lengths = cast(np.ndarray, payload).reshape(3, -1)  # the transfer carries the buffer
+        mask = done > 0.5
+        return list(zip(returns[mask].tolist(), lengths[mask].tolist(), strict=True))
+
+
+class HostEpisodeStats(EpisodeStats):
+    """The conventional path (rsl_rl's logger): the finished episodes' ids, returns and lengths read at every step."""
+
+    def __init__(self, window: int = 100) -> None:
+        super().__init__(window)
+        self._pending: list[tuple[float, float]] = []
+
+    def record(self, t: int, done: Tensor, episode_return: Tensor, episode_length: Tensor) -> None:
+        ids = done.nonzero().squeeze(-1)
+        self._pending.extend(zip(episode_return[ids].cpu().tolist(), episode_length[ids].float().cpu().tolist(),
+                                 strict=True))
+
+    def finished(self, payload: np.ndarray | None) -> list[tuple[float, float]]:
+        episodes, self._pending = self._pending, []
+        return episodes
+
+
+def episode_stats(steps: int, num_envs: int, device: torch.device, deferred: bool, window: int = 100) -> EpisodeStats:
+    """The episode statistics of a run: deferred (`perf.deferred_episode_stats`) or read at every step."""
+    return DeferredEpisodeStats(steps, num_envs, device, window) if deferred else HostEpisodeStats(window)
+
+
+class NonFiniteMonitor(ABC):
+    """The first step of the iteration at which an env produced NaN or Inf (observation group or reward), and
+    which envs did so then: a NaN spreads to every env through the normalizer, so only the first ones matter.
+    `DeferredNonFinite` keeps it on the device, `HostNonFinite` reads the host at every step."""
+
+    def __init__(self, num_envs: int) -> None:
         self.num_envs = num_envs
-        if deferred:
-            self._first_step = torch.full((num_envs,), float("inf"), device=device)
-            self.step_values = list(torch.arange(steps, dtype=torch.float32, device=device).unbind())
-            """`step_values[t]`: step t as a 0-dim device tensor, for `check_row`."""
-        else:
-            self._first: tuple[int, list[int]] | None = None
+
+    @abstractmethod
+    def check(self, t: int, obs: dict[str, Tensor], reward: Tensor, done: Tensor) -> None:
+        """Step `t`'s check."""
+
+    def device_payload(self) -> Tensor | None:
+        """What the iteration's host transfer carries for the check (None: nothing)."""
+        return None
+
+    @abstractmethod
+    def any_bad(self, out: Tensor) -> None:
+        """Write 1 into `out` (a 0-dim float tensor) if any env produced non-finite output this iteration, else 0."""
+
+    @abstractmethod
+    def end_iteration(self, payload: np.ndarray | None) -> tuple[int, list[int]] | None:
+        """(step, env ids) of the first non-finite output since the last call, or None."""
+
+
+class DeferredNonFinite(NonFiniteMonitor):
+    """Each env's first non-finite step, kept on the device and read in the iteration's transfer."""
+
+    def __init__(self, steps: int, num_envs: int, device: torch.device) -> None:
+        super().__init__(num_envs)
+        self._first_step = torch.full((num_envs,), float("inf"), device=device)
+        self.step_values = list(torch.arange(steps, dtype=torch.float32, device=device).unbind())
+        """`step_values[t]`: step t as a 0-dim device tensor, for `check_row`."""
 
     def check(self, t: int, obs: dict[str, Tensor], reward: Tensor, done: Tensor) -> None:
-        """Step `t`'s check. Conventional path: rsl_rl's `check_for_nan`, one host read per observation group, for
-        the reward and for the done flags (here `isfinite`, which also catches Inf)."""
-        if self.deferred:
-            self.check_row(self.step_values[t], obs, reward)
-            return
+        self.check_row(self.step_values[t], obs, reward)
+
+    def check_row(self, step: Tensor, obs: dict[str, Tensor], reward: Tensor) -> None:
+        """The check of one step (`step`: its index as a 0-dim tensor, see `step_values`)."""
+        bad = torch.zeros_like(self._first_step, dtype=torch.bool)
+        for x in _distinct(obs, reward):
+            bad.logical_or_(_row_not_finite(x))
+        torch.minimum(self._first_step, torch.where(bad, step, float("inf")), out=self._first_step)
+
+    def device_payload(self) -> Tensor:
+        return self._first_step
+
+    def any_bad(self, out: Tensor) -> None:
+        out.copy_(torch.lt(self._first_step, float("inf")).any())
+
+    def end_iteration(self, payload: np.ndarray | None) -> tuple[int, list[int]] | None:
+        self._first_step.fill_(float("inf"))
+        values = cast(np.ndarray, payload)  # the transfer carries the first steps
+        first = values.min()
+        return None if np.isinf(first) else (int(first), np.flatnonzero(values == first).tolist())
+
+
+class HostNonFinite(NonFiniteMonitor):
+    """The conventional path: rsl_rl's `check_for_nan`, one host read per observation group, for the reward and
+    for the done flags at every step (here `isfinite`, which also catches Inf)."""
+
+    def __init__(self, num_envs: int) -> None:
+        super().__init__(num_envs)
+        self._first: tuple[int, list[int]] | None = None
+
+    def check(self, t: int, obs: dict[str, Tensor], reward: Tensor, done: Tensor) -> None:
         if self._first is not None:
             return
         tensors = _distinct(obs, reward)
@@ -133,36 +214,18 @@ class NonFiniteMonitor:
                 self._first = (t, bad.nonzero().squeeze(-1).tolist())
                 return
 
-    def check_row(self, step: Tensor, obs: dict[str, Tensor], reward: Tensor) -> None:
-        """The deferred check of one step (`step`: its index as a 0-dim tensor, see `step_values`)."""
-        bad = torch.zeros_like(self._first_step, dtype=torch.bool)
-        for x in _distinct(obs, reward):
-            bad.logical_or_(_row_not_finite(x))
-        torch.minimum(self._first_step, torch.where(bad, step, float("inf")), out=self._first_step)
-
-    def device_payload(self) -> Tensor | None:
-        return self._first_step if self.deferred else None
-
     def any_bad(self, out: Tensor) -> None:
-        """Write 1 into `out` (a 0-dim float tensor) if any env produced non-finite output this iteration, else 0;
-        on the device for the deferred path."""
-        if self.deferred:
-            out.copy_(torch.lt(self._first_step, float("inf")).any())
-        else:
-            out.fill_(float(self._first is not None))
-
-    def payload_size(self) -> int:
-        return self.num_envs if self.deferred else 0
+        out.fill_(float(self._first is not None))
 
     def end_iteration(self, payload: np.ndarray | None) -> tuple[int, list[int]] | None:
-        """(step, env ids) of the first non-finite output since the last call, or None."""
-        if self.deferred:
-            self._first_step.fill_(float("inf"))
-            values = cast(np.ndarray, payload)  # the deferred path has a payload
-            first = values.min()
-            return None if np.isinf(first) else (int(first), np.flatnonzero(values == first).tolist())
         first, self._first = self._first, None
         return first
+
+
+def nonfinite_monitor(steps: int, num_envs: int, device: torch.device, deferred: bool) -> NonFiniteMonitor:
+    """The non-finite check of a run: deferred (`perf.deferred_nonfinite_check`) or reading the host at every
+    step."""
+    return DeferredNonFinite(steps, num_envs, device) if deferred else HostNonFinite(num_envs)
 
 
 def record_row(row: Tensor, done: Tensor, episode_return: Tensor, episode_length: Tensor) -> None:
