@@ -85,7 +85,7 @@ def config_from_dict(data: dict[str, Any]) -> TrainConfig:
     """A config stored as a dict (a checkpoint's, a run's `config.yaml`) as its task's config type; a dict of the
     earlier layout, in which every config held every task's options, is read too."""
     cls = config_class(str(data.get("task", TrainConfig.task)))
-    return from_dict(cls, upgrade_config(data, cls))  # type: ignore[no-any-return]
+    return cast(TrainConfig, from_dict(cls, upgrade_config(data, cls)))
 
 
 def make_task_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
