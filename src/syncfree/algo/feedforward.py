@@ -2,8 +2,8 @@
 losses, entropy bonus, KL-adaptive learning rate.
 
 The rollout step's two halves are pure functions of device tensors: `act_step` (normalize, act, store the policy's
-side) and `record_step` (normalizer updates, the env's side of the storage); with `perf.compile` on each is one
-compiled graph. The minibatch update is a compiled forward and loss (`hot`), or the whole minibatch as one graph
+side) and `record_step` (normalizer updates, the env's side of the storage); the same functions run eagerly, timed or
+counted phase by phase, and with `perf.compile` on each is one compiled graph. The minibatch update is a compiled forward and loss (`hot`), or the whole minibatch as one graph
 (`step`, `syncfree.algo.minibatch_step`).
 """
 
@@ -23,7 +23,7 @@ from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.storage import Batch, RolloutStorage, StepRow, store_env, store_policy
 from syncfree.config import PPOConfig, TokenPolicyConfig, TrainConfig
 from syncfree.core.compile import hot, mark_static, use_cuda_graphs
-from syncfree.core.phases import Phases
+from syncfree.core.phases import UNTIMED, Phases
 from syncfree.core.switches import PerfConfig, Scope
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.errors import UserError
@@ -162,10 +162,29 @@ class FeedForwardPPO(Algorithm):
     # -- rollout -------------------------------------------------------------------------------------------
 
     def act(self, obs: dict[str, Tensor], t: int) -> Tensor:
-        row, phase = self.storage.rows[t], self.phases
-        if self.perf.compile != "off":
-            with phase("act"):
+        row = self.storage.rows[t]
+        if self.perf.compile != "off":  # one graph: the phases inside it are not timed apart
+            with self.phases("act"):
                 return self._act_step(obs, row)
+        return self.act_step(obs, row, self.phases)
+
+    def record(self, t: int, step: StepResult) -> None:
+        row, observer = self.storage.rows[t], self.observer
+        bootstrap_values = self.final_values(step)
+        observed = observer.rows(t) if observer is not None and observer.fused else None
+        if self.perf.compile != "off":  # one graph: normalizers, storage and the observer's bookkeeping
+            with self.phases("stats"):
+                self._record_step(step, bootstrap_values, row, observed)
+        else:
+            self.record_step(step, bootstrap_values, row, observed, self.phases)
+        if observer is not None and observed is None:  # the conventional monitors read the host: outside the step
+            with self.phases("stats"):
+                observer.record(t, step)
+
+    def act_step(self, obs: dict[str, Tensor], row: StepRow, phase: Phases = UNTIMED) -> Tensor:
+        """Normalize, act, sample and store the policy's side of one step; returns the actions. The same function
+        runs eagerly (its parts timed or counted as the `act` and `store` phases) and, with `perf.compile`, as one
+        graph (`_act_step`, with no phases inside)."""
         with phase("act"):
             actor_obs = self.policy.actor_input(obs, out=row.actor_obs if self._next_actor_obs is not None else None)
             act = self.policy.act(actor_obs, obs["critic"])
@@ -173,44 +192,20 @@ class FeedForwardPPO(Algorithm):
             store_policy(row, actor_obs, obs["critic"], act)
         return act.actions
 
-    def record(self, t: int, step: StepResult) -> None:
-        row, phase, observer = self.storage.rows[t], self.phases, self.observer
-        bootstrap_values = self.final_values(step)
-        if self.perf.compile != "off":
-            observed = observer.rows(t) if observer is not None and observer.fused else None
-            with phase("stats"):  # one graph: normalizers, storage and the observer's bookkeeping
-                self._record_step(step, bootstrap_values, row, observed)
-            if observer is not None and observed is None:  # the conventional monitors read the host: outside it
-                with phase("stats"):
-                    observer.record(t, step)
-            return
+    def record_step(self, step: StepResult, bootstrap_values: Tensor | None, row: StepRow,
+                    observed: tuple[Tensor, ...] | None, phase: Phases = UNTIMED) -> None:
+        """Normalizer updates, the env's side of the storage and (given its rows) the observer's bookkeeping of one
+        step; eagerly as the `normalizer`, `store` and `stats` phases, or as one graph (`_record_step`)."""
         with phase("normalizer"):
             self.update_normalizers(step.obs)
         with phase("store"):
             done = torch.logical_or(step.terminated, step.truncated, out=self._done)
             store_env(row, self.learned_reward(step.reward, done), done, step.truncated, self.cfg.gamma,
                       bootstrap_values)
-        if observer is not None:
-            with phase("stats"):
-                observer.record(t, step)
-
-    def act_step(self, obs: dict[str, Tensor], row: StepRow) -> Tensor:
-        """Normalize, act, sample and store the policy's side of one step; returns the actions."""
-        actor_obs = self.policy.actor_input(obs, out=row.actor_obs if self._next_actor_obs is not None else None)
-        act = self.policy.act(actor_obs, obs["critic"])
-        store_policy(row, actor_obs, obs["critic"], act)
-        return act.actions
-
-    def record_step(self, step: StepResult, bootstrap_values: Tensor | None, row: StepRow,
-                    observed: tuple[Tensor, ...] | None) -> None:
-        """Normalizer updates, the env's side of the storage and (given its rows) the observer's bookkeeping of one
-        step."""
-        self.update_normalizers(step.obs)
-        done = torch.logical_or(step.terminated, step.truncated, out=self._done)
-        store_env(row, self.learned_reward(step.reward, done), done, step.truncated, self.cfg.gamma, bootstrap_values)
         observer = self.observer
         if observed is not None and observer is not None:
-            observer.record_rows(step, observed)
+            with phase("stats"):
+                observer.record_rows(step, observed)
 
     def update_normalizers(self, obs: dict[str, Tensor]) -> None:
         self.policy.update_normalizers(self.policy.actor_input(obs, out=self._next_actor_obs), obs["critic"])

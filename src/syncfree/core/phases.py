@@ -51,6 +51,12 @@ class Phases:
             self.recorder = previous
 
 
+UNTIMED = Phases()
+"""Phases no recorder is ever attached to: a hot function compiled as one graph takes them (its phases are the
+shared `nullcontext`, which the graph traces as nothing), where the same function run eagerly takes the
+algorithm's own."""
+
+
 class PhaseTimer:
     """Wall time per phase: CUDA events on a GPU (read once, in `seconds()`), perf_counter on the CPU."""
 
