@@ -87,6 +87,8 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
         setup, words = words[: words.index("&&")], words[words.index("&&") + 1:]
         assert setup[:2] == ["pip", "install"], setup
         check_install(shlex.join(setup))
+    while re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # environment settings before the command
+        words = words[1:]
     command = shlex.join(words)
     if words[0] == "pip":
         check_install(command)

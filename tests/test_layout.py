@@ -1,4 +1,5 @@
-"""The package's imports flow one way: core <- config, envs <- policy <- algo <- tasks <- train <- bench, export, cli.
+"""The package's imports flow one way: core <- config, envs <- policy <- algo <- tasks <- train <- bench, export,
+rsl_rl, cli.
 
 The graph is read from the source (every `import` statement, function-local and type-checking ones included), so a
 cycle or an upward import fails here before anyone runs the code that would reveal it."""
@@ -20,6 +21,7 @@ LAYERS = {
     "tasks": 4,
     "train": 5,
     "bench": 6, "doctor": 6, "export": 6, "cli": 6, "api": 6, "plot": 6, "play": 6, "switches": 6, "__main__": 6,
+    "rsl_rl": 6,
     "": 6,
 }
 """Each top-level part's layer: a module may import its own layer's parts and those below, never above."""

@@ -123,6 +123,12 @@ class PolicyConfig:
     """Initial standard deviation of the Gaussian head (continuous actions)."""
     normalize_obs: bool = True
     """Running mean/std normalization of actor and critic observations, updated during rollouts."""
+    obs_norm_std_offset: float = 0.0
+    """0: observations are divided by sqrt(var + 1e-8); > 0: by sqrt(var) + this offset (rsl_rl's
+    `EmpiricalNormalization` adds 0.01; `syncfree.rsl_rl` sets it, so rsl_rl checkpoints act the same)."""
+    std_type: Literal["log", "scalar"] = "log"
+    """How the Gaussian head learns its state-independent standard deviation: `log`, its logarithm; `scalar`, the
+    standard deviation itself, clamped to [1e-6, 1e6] (rsl_rl's default `std_type`)."""
     UNREAD: ClassVar[tuple[str, ...]] = ()
     """Fields of this section the policy does not read (a config of the earlier layout may hold any value there)."""
 
@@ -138,6 +144,8 @@ class PolicyConfig:
             check(len(sizes) > 0 and all(s >= 1 for s in sizes), f"policy.{key}", "a non-empty list of integers >= 1",
                   sizes)
         check(self.init_std > 0, "policy.init_std", "a number > 0", self.init_std)
+        check(self.obs_norm_std_offset >= 0, "policy.obs_norm_std_offset", "a number >= 0", self.obs_norm_std_offset)
+        check(self.std_type in ("log", "scalar"), "policy.std_type", "log, scalar", self.std_type)
 
 
 @dataclass
@@ -151,7 +159,8 @@ class TokenPolicyConfig(PolicyConfig):
 class RecurrentTokenPolicyConfig(PolicyConfig):
     """The recurrent token policy of `recurrent` (`kind=recurrent`; the MLP sizes above do not apply)."""
 
-    UNREAD: ClassVar[tuple[str, ...]] = ("actor_hidden", "critic_hidden", "activation", "init_std", "normalize_obs")
+    UNREAD: ClassVar[tuple[str, ...]] = ("actor_hidden", "critic_hidden", "activation", "init_std", "normalize_obs",
+                                         "obs_norm_std_offset", "std_type")
     """The MLP fields above: this policy does not read them, so they must keep their defaults."""
 
     kind: Literal["mlp", "token", "recurrent"] = "recurrent"

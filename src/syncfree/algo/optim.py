@@ -183,6 +183,11 @@ class PolicyOptimizer:
         return {"skipped_steps": self.skipped_steps - self._skipped_before, "learning_rate": lr,
                 "longest_skip_run": self.longest_skip_run, "non_finite_parameters": finite.logical_not()}
 
+    def current_learning_rate(self) -> float:
+        """The learning rate now, as a Python float (a host read when the adaptive schedule keeps it on the device:
+        for saving and reporting, never in the loop)."""
+        return float(self.lr) if self.lr_on_device else self.learning_rate
+
     def state_dict(self) -> dict[str, Any]:
         """The learning rate is saved as one float64 tensor whichever path kept it, so a run may resume with
         `device_adaptive_lr` switched."""

@@ -163,12 +163,13 @@ class ActorCritic(PolicyBase):
         self.action_spec = action_spec
         if action_spec.kind == "continuous":
             self.head: GaussianHead | CategoricalHead = GaussianHead(action_spec.size, cfg.init_std,
-                                                                     validate_distributions)
+                                                                     validate_distributions, cfg.std_type)
         else:
             self.head = CategoricalHead(action_spec.size, validate_distributions)
         self.actor = mlp(actor_obs_dim, cfg.actor_hidden, action_spec.size, cfg.activation)
         self.critic = mlp(critic_obs_dim, cfg.critic_hidden, 1, cfg.activation)
-        norm = (lambda d: RunningNorm(d)) if cfg.normalize_obs else (lambda d: nn.Identity())
+        norm = (lambda d: RunningNorm(d, std_offset=cfg.obs_norm_std_offset)) if cfg.normalize_obs else (
+            lambda d: nn.Identity())
         self.actor_norm = norm(actor_obs_dim)
         self.critic_norm = norm(critic_obs_dim)
         self.normalize_obs = cfg.normalize_obs

@@ -14,24 +14,41 @@ from torch.distributions import Categorical, Normal
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
 
 
+SCALAR_STD_RANGE = (1e-6, 1e6)
+"""Clamp of a standard deviation learned as itself (`std_type="scalar"`): rsl_rl's `GaussianDistribution` range."""
+
+
 class GaussianHead(nn.Module):
-    """Diagonal Gaussian with a state-independent learned log standard deviation.
+    """Diagonal Gaussian with a state-independent learned standard deviation: its log (`std_type="log"`, parameter
+    `log_std`), or the standard deviation itself clamped to `SCALAR_STD_RANGE` (`"scalar"`, parameter `std_param`,
+    rsl_rl's default).
 
     Distribution parameters are stored as `cat(mean, std)`.
     """
 
-    def __init__(self, size: int, init_std: float, validate: bool = False) -> None:
+    def __init__(self, size: int, init_std: float, validate: bool = False, std_type: str = "log") -> None:
         super().__init__()
         self.size = size
         self.validate = validate
-        self.log_std = nn.Parameter(torch.full((size,), math.log(init_std)))
+        self.std_type = std_type
+        if std_type == "log":
+            self.log_std = nn.Parameter(torch.full((size,), math.log(init_std)))
+        elif std_type == "scalar":
+            self.std_param = nn.Parameter(torch.full((size,), float(init_std)))
+        else:
+            raise ValueError(f"std_type must be log or scalar, got {std_type!r}")
 
     @property
     def num_params(self) -> int:
         return 2 * self.size
 
+    def std(self) -> Tensor:
+        if self.std_type == "scalar":
+            return self.std_param.clamp(*SCALAR_STD_RANGE)
+        return self.log_std.exp()
+
     def params(self, out: Tensor) -> Tensor:
-        return torch.cat((out, self.log_std.exp().expand_as(out)), dim=-1)
+        return torch.cat((out, self.std().expand_as(out)), dim=-1)
 
     def sample(self, params: Tensor) -> tuple[Tensor, Tensor]:
         mean, std = params.split(self.size, dim=-1)

@@ -7,20 +7,24 @@ from torch import Tensor, nn
 
 
 class RunningNorm(nn.Module):
-    """Normalizes by the running mean and variance of every sample seen so far (parallel Welford merge)."""
+    """Normalizes by the running mean and variance of every sample seen so far (parallel Welford merge):
+    `(x - mean) / sqrt(var + eps)`, or with `std_offset` > 0 `(x - mean) / (sqrt(var) + std_offset)` (rsl_rl's
+    `EmpiricalNormalization`, whose offset is 0.01)."""
 
     mean: Tensor
     var: Tensor
     count: Tensor
 
-    def __init__(self, dim: int, eps: float = 1e-8) -> None:
+    def __init__(self, dim: int, eps: float = 1e-8, std_offset: float = 0.0) -> None:
         super().__init__()
-        self.eps = eps
+        self.eps, self.std_offset = eps, std_offset
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("var", torch.ones(dim))
         self.register_buffer("count", torch.zeros((), dtype=torch.int64))
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.std_offset:
+            return (x - self.mean) / (torch.sqrt(self.var) + self.std_offset)
         return (x - self.mean) / torch.sqrt(self.var + self.eps)
 
     @torch.no_grad()

@@ -99,9 +99,6 @@ class ClampedGaussianHead(GaussianHead):
     def std(self) -> Tensor:
         return self.log_std.clamp(self.log_min_std, self.log_max_std).exp()
 
-    def params(self, out: Tensor) -> Tensor:
-        return torch.cat((out, self.std().expand_as(out)), dim=-1)
-
 
 def default_layout(shapes: dict[str, tuple[int, ...]], cfg: TokenEncoderConfig | None = None) -> dict[str, int]:
     """Layout `policy`, `tokenizer/encoder_index`, then every encoder input once, in config order, with widths

@@ -60,6 +60,26 @@ def save_atomic(state: dict[str, Any], path: str | Path) -> Path:
     return path
 
 
+def save_plain(obj: Any, path: str | Path) -> Path:
+    """`torch.save(obj)` at `path`, written atomically, in no syncfree envelope (another program's checkpoint
+    format, such as rsl_rl's)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    _write_replace(buffer.getbuffer(), path)
+    return path
+
+
+def load_plain(path: str | Path) -> Any:
+    """What `torch.save` wrote at `path`, read as data (no code from the file runs); one line naming the file
+    when it is missing or unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint {path}: no such file")
+    return _load_data(path.read_bytes(), path)
+
+
 def save_run(state: dict[str, Any], run_dir: Path, iteration: int) -> Path:
     """`run_dir/checkpoint_<iteration>.pt`, and a copy as `run_dir/latest.pt` (both written atomically)."""
     path = save_atomic(state, run_dir / f"checkpoint_{iteration:06d}.pt")
@@ -173,7 +193,7 @@ def _load_data(data: bytes, path: Path) -> Any:
         refused = re.search(r"GLOBAL ([\w.]+)", str(e))
         if refused is None:  # no object refused: bytes that are no pickle at all
             raise UserError(f"checkpoint {path}: not a readable checkpoint (UnpicklingError)") from None
-        raise UserError(f"checkpoint {path}: holds a reference to {refused.group(1)}, which a syncfree checkpoint "
+        raise UserError(f"checkpoint {path}: holds a reference to {refused.group(1)}, which a checkpoint of weights "
                         "never does; not loaded (loading it could run code)") from None
     except Exception as e:
         raise UserError(f"checkpoint {path}: not a readable checkpoint ({type(e).__name__})") from None

@@ -125,7 +125,7 @@ class Runner:
         """Train until iteration `until` (by default `cfg.iterations`, the run's length, which the linear
         learning-rate schedule and the prioritized sampler anneal over: a run trained in parts passes `until`);
         returns the last iteration's record."""
-        cfg, algorithm, record = self.cfg, self.algorithm, {}
+        cfg, record = self.cfg, {}
         until = cfg.iterations if until is None else until
         set_deterministic(cfg.perf.deterministic)  # a process-wide setting: other runners may have changed it
         self.open_logger()
@@ -134,22 +134,7 @@ class Runner:
         if self.compiles_first_iteration():
             bar.set_description_str("compiling")  # the first iteration of a compiled loop: graphs are built
         while self.iteration < until and not self.stopping():
-            start = time.perf_counter()
-            algorithm.begin_rollout()
-            with torch.inference_mode():
-                for t in range(algorithm.steps_per_env):
-                    self.rollout_step(t)
-                if self.norm_sync is not None:
-                    self.norm_sync.merge()
-                algorithm.compute_returns(self.obs)
-            self.end_env_iteration()
-            algorithm.update(progress=self.iteration / max(cfg.iterations, 1))
-            with self.phases("logging"):
-                host = self.read_iteration()  # the iteration's only host transfer
-                self.iteration += 1
-                self.env_steps += self.steps_per_iteration
-                record = self.finish_iteration(host, time.perf_counter() - start)
-            self._iterations_run += 1
+            record = self.iterate()
             bar.set_description_str("")
             bar.set_postfix({"steps_per_s": f"{record['steps_per_s']:.0f}", **progress_value(record)}, refresh=False)
             bar.update(1)
@@ -157,6 +142,28 @@ class Runner:
             if self.iteration % cfg.save_every == 0 or last:
                 self.save(last)
         bar.close()
+        return record
+
+    def iterate(self) -> dict[str, Any]:
+        """One iteration: rollout, advantages, update, the one host transfer; returns its record (logged when a
+        logger is open). `learn` runs these until the run's end and saves; the rsl_rl-shaped runner
+        (`syncfree.rsl_rl`) runs them on its own schedule."""
+        algorithm, start = self.algorithm, time.perf_counter()
+        algorithm.begin_rollout()
+        with torch.inference_mode():
+            for t in range(algorithm.steps_per_env):
+                self.rollout_step(t)
+            if self.norm_sync is not None:
+                self.norm_sync.merge()
+            algorithm.compute_returns(self.obs)
+        self.end_env_iteration()
+        algorithm.update(progress=self.iteration / max(self.cfg.iterations, 1))
+        with self.phases("logging"):
+            host = self.read_iteration()  # the iteration's only host transfer
+            self.iteration += 1
+            self.env_steps += self.steps_per_iteration
+            record = self.finish_iteration(host, time.perf_counter() - start)
+        self._iterations_run += 1
         return record
 
     def switch_scope(self) -> Scope:

@@ -6,7 +6,7 @@ Needs tensordict (installed with rsl-rl-lib: `pip install 'syncfree[bench]'`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -22,7 +22,8 @@ class RslRlVecEnv(VecEnv):
     `step(actions) -> (observations, rewards, dones, extras)`.
 
     - Observations: the `policy_group` group becomes syncfree's `policy` observation and the `critic_group` group
-      its `critic` observation; when the env has no `critic_group` group, the critic sees the policy group. Both
+      its `critic` observation; when the env has no `critic_group` group, the critic sees the policy group. Each
+      may also be a list of groups, concatenated in order (rsl_rl's `obs_groups`; every group must exist). Groups
       must be float32 tensors of shape `[num_envs, dim]`.
     - Episode ends: `extras["time_outs"]` marks time limits, so `truncated = dones & time_outs` and
       `terminated = dones & ~time_outs` (every done is a termination when the env gives no `time_outs`). The
@@ -43,7 +44,8 @@ class RslRlVecEnv(VecEnv):
 
     saveable = False
 
-    def __init__(self, env: Any, policy_group: str = "policy", critic_group: str = "critic") -> None:
+    def __init__(self, env: Any, policy_group: str | Sequence[str] = "policy",
+                 critic_group: str | Sequence[str] = "critic") -> None:
         for name in ("num_envs", "num_actions", "max_episode_length", "device", "get_observations", "step"):
             if not hasattr(env, name):
                 raise UserError(f"rsl_rl env {type(env).__name__}: no {name!r} (not an rsl_rl VecEnv)")
@@ -53,12 +55,19 @@ class RslRlVecEnv(VecEnv):
         max_len = env.max_episode_length
         self.max_episode_length = int(max_len.max()) if isinstance(max_len, Tensor) else int(max_len)
         self.action_spec = ActionSpec("continuous", int(env.num_actions))
-        self.policy_group = policy_group
+        self.policy_groups = [policy_group] if isinstance(policy_group, str) else list(policy_group)
+        self.critic_groups = [critic_group] if isinstance(critic_group, str) else list(critic_group)
+        self.policy_group, self.critic_group = self.policy_groups[0], self.critic_groups[0]
+        self._critic_optional = isinstance(critic_group, str)
         obs = self._check_obs(env.get_observations(), "get_observations()")
-        self.critic_group = critic_group if critic_group in _group_names(obs) else policy_group
-        """The group the critic sees: `critic_group`, or `policy_group` when the env has no such group."""
-        self.obs_shapes = {"policy": tuple(obs[policy_group].shape[1:]),
-                           "critic": tuple(obs[self.critic_group].shape[1:])}
+        if isinstance(critic_group, str) and critic_group not in _group_names(obs):
+            self.critic_groups, self.critic_group = self.policy_groups, self.policy_group
+        """The groups the critic sees: `critic_group`, or `policy_group` when the env has no such group."""
+        self._group_widths = {g: obs[g].shape[1] for g in dict.fromkeys(self.policy_groups + self.critic_groups)}
+        self.obs_shapes = {"policy": (sum(self._group_widths[g] for g in self.policy_groups),),
+                           "critic": (sum(self._group_widths[g] for g in self.critic_groups),)}
+        self._joined = {name: torch.zeros(n, *shape, device=self.device) for name, shape in self.obs_shapes.items()}
+        """Buffers of the observations that concatenate several groups."""
         zeros = lambda dtype: torch.zeros(n, dtype=dtype, device=self.device)  # noqa: E731
         self._reward = zeros(torch.float32)
         self._terminated, self._truncated = zeros(torch.bool), zeros(torch.bool)
@@ -112,7 +121,14 @@ class RslRlVecEnv(VecEnv):
     # -- internals ---------------------------------------------------------------------------------------
 
     def _groups(self, obs: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        return {"policy": obs[self.policy_group], "critic": obs[self.critic_group]}
+        return {"policy": self._join(obs, self.policy_groups, "policy"),
+                "critic": self._join(obs, self.critic_groups, "critic")}
+
+    def _join(self, obs: Mapping[str, Tensor], groups: list[str], name: str) -> Tensor:
+        """One group as the env returned it, or several concatenated into this adapter's buffer."""
+        if len(groups) == 1:
+            return obs[groups[0]]
+        return torch.cat([obs[g] for g in groups], dim=-1, out=self._joined[name])
 
     def _accumulate(self, log: Mapping[str, Any]) -> None:
         for key, value in log.items():
@@ -131,28 +147,29 @@ class RslRlVecEnv(VecEnv):
         if not isinstance(obs, Mapping) and not hasattr(obs, "keys"):
             raise UserError(f"{where} returned {type(obs).__name__}, not a TensorDict of observation groups")
         keys = _group_names(obs)
-        if self.policy_group not in keys:
-            raise UserError(f"{where} has no observation group {self.policy_group!r} "
-                            f"(has {', '.join(map(str, keys)) or 'none'})")
-        critic = getattr(self, "critic_group", None)
-        for group in dict.fromkeys(g for g in (self.policy_group, critic) if g is not None and g in keys):
+        if hasattr(self, "_group_widths"):  # after construction: every group the policy or the critic reads
+            required = list(self._group_widths)
+        else:  # a single critic group may be missing (the critic then sees the policy's)
+            required = self.policy_groups + ([] if self._critic_optional else self.critic_groups)
+        for group in required:
+            if group not in keys:
+                raise UserError(f"{where} has no observation group {group!r} "
+                                f"(has {', '.join(map(str, keys)) or 'none'})")
+        for group in dict.fromkeys(g for g in self.policy_groups + self.critic_groups if g in keys):
             value = obs[group]
             if not isinstance(value, Tensor):
                 raise UserError(f"{where}: observation group {group!r} is a {type(value).__name__}, not a tensor "
                                 "(concatenate its terms)")
             self._check_tensor(value, f"{where}: observation group {group!r}", 2, torch.float32)
-            if hasattr(self, "obs_shapes"):
-                name = "policy" if group == self.policy_group else "critic"
-                if tuple(value.shape[1:]) != self.obs_shapes[name]:
-                    raise UserError(f"{where}: observation group {group!r} has shape {tuple(value.shape)}, "
-                                    f"expected {(self.num_envs, *self.obs_shapes[name])}")
+            width = getattr(self, "_group_widths", {}).get(group)
+            if width is not None and value.shape[1] != width:
+                raise UserError(f"{where}: observation group {group!r} has shape {tuple(value.shape)}, "
+                                f"expected {(self.num_envs, width)}")
         return obs
 
     def _check_step(self, obs: Any, rewards: Any, dones: Any, extras: Any) -> None:
         where = f"rsl_rl env {type(self.env).__name__}: step()"
         self._check_obs(obs, "step()")
-        if self.critic_group != self.policy_group and self.critic_group not in _group_names(obs):
-            raise UserError(f"{where} has no observation group {self.critic_group!r}")
         self._check_tensor(rewards, f"{where} rewards", 1)
         self._check_tensor(dones, f"{where} dones", 1)
         if not isinstance(extras, Mapping):

@@ -1,0 +1,109 @@
+"""syncfree's MLP actor-critic and optimizer in rsl_rl 5's checkpoint layout, and back.
+
+rsl_rl 5 saves `{"actor_state_dict", "critic_state_dict", "optimizer_state_dict", "iter", "infos"}`; its models
+name their layers `mlp.<i>`, the action noise `distribution.std_param` (or `log_std_param`) and the normalizer
+`obs_normalizer._mean/_var/_std/count` (`[1, dim]` statistics). syncfree's `ActorCritic` holds the same tensors
+as `actor.<i>`, `critic.<i>`, `head.std_param` (or `log_std`) and `actor_norm/critic_norm.mean/var/count`; the
+layers are numbered alike and the parameters come in the same order (noise, actor, critic), so the optimizer's
+per-parameter state carries over index by index.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from syncfree.algo.optim import PolicyOptimizer
+from syncfree.errors import UserError
+
+_NOISE = {"log_std": "distribution.log_std_param", "std_param": "distribution.std_param"}
+_NORM_TO_RSL = {"mean": "_mean", "var": "_var", "count": "count"}
+
+
+def to_rsl_rl(policy_state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
+    """A syncfree `ActorCritic` state dict as rsl_rl 5's `(actor_state_dict, critic_state_dict)`."""
+    nets: dict[str, dict[str, Tensor]] = {"actor": {}, "critic": {}}
+    for key, value in policy_state.items():
+        part, _, rest = key.partition(".")
+        if part == "head":
+            nets["actor"][_NOISE[rest]] = value.clone()
+        elif part in nets:
+            nets[part][f"mlp.{rest}"] = value.clone()
+        elif part in ("actor_norm", "critic_norm"):
+            net = nets[part.removesuffix("_norm")]
+            net[f"obs_normalizer.{_NORM_TO_RSL[rest]}"] = value.clone() if rest == "count" else value.unsqueeze(0)
+            if rest == "var":  # rsl_rl keeps the standard deviation too; it is the variance's square root
+                net["obs_normalizer._std"] = value.sqrt().unsqueeze(0)
+        else:
+            raise ValueError(f"not an MLP actor-critic's parameter: {key}")
+    return nets["actor"], nets["critic"]
+
+
+def from_rsl_rl(actor: dict[str, Tensor] | None, critic: dict[str, Tensor] | None, source: str
+                ) -> tuple[dict[str, Tensor], list[str]]:
+    """rsl_rl 5's actor and critic state dicts (either None: not read) with syncfree's `ActorCritic` names; also the keys
+    that have no syncfree counterpart (for the caller's `strict`)."""
+    out: dict[str, Tensor] = {}
+    unknown: list[str] = []
+    noise = {v: k for k, v in _NOISE.items()}
+    norm = {v: k for k, v in _NORM_TO_RSL.items()}
+    for net, state in (("actor", actor), ("critic", critic)):
+        if state is None:
+            continue
+        if not isinstance(state, dict):
+            raise UserError(f"{source}: {net}_state_dict is a {type(state).__name__}, not a state dict")
+        for key, value in state.items():
+            if not isinstance(value, Tensor):
+                raise UserError(f"{source}: {net}_state_dict[{key!r}] is a {type(value).__name__}, not a tensor")
+            if key.startswith("mlp."):
+                out[f"{net}.{key.removeprefix('mlp.')}"] = value
+            elif net == "actor" and key in noise:
+                out[f"head.{noise[key]}"] = value
+            elif key.startswith("obs_normalizer."):
+                name = key.removeprefix("obs_normalizer.")
+                if name == "_std":
+                    continue  # the variance's square root: syncfree computes it
+                if name not in norm:
+                    unknown.append(f"{net}_state_dict.{key}")
+                    continue
+                out[f"{net}_norm.{norm[name]}"] = value if name == "count" else value.reshape(-1)
+            else:
+                unknown.append(f"{net}_state_dict.{key}")
+    return out, unknown
+
+
+def optimizer_to_rsl_rl(optim: PolicyOptimizer) -> dict[str, Any]:
+    """The optimizer's state as a `torch.optim.Adam(W)` state dict that rsl_rl's optimizer loads: moments and
+    step counts (on the CPU, as a non-fused Adam keeps them) and one group with the current learning rate."""
+    own = optim.optimizer.state_dict()
+    state = {index: {name: value.detach().to("cpu", torch.float32) if name == "step" else value.detach().clone()
+                     for name, value in entry.items()} for index, entry in own["state"].items()}
+    group = {key: value for key, value in own["param_groups"][0].items() if key != "lr"}
+    group.update(lr=optim.current_learning_rate(), foreach=None, fused=None, capturable=False)
+    if len(own["param_groups"]) != 1:
+        raise ValueError("one parameter group expected")
+    return {"state": state, "param_groups": [group]}
+
+
+def load_optimizer_from_rsl_rl(optim: PolicyOptimizer, saved: Any, source: str) -> None:
+    """Moments, step counts and learning rate from rsl_rl's `optimizer_state_dict`; one line naming the file when
+    it does not fit this policy's parameters."""
+    if not isinstance(saved, dict) or not isinstance(saved.get("param_groups"), list) or not saved["param_groups"]:
+        raise UserError(f"{source}: optimizer_state_dict is not an optimizer's state dict")
+    params = [p for group in saved["param_groups"] for p in group.get("params", [])]
+    if len(params) != len(optim.params):
+        raise UserError(f"{source}: optimizer_state_dict holds {len(params)} parameters but this policy has "
+                        f"{len(optim.params)}")
+    for index, entry in saved.get("state", {}).items():
+        param = optim.params[params.index(index)]
+        for name in ("exp_avg", "exp_avg_sq"):
+            value = entry.get(name)
+            if not isinstance(value, Tensor) or value.shape != param.shape:
+                raise UserError(f"{source}: optimizer_state_dict: {name} of parameter {index} does not fit this "
+                                f"policy (shape {tuple(param.shape)})")
+    learning_rate = float(saved["param_groups"][0]["lr"])
+    optim.load_state_dict({"optimizer": {"state": saved.get("state", {})},
+                           "lr": torch.tensor(learning_rate, dtype=torch.float64),
+                           "skipped_steps": optim.skipped_steps.clone()})

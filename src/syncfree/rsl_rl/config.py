@@ -1,0 +1,373 @@
+"""rsl_rl 5's `train_cfg` (the dict its `OnPolicyRunner` takes: Isaac Lab's and mjlab's runner configs passed
+through `dataclasses.asdict`) read whole into a syncfree `TrainConfig`.
+
+Every key is one of three kinds, and nothing else is accepted:
+- **mapped** to a syncfree setting (`MAPPED`, with where it goes);
+- **read elsewhere**: by the user's training script or env wrapper, not by rsl_rl's runner (`READ_ELSEWHERE`), so
+  the runner leaves it to them, as rsl_rl's does;
+- **refused**, in one line naming the key and why: a value syncfree cannot honour (RND, symmetry, an RNN or CNN
+  model, another optimizer...), or a key neither rsl_rl nor syncfree knows.
+
+`docs/rsl_rl.md` has the table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, cast
+
+from syncfree.config import PolicyConfig, PPOConfig, TrainConfig, from_dict, to_dict, validate
+from syncfree.errors import UserError
+
+RSL_RL_STD_OFFSET = 0.01
+"""rsl_rl's `EmpiricalNormalization` divides by its running standard deviation plus this."""
+
+MAPPED: dict[str, str] = {
+    "seed": "seed",
+    "num_steps_per_env": "ppo.steps_per_env",
+    "save_interval": "the runner's checkpoint interval (model_<it>.pt, as rsl_rl)",
+    "max_iterations": "iterations (the length the schedules see; the script passes it to learn())",
+    "obs_groups": "the observation groups the actor and the critic read, concatenated",
+    "logger": "log.tensorboard (tensorboard) or log.wandb (wandb, or {'class_name': 'WandbLogWriter', "
+              "'project_name': ...})",
+    "wandb_project": "log.wandb_project",
+    "neptune_project": "no effect (the neptune logger is refused)",
+    "check_for_nan": "always on: the deferred non-finite monitor stops the run at the iteration's end, naming the envs",
+    "torch_compile_mode": "perf.compile (syncfree compiles its own hot loop; any mode turns it on)",
+    "empirical_normalization": "policy.normalize_obs (rsl_rl < 5)",
+    "syncfree": "syncfree settings by dotted key, applied last ({'perf.compile': 'off'})",
+    "algorithm.class_name": "PPO only",
+    "algorithm.num_learning_epochs": "ppo.num_epochs",
+    "algorithm.num_mini_batches": "ppo.num_minibatches",
+    "algorithm.clip_param": "ppo.clip_param",
+    "algorithm.gamma": "ppo.gamma",
+    "algorithm.lam": "ppo.lam",
+    "algorithm.value_loss_coef": "ppo.value_loss_coef",
+    "algorithm.entropy_coef": "ppo.entropy_coef",
+    "algorithm.learning_rate": "ppo.learning_rate",
+    "algorithm.max_grad_norm": "ppo.max_grad_norm (ppo.grad_clip=per_network: actor and critic each, as rsl_rl 5)",
+    "algorithm.use_clipped_value_loss": "ppo.clipped_value_loss",
+    "algorithm.schedule": "ppo.schedule (adaptive adapts per minibatch, as rsl_rl)",
+    "algorithm.desired_kl": "ppo.desired_kl (None: the fixed schedule, as rsl_rl)",
+    "algorithm.normalize_advantage_per_mini_batch": "False only (advantages are normalized over the rollout)",
+    "algorithm.optimizer": "adam (AdamW, no decay) or adamw (weight decay 0.01, torch's default)",
+    "algorithm.use_mixed_precision": "perf.autocast=bf16",
+    "algorithm.rnd_cfg": "None only",
+    "algorithm.symmetry_cfg": "None only",
+    "algorithm.share_cnn_encoders": "False only",
+    "algorithm.grad_reduce_bucket_mb": "no effect (one process)",
+    "model.class_name": "MLPModel only",
+    "model.hidden_dims": "policy.actor_hidden / policy.critic_hidden (-1: the observation's width)",
+    "model.activation": "policy.activation (the same for actor and critic)",
+    "model.obs_normalization": "policy.normalize_obs with rsl_rl's formula (the same for actor and critic)",
+    "model.distribution_cfg": "actor: GaussianDistribution; critic: None",
+    "model.distribution_cfg.init_std": "policy.init_std",
+    "model.distribution_cfg.std_type": "policy.std_type (scalar or log)",
+    "model.distribution_cfg.std_range": "rsl_rl's default (1e-6, 1e6) only",
+    "model.distribution_cfg.learn_std": "True only",
+    "model.cnn_cfg": "None only",
+    "model.rnn_type": "None only",
+    "model.rnn_hidden_dim": "no effect without rnn_type",
+    "model.rnn_num_layers": "no effect without rnn_type",
+    "policy.*": "rsl_rl < 5's ActorCritic section: actor_hidden_dims, critic_hidden_dims, activation, "
+                "init_noise_std, noise_std_type, actor_obs_normalization, critic_obs_normalization",
+}
+"""rsl_rl key (`model.` for both `actor` and `critic`) -> the syncfree setting it becomes, or the one value
+accepted."""
+
+READ_ELSEWHERE: dict[str, str] = {
+    "class_name": "the runner class your script builds",
+    "experiment_name": "your script (the log folder)",
+    "run_name": "your script (the log folder)",
+    "resume": "your script (which checkpoint it loads)",
+    "load_run": "your script (which checkpoint it loads)",
+    "load_checkpoint": "your script (which checkpoint it loads)",
+    "clip_actions": "the env wrapper (Isaac Lab's, mjlab's)",
+    "upload_model": "your runner's save() (mjlab's)",
+    "wandb_tags": "your script",
+    "device": "the runner's device argument, as rsl_rl",
+    "multi_gpu": "set by the runner from WORLD_SIZE",
+}
+"""Top-level keys the runner does not read: the user's script or env wrapper does."""
+
+_RSL_RL_PPO = dict(num_learning_epochs=5, num_mini_batches=4, clip_param=0.2, gamma=0.99, lam=0.95,
+                   value_loss_coef=1.0, entropy_coef=0.01, learning_rate=1e-3, max_grad_norm=1.0,
+                   use_clipped_value_loss=True, schedule="adaptive", desired_kl=0.01)
+"""rsl_rl 5's `PPO` defaults, for the keys a config leaves out."""
+
+_OFF_ONLY = {"rnd_cfg": "random network distillation is not in syncfree",
+             "symmetry_cfg": "symmetry augmentation is not in syncfree",
+             "share_cnn_encoders": "syncfree's drop-in has no CNN models",
+             "normalize_advantage_per_mini_batch": "syncfree normalizes advantages over the whole rollout"}
+"""PPO keys accepted only when off, and why."""
+
+_ACTIVATIONS = ("elu", "tanh", "relu")
+
+
+@dataclasses.dataclass
+class Mapped:
+    """A `train_cfg` read: the syncfree config, the groups each network reads, and the runner's own keys."""
+
+    config: TrainConfig
+    obs_groups: dict[str, list[str]]
+    """`actor` and `critic` -> the observation groups each reads, in order."""
+    save_interval: int
+    num_steps_per_env: int
+
+
+def refuse(key: str, why: str) -> UserError:
+    return UserError(f"rsl_rl config: {key}: {why}")
+
+
+def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any], num_envs: int, device: str) -> Mapped:
+    """`train_cfg` as a syncfree config for `num_envs` envs on `device`; `obs` is the env's first observation
+    (its groups and their widths). Raises `UserError` naming the first key refused."""
+    cfg = dict(train_cfg)
+    for key in cfg:
+        if key not in MAPPED and key not in READ_ELSEWHERE and key not in ("algorithm", "actor", "critic", "policy"):
+            raise refuse(key, "not a key of rsl_rl 5's runner config (nor one syncfree maps)")
+    for key in ("num_steps_per_env", "save_interval", "algorithm"):
+        if key not in cfg:
+            raise refuse(key, "missing (rsl_rl's runner needs it)")
+    if int(os.getenv("WORLD_SIZE", "1")) > 1:
+        raise refuse("multi_gpu", f"WORLD_SIZE={os.getenv('WORLD_SIZE')}: this runner trains in one process; "
+                     "train on several with `torchrun ... syncfree train`")
+    out = TrainConfig(task="rsl_rl", device=device)
+    out.env.num_envs = num_envs
+    out.seed = int(cfg.get("seed", 42))
+    out.iterations = int(cfg.get("max_iterations") or out.iterations)
+    obs_groups = resolve_obs_groups(cfg.get("obs_groups") or {}, obs)
+    widths = {name: sum(int(obs[g].shape[-1]) for g in groups) for name, groups in obs_groups.items()}
+    out.ppo = dataclasses.replace(ppo_config(dict(cfg["algorithm"])), steps_per_env=int(cfg["num_steps_per_env"]))
+    out.policy = policy_config(cfg, widths)
+    if cfg["algorithm"].get("use_mixed_precision"):
+        out.perf = dataclasses.replace(out.perf, autocast="bf16")
+    if cfg.get("torch_compile_mode") is not None:
+        out.perf = dataclasses.replace(out.perf, compile="step")
+    logger, project = log_writer(cfg.get("logger", "tensorboard"), cfg.get("wandb_project"))
+    out.log.tensorboard = logger == "tensorboard"
+    out.log.wandb = logger == "wandb"
+    out.log.progress = True
+    if project:
+        out.log.wandb_project = project
+    overrides = cfg.get("syncfree") or {}
+    if not isinstance(overrides, Mapping):
+        raise refuse("syncfree", "a dict of syncfree settings by dotted key ({'perf.compile': 'off'})")
+    out = apply_overrides(out, overrides)
+    return Mapped(out, obs_groups, int(cfg["save_interval"]), out.ppo.steps_per_env)
+
+
+def log_writer(logger: Any, wandb_project: Any) -> tuple[str, str | None]:
+    """rsl_rl's `logger`, a name or (rsl_rl 5.5) `{"class_name": ..., "project_name": ...}`, as `tensorboard` or
+    `wandb` and the W&B project."""
+    if isinstance(logger, Mapping):
+        writer = dict(logger)
+        name = str(writer.pop("class_name", ""))
+        project = writer.pop("project_name", wandb_project)
+        if name != "WandbLogWriter" or writer:
+            extra = f"; {sorted(writer)[0]!r} is not read" if writer else ""
+            raise refuse("logger", f"{name!r}: syncfree logs to tensorboard or W&B (WandbLogWriter){extra}")
+        return "wandb", None if project is None else str(project)
+    if logger not in ("tensorboard", "wandb"):
+        raise refuse("logger", f"{logger!r}: syncfree logs to tensorboard or wandb (neptune is not supported)")
+    return str(logger), None if wandb_project is None else str(wandb_project)
+
+
+def resolve_obs_groups(obs_groups: Mapping[str, Sequence[str]], obs: Mapping[str, Any]) -> dict[str, list[str]]:
+    """rsl_rl's rules: a set the config names reads its groups (each must exist); a set it leaves out reads the
+    group of its own name if the env has one, else `policy`."""
+    groups = _keys(obs)
+    resolved: dict[str, list[str]] = {}
+    for name, listed in obs_groups.items():
+        if name not in ("actor", "critic"):
+            raise refuse(f"obs_groups.{name}", "only the actor and critic sets are read (rnd_state needs RND)")
+        if isinstance(listed, str) or not listed:
+            raise refuse(f"obs_groups.{name}", f"{listed!r}: a non-empty list of observation groups")
+        for group in listed:
+            if group not in groups:
+                raise refuse(f"obs_groups.{name}", f"the env has no observation group {group!r} (has "
+                             f"{', '.join(groups)})")
+        resolved[name] = list(listed)
+    for name in ("actor", "critic"):
+        if name not in resolved:
+            if name in groups:
+                resolved[name] = [name]
+            elif "policy" in groups:
+                resolved[name] = ["policy"]
+            else:
+                raise refuse("obs_groups", f"no {name!r} set and the env has neither a {name!r} nor a 'policy' "
+                             f"group (has {', '.join(groups)})")
+    return resolved
+
+
+def _keys(obs: Mapping[str, Any]) -> list[str]:
+    return list(map(str, obs.keys()))
+
+
+def ppo_config(alg: dict[str, Any]) -> PPOConfig:
+    """The `algorithm` section as `PPOConfig`, from rsl_rl's defaults for what it leaves out."""
+    class_name = str(alg.pop("class_name", "PPO"))
+    if class_name.rsplit(":", 1)[-1].rsplit(".", 1)[-1] != "PPO":
+        raise refuse("algorithm.class_name", f"{class_name!r}: only PPO is mapped (not distillation)")
+    for key, why in _OFF_ONLY.items():
+        value = alg.pop(key, None)
+        if value:  # None, False and {} are off, as rsl_rl reads them
+            raise refuse(f"algorithm.{key}", f"{value!r}: {why}")
+    alg.pop("grad_reduce_bucket_mb", None)
+    alg.pop("use_mixed_precision", None)  # perf.autocast, set by the caller
+    optimizer = alg.pop("optimizer", "adam")
+    if optimizer not in ("adam", "adamw"):
+        raise refuse("algorithm.optimizer", f"{optimizer!r}: syncfree steps with AdamW (adam or adamw)")
+    values = {**_RSL_RL_PPO, **alg}
+    unknown = sorted(set(values) - set(_RSL_RL_PPO))
+    if unknown:
+        raise refuse(f"algorithm.{unknown[0]}", "not a key of rsl_rl 5's PPO (nor one syncfree maps)")
+    schedule, desired_kl = values["schedule"], values["desired_kl"]
+    if schedule not in ("adaptive", "fixed"):
+        raise refuse("algorithm.schedule", f"{schedule!r}: adaptive or fixed")
+    if desired_kl is None:
+        schedule, desired_kl = "fixed", _RSL_RL_PPO["desired_kl"]  # rsl_rl adapts only with a desired KL
+    return PPOConfig(
+        num_epochs=int(values["num_learning_epochs"]),
+        num_minibatches=int(values["num_mini_batches"]), learning_rate=float(values["learning_rate"]),
+        schedule=schedule, desired_kl=float(desired_kl), kl_adapt_every="minibatch", gamma=float(values["gamma"]),
+        lam=float(values["lam"]), clip_param=float(values["clip_param"]),
+        value_loss_coef=float(values["value_loss_coef"]), clipped_value_loss=bool(values["use_clipped_value_loss"]),
+        entropy_coef=float(values["entropy_coef"]), max_grad_norm=float(values["max_grad_norm"]),
+        grad_clip="per_network", weight_decay=0.01 if optimizer == "adamw" else 0.0)
+
+
+Activation = Literal["elu", "tanh", "relu"]
+StdType = Literal["log", "scalar"]
+
+
+@dataclasses.dataclass
+class _Model:
+    hidden: list[int]
+    activation: Activation
+    normalize: bool
+    init_std: float = 1.0
+    std_type: StdType = "scalar"
+
+
+def policy_config(cfg: Mapping[str, Any], widths: dict[str, int]) -> PolicyConfig:
+    """The `actor` and `critic` sections (or rsl_rl < 5's `policy`) as one `PolicyConfig`."""
+    if "policy" in cfg:
+        if "actor" in cfg or "critic" in cfg:
+            raise refuse("policy", "give either rsl_rl 5's actor and critic sections or the older policy section")
+        actor, critic = legacy_models(dict(cfg["policy"]), bool(cfg.get("empirical_normalization", False)))
+    else:
+        for key in ("actor", "critic"):
+            if key not in cfg:
+                raise refuse(key, "missing (rsl_rl's runner needs it)")
+        actor = model(dict(cfg["actor"]), "actor", stochastic=True)
+        critic = model(dict(cfg["critic"]), "critic", stochastic=False)
+        if "empirical_normalization" in cfg and bool(cfg["empirical_normalization"]) != actor.normalize:
+            raise refuse("empirical_normalization", "rsl_rl 5 reads actor.obs_normalization instead; remove it")
+    if actor.activation != critic.activation:
+        raise refuse("critic.activation", f"{critic.activation!r} differs from the actor's {actor.activation!r}; "
+                     "syncfree's actor and critic share one activation")
+    if actor.normalize != critic.normalize:
+        raise refuse("critic.obs_normalization", f"{critic.normalize} differs from the actor's; syncfree "
+                     "normalizes both networks' observations or neither")
+    hidden = {name: [widths[name] if h == -1 else int(h) for h in m.hidden]
+              for name, m in (("actor", actor), ("critic", critic))}
+    return PolicyConfig(actor_hidden=hidden["actor"], critic_hidden=hidden["critic"], activation=actor.activation,
+                        init_std=actor.init_std, normalize_obs=actor.normalize,
+                        obs_norm_std_offset=RSL_RL_STD_OFFSET if actor.normalize else 0.0,
+                        std_type=actor.std_type)
+
+
+def model(section: dict[str, Any], name: str, stochastic: bool) -> _Model:
+    """One rsl_rl 5 model config (`MLPModel`'s arguments, with mjlab's optional keys)."""
+    class_name = str(section.pop("class_name", "MLPModel"))
+    if class_name.rsplit(":", 1)[-1].rsplit(".", 1)[-1] != "MLPModel":
+        why = ("recurrent models are not mapped yet" if "RNN" in class_name else
+               "syncfree's drop-in trains MLP models")
+        raise refuse(f"{name}.class_name", f"{class_name!r}: {why}")
+    for key in ("cnn_cfg", "rnn_type"):
+        if section.pop(key, None) is not None:
+            raise refuse(f"{name}.{key}", "syncfree's drop-in trains MLP models")
+    section.pop("rnn_hidden_dim", None)
+    section.pop("rnn_num_layers", None)
+    dist = section.pop("distribution_cfg", None)
+    out = _Model(hidden=_hidden(section.pop("hidden_dims", (256, 256, 256)), f"{name}.hidden_dims"),
+                 activation=_activation(section.pop("activation", "elu"), f"{name}.activation"),
+                 normalize=bool(section.pop("obs_normalization", False)))
+    if section:
+        raise refuse(f"{name}.{sorted(section)[0]}", "not a key of rsl_rl 5's MLPModel (nor one syncfree maps)")
+    if not stochastic:
+        if dist is not None:
+            raise refuse(f"{name}.distribution_cfg", "the critic outputs a value: None")
+        return out
+    if dist is None:
+        raise refuse(f"{name}.distribution_cfg", "the actor needs a distribution (GaussianDistribution)")
+    dist = dict(dist)
+    kind = str(dist.pop("class_name", "GaussianDistribution"))
+    if kind.rsplit(":", 1)[-1].rsplit(".", 1)[-1] != "GaussianDistribution":
+        raise refuse(f"{name}.distribution_cfg.class_name", f"{kind!r}: syncfree's Gaussian head has a "
+                     "state-independent standard deviation (GaussianDistribution)")
+    out.init_std = float(dist.pop("init_std", 1.0))
+    out.std_type = _std_type(dist.pop("std_type", "scalar"), f"{name}.distribution_cfg.std_type")
+    std_range = tuple(dist.pop("std_range", (1e-6, 1e6)))
+    if std_range != (1e-6, 1e6):
+        raise refuse(f"{name}.distribution_cfg.std_range", f"{std_range}: only rsl_rl's default (1e-06, 1e+06)")
+    if not dist.pop("learn_std", True):
+        raise refuse(f"{name}.distribution_cfg.learn_std", "False: syncfree learns the standard deviation")
+    if dist:
+        raise refuse(f"{name}.distribution_cfg.{sorted(dist)[0]}", "not a key of rsl_rl 5's GaussianDistribution")
+    return out
+
+
+def legacy_models(section: dict[str, Any], empirical_normalization: bool) -> tuple[_Model, _Model]:
+    """rsl_rl < 5's `policy` section (`ActorCritic`): its log-std or scalar noise, sizes and normalizers."""
+    class_name = str(section.pop("class_name", "ActorCritic"))
+    if class_name.rsplit(".", 1)[-1] != "ActorCritic":
+        raise refuse("policy.class_name", f"{class_name!r}: only ActorCritic is mapped (not recurrent)")
+    activation = _activation(section.pop("activation", "elu"), "policy.activation")
+    actor_norm = bool(section.pop("actor_obs_normalization", empirical_normalization))
+    critic_norm = bool(section.pop("critic_obs_normalization", empirical_normalization))
+    std_type = _std_type(section.pop("noise_std_type", "scalar"), "policy.noise_std_type")
+    actor = _Model(_hidden(section.pop("actor_hidden_dims", (256, 256, 256)), "policy.actor_hidden_dims"),
+                   activation, actor_norm, float(section.pop("init_noise_std", 1.0)), std_type)
+    critic = _Model(_hidden(section.pop("critic_hidden_dims", (256, 256, 256)), "policy.critic_hidden_dims"),
+                    activation, critic_norm)
+    if section:
+        raise refuse(f"policy.{sorted(section)[0]}", "not a key of rsl_rl's ActorCritic (nor one syncfree maps)")
+    return actor, critic
+
+
+def _hidden(value: Any, key: str) -> list[int]:
+    if isinstance(value, int):
+        value = [value]
+    if not isinstance(value, Sequence) or not value or not all(isinstance(h, int) and (h >= 1 or h == -1)
+                                                                for h in value):
+        raise refuse(key, f"{value!r}: a non-empty list of layer widths (>= 1, or -1 for the input's)")
+    return list(value)
+
+
+def _activation(value: Any, key: str) -> Activation:
+    if value not in _ACTIVATIONS:
+        raise refuse(key, f"{value!r}: syncfree's MLPs use {', '.join(_ACTIVATIONS)}")
+    return cast(Activation, value)
+
+
+def _std_type(value: Any, key: str) -> StdType:
+    if value not in ("scalar", "log"):
+        raise refuse(key, f"{value!r}: scalar or log")
+    return cast(StdType, value)
+
+
+def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
+    """`cfg` with `overrides` (dotted key -> value) applied; a misspelt key names the nearest one."""
+    from syncfree.api import merge
+
+    tree = to_dict(cfg)
+    for key, value in overrides.items():
+        merge(tree, str(key).split("."), value)
+    try:
+        return validate(from_dict(TrainConfig, tree))
+    except UserError as e:
+        raise refuse("syncfree", str(e)) from None

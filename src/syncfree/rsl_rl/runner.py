@@ -1,0 +1,332 @@
+"""`OnPolicyRunner`, constructed and driven as rsl_rl 5's, training with syncfree's loop.
+
+What a script or a subclass of rsl_rl's runner reaches is here under rsl_rl's names: `learn`, `save`, `load`,
+`get_inference_policy`, `export_policy_to_jit` / `_to_onnx`, `add_git_repo_to_log`, `current_learning_iteration`,
+`cfg`, `env`, `device`, `alg` (`save()` / `load()` in rsl_rl's checkpoint layout, `get_policy()`,
+`learning_rate`, `optimizer`) and `logger` (`log_dir`, `writer`, `logger_type`, `save_model`). The training
+itself is syncfree's `Runner` on the env through `RslRlVecEnv`.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import torch
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from syncfree.core.device import set_deterministic
+from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
+from syncfree.errors import UserError
+from syncfree.policy.actor_critic import ActorCritic
+from syncfree.policy.heads import GaussianHead
+from syncfree.policy.normalizer import RunningNorm
+from syncfree.rsl_rl.checkpoint import from_rsl_rl, load_optimizer_from_rsl_rl, optimizer_to_rsl_rl, to_rsl_rl
+from syncfree.rsl_rl.config import from_rsl_rl as config_from_rsl_rl
+from syncfree.train import checkpoint
+from syncfree.train.runner import Runner, progress_value
+
+
+class OnPolicyRunner:
+    """rsl_rl 5's `OnPolicyRunner(env, train_cfg, log_dir=None, device="cpu")`: `env` is any rsl_rl `VecEnv`
+    (Isaac Lab's or mjlab's `RslRlVecEnvWrapper`), `train_cfg` rsl_rl's config dict (`syncfree.rsl_rl.config`
+    says how each key maps, or why it is refused), `log_dir` where `model_<it>.pt`, `metrics.jsonl`, the mapped
+    `config.yaml` and TensorBoard's files go (None: nothing is written)."""
+
+    def __init__(self, env: Any, train_cfg: dict[str, Any], log_dir: str | None = None, device: str = "cpu") -> None:
+        self.env = env
+        self.cfg = train_cfg
+        self.device = device
+        self.is_distributed, self.gpu_world_size, self.gpu_global_rank = False, 1, 0
+        mapped = config_from_rsl_rl(train_cfg, env.get_observations(), int(env.num_envs), device)
+        self.cfg["obs_groups"] = mapped.obs_groups
+        self.cfg["multi_gpu"] = None
+        self.save_interval = mapped.save_interval
+        self.config = mapped.config
+        """The syncfree config the rsl_rl one maps to (written to `log_dir/config.yaml`)."""
+        vec_env = RslRlVecEnv(env, mapped.obs_groups["actor"], mapped.obs_groups["critic"])
+        self.runner = Runner(mapped.config, run_dir=Path(log_dir) if log_dir else None, env=vec_env)
+        """syncfree's training loop on `env`."""
+        self.alg = PPO(self.runner, mapped.obs_groups["actor"])
+        self.logger = Logger(log_dir, self.runner, "wandb" if mapped.config.log.wandb else "tensorboard")
+        self.current_learning_iteration = 0
+
+    def learn(self, num_learning_iterations: int, init_at_random_ep_len: bool = False) -> None:
+        """Train `num_learning_iterations` iterations from `current_learning_iteration`, saving
+        `model_<it>.pt` every `save_interval` iterations and at the end (with a `log_dir`), as rsl_rl does."""
+        env, runner = self.env, self.runner
+        if init_at_random_ep_len and hasattr(env, "episode_length_buf"):
+            env.episode_length_buf = torch.randint_like(env.episode_length_buf, high=int(env.max_episode_length))
+        set_deterministic(runner.cfg.perf.deterministic)
+        self.alg.train_mode()
+        runner.iteration = self.current_learning_iteration
+        runner.env_steps = runner.iteration * runner.steps_per_iteration
+        self.logger.init_logging_writer()
+        start, total = self.current_learning_iteration, self.current_learning_iteration + num_learning_iterations
+        bar = tqdm(range(start, total), disable=not runner.cfg.log.progress, unit="it", dynamic_ncols=True)
+        for it in bar:
+            record = runner.iterate()
+            self.current_learning_iteration = it
+            bar.set_postfix({"steps_per_s": f"{record['steps_per_s']:.0f}", **progress_value(record)}, refresh=False)
+            if self.logger.writer is not None and it % self.save_interval == 0:
+                self.save(os.path.join(cast(str, self.logger.log_dir), f"model_{it}.pt"))
+        bar.close()
+        if self.logger.writer is not None:
+            self.save(os.path.join(cast(str, self.logger.log_dir), f"model_{self.current_learning_iteration}.pt"))
+            self.logger.stop_logging_writer()
+
+    def save(self, path: str, infos: dict[str, Any] | None = None) -> None:
+        """rsl_rl's checkpoint (`actor_state_dict`, `critic_state_dict`, `optimizer_state_dict`, `iter`, `infos`),
+        written atomically: rsl_rl's runner, and so Isaac Lab's and mjlab's play and export scripts, load it."""
+        saved = self.alg.save()
+        saved["iter"] = self.current_learning_iteration
+        saved["infos"] = infos
+        checkpoint.save_plain(saved, path)
+        self.logger.save_model(path, self.current_learning_iteration)
+
+    def load(self, path: str, load_cfg: dict[str, bool] | None = None, strict: bool = True,
+             map_location: str | None = None) -> Any:
+        """An rsl_rl 5 checkpoint (rsl_rl's or this runner's), read as data: no code in the file runs. Returns its
+        `infos`. One line naming the file when it is not such a checkpoint or does not fit this policy."""
+        loaded = checkpoint.load_plain(path)
+        if not isinstance(loaded, dict) or "actor_state_dict" not in loaded:
+            raise UserError(f"checkpoint {path}: not an rsl_rl 5 checkpoint (no actor_state_dict)")
+        self.alg.source = f"checkpoint {path}"
+        if self.alg.load(loaded, load_cfg, strict):
+            self.current_learning_iteration = int(loaded.get("iter", 0))
+        return loaded.get("infos")
+
+    def get_inference_policy(self, device: str | None = None) -> InferencePolicy:
+        """The actor in evaluation mode: `policy(obs)` -> deterministic actions (the Gaussian mean)."""
+        self.alg.eval_mode()
+        policy = self.alg.get_policy()
+        return policy.to(device) if device is not None else policy
+
+    def export_policy_to_jit(self, path: str, filename: str = "policy.pt") -> None:
+        """TorchScript of the deterministic actor, normalizer inside: `obs [N, D] -> actions [N, A]`."""
+        model = self.alg.get_policy().as_jit().to("cpu")
+        os.makedirs(path, exist_ok=True)
+        torch.jit.script(model).save(os.path.join(path, filename))
+
+    def export_policy_to_onnx(self, path: str, filename: str = "policy.onnx", verbose: bool = False) -> None:
+        """ONNX of the deterministic actor as rsl_rl writes it: input `obs`, output `actions`, opset 18."""
+        from syncfree.export import require_onnx
+
+        require_onnx()
+        model = self.alg.get_policy().as_onnx(verbose=verbose).to("cpu").eval()
+        os.makedirs(path, exist_ok=True)
+        torch.onnx.export(model, model.get_dummy_inputs(), os.path.join(path, filename), export_params=True,
+                          opset_version=18, verbose=verbose, input_names=model.input_names,
+                          output_names=model.output_names)
+
+    def add_git_repo_to_log(self, repo_file_path: str) -> None:
+        """Record the git state (commit, status, diff) of the repository holding `repo_file_path` in
+        `log_dir/git/` when training starts."""
+        self.logger.git_status_repos.append(repo_file_path)
+
+
+class PPO:
+    """What rsl_rl's runner and its subclasses reach through `runner.alg`, over syncfree's algorithm."""
+
+    def __init__(self, runner: Runner, actor_groups: list[str]) -> None:
+        self._runner = runner
+        self.policy = cast(ActorCritic, runner.policy)
+        self.optim = runner.algorithm.optim
+        self.optimizer = self.optim.optimizer
+        self.inference = InferencePolicy(self.policy, actor_groups)
+        self.source = "checkpoint"
+        """Named in load errors (the runner sets the file's path)."""
+
+    @property
+    def learning_rate(self) -> float:
+        return self.optim.current_learning_rate()
+
+    def train_mode(self) -> None:
+        self.policy.train()
+
+    def eval_mode(self) -> None:
+        self.policy.eval()
+
+    def get_policy(self) -> InferencePolicy:
+        return self.inference
+
+    def save(self) -> dict[str, Any]:
+        actor, critic = to_rsl_rl(self.policy.state_dict())
+        return {"actor_state_dict": actor, "critic_state_dict": critic,
+                "optimizer_state_dict": optimizer_to_rsl_rl(self.optim)}
+
+    def load(self, loaded_dict: dict[str, Any], load_cfg: dict[str, bool] | None = None, strict: bool = True) -> bool:
+        """rsl_rl's `PPO.load`: the parts `load_cfg` names (all by default); returns whether the caller takes the
+        checkpoint's iteration."""
+        load_cfg = load_cfg or {"actor": True, "critic": True, "optimizer": True, "iteration": True}
+        nets = [net for net in ("actor", "critic") if load_cfg.get(net)]
+        for net in nets:
+            if f"{net}_state_dict" not in loaded_dict:
+                raise UserError(f"{self.source}: no {net}_state_dict")
+        actor = loaded_dict["actor_state_dict"] if "actor" in nets else None
+        critic = loaded_dict["critic_state_dict"] if "critic" in nets else None
+        converted, unknown = from_rsl_rl(actor, critic, self.source)
+        own = self.policy.state_dict()
+        wanted = {key for key in own if _net_of(key) in nets}
+        problems = [f"{key} has no counterpart in this policy" for key in unknown]
+        problems += [f"{_rsl_rl_name(key)} is not in this policy" for key in converted if key not in own]
+        problems += [f"{_rsl_rl_name(key)} is missing" for key in sorted(wanted - set(converted))]
+        if strict and problems:
+            raise UserError(f"{self.source}: {problems[0]} ({_hint(problems[0])})")
+        for key, value in converted.items():
+            if key not in own:
+                continue
+            if value.shape != own[key].shape:
+                raise UserError(f"{self.source}: {_rsl_rl_name(key)} has shape {tuple(value.shape)}; this policy's "
+                                f"is {tuple(own[key].shape)}")
+            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+                raise UserError(f"{self.source}: {_rsl_rl_name(key)} holds NaN or infinite values")
+            own[key] = value
+        self.policy.load_state_dict(own)
+        if load_cfg.get("optimizer"):
+            load_optimizer_from_rsl_rl(self.optim, loaded_dict.get("optimizer_state_dict"), self.source)
+        return bool(load_cfg.get("iteration", False))
+
+
+def _net_of(key: str) -> str:
+    part = key.split(".", 1)[0]
+    return "critic" if part.startswith("critic") else "actor"
+
+
+def _rsl_rl_name(key: str) -> str:
+    """A syncfree policy key as rsl_rl names it."""
+    actor, critic = to_rsl_rl({key: torch.zeros(1)})
+    return f"{'actor' if actor else 'critic'}_state_dict.{next(iter(actor or critic))}"
+
+
+def _hint(problem: str) -> str:
+    if "std_param" in problem:
+        return "the checkpoint's distribution_cfg.std_type differs from this config's"
+    if "obs_normalizer" in problem:
+        return "the checkpoint's obs_normalization differs from this config's"
+    return "the checkpoint was trained with other model settings"
+
+
+class InferencePolicy(nn.Module):
+    """The live actor as rsl_rl's `get_policy()` returns it: `policy(obs)` with obs the env's observation
+    TensorDict (or the actor's groups already concatenated) -> the deterministic action."""
+
+    is_recurrent = False
+
+    def __init__(self, policy: ActorCritic, groups: list[str]) -> None:
+        super().__init__()
+        self.policy = policy
+        self.groups = list(groups)
+
+    def forward(self, obs: Any) -> Tensor:
+        if isinstance(obs, Tensor):
+            actor_obs = obs
+        elif len(self.groups) == 1:
+            actor_obs = obs[self.groups[0]]
+        else:
+            actor_obs = torch.cat([obs[g] for g in self.groups], dim=-1)
+        return self.policy.act_deterministic(actor_obs)
+
+    def reset(self, dones: Tensor | None = None, hidden_state: Any = None) -> None:
+        """No recurrent state."""
+
+    @property
+    def output_std(self) -> Tensor:
+        return cast(GaussianHead, self.policy.head).std()
+
+    def as_jit(self) -> DeployedActor:
+        return DeployedActor(self.policy)
+
+    def as_onnx(self, verbose: bool = False) -> DeployedActor:
+        return DeployedActor(self.policy)
+
+
+class DeployedActor(nn.Module):
+    """A copy of the deterministic actor for export (TorchScript and ONNX): `(obs - mean) / scale`, then the
+    MLP; equal to the live policy's `act_deterministic` (the same operations in the same order)."""
+
+    is_recurrent = False
+    if TYPE_CHECKING:  # buffers (annotated only for the type checker: TorchScript cannot read the annotations)
+        mean: Tensor
+        scale: Tensor
+
+    def __init__(self, policy: ActorCritic) -> None:
+        super().__init__()
+        self.input_names, self.output_names = ["obs"], ["actions"]
+        norm, dim = policy.actor_norm, policy.actor_obs_dim
+        if isinstance(norm, RunningNorm):
+            scale = norm.var.sqrt() + norm.std_offset if norm.std_offset else torch.sqrt(norm.var + norm.eps)
+            mean = norm.mean
+        else:
+            mean, scale = torch.zeros(dim), torch.ones(dim)
+        self.register_buffer("mean", mean.detach().clone())
+        self.register_buffer("scale", scale.detach().clone())
+        self.mlp = nn.Sequential(*copy.deepcopy(list(policy.actor)))
+        self.input_size = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.mlp((x - self.mean) / self.scale)
+
+    @torch.jit.export
+    def reset(self) -> None:
+        """No recurrent state (rsl_rl's exported models have this method)."""
+
+    def get_dummy_inputs(self) -> tuple[Tensor]:
+        return (torch.zeros(1, self.input_size),)
+
+
+class Logger:
+    """What rsl_rl's runner and its subclasses reach through `runner.logger`: `log_dir`, `writer` (set while
+    training writes, None without a `log_dir`), `logger_type`, `git_status_repos` and `save_model`."""
+
+    def __init__(self, log_dir: str | None, runner: Runner, logger_type: str) -> None:
+        self.log_dir = log_dir
+        self.logger_type = logger_type
+        self.git_status_repos: list[str] = []
+        self._runner = runner
+
+    @property
+    def writer(self) -> Any:
+        return self._runner.logger
+
+    def init_logging_writer(self) -> None:
+        if self.log_dir is None:
+            return
+        self._runner.open_logger()
+        for repo in self.git_status_repos:
+            write_git_state(repo, Path(self.log_dir) / "git")
+
+    def stop_logging_writer(self) -> None:
+        if self._runner.logger is not None:
+            self._runner.logger.close()
+            self._runner.logger = None
+
+    def save_model(self, path: str, iteration: int) -> None:
+        """Upload the checkpoint to W&B when it is the logger (as rsl_rl's W&B writer does)."""
+        if self.logger_type == "wandb":
+            import wandb
+
+            if wandb.run is not None:
+                wandb.save(path, base_path=os.path.dirname(path))
+
+
+def write_git_state(repo_file_path: str, out_dir: Path) -> None:
+    """`<out_dir>/<repository>.diff`: the commit, `git status` and `git diff` of the repository holding
+    `repo_file_path` (nothing when it is in none, or git is missing)."""
+    where = Path(repo_file_path)
+    where = where if where.is_dir() else where.parent
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, check=True).stdout
+
+    try:
+        top = Path(git("rev-parse", "--show-toplevel").strip())
+        text = f"commit {git('rev-parse', 'HEAD').strip()}\n\n{git('status', '--short')}\n{git('diff')}"
+    except (OSError, subprocess.CalledProcessError):
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{top.name}.diff").write_text(text)

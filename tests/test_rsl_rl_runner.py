@@ -1,0 +1,380 @@
+"""`syncfree.rsl_rl.OnPolicyRunner` against rsl_rl 5's own runner (rsl-rl-lib, the `bench` extra): driven the same
+way, its checkpoints load into rsl_rl's runner and rsl_rl's into it, acting equal; rsl_rl's config keys are each
+mapped or refused by name."""
+
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import os
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("rsl_rl")
+import rsl_rl
+from rsl_rl.algorithms import PPO as RslRlPPO
+from rsl_rl.models import MLPModel
+from rsl_rl.modules.distribution import GaussianDistribution
+from rsl_rl.runners import OnPolicyRunner as RslRlRunner
+
+from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
+from syncfree.errors import UserError
+from syncfree.rsl_rl import OnPolicyRunner
+from syncfree.rsl_rl.config import MAPPED, READ_ELSEWHERE
+from syncfree.tasks import make_env
+
+
+def rsl_env(seed: int = 0) -> SyncfreeToRslRl:
+    """Pendulum (continuous actions, `policy` and `critic` groups) as an rsl_rl `VecEnv`, 16 envs."""
+    return SyncfreeToRslRl(make_env("pendulum", 16, device="cpu", seed=seed))
+
+
+def train_cfg(std_type: str = "scalar", normalize: bool = True) -> dict[str, Any]:
+    """A runner config as mjlab's train script passes it (`dataclasses.asdict` of its `RslRlOnPolicyRunnerCfg`),
+    small."""
+    model = {"class_name": "MLPModel", "hidden_dims": [16, 16], "activation": "elu", "obs_normalization": normalize,
+             "cnn_cfg": None, "rnn_type": None, "rnn_hidden_dim": 256, "rnn_num_layers": 1}
+    return {
+        "seed": 1, "num_steps_per_env": 8, "max_iterations": 3, "save_interval": 2,
+        "obs_groups": {"actor": ("policy",), "critic": ("critic",)}, "experiment_name": "pendulum", "run_name": "",
+        "logger": "tensorboard", "wandb_project": "mjlab", "wandb_tags": (), "resume": False, "load_run": ".*",
+        "load_checkpoint": "model_.*.pt", "clip_actions": None, "upload_model": True, "class_name": "OnPolicyRunner",
+        "algorithm": {"class_name": "PPO", "num_learning_epochs": 2, "num_mini_batches": 2, "learning_rate": 1e-3,
+                      "schedule": "adaptive", "gamma": 0.99, "lam": 0.95, "entropy_coef": 0.005, "desired_kl": 0.01,
+                      "max_grad_norm": 1.0, "value_loss_coef": 1.0, "use_clipped_value_loss": True,
+                      "clip_param": 0.2, "normalize_advantage_per_mini_batch": False, "optimizer": "adam",
+                      "share_cnn_encoders": False},
+        "actor": {**model, "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0,
+                                                "std_type": std_type}},
+        "critic": {**model, "distribution_cfg": None},
+    }
+
+
+def for_rsl_rl(cfg: dict[str, Any]) -> dict[str, Any]:
+    """`cfg` as rsl_rl's own runner takes it: without the None-valued model keys (mjlab's runner strips them)."""
+    cfg = copy.deepcopy(cfg)
+    for net in ("actor", "critic"):
+        for key in ("cnn_cfg", "rnn_type", "rnn_hidden_dim", "rnn_num_layers"):
+            cfg[net].pop(key)
+        if cfg[net]["distribution_cfg"] is None:
+            cfg[net].pop("distribution_cfg")
+    return cfg
+
+
+def actions(runner: Any, obs: Any) -> torch.Tensor:
+    with torch.inference_mode():
+        return runner.get_inference_policy()(obs).clone()
+
+
+@pytest.mark.parametrize("std_type, normalize", [("scalar", True), ("log", False)])
+def test_a_drop_in_checkpoint_loads_into_rsl_rl_and_acts_the_same(tmp_path: Path, std_type: str, normalize: bool,
+                                                                   one_thread) -> None:
+    cfg = train_cfg(std_type, normalize)
+    runner = OnPolicyRunner(rsl_env(), copy.deepcopy(cfg), log_dir=str(tmp_path), device="cpu")
+    runner.learn(3)
+    # rsl_rl's layout: model_<it>.pt every save_interval iterations from 0, and the last
+    assert sorted(p.name for p in tmp_path.glob("model_*.pt")) == ["model_0.pt", "model_2.pt"]
+    assert runner.current_learning_iteration == 2
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 3
+
+    env = rsl_env(seed=5)
+    theirs = RslRlRunner(env, for_rsl_rl(cfg), log_dir=None, device="cpu")
+    theirs.load(str(tmp_path / "model_2.pt"))
+    assert theirs.current_learning_iteration == 2
+    obs = env.get_observations()
+    torch.testing.assert_close(actions(theirs, obs), actions(runner, obs), rtol=0, atol=1e-5)
+    trained = actions(runner, obs)
+    assert not torch.equal(trained, actions(OnPolicyRunner(rsl_env(), copy.deepcopy(cfg)), obs)), \
+        "the trained policy acts as a fresh one: the test would not see a lost checkpoint"
+    ours = runner.alg.save()["actor_state_dict"]
+    assert theirs.alg.get_policy().state_dict().keys() == ours.keys()
+    for key, value in theirs.alg.get_policy().state_dict().items():
+        assert torch.equal(value, ours[key]), key
+    # the optimizer state is rsl_rl's Adam's: it loads and rsl_rl trains on from it
+    assert theirs.alg.learning_rate == pytest.approx(runner.alg.learning_rate)
+    theirs.learn(1)
+
+
+def test_an_rsl_rl_checkpoint_loads_into_the_drop_in_and_training_goes_on(tmp_path: Path, one_thread) -> None:
+    cfg = train_cfg()
+    theirs = RslRlRunner(rsl_env(seed=2), for_rsl_rl(cfg), log_dir=str(tmp_path / "rsl_rl"), device="cpu")
+    theirs.learn(2)
+    saved = tmp_path / "rsl_rl" / "model_1.pt"
+    ours = OnPolicyRunner(rsl_env(seed=3), copy.deepcopy(cfg), log_dir=str(tmp_path / "ours"), device="cpu")
+    assert ours.load(str(saved)) is None  # rsl_rl's runner saves infos=None
+    assert ours.current_learning_iteration == 1
+    env = rsl_env(seed=4)
+    obs = env.get_observations()
+    torch.testing.assert_close(actions(ours, obs), actions(theirs, obs), rtol=0, atol=1e-5)
+    # the Adam moments carried over index by index
+    their_state = theirs.alg.optimizer.state_dict()["state"]
+    our_state = ours.alg.optimizer.state_dict()["state"]
+    assert len(our_state) == len(their_state) > 0
+    for index, entry in their_state.items():
+        torch.testing.assert_close(our_state[index]["exp_avg_sq"], entry["exp_avg_sq"], rtol=0, atol=0)
+    assert ours.alg.learning_rate == pytest.approx(theirs.alg.learning_rate)
+    ours.learn(2)  # iterations 1 and 2, as rsl_rl numbers a resumed run
+    assert sorted(p.name for p in (tmp_path / "ours").glob("model_*.pt")) == ["model_2.pt"]
+    assert not torch.equal(actions(ours, obs), actions(theirs, obs))
+
+
+def test_load_cfg_strict_and_bad_files_as_rsl_rl_reads_them(tmp_path: Path, one_thread) -> None:
+    cfg = train_cfg()
+    source = OnPolicyRunner(rsl_env(), copy.deepcopy(cfg), device="cpu")
+    path = tmp_path / "model.pt"
+    source.save(str(path), infos={"env_state": {"common_step_counter": 48}})
+    fresh = OnPolicyRunner(rsl_env(), copy.deepcopy(cfg), device="cpu")
+    before = {k: v.clone() for k, v in fresh.alg.policy.state_dict().items()}
+    # actor only: the critic and the iteration stay
+    fresh.current_learning_iteration = 7
+    assert fresh.load(str(path), load_cfg={"actor": True}) == {"env_state": {"common_step_counter": 48}}
+    assert fresh.current_learning_iteration == 7
+    after = fresh.alg.policy.state_dict()
+    assert torch.equal(after["critic.0.weight"], before["critic.0.weight"])
+    assert torch.equal(after["actor.0.weight"], source.alg.policy.state_dict()["actor.0.weight"])
+    # a checkpoint of another std_type: strict names the key, non-strict loads the rest
+    other = OnPolicyRunner(rsl_env(), train_cfg(std_type="log"), device="cpu")
+    with pytest.raises(UserError, match=r"model\.pt: actor_state_dict\.distribution\.std_param is not in this "
+                                        r"policy \(the checkpoint's distribution_cfg\.std_type differs"):
+        other.load(str(path))
+    other.load(str(path), load_cfg={"actor": True, "critic": True}, strict=False)
+    assert torch.equal(other.alg.policy.state_dict()["actor.0.weight"], source.alg.policy.state_dict()["actor.0.weight"])
+    # wider layers: one line naming the tensor
+    wide = train_cfg()
+    wide["actor"]["hidden_dims"] = [32, 16]
+    with pytest.raises(UserError, match=r"actor_state_dict\.mlp\.0\.weight has shape \(16, 3\); this policy's is "
+                                        r"\(32, 3\)"):
+        OnPolicyRunner(rsl_env(), wide, device="cpu").load(str(path))
+    # a file that is not a checkpoint, and one that would run code
+    (tmp_path / "notes.pt").write_text("not a checkpoint")
+    with pytest.raises(UserError, match=r"notes\.pt: not a readable checkpoint"):
+        fresh.load(str(tmp_path / "notes.pt"))
+    torch.save({"actor_state_dict": torch.nn.Linear(2, 2)}, tmp_path / "code.pt")
+    with pytest.raises(UserError, match=r"code\.pt: holds a reference to torch\.nn\..* could run code"):
+        fresh.load(str(tmp_path / "code.pt"))
+    torch.save({"critic_state_dict": {}}, tmp_path / "other.pt")
+    with pytest.raises(UserError, match=r"other\.pt: not an rsl_rl 5 checkpoint"):
+        fresh.load(str(tmp_path / "other.pt"))
+    nan = torch.load(path, weights_only=True)
+    nan["actor_state_dict"]["mlp.0.bias"][0] = float("nan")
+    torch.save(nan, tmp_path / "nan.pt")
+    with pytest.raises(UserError, match=r"nan\.pt: actor_state_dict\.mlp\.0\.bias holds NaN"):
+        fresh.load(str(tmp_path / "nan.pt"))
+
+
+class SubclassLikeMjlabs(OnPolicyRunner):
+    """Overrides `save` and `load` as mjlab's `MjlabOnPolicyRunner` does: extra `infos`, its own `torch.load`,
+    `alg.save()` / `alg.load()`, `logger.save_model` behind the config's `upload_model`."""
+
+    step_counter = 0
+
+    def save(self, path: str, infos: dict | None = None) -> None:
+        infos = {**(infos or {}), "env_state": {"common_step_counter": self.step_counter}}
+        saved = self.alg.save()
+        saved["iter"] = self.current_learning_iteration
+        saved["infos"] = infos
+        torch.save(saved, path)
+        if self.cfg["upload_model"]:
+            self.logger.save_model(path, self.current_learning_iteration)
+
+    def load(self, path: str, load_cfg: dict | None = None, strict: bool = True,
+             map_location: str | None = None) -> dict:
+        loaded = torch.load(path, map_location=map_location, weights_only=False)
+        if self.alg.load(loaded, load_cfg, strict):
+            self.current_learning_iteration = loaded["iter"]
+        infos = loaded["infos"]
+        if infos and "env_state" in infos:
+            self.step_counter = infos["env_state"]["common_step_counter"]
+        return infos
+
+
+def test_a_subclass_that_overrides_save_and_load_as_mjlab_does_works_unchanged(tmp_path: Path, one_thread) -> None:
+    runner = SubclassLikeMjlabs(rsl_env(), train_cfg(), log_dir=str(tmp_path), device="cpu")
+    runner.step_counter = 96
+    runner.learn(1)
+    assert runner.logger.logger_type == "tensorboard"
+    resumed = SubclassLikeMjlabs(rsl_env(), train_cfg(), device="cpu")
+    assert resumed.load(str(tmp_path / "model_0.pt"))["env_state"] == {"common_step_counter": 96}
+    obs = rsl_env(seed=9).get_observations()
+    torch.testing.assert_close(actions(resumed, obs), actions(runner, obs), rtol=0, atol=0)
+
+
+def test_exports_act_as_the_live_policy(tmp_path: Path, one_thread) -> None:
+    pytest.importorskip("onnxruntime")
+    import onnxruntime
+
+    runner = OnPolicyRunner(rsl_env(), train_cfg(), device="cpu")
+    runner.learn(1)
+    runner.add_git_repo_to_log(__file__)
+    runner.export_policy_to_jit(str(tmp_path))
+    runner.export_policy_to_onnx(str(tmp_path))
+    obs = rsl_env(seed=3).get_observations()
+    expected = actions(runner, obs)
+    jit = torch.jit.load(str(tmp_path / "policy.pt"))
+    torch.testing.assert_close(jit(obs["policy"]), expected, rtol=0, atol=0)
+    session = onnxruntime.InferenceSession(str(tmp_path / "policy.onnx"))
+    got = session.run(["actions"], {"obs": obs["policy"][:1].numpy()})[0]
+    torch.testing.assert_close(torch.from_numpy(got), expected[:1], rtol=0, atol=1e-5)
+
+
+def test_git_state_is_logged_for_the_repositories_added(tmp_path: Path, one_thread) -> None:
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "train.py").write_text("print('hi')\n")
+    env = {**os.environ, "GIT_AUTHOR_NAME": "a", "GIT_AUTHOR_EMAIL": "a@b", "GIT_COMMITTER_NAME": "a",
+           "GIT_COMMITTER_EMAIL": "a@b"}
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True, env=env)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", "x"], check=True, env=env)
+    (repo / "train.py").write_text("print('changed')\n")
+    runner = OnPolicyRunner(rsl_env(), train_cfg(), log_dir=str(tmp_path / "log"), device="cpu")
+    runner.add_git_repo_to_log(str(repo / "train.py"))
+    runner.learn(1)
+    text = (tmp_path / "log" / "git" / "repo.diff").read_text()
+    assert text.startswith("commit ") and "+print('changed')" in text
+
+
+def test_the_drop_in_reads_the_host_once_per_iteration_where_rsl_rl_reads_it_every_step(one_thread) -> None:
+    from syncfree.core.counters import count_syncs
+
+    cfg = train_cfg()
+    ours = OnPolicyRunner(rsl_env(), copy.deepcopy(cfg), device="cpu")
+    ours.learn(1)
+    loop = ours.runner
+    loop.algorithm.begin_rollout()
+    with torch.inference_mode(), count_syncs() as counts:
+        for t in range(loop.algorithm.steps_per_env):
+            loop.rollout_step(t)
+    assert counts.num_ops > 0 and counts.syncs == 0
+    with count_syncs() as counts:
+        ours.learn(1)
+    assert counts.syncs == 1  # the iteration's one transfer
+    theirs = RslRlRunner(rsl_env(), for_rsl_rl(cfg), device="cpu")
+    with count_syncs() as counts:
+        theirs.learn(1)
+    assert counts.syncs >= cfg["num_steps_per_env"]
+
+
+# -- the config ------------------------------------------------------------------------------------------------
+
+
+def test_the_mapped_config_says_what_rsl_rl_does() -> None:
+    cfg = train_cfg()
+    cfg["algorithm"].update(num_learning_epochs=3, entropy_coef=0.02, optimizer="adamw", desired_kl=None)
+    cfg["critic"]["hidden_dims"] = [-1, 8]
+    runner = OnPolicyRunner(rsl_env(), cfg, device="cpu")
+    mapped = runner.config
+    assert (mapped.ppo.steps_per_env, mapped.ppo.num_epochs, mapped.ppo.num_minibatches) == (8, 3, 2)
+    assert (mapped.ppo.entropy_coef, mapped.ppo.weight_decay) == (0.02, 0.01)
+    assert mapped.ppo.schedule == "fixed"  # rsl_rl adapts only with a desired KL
+    assert mapped.ppo.grad_clip == "per_network" and mapped.ppo.kl_adapt_every == "minibatch"
+    assert (mapped.policy.actor_hidden, mapped.policy.critic_hidden) == ([16, 16], [3, 8])
+    assert (mapped.policy.std_type, mapped.policy.obs_norm_std_offset) == ("scalar", 0.01)
+    assert mapped.seed == 1 and mapped.env.num_envs == 16 and mapped.iterations == 3
+    assert runner.cfg["obs_groups"] == {"actor": ["policy"], "critic": ["critic"]}
+
+
+def test_the_older_policy_section_maps_too() -> None:
+    cfg = {k: v for k, v in train_cfg().items() if k not in ("actor", "critic")}
+    cfg["policy"] = {"class_name": "ActorCritic", "init_noise_std": 0.5, "noise_std_type": "log",
+                     "actor_hidden_dims": [16], "critic_hidden_dims": [8], "activation": "tanh"}
+    cfg["empirical_normalization"] = True
+    mapped = OnPolicyRunner(rsl_env(), cfg, device="cpu").config.policy
+    assert (mapped.actor_hidden, mapped.critic_hidden, mapped.activation) == ([16], [8], "tanh")
+    assert (mapped.init_std, mapped.std_type, mapped.normalize_obs) == (0.5, "log", True)
+
+
+def refused(change) -> str:
+    cfg = train_cfg()
+    change(cfg)
+    with pytest.raises(UserError) as error:
+        OnPolicyRunner(rsl_env(), cfg, device="cpu")
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("change, key", [
+    (lambda c: c["algorithm"].update(rnd_cfg={"weight": 1.0}), "algorithm.rnd_cfg"),
+    (lambda c: c["algorithm"].update(symmetry_cfg={"use_data_augmentation": True}), "algorithm.symmetry_cfg"),
+    (lambda c: c["algorithm"].update(normalize_advantage_per_mini_batch=True),
+     "algorithm.normalize_advantage_per_mini_batch"),
+    (lambda c: c["algorithm"].update(optimizer="sgd"), "algorithm.optimizer"),
+    (lambda c: c["algorithm"].update(class_name="Distillation"), "algorithm.class_name"),
+    (lambda c: c["algorithm"].update(lr_decay=0.5), "algorithm.lr_decay"),
+    (lambda c: c["actor"].update(class_name="RNNModel"), "actor.class_name"),
+    (lambda c: c["actor"].update(rnn_type="lstm"), "actor.rnn_type"),
+    (lambda c: c["critic"].update(activation="tanh"), "critic.activation"),
+    (lambda c: c["critic"].update(obs_normalization=False), "critic.obs_normalization"),
+    (lambda c: c["actor"].update(activation="gelu"), "actor.activation"),
+    (lambda c: c["actor"]["distribution_cfg"].update(class_name="BetaDistribution"),
+     "actor.distribution_cfg.class_name"),
+    (lambda c: c["actor"]["distribution_cfg"].update(std_range=(0.1, 2.0)), "actor.distribution_cfg.std_range"),
+    (lambda c: c["critic"].update(distribution_cfg={"class_name": "GaussianDistribution"}),
+     "critic.distribution_cfg"),
+    (lambda c: c.update(logger="neptune"), "logger"),
+    (lambda c: c.update(obs_groups={"actor": ["policy"], "critic": ["privileged"]}), "obs_groups.critic"),
+    (lambda c: c.update(num_step_per_env=24), "num_step_per_env"),
+    (lambda c: c.pop("save_interval"), "save_interval"),
+    (lambda c: c.update(syncfree={"ppo.learning_rat": 1e-3}), "syncfree"),
+])
+def test_a_key_syncfree_cannot_honour_is_refused_by_name(change, key: str) -> None:
+    assert refused(change).startswith(f"rsl_rl config: {key}: ")
+
+
+def test_several_processes_are_refused_in_one_line(monkeypatch) -> None:
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert "WORLD_SIZE=2" in refused(lambda c: None)
+
+
+def _keys_read(source: str, names: tuple[str, ...]) -> set[str]:
+    """The string keys `source` reads from the dicts called `names` (`x["k"]`, `x.get("k")`)."""
+    keys = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and \
+                isinstance(node.slice.value, str) and ast.unparse(node.value) in names:
+            keys.add(node.slice.value)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and \
+                ast.unparse(node.func.value) in names and node.args and isinstance(node.args[0], ast.Constant):
+            keys.add(node.args[0].value)
+    return keys
+
+
+def test_every_key_rsl_rl_reads_is_mapped_or_left_to_the_script() -> None:
+    """Walks rsl_rl 5's installed source: every argument of its PPO, MLPModel and GaussianDistribution, and every
+    key its runner and algorithm read from the runner config, is in `MAPPED` or `READ_ELSEWHERE`."""
+    root = Path(rsl_rl.__file__).parent
+    runner_keys = _keys_read((root / "runners" / "on_policy_runner.py").read_text(), ("self.cfg", "train_cfg"))
+    runner_keys |= _keys_read((root / "utils" / "logger.py").read_text(), ("self.cfg",))
+    runner_keys |= _keys_read(textwrap.dedent(inspect.getsource(RslRlPPO.construct_algorithm)), ("cfg",))
+    runner_keys -= {"class_name"}  # of the algorithm section, read as algorithm.class_name
+    assert {"num_steps_per_env", "save_interval", "algorithm", "actor", "critic", "obs_groups"} <= runner_keys
+    sections = {"algorithm", "actor", "critic"}
+    missing = sorted(k for k in runner_keys - sections if k not in MAPPED and k not in READ_ELSEWHERE)
+    assert not missing, f"rsl_rl's runner reads {missing}: map them or say who reads them"
+
+    def arguments(fn, skip: set[str]) -> set[str]:
+        return {p for p in inspect.signature(fn).parameters if p not in skip | {"self"}}
+
+    ppo = arguments(RslRlPPO.__init__, {"actor", "critic", "storage", "device", "multi_gpu_cfg"})
+    model = arguments(MLPModel.__init__, {"obs", "obs_groups", "obs_set", "output_dim"})
+    dist = arguments(GaussianDistribution.__init__, {"output_dim"})
+    assert {"learning_rate", "rnd_cfg", "symmetry_cfg"} <= ppo and {"hidden_dims", "distribution_cfg"} <= model
+    unmapped = sorted({f"algorithm.{k}" for k in ppo} - set(MAPPED))
+    unmapped += sorted({f"model.{k}" for k in model} - set(MAPPED))
+    unmapped += sorted({f"model.distribution_cfg.{k}" for k in dist} - set(MAPPED))
+    assert not unmapped, f"rsl_rl arguments with no mapping: {unmapped}"
+
+
+def test_the_docs_table_lists_every_mapped_key() -> None:
+    text = (Path(__file__).parents[1] / "docs" / "rsl_rl.md").read_text()
+    listed = set(re.findall(r"^\| `([\w.*]+)` \|", text, flags=re.M))
+    assert listed == set(MAPPED) | set(READ_ELSEWHERE), (set(MAPPED) | set(READ_ELSEWHERE)) ^ listed
