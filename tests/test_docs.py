@@ -89,6 +89,10 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
         check_install(shlex.join(setup))
     while re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # environment settings before the command
         words = words[1:]
+    if words[0].endswith("/pip"):  # a virtual environment's pip
+        words = ["pip", *words[1:]]
+    if words[:3] == ["python3", "-m", "venv"]:
+        return "skipped: makes a virtual environment"
     command = shlex.join(words)
     if words[0] == "pip":
         check_install(command)

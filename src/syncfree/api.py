@@ -10,9 +10,8 @@ from typing import Any
 from torch import nn
 
 from syncfree.algo.scope import warn_inert_switches
-from syncfree.config import TrainConfig, from_dict, to_dict, validate
+from syncfree.config import TrainConfig, from_dict, merge, to_dict, validate
 from syncfree.envs import VecEnv
-from syncfree.errors import UserError
 from syncfree.tasks import preset
 from syncfree.train.evaluate import LoadedPolicy, load_policy
 from syncfree.train.runner import Runner
@@ -70,15 +69,3 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     return TrainResult(runner.policy, folder, record, runner)
 
 
-def merge(tree: dict[str, Any], path: list[str], value: Any) -> None:
-    """Set `tree[path[0]]...[path[-1]] = value`; a dict value updates a section key by key."""
-    *sections, name = path
-    for section in sections:
-        tree = tree.setdefault(section, {})
-        if not isinstance(tree, dict):
-            raise UserError(f"config: {'.'.join(path)}: {section} is not a section")
-    if isinstance(value, dict) and isinstance(tree.get(name), dict):
-        for key, item in value.items():
-            merge(tree[name], [key], item)
-    else:
-        tree[name] = value

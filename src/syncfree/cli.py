@@ -260,11 +260,10 @@ def parse_bench_config(argv: Sequence[str]) -> tuple[Any, str]:
 
 
 def cmd_tasks(argv: Sequence[str]) -> int:
-    from syncfree.tasks import SOURCES, TASKS
+    from syncfree.tasks import listing
 
     argparse.ArgumentParser(prog="syncfree tasks", description="List the tasks.").parse_args(argv)
-    rows = [(spec.name, spec.description) for spec in TASKS.values()]
-    rows += [(source.usage, source.description) for source in SOURCES.values()]
+    rows = listing()
     width = max(len(name) for name, _ in rows)
     for name, description in rows:
         print(f"{name:<{width}}  {description}")

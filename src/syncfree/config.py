@@ -527,3 +527,16 @@ def unknown_key_hint(message: str, cls: type = TrainConfig) -> str:
     its section."""
     match = next((m for m in (re.search(p, message) for p in UNKNOWN_KEY) if m), None)
     return key_hint(".".join(match.groups()), cls) if match else ""
+
+def merge(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    """Set `tree[path[0]]...[path[-1]] = value`; a dict value updates a section key by key."""
+    *sections, name = path
+    for section in sections:
+        tree = tree.setdefault(section, {})
+        if not isinstance(tree, dict):
+            raise UserError(f"config: {'.'.join(path)}: {section} is not a section")
+    if isinstance(value, dict) and isinstance(tree.get(name), dict):
+        for key, item in value.items():
+            merge(tree[name], [key], item)
+    else:
+        tree[name] = value

@@ -26,14 +26,14 @@ from syncfree.policy.actor_critic import ActorCritic
 from syncfree.policy.heads import GaussianHead
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.rsl_rl.checkpoint import from_rsl_rl, load_optimizer_from_rsl_rl, optimizer_to_rsl_rl, to_rsl_rl
-from syncfree.rsl_rl.config import from_rsl_rl as config_from_rsl_rl
+from syncfree.tasks.rsl_rl_config import from_rsl_rl as config_from_rsl_rl
 from syncfree.train import checkpoint
 from syncfree.train.runner import Runner, progress_value
 
 
 class OnPolicyRunner:
     """rsl_rl 5's `OnPolicyRunner(env, train_cfg, log_dir=None, device="cpu")`: `env` is any rsl_rl `VecEnv`
-    (Isaac Lab's or mjlab's `RslRlVecEnvWrapper`), `train_cfg` rsl_rl's config dict (`syncfree.rsl_rl.config`
+    (Isaac Lab's or mjlab's `RslRlVecEnvWrapper`), `train_cfg` rsl_rl's config dict (`syncfree.tasks.rsl_rl_config`
     says how each key maps, or why it is refused), `log_dir` where `model_<it>.pt`, `metrics.jsonl`, the mapped
     `config.yaml` and TensorBoard's files go (None: nothing is written)."""
 
@@ -42,6 +42,9 @@ class OnPolicyRunner:
         self.cfg = train_cfg
         self.device = device
         self.is_distributed, self.gpu_world_size, self.gpu_global_rank = False, 1, 0
+        if int(os.getenv("WORLD_SIZE", "1")) > 1:
+            raise UserError(f"rsl_rl runner: WORLD_SIZE={os.getenv('WORLD_SIZE')}: this runner trains in one "
+                            "process; train on several with `torchrun ... syncfree train`")
         mapped = config_from_rsl_rl(train_cfg, env.get_observations(), int(env.num_envs), device)
         self.cfg["obs_groups"] = mapped.obs_groups
         self.cfg["multi_gpu"] = None
@@ -63,8 +66,9 @@ class OnPolicyRunner:
             env.episode_length_buf = torch.randint_like(env.episode_length_buf, high=int(env.max_episode_length))
         set_deterministic(runner.cfg.perf.deterministic)
         self.alg.train_mode()
-        runner.iteration = self.current_learning_iteration
-        runner.env_steps = runner.iteration * runner.steps_per_iteration
+        if runner.iteration == 0 and self.current_learning_iteration:  # a checkpoint's iteration (a subclass's load)
+            runner.iteration = self.current_learning_iteration
+            runner.env_steps = runner.iteration * runner.steps_per_iteration
         self.logger.init_logging_writer()
         start, total = self.current_learning_iteration, self.current_learning_iteration + num_learning_iterations
         bar = tqdm(range(start, total), disable=not runner.cfg.log.progress, unit="it", dynamic_ncols=True)
@@ -98,6 +102,8 @@ class OnPolicyRunner:
         self.alg.source = f"checkpoint {path}"
         if self.alg.load(loaded, load_cfg, strict):
             self.current_learning_iteration = int(loaded.get("iter", 0))
+            self.runner.iteration = self.current_learning_iteration  # syncfree's metrics continue from it
+            self.runner.env_steps = self.runner.iteration * self.runner.steps_per_iteration
         return loaded.get("infos")
 
     def get_inference_policy(self, device: str | None = None) -> InferencePolicy:

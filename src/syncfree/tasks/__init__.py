@@ -58,6 +58,20 @@ def task_names() -> list[str]:
     return [*sorted(TASKS), *(s.usage for s in SOURCES.values())]
 
 
+def listing() -> list[tuple[str, str]]:
+    """`syncfree tasks`: (name, description) of every task and family, and the ids of the families that list
+    theirs (or why they cannot be listed here)."""
+    rows = [(spec.name, spec.description) for spec in TASKS.values()]
+    for source in SOURCES.values():
+        rows.append((source.usage, source.description))
+        if source.listing is not None:
+            try:
+                rows += [(f"{source.prefix}{name}", "") for name in source.listing()]
+            except UserError as e:
+                rows.append(("", f"({e})"))
+    return rows
+
+
 def get_task(name: str, where: str = "config") -> TaskSpec:
     """The spec of `name`; one line naming the allowed tasks when there is none (`where`: the line's first word)."""
     spec = find_task(name)

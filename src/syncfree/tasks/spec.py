@@ -91,3 +91,6 @@ class TaskSource:
     """One line for `syncfree tasks`."""
     resolve: Callable[[str], TaskSpec]
     """The spec of a full task name (prefix included)."""
+    listing: Callable[[], list[str]] | None = None
+    """The ids the family has (`syncfree tasks` lists them), for families that can list theirs; raises `UserError`
+    when they cannot be listed here (their package is missing)."""

@@ -1,5 +1,6 @@
 """rsl_rl 5's `train_cfg` (the dict its `OnPolicyRunner` takes: Isaac Lab's and mjlab's runner configs passed
-through `dataclasses.asdict`) read whole into a syncfree `TrainConfig`.
+through `dataclasses.asdict`) read whole into a syncfree `TrainConfig`: for `syncfree.rsl_rl.OnPolicyRunner` and
+for the `mjlab:` tasks.
 
 Every key is one of three kinds, and nothing else is accepted:
 - **mapped** to a syncfree setting (`MAPPED`, with where it goes);
@@ -14,11 +15,10 @@ Every key is one of three kinds, and nothing else is accepted:
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast
 
-from syncfree.config import PolicyConfig, PPOConfig, TrainConfig, from_dict, to_dict, validate
+from syncfree.config import PolicyConfig, PPOConfig, TrainConfig, from_dict, merge, to_dict, validate
 from syncfree.errors import UserError
 
 RSL_RL_STD_OFFSET = 0.01
@@ -57,7 +57,7 @@ MAPPED: dict[str, str] = {
     "algorithm.rnd_cfg": "None only",
     "algorithm.symmetry_cfg": "None only",
     "algorithm.share_cnn_encoders": "False only",
-    "algorithm.grad_reduce_bucket_mb": "no effect (one process)",
+    "algorithm.grad_reduce_bucket_mb": "no effect (syncfree all-reduces the gradients in one flat buffer)",
     "model.class_name": "MLPModel only",
     "model.hidden_dims": "policy.actor_hidden / policy.critic_hidden (-1: the observation's width)",
     "model.activation": "policy.activation (the same for actor and critic)",
@@ -121,9 +121,10 @@ def refuse(key: str, why: str) -> UserError:
     return UserError(f"rsl_rl config: {key}: {why}")
 
 
-def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any], num_envs: int, device: str) -> Mapped:
+def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num_envs: int, device: str) -> Mapped:
     """`train_cfg` as a syncfree config for `num_envs` envs on `device`; `obs` is the env's first observation
-    (its groups and their widths). Raises `UserError` naming the first key refused."""
+    (its groups and their widths; None before the env exists: then `obs_groups` must name both sets and no layer
+    width may be -1). Raises `UserError` naming the first key refused."""
     cfg = dict(train_cfg)
     for key in cfg:
         if key not in MAPPED and key not in READ_ELSEWHERE and key not in ("algorithm", "actor", "critic", "policy"):
@@ -131,15 +132,13 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any], num_envs: 
     for key in ("num_steps_per_env", "save_interval", "algorithm"):
         if key not in cfg:
             raise refuse(key, "missing (rsl_rl's runner needs it)")
-    if int(os.getenv("WORLD_SIZE", "1")) > 1:
-        raise refuse("multi_gpu", f"WORLD_SIZE={os.getenv('WORLD_SIZE')}: this runner trains in one process; "
-                     "train on several with `torchrun ... syncfree train`")
     out = TrainConfig(task="rsl_rl", device=device)
     out.env.num_envs = num_envs
     out.seed = int(cfg.get("seed", 42))
     out.iterations = int(cfg.get("max_iterations") or out.iterations)
     obs_groups = resolve_obs_groups(cfg.get("obs_groups") or {}, obs)
-    widths = {name: sum(int(obs[g].shape[-1]) for g in groups) for name, groups in obs_groups.items()}
+    widths = {name: sum(int(obs[g].shape[-1]) for g in groups) if obs is not None else -1
+              for name, groups in obs_groups.items()}
     out.ppo = dataclasses.replace(ppo_config(dict(cfg["algorithm"])), steps_per_env=int(cfg["num_steps_per_env"]))
     out.policy = policy_config(cfg, widths)
     if cfg["algorithm"].get("use_mixed_precision"):
@@ -175,10 +174,12 @@ def log_writer(logger: Any, wandb_project: Any) -> tuple[str, str | None]:
     return str(logger), None if wandb_project is None else str(wandb_project)
 
 
-def resolve_obs_groups(obs_groups: Mapping[str, Sequence[str]], obs: Mapping[str, Any]) -> dict[str, list[str]]:
+def resolve_obs_groups(obs_groups: Mapping[str, Sequence[str]], obs: Mapping[str, Any] | None
+                       ) -> dict[str, list[str]]:
     """rsl_rl's rules: a set the config names reads its groups (each must exist); a set it leaves out reads the
-    group of its own name if the env has one, else `policy`."""
-    groups = _keys(obs)
+    group of its own name if the env has one, else `policy`. `obs` None: the groups are not checked, and both
+    sets must be named."""
+    groups = _keys(obs) if obs is not None else None
     resolved: dict[str, list[str]] = {}
     for name, listed in obs_groups.items():
         if name not in ("actor", "critic"):
@@ -186,12 +187,14 @@ def resolve_obs_groups(obs_groups: Mapping[str, Sequence[str]], obs: Mapping[str
         if isinstance(listed, str) or not listed:
             raise refuse(f"obs_groups.{name}", f"{listed!r}: a non-empty list of observation groups")
         for group in listed:
-            if group not in groups:
+            if groups is not None and group not in groups:
                 raise refuse(f"obs_groups.{name}", f"the env has no observation group {group!r} (has "
                              f"{', '.join(groups)})")
         resolved[name] = list(listed)
     for name in ("actor", "critic"):
         if name not in resolved:
+            if groups is None:
+                raise refuse("obs_groups", f"no {name!r} set (name both sets: the env is not built yet)")
             if name in groups:
                 resolved[name] = [name]
             elif "policy" in groups:
@@ -274,6 +277,9 @@ def policy_config(cfg: Mapping[str, Any], widths: dict[str, int]) -> PolicyConfi
                      "normalizes both networks' observations or neither")
     hidden = {name: [widths[name] if h == -1 else int(h) for h in m.hidden]
               for name, m in (("actor", actor), ("critic", critic))}
+    for name, sizes in hidden.items():
+        if -1 in sizes:
+            raise refuse(f"{name}.hidden_dims", "-1 (the input's width) needs the env's observations")
     return PolicyConfig(actor_hidden=hidden["actor"], critic_hidden=hidden["critic"], activation=actor.activation,
                         init_std=actor.init_std, normalize_obs=actor.normalize,
                         obs_norm_std_offset=RSL_RL_STD_OFFSET if actor.normalize else 0.0,
@@ -362,12 +368,10 @@ def _std_type(value: Any, key: str) -> StdType:
 
 def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
     """`cfg` with `overrides` (dotted key -> value) applied; a misspelt key names the nearest one."""
-    from syncfree.api import merge
-
     tree = to_dict(cfg)
     for key, value in overrides.items():
         merge(tree, str(key).split("."), value)
     try:
-        return validate(from_dict(TrainConfig, tree))
+        return cast(TrainConfig, validate(from_dict(TrainConfig, tree)))
     except UserError as e:
         raise refuse("syncfree", str(e)) from None

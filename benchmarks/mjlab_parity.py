@@ -1,0 +1,157 @@
+"""syncfree's drop-in `OnPolicyRunner` against rsl_rl as mjlab ships it (`MjlabOnPolicyRunner`, rsl-rl-lib 5.4.2), on
+mjlab's own task, env, wrapper and runner config; runs in mjlab's virtual environment (see docs/rsl_rl.md).
+
+For each seed, both learners train in turn (interleaved) on a fresh env for `--iterations` iterations (equal env
+steps); then each final policy acts deterministically on a fresh env of `--num_envs` envs for `--eval_steps`
+steps, and its mean reward per env step is the figure. Wall time is split with a timer around the env's `step`:
+the learner's time is everything else (acting, storing, advantages, the update, logging).
+
+    CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 .venv-mjlab/bin/python benchmarks/mjlab_parity.py \\
+        --task Mjlab-Cartpole-Balance --num_envs 256 --iterations 40 --seeds 0 1 2 --out benchmarks/results/x
+
+`--eval_steps 0` times only (e.g. G1 at a few iterations). Writes `<out>/runs.jsonl` (one line per run, appended
+as each finishes) and prints a summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import torch
+
+
+def make_env(task: str, num_envs: int, seed: int) -> Any:
+    from mjlab.envs import ManagerBasedRlEnv
+    from mjlab.rl import RslRlVecEnvWrapper
+    from mjlab.tasks.registry import load_env_cfg, load_rl_cfg
+
+    cfg = load_env_cfg(task)
+    cfg.scene.num_envs, cfg.seed = num_envs, seed
+    return RslRlVecEnvWrapper(ManagerBasedRlEnv(cfg=cfg, device="cpu"), clip_actions=load_rl_cfg(task).clip_actions)
+
+
+class StepTimer:
+    """Times the env's `step` (an attribute set on the wrapper instance: both runners call `env.step`)."""
+
+    def __init__(self, env: Any) -> None:
+        self.seconds = 0.0
+        step = env.step
+
+        def timed(actions: torch.Tensor) -> Any:
+            start = time.perf_counter()
+            out = step(actions)
+            self.seconds += time.perf_counter() - start
+            return out
+
+        env.step = timed
+
+
+def train(learner: str, task: str, num_envs: int, iterations: int, seed: int) -> tuple[Any, dict[str, Any]]:
+    from mjlab.tasks.registry import load_rl_cfg, load_runner_cls
+
+    env = make_env(task, num_envs, seed)
+    timer = StepTimer(env)
+    cfg = dataclasses.asdict(load_rl_cfg(task))
+    cfg.update(seed=seed, logger="tensorboard", upload_model=False)
+    torch.manual_seed(seed)
+    if learner == "rsl_rl":
+        from mjlab.rl import MjlabOnPolicyRunner
+
+        runner_cls = load_runner_cls(task) or MjlabOnPolicyRunner
+        runner = runner_cls(env, cfg, log_dir=None, device="cpu")
+    else:
+        from syncfree.rsl_rl import OnPolicyRunner
+
+        runner = OnPolicyRunner(env, cfg, log_dir=None, device="cpu")
+    seconds, env_seconds = [], []
+    for iteration in range(iterations):
+        timer.seconds = 0.0
+        start = time.perf_counter()
+        runner.learn(1, init_at_random_ep_len=iteration == 0)  # as mjlab's train script starts
+        seconds.append(time.perf_counter() - start)
+        env_seconds.append(timer.seconds)
+    learner_seconds = [s - e for s, e in zip(seconds, env_seconds, strict=True)]
+    steady = learner_seconds[1:] or learner_seconds  # the first iteration builds graphs and caches
+    return runner, {"learner": learner, "seed": seed, "iterations": iterations, "num_envs": num_envs,
+                    "env_steps": iterations * num_envs * cfg["num_steps_per_env"],
+                    "seconds": sum(seconds), "env_seconds": sum(env_seconds),
+                    "learner_seconds_per_iteration": statistics.median(steady),
+                    "first_iteration_seconds": seconds[0]}
+
+
+def evaluate(runner: Any, task: str, num_envs: int, steps: int, seed: int) -> float:
+    """Mean reward per env step of the deterministic policy on a fresh env."""
+    env = make_env(task, num_envs, seed)
+    policy = runner.get_inference_policy(device="cpu")
+    obs = env.get_observations()
+    total = 0.0
+    with torch.inference_mode():
+        for _ in range(steps):
+            obs, reward, _, _ = env.step(policy(obs))
+            total += float(reward.mean())
+    return total / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="Mjlab-Cartpole-Balance")
+    parser.add_argument("--num_envs", type=int, default=256)
+    parser.add_argument("--iterations", type=int, default=40)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--eval_steps", type=int, default=500)
+    parser.add_argument("--learners", nargs="+", default=["rsl_rl", "syncfree"], choices=["rsl_rl", "syncfree"])
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for seed in args.seeds:
+        for learner in args.learners:
+            runner, row = train(learner, args.task, args.num_envs, args.iterations, seed)
+            if args.eval_steps:
+                row["eval_reward_per_step"] = evaluate(runner, args.task, args.num_envs, args.eval_steps, 1000 + seed)
+            row["task"] = args.task
+            rows.append(row)
+            with open(args.out / "runs.jsonl", "a") as f:
+                f.write(json.dumps(row) + "\n")
+            print(json.dumps(row), flush=True)
+    summarize(rows)
+
+
+def summarize(rows: list[dict[str, Any]]) -> None:
+    by = {learner: [r for r in rows if r["learner"] == learner] for learner in ("rsl_rl", "syncfree")}
+    for learner, runs in by.items():
+        if runs:
+            learn = statistics.median(r["learner_seconds_per_iteration"] for r in runs)
+            print(f"{learner}: learner s/iteration (median over runs) {learn:.3f}")
+    if by["rsl_rl"] and by["syncfree"]:
+        ratio = [a["learner_seconds_per_iteration"] / b["learner_seconds_per_iteration"]
+                 for a, b in zip(by["rsl_rl"], by["syncfree"], strict=True)]
+        print(f"rsl_rl / syncfree learner time per seed: {', '.join(f'{r:.2f}' for r in ratio)}")
+        if "eval_reward_per_step" in by["rsl_rl"][0]:
+            diffs = [b["eval_reward_per_step"] - a["eval_reward_per_step"]
+                     for a, b in zip(by["rsl_rl"], by["syncfree"], strict=True)]
+            mean = statistics.fmean(diffs)
+            half = 0.0 if len(diffs) < 2 else t95(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+            print(f"eval reward per step, syncfree - rsl_rl (paired by seed): {mean:+.4f} "
+                  f"[{mean - half:+.4f}, {mean + half:+.4f}] (95 % t interval)")
+
+
+def t95(dof: int) -> float:
+    """Two-sided 95 % Student t quantile."""
+    table = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+    return table.get(dof, 1.96)
+
+
+if __name__ == "__main__":
+    main()

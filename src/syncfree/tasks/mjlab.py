@@ -1,0 +1,125 @@
+"""`mjlab:<task id>`: mjlab's own tasks (`mjlab.tasks.registry`), its env and wrapper, with the runner config it ships
+mapped key by key (`syncfree.tasks.rsl_rl_config`).
+
+mjlab pins mujoco 3.11, mujoco-warp 3.11 and rsl-rl-lib 5.4.2, so it lives in a virtual environment of its own:
+`pip install torch==2.13.0 mjlab==1.6.0` there (with torch pinned: a newer torchvision would pull another torch),
+then `pip install -e <syncfree>`. On a CPU, Warp compiles its kernels on first use (a minute or two for G1) and
+keeps them in `~/.cache/warp`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, cast
+
+import torch
+
+from syncfree.algo.feedforward import FeedForwardPPO
+from syncfree.config import EnvConfig, LogConfig, TrainConfig
+from syncfree.envs.api import VecEnv
+from syncfree.errors import UserError, check
+from syncfree.tasks.rsl_rl_config import from_rsl_rl, resolve_obs_groups
+from syncfree.tasks.spec import TaskSource, TaskSpec
+
+PREFIX = "mjlab:"
+
+BENCH_PROFILES: dict[str, Any] = {
+    "quick": dict(num_envs=[64, 256], scaling=[], ablations=False, repeats=3, iterations=1),
+    "full": dict(num_envs=[64, 1024], scaling=[64, 256, 1024], ablations=True, repeats=3, iterations=1),
+    "gpu-smoke": dict(num_envs=[1024, 4096], scaling=[], ablations=False, repeats=3, iterations=2),
+}
+"""Sizes in mjlab envs (MuJoCo Warp; on a CPU a G1 step costs milliseconds per env)."""
+
+
+@dataclass
+class MjlabEnvConfig(EnvConfig):
+    """mjlab's env, at `num_envs` envs, as its task registers it."""
+
+    motion_file: str = ""
+    """A motion `.npz` for mjlab's tracking tasks (their `commands.motion.motion_file`); empty for other tasks."""
+
+
+@dataclass
+class MjlabConfig(TrainConfig):
+    """A `mjlab:` task: the runner config mjlab ships for it, mapped (`syncfree.tasks.rsl_rl_config`)."""
+
+    env: MjlabEnvConfig = dataclasses.field(default_factory=MjlabEnvConfig)
+
+
+def registry() -> ModuleType:
+    """mjlab's task registry, with every task of mjlab registered; one line when mjlab is not installed."""
+    try:
+        import mjlab.tasks  # noqa: F401 - registers mjlab's tasks
+        from mjlab.tasks import registry as mjlab_registry
+    except ImportError as e:
+        raise UserError(f"{PREFIX}<id>: mjlab is not installed ({e.name or e}): install it in a virtual environment "
+                        "of its own (pip install torch==2.13.0 mjlab==1.6.0; see docs/rsl_rl.md)") from None
+    return cast(ModuleType, mjlab_registry)
+
+
+def task_ids() -> list[str]:
+    """mjlab's task ids (`syncfree tasks`)."""
+    return list(registry().list_tasks())
+
+
+def _task_id(task: str) -> str:
+    task_id = task[len(PREFIX):]
+    known = task_ids()
+    if task_id not in known:
+        near = difflib.get_close_matches(task_id, known, n=1)
+        hint = f"; did you mean {PREFIX}{near[0]}?" if near else f" (has {', '.join(known)})"
+        raise UserError(f"task {task!r}: mjlab has no task {task_id!r}{hint}")
+    return task_id
+
+
+def preset(task: str) -> MjlabConfig:
+    """The runner config mjlab ships for the task, mapped; its env count."""
+    mjlab = registry()
+    task_id = _task_id(task)
+    rl_cfg = dataclasses.asdict(mjlab.load_rl_cfg(task_id))
+    mapped = from_rsl_rl(rl_cfg, None, int(mjlab.load_env_cfg(task_id).scene.num_envs), "auto")
+    cfg = MjlabConfig(**{f.name: getattr(mapped.config, f.name) for f in dataclasses.fields(TrainConfig)
+                         if f.name != "env"})
+    cfg.task = task
+    cfg.env.num_envs = mapped.config.env.num_envs
+    cfg.save_every = mapped.save_interval
+    cfg.log = LogConfig()  # where a run logs is the command line's choice (mjlab's script defaults to W&B)
+    return cfg
+
+
+def make_env(cfg: MjlabConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
+    """mjlab's env of the task and its `RslRlVecEnvWrapper` (actions clipped as its runner config says), seen
+    through `RslRlVecEnv` with the observation groups of that config."""
+    from mjlab.envs import ManagerBasedRlEnv
+    from mjlab.rl import RslRlVecEnvWrapper
+
+    from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
+
+    mjlab = registry()
+    task_id = _task_id(cfg.task)
+    env_cfg = mjlab.load_env_cfg(task_id)
+    env_cfg.scene.num_envs, env_cfg.seed = num_envs, seed
+    motion = env_cfg.commands.get("motion")
+    if cfg.env.motion_file:
+        check(motion is not None, "env.motion_file", f"empty ({task_id} has no motion command)", cfg.env.motion_file)
+        motion.motion_file = cfg.env.motion_file
+    elif motion is not None and not motion.motion_file:
+        raise UserError(f"env.motion_file: {task_id} tracks a motion: give its .npz (mjlab's csv_to_npz.py makes one)")
+    rl_cfg = mjlab.load_rl_cfg(task_id)
+    env = RslRlVecEnvWrapper(ManagerBasedRlEnv(cfg=env_cfg, device=str(device)), clip_actions=rl_cfg.clip_actions)
+    groups = resolve_obs_groups(dict(rl_cfg.obs_groups), env.get_observations())
+    return RslRlVecEnv(env, groups["actor"], groups["critic"])
+
+
+def resolve(task: str) -> TaskSpec:
+    _task_id(task)
+    return TaskSpec(task, f"mjlab's {task[len(PREFIX):]}", MjlabConfig, {"default": preset}, make_env,
+                    FeedForwardPPO, cannot_render="mjlab's envs draw with mjlab's own viewer (mjlab's play script)",
+                    bench_profiles=BENCH_PROFILES)
+
+
+SOURCES = (TaskSource(PREFIX, f"{PREFIX}<id>", "mjlab's tasks (its env, wrapper and runner config), where mjlab is "
+                      "installed", resolve, listing=task_ids),)
