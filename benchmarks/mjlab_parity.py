@@ -56,7 +56,8 @@ class StepTimer:
         env.step = timed
 
 
-def train(learner: str, task: str, num_envs: int, iterations: int, seed: int) -> tuple[Any, dict[str, Any]]:
+def train(learner: str, task: str, num_envs: int, iterations: int, seed: int,
+          overrides: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     from mjlab.tasks.registry import load_rl_cfg, load_runner_cls
 
     env = make_env(task, num_envs, seed)
@@ -72,7 +73,7 @@ def train(learner: str, task: str, num_envs: int, iterations: int, seed: int) ->
     else:
         from syncfree.rsl_rl import OnPolicyRunner
 
-        runner = OnPolicyRunner(env, cfg, log_dir=None, device="cpu")
+        runner = OnPolicyRunner(env, {**cfg, "syncfree": overrides or {}}, log_dir=None, device="cpu")
     seconds, env_seconds = [], []
     for iteration in range(iterations):
         timer.seconds = 0.0
@@ -110,6 +111,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--eval_steps", type=int, default=500)
     parser.add_argument("--learners", nargs="+", default=["rsl_rl", "syncfree"], choices=["rsl_rl", "syncfree"])
+    parser.add_argument("--syncfree", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="syncfree settings for its runner, e.g. perf.compile=off")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -117,7 +120,10 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for seed in args.seeds:
         for learner in args.learners:
-            runner, row = train(learner, args.task, args.num_envs, args.iterations, seed)
+            overrides = dict(item.split("=", 1) for item in args.syncfree)
+            runner, row = train(learner, args.task, args.num_envs, args.iterations, seed, overrides)
+            if learner == "syncfree" and overrides:
+                row["syncfree"] = overrides
             if args.eval_steps:
                 row["eval_reward_per_step"] = evaluate(runner, args.task, args.num_envs, args.eval_steps, 1000 + seed)
             row["task"] = args.task
