@@ -113,8 +113,14 @@ def main() -> None:
     parser.add_argument("--learners", nargs="+", default=["rsl_rl", "syncfree"], choices=["rsl_rl", "syncfree"])
     parser.add_argument("--syncfree", nargs="*", default=[], metavar="KEY=VALUE",
                         help="syncfree settings for its runner, e.g. perf.compile=off")
+    parser.add_argument("--inductor_fallback_random", action="store_true",
+                        help="compiled graphs draw their random numbers with torch's eager generator")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.inductor_fallback_random:
+        from torch._inductor import config as inductor_config
+
+        inductor_config.fallback_random = True
     torch.set_num_threads(1)
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
