@@ -25,8 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-
 import torch
 
 
@@ -117,6 +115,7 @@ def main() -> None:
                         help="compiled graphs draw their random numbers with torch's eager generator")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # mjlab's scripts pick the CPU this way
     if args.inductor_fallback_random:
         from torch._inductor import config as inductor_config
 
