@@ -528,6 +528,7 @@ def unknown_key_hint(message: str, cls: type = TrainConfig) -> str:
     match = next((m for m in (re.search(p, message) for p in UNKNOWN_KEY) if m), None)
     return key_hint(".".join(match.groups()), cls) if match else ""
 
+
 def merge(tree: dict[str, Any], path: list[str], value: Any) -> None:
     """Set `tree[path[0]]...[path[-1]] = value`; a dict value updates a section key by key."""
     *sections, name = path

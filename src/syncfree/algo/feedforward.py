@@ -3,8 +3,8 @@ losses, entropy bonus, KL-adaptive learning rate.
 
 The rollout step's two halves are pure functions of device tensors: `act_step` (normalize, act, store the policy's
 side) and `record_step` (normalizer updates, the env's side of the storage); the same functions run eagerly, timed or
-counted phase by phase, and with `perf.compile` on each is one compiled graph. The minibatch update is a compiled forward and loss (`hot`), or the whole minibatch as one graph
-(`step`, `syncfree.algo.minibatch_step`).
+counted phase by phase, and with `perf.compile` on each is one compiled graph. The minibatch update is a compiled
+forward and loss (`hot`), or the whole minibatch as one graph (`step`, `syncfree.algo.minibatch_step`).
 """
 
 from __future__ import annotations

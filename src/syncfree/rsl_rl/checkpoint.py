@@ -43,8 +43,8 @@ def to_rsl_rl(policy_state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[
 
 def from_rsl_rl(actor: dict[str, Tensor] | None, critic: dict[str, Tensor] | None, source: str
                 ) -> tuple[dict[str, Tensor], list[str]]:
-    """rsl_rl 5's actor and critic state dicts (either None: not read) with syncfree's `ActorCritic` names; also the keys
-    that have no syncfree counterpart (for the caller's `strict`)."""
+    """rsl_rl 5's actor and critic state dicts (either None: not read) with syncfree's `ActorCritic` names; also
+    the keys that have no syncfree counterpart (for the caller's `strict`)."""
     out: dict[str, Tensor] = {}
     unknown: list[str] = []
     noise = {v: k for k, v in _NOISE.items()}

@@ -35,7 +35,7 @@ MAPPED: dict[str, str] = {
     "wandb_project": "log.wandb_project",
     "neptune_project": "no effect (the neptune logger is refused)",
     "check_for_nan": "always on: the deferred non-finite monitor stops the run at the iteration's end, naming the envs",
-    "torch_compile_mode": "perf.compile (syncfree compiles its own hot loop; any mode turns it on)",
+    "torch_compile_mode": "perf.compile=step, syncfree's default either way (the mode's name is not read)",
     "empirical_normalization": "policy.normalize_obs (rsl_rl < 5)",
     "syncfree": "syncfree settings by dotted key, applied last ({'perf.compile': 'off'})",
     "algorithm.class_name": "PPO only",

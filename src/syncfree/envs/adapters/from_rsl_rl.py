@@ -66,8 +66,10 @@ class RslRlVecEnv(VecEnv):
         self._group_widths = {g: obs[g].shape[1] for g in dict.fromkeys(self.policy_groups + self.critic_groups)}
         self.obs_shapes = {"policy": (sum(self._group_widths[g] for g in self.policy_groups),),
                            "critic": (sum(self._group_widths[g] for g in self.critic_groups),)}
-        self._joined = {name: torch.zeros(n, *shape, device=self.device) for name, shape in self.obs_shapes.items()}
-        """Buffers of the observations that concatenate several groups."""
+        self._joined = {name: torch.zeros(n, *self.obs_shapes[name], device=self.device)
+                        for name, groups in (("policy", self.policy_groups), ("critic", self.critic_groups))
+                        if len(groups) > 1}
+        """Buffers of the observations that concatenate several groups (one group is passed on as the env gave it)."""
         zeros = lambda dtype: torch.zeros(n, dtype=dtype, device=self.device)  # noqa: E731
         self._reward = zeros(torch.float32)
         self._terminated, self._truncated = zeros(torch.bool), zeros(torch.bool)
