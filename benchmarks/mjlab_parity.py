@@ -9,7 +9,9 @@ the learner's time is everything else (acting, storing, advantages, the update, 
     CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 .venv-mjlab/bin/python benchmarks/mjlab_parity.py \\
         --task Mjlab-Cartpole-Balance --num_envs 256 --iterations 40 --seeds 0 1 2 --out benchmarks/results/x
 
-`--eval_steps 0` times only (e.g. G1 at a few iterations). Writes `<out>/runs.jsonl` (one line per run, appended
+`--eval_steps 0` times only (e.g. G1 at a few iterations). mjlab's tracking tasks need a motion `.npz`:
+`--motion_file PATH`, or `--standing_motion`, which writes one made with mjlab's own G1 model (the robot standing
+in its default pose for two seconds) to `<out>/standing_motion.npz`. Writes `<out>/runs.jsonl` (one line per run, appended
 as each finishes) and prints a summary.
 """
 
@@ -25,7 +27,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
+
+MOTION_FILE = ""
+"""The motion `.npz` of mjlab's tracking tasks (`--motion_file`); empty for other tasks."""
 
 
 def make_env(task: str, num_envs: int, seed: int) -> Any:
@@ -35,7 +41,37 @@ def make_env(task: str, num_envs: int, seed: int) -> Any:
 
     cfg = load_env_cfg(task)
     cfg.scene.num_envs, cfg.seed = num_envs, seed
+    if "motion" in cfg.commands:
+        cfg.commands["motion"].motion_file = MOTION_FILE
     return RslRlVecEnvWrapper(ManagerBasedRlEnv(cfg=cfg, device="cpu"), clip_actions=load_rl_cfg(task).clip_actions)
+
+
+def write_standing_motion(path: Path, seconds: float = 2.0, fps: int = 50) -> Path:
+    """A motion `.npz` as mjlab's tracking command reads it (`fps`, `joint_pos`, `joint_vel` and the world poses
+    and velocities of every body): mjlab's G1 in its default pose, still, for `seconds`. The poses come from mjlab's
+    own model and kinematics, so the file fits its tracking tasks' body names and joint order."""
+    from mjlab.scene import Scene
+    from mjlab.sim.sim import Simulation, SimulationCfg
+    from mjlab.tasks.tracking.config.g1.env_cfgs import unitree_g1_flat_tracking_env_cfg
+
+    sim_cfg = SimulationCfg()
+    sim_cfg.mujoco.timestep = 1.0 / fps
+    scene = Scene(unitree_g1_flat_tracking_env_cfg().scene, device="cpu")
+    sim = Simulation(num_envs=1, cfg=sim_cfg, model=scene.compile(), device="cpu")
+    scene.initialize(sim.mj_model, sim.model, sim.data)
+    robot = scene["robot"]
+    robot.write_root_state_to_sim(robot.data.default_root_state.clone())
+    robot.write_joint_state_to_sim(robot.data.default_joint_pos.clone(), robot.data.default_joint_vel.clone())
+    sim.forward()
+    scene.update(sim_cfg.mujoco.timestep)
+    data = robot.data
+    pose = {"joint_pos": data.joint_pos, "joint_vel": data.joint_vel, "body_pos_w": data.body_link_pos_w,
+            "body_quat_w": data.body_link_quat_w, "body_lin_vel_w": data.body_link_lin_vel_w,
+            "body_ang_vel_w": data.body_link_ang_vel_w}
+    frames = int(seconds * fps)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, fps=np.array([fps]), **{k: np.repeat(v[:1].cpu().numpy(), frames, axis=0) for k, v in pose.items()})
+    return path
 
 
 class StepTimer:
@@ -113,9 +149,15 @@ def main() -> None:
                         help="syncfree settings for its runner, e.g. perf.compile=off")
     parser.add_argument("--inductor_fallback_random", action="store_true",
                         help="compiled graphs draw their random numbers with torch's eager generator")
+    parser.add_argument("--motion_file", default="", help="the motion .npz of a tracking task")
+    parser.add_argument("--standing_motion", action="store_true",
+                        help="write <out>/standing_motion.npz (mjlab's G1 standing still) and track it")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # mjlab's scripts pick the CPU this way
+    global MOTION_FILE
+    MOTION_FILE = str(write_standing_motion(args.out / "standing_motion.npz")) if args.standing_motion \
+        else args.motion_file
     if args.inductor_fallback_random:
         from torch._inductor import config as inductor_config
 
@@ -132,6 +174,8 @@ def main() -> None:
             if args.eval_steps:
                 row["eval_reward_per_step"] = evaluate(runner, args.task, args.num_envs, args.eval_steps, 1000 + seed)
             row["task"] = args.task
+            if MOTION_FILE:
+                row["motion_file"] = MOTION_FILE
             rows.append(row)
             with open(args.out / "runs.jsonl", "a") as f:
                 f.write(json.dumps(row) + "\n")

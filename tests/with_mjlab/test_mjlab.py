@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,13 +22,19 @@ pytest.importorskip("mjlab")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # mjlab's scripts pick the CPU this way
 
 from mjlab.envs import ManagerBasedRlEnv
-from mjlab.rl import MjlabOnPolicyRunner, RslRlVecEnvWrapper
-from mjlab.tasks.registry import load_env_cfg, load_rl_cfg
+from mjlab.rl import MjlabOnPolicyRunner, RslRlOnPolicyRunnerCfg, RslRlVecEnvWrapper
+from mjlab.tasks.registry import list_tasks, load_env_cfg, load_rl_cfg
 
 from syncfree import cli
+from syncfree.errors import UserError
 from syncfree.rsl_rl import OnPolicyRunner
+from syncfree.tasks.rsl_rl_config import MAPPED, READ_ELSEWHERE, from_rsl_rl
+
+sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
+from mjlab_parity import write_standing_motion  # mjlab's G1 standing still, as a motion .npz
 
 CARTPOLE = "Mjlab-Cartpole-Balance"
+TRACKING = "Mjlab-Tracking-Flat-Unitree-G1"
 NUM_ENVS = 64
 
 
@@ -97,9 +104,12 @@ from mjlab.tasks.registry import load_env_cfg, load_rl_cfg, load_runner_cls
 from mjlab.rl import MjlabOnPolicyRunner
 import syncfree.rsl_rl
 
-task, log_dir, num_envs, iterations = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+task, log_dir, num_envs, iterations, motion_file = sys.argv[1:6]
+num_envs, iterations = int(num_envs), int(iterations)
 env_cfg = load_env_cfg(task)
 env_cfg.scene.num_envs, env_cfg.seed = num_envs, 0
+if motion_file:
+    env_cfg.commands["motion"].motion_file = motion_file
 env = RslRlVecEnvWrapper(ManagerBasedRlEnv(cfg=env_cfg, device="cpu"))
 cfg = dataclasses.asdict(load_rl_cfg(task))
 cfg.update(num_steps_per_env=8, logger="tensorboard", upload_model=False, save_interval=1)
@@ -115,9 +125,9 @@ print(json.dumps({"runner": runner_cls.__name__, "actions": out[:4].tolist(),
 """
 
 
-def run_mjlab_runner(task: str, log_dir: Path, num_envs: int, iterations: int) -> dict:
+def run_mjlab_runner(task: str, log_dir: Path, num_envs: int, iterations: int, motion_file: str = "") -> dict:
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT), task, str(log_dir), str(num_envs),
-                             str(iterations)], capture_output=True, text=True, timeout=900,
+                             str(iterations), motion_file], capture_output=True, text=True, timeout=900,
                             env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""})
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -140,3 +150,72 @@ def test_mjlabs_g1_task_trains_three_iterations_through_its_own_runner_class(tas
     assert (tmp_path / "model_2.pt").is_file()
     assert (tmp_path / f"{tmp_path.name}.onnx").is_file()  # its save() exports the policy to ONNX beside
     assert torch.isfinite(torch.tensor(out["actions"])).all()
+
+
+@pytest.fixture(scope="module")
+def standing_motion(tmp_path_factory) -> Path:
+    return write_standing_motion(tmp_path_factory.mktemp("motion") / "standing.npz")
+
+
+def test_mjlabs_g1_tracking_task_trains_three_iterations_through_its_own_runner_class(standing_motion: Path,
+                                                                                       tmp_path: Path) -> None:
+    out = run_mjlab_runner(TRACKING, tmp_path, 16, 3, str(standing_motion))
+    assert out["runner"] == "MotionTrackingOnPolicyRunner"
+    assert (tmp_path / "model_2.pt").is_file()
+    onnx = tmp_path / f"{tmp_path.name}.onnx"  # its save() exports the policy with the motion's frames beside it
+    assert onnx.is_file()
+    assert torch.isfinite(torch.tensor(out["actions"])).all()
+
+
+def test_a_tracking_task_reads_its_motion_from_the_command_line(standing_motion: Path, tmp_path: Path,
+                                                                capsys) -> None:
+    args = ["train", "--task", f"mjlab:{TRACKING}", "--env.num_envs", "8", "--iterations", "1", "--log.dir",
+            str(tmp_path), "--log.run_name", "run", "--log.progress", "false", "--perf.compile", "off"]
+    assert cli.main(args) == 2
+    assert "env.motion_file: Mjlab-Tracking-Flat-Unitree-G1 tracks a motion: give its .npz" in capsys.readouterr().err
+    assert cli.main([*args, "--env.motion_file", str(standing_motion)]) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 1 and records[0]["env_steps"] == 8 * load_rl_cfg(TRACKING).num_steps_per_env
+
+
+# -- every field of mjlab's runner config ----------------------------------------------------------------------
+
+
+def field_paths(cfg: object, prefix: str = "") -> Iterator[str]:
+    """Dotted names of every field of a config dataclass, the fields of its sections (`actor`, `algorithm`, ...)
+    in place of the sections."""
+    for field in dataclasses.fields(cfg):  # type: ignore[arg-type]
+        value = getattr(cfg, field.name)
+        if dataclasses.is_dataclass(value):
+            yield from field_paths(value, f"{prefix}{field.name}.")
+        else:
+            yield prefix + field.name
+
+
+def mapping_key(path: str) -> str:
+    """The row of `MAPPED` or `READ_ELSEWHERE` for a field: actor and critic share rsl_rl's model rows."""
+    section, _, rest = path.partition(".")
+    return f"model.{rest}" if section in ("actor", "critic") and rest else path
+
+
+def test_every_field_of_mjlabs_runner_configs_is_mapped_or_left_to_the_script() -> None:
+    configs = [RslRlOnPolicyRunnerCfg(), *(load_rl_cfg(task) for task in list_tasks())]
+    paths = {path for cfg in configs for path in field_paths(cfg)}
+    assert {"algorithm.desired_kl", "actor.distribution_cfg", "critic.rnn_type", "clip_actions"} <= paths
+    missing = sorted(p for p in paths if mapping_key(p) not in MAPPED and mapping_key(p) not in READ_ELSEWHERE)
+    assert not missing, f"mjlab config fields with no row in the mapping: {missing}"
+
+
+@pytest.mark.parametrize("task", list_tasks())
+def test_each_mjlab_task_config_maps_or_is_refused_by_one_named_key(task: str) -> None:
+    cfg = dataclasses.asdict(load_rl_cfg(task))
+    try:
+        mapped = from_rsl_rl(cfg, None, 16, "cpu")
+    except UserError as error:  # mjlab's camera tasks: CNN models
+        message = str(error)
+        assert "\n" not in message and message.startswith("rsl_rl config: actor.class_name: "), message
+        assert "CNN" in cfg["actor"]["class_name"]
+        return
+    assert mapped.config.ppo.steps_per_env == cfg["num_steps_per_env"]
+    assert mapped.config.policy.actor_hidden == list(cfg["actor"]["hidden_dims"])
+    assert mapped.config.ppo.learning_rate == cfg["algorithm"]["learning_rate"]
