@@ -76,6 +76,18 @@ def test_syncfree_trains_an_mjlab_task_from_the_command_line(tmp_path: Path, cap
     assert (tmp_path / "run" / "latest.pt").is_file()
     assert cli.main(["train", "--task", "mjlab:Mjlab-Cartpole-Balanse"]) == 2
     assert "did you mean mjlab:Mjlab-Cartpole-Balance?" in capsys.readouterr().err
+    assert cli.main(["eval", str(tmp_path / "run" / "latest.pt"), "--num_envs", "8"]) == 0
+    assert f"mjlab:{CARTPOLE}: mean return " in capsys.readouterr().out
+    assert cli.main(["play", str(tmp_path / "run" / "latest.pt")]) == 2
+    assert "cannot be drawn (mjlab's envs draw with mjlab's own viewer" in capsys.readouterr().err
+
+
+def test_doctor_examines_an_mjlab_task_and_finds_the_host_read_of_mjlabs_own_env(capsys) -> None:
+    assert cli.main(["doctor", "--task", f"mjlab:{CARTPOLE}", "--num_envs", "16", "--steps", "8", "--json"]) == 0
+    out = capsys.readouterr().out  # mjlab prints its managers' tables first
+    report = json.loads(out[out.rindex("\n{\n") + 1:])
+    assert report["phases"]["env"]["syncs"] == 1.0  # mjlab's reset selects the envs to reset with nonzero
+    assert any("manager_based_rl_env.py" in site["site"] and site["syncs"] for site in report["sites"])
 
 
 def test_checkpoints_cross_between_mjlabs_rsl_rl_runner_and_syncfrees(cartpole, tmp_path: Path) -> None:
@@ -219,3 +231,28 @@ def test_each_mjlab_task_config_maps_or_is_refused_by_one_named_key(task: str) -
     assert mapped.config.ppo.steps_per_env == cfg["num_steps_per_env"]
     assert mapped.config.policy.actor_hidden == list(cfg["actor"]["hidden_dims"])
     assert mapped.config.ppo.learning_rate == cfg["algorithm"]["learning_rate"]
+
+
+def test_through_the_drop_in_mjlabs_env_makes_the_only_host_reads_of_the_rollout(cartpole) -> None:
+    """Host reads of one iteration on mjlab's Cartpole: mjlab's env reads the host itself (`nonzero` over the envs
+    to reset, each step); beyond those, the drop-in reads it once per iteration, rsl_rl at every step and
+    minibatch."""
+    from syncfree.core.counters import count_syncs
+
+    cfg = rl_cfg(steps=8)
+    with count_syncs() as env_counts:
+        for _ in range(cfg["num_steps_per_env"]):
+            cartpole.step(torch.zeros(NUM_ENVS, 1))
+    env_reads = env_counts.syncs
+    assert env_reads == cfg["num_steps_per_env"]
+    learner_reads = {}
+    for name, runner_cls in (("syncfree", OnPolicyRunner), ("rsl_rl", MjlabOnPolicyRunner)):
+        runner = runner_cls(cartpole, rl_cfg(steps=8), log_dir=None, device="cpu")
+        runner.learn(1)  # graphs built, first-iteration work done
+        with count_syncs() as counts:
+            runner.learn(1)
+        learner_reads[name] = counts.syncs - env_reads
+    algorithm = cfg["algorithm"]
+    updates = algorithm["num_learning_epochs"] * algorithm["num_mini_batches"]
+    assert learner_reads["syncfree"] == 1  # the iteration's statistics, in one transfer
+    assert learner_reads["rsl_rl"] >= cfg["num_steps_per_env"] + updates, learner_reads
