@@ -95,7 +95,9 @@ class OnPolicyRunner:
     def load(self, path: str, load_cfg: dict[str, bool] | None = None, strict: bool = True,
              map_location: str | None = None) -> Any:
         """An rsl_rl 5 checkpoint (rsl_rl's or this runner's), read as data: no code in the file runs. Returns its
-        `infos`. One line naming the file when it is not such a checkpoint or does not fit this policy."""
+        `infos`. One line naming the file when it is not such a checkpoint or does not fit this policy. The tensors
+        are read on the CPU and copied into the policy and optimizer on the runner's device, whatever
+        `map_location` says (rsl_rl's argument, kept for its callers)."""
         loaded = checkpoint.load_plain(path)
         if not isinstance(loaded, dict) or "actor_state_dict" not in loaded:
             raise UserError(f"checkpoint {path}: not an rsl_rl 5 checkpoint (no actor_state_dict)")
