@@ -79,3 +79,25 @@ def test_load_policy_reads_a_checkpoint_without_an_env_or_a_trainer(tmp_path: Pa
     assert returns.shape == (5,) and (returns == evaluate_task(loaded.cfg, loaded.policy, 5, loaded.device, 3)).all()
     with pytest.raises(UserError, match=r"missing\.pt"):
         syncfree.load_policy(tmp_path / "missing.pt")
+
+
+def test_learn_resumes_a_checkpoint_and_continues_exactly(tmp_path: Path) -> None:
+    """`syncfree.learn(resume=...)` continues the run in its folder from its checkpoint, as `syncfree train
+    --resume` does: the same weights as a run that never stopped, and one record per iteration."""
+    import json
+
+    import torch
+
+    settings = dict(env={"num_envs": 16}, ppo={"steps_per_env": 8}, log={"progress": False},
+                    perf={"compile": "off"}, save_every=100)
+    straight = syncfree.learn("pendulum", run_dir=tmp_path / "straight", iterations=3, **settings)
+    syncfree.learn("pendulum", run_dir=tmp_path / "split", iterations=2, **settings)
+    torch.manual_seed(12345)  # whatever happened in between must not matter
+    resumed = syncfree.learn("cartpole", resume=tmp_path / "split" / "latest.pt", iterations=3)
+    assert resumed.run_dir == tmp_path / "split" and resumed.record["iteration"] == 3
+    for (name, a), b in zip(straight.policy.state_dict().items(), resumed.policy.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+    with pytest.raises(UserError, match=r"missing\.pt"):
+        syncfree.learn(resume=tmp_path / "missing.pt")

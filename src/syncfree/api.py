@@ -13,6 +13,7 @@ from syncfree.algo.scope import warn_inert_switches
 from syncfree.config import TrainConfig, from_dict, merge, to_dict, validate
 from syncfree.envs import VecEnv
 from syncfree.tasks import preset
+from syncfree.train import checkpoint
 from syncfree.train.evaluate import LoadedPolicy, load_policy
 from syncfree.train.runner import Runner
 from syncfree.train.session import run_dir_of
@@ -43,9 +44,16 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
 
     Metrics, `config.yaml` and checkpoints go to `runs/<task>-<time>/` (printed at start), or to `run_dir` if it is
     a path; `run_dir=False` writes nothing.
+
+    `resume=<checkpoint>` continues that run as `syncfree train --resume` does: the config is the checkpoint's
+    (`config` and a task name are not read; pass your env again if the run trained on yours), `overrides` change
+    it (`iterations=` is the total to reach), and the run writes on in the checkpoint's folder.
     """
     env = task if isinstance(task, VecEnv) else None
-    if config is not None:
+    resume = str(overrides.pop("resume", "") or (config.resume if config is not None else ""))
+    if resume:
+        start = checkpoint.read(resume)[0]
+    elif config is not None:
         start = config
     elif isinstance(task, str):
         start = preset(task)
@@ -56,11 +64,15 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     for key, value in overrides.items():
         merge(base, key.split("."), value)
     cfg = validate(from_dict(type(start), base))
+    cfg.resume = resume
     folder = None
     if run_dir:
         folder = run_dir_of(cfg) if run_dir is True else Path(run_dir)
         print(f"syncfree: training {cfg.task} -> {folder}")
     runner = Runner(cfg, run_dir=folder, env=env)
+    if resume:
+        runner.load_state_dict(checkpoint.load(resume), source=f"checkpoint {resume}")
+        runner.last_saved = Path(resume)
     warn_inert_switches(cfg, runner.switch_scope())
     try:
         record = runner.learn()
