@@ -185,6 +185,8 @@ def test_a_tracking_task_reads_its_motion_from_the_command_line(standing_motion:
             str(tmp_path), "--log.run_name", "run", "--log.progress", "false", "--perf.compile", "off"]
     assert cli.main(args) == 2
     assert "env.motion_file: Mjlab-Tracking-Flat-Unitree-G1 tracks a motion: give its .npz" in capsys.readouterr().err
+    assert cli.main([*args, "--env.motion_file", str(tmp_path / "missing.npz")]) == 2
+    assert "env.motion_file=" in capsys.readouterr().err
     assert cli.main([*args, "--env.motion_file", str(standing_motion)]) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 1 and records[0]["env_steps"] == 8 * load_rl_cfg(TRACKING).num_steps_per_env

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any, cast
 
@@ -105,6 +106,8 @@ def make_env(cfg: MjlabConfig, num_envs: int, device: torch.device, seed: int) -
     motion = env_cfg.commands.get("motion")
     if cfg.env.motion_file:
         check(motion is not None, "env.motion_file", f"empty ({task_id} has no motion command)", cfg.env.motion_file)
+        check(Path(cfg.env.motion_file).is_file(), "env.motion_file", "an existing motion .npz file",
+              cfg.env.motion_file)
         motion.motion_file = cfg.env.motion_file
     elif motion is not None and not motion.motion_file:
         raise UserError(f"env.motion_file: {task_id} tracks a motion: give its .npz (mjlab's csv_to_npz.py makes one)")
