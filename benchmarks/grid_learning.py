@@ -14,8 +14,9 @@ import time
 
 import torch
 
-from syncfree.algo.segments import Field, SegmentBuffer
+from syncfree.algo.segments import SegmentBuffer
 from syncfree.algo.vtrace import vtrace_advantages
+from syncfree.core.fields import Field
 from syncfree.envs.adapters.mettagrid import MettaGridVecEnv, learnable_spec, random_policy_reward
 from syncfree.policy.recurrent import LSTMState, RecurrentTokenPolicy
 

@@ -18,7 +18,11 @@ Learners, each on the task's preset (`syncfree train --task T`: env count, rollo
   without them; a linear schedule it runs at a fixed rate);
 - `rsl_rl-reward-norm`: the same, its env's rewards passed through syncfree's `RewardScale` (Gym's
   `NormalizeReward` and a ±10 clip: the wrappers CleanRL puts on its MuJoCo envs), for presets that normalize
-  rewards. Evaluation plays the unwrapped env, in its own units.
+  rewards. Evaluation plays the unwrapped env, in its own units;
+- `syncfree-recurrent`: the preset with `policy.kind=recurrent` (the recurrent MLP policy: an LSTM of 256 before
+  each network's MLP, rsl_rl's `RNNModel` default, trained on one BPTT segment per env's rollout);
+- `rsl_rl-rnn`: rsl_rl's runner with `RNNModel` actor and critic of the same sizes (continuous actions only:
+  rsl_rl's distributions are Gaussian).
 
 Every `--eval_every` iterations (and after the last) training pauses and the deterministic policy (the action
 distribution's mean) plays one episode on each of `eval_envs` fresh envs seeded 1000 + seed; the figure is the mean
@@ -47,7 +51,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-LEARNERS = ("syncfree", "syncfree-baseline", "syncfree-eager", "syncfree-bf16", "rsl_rl", "rsl_rl-reward-norm")
+LEARNERS = ("syncfree", "syncfree-baseline", "syncfree-eager", "syncfree-bf16", "rsl_rl", "rsl_rl-reward-norm",
+            "syncfree-recurrent", "rsl_rl-rnn")
 EVAL_SEED = 1000
 DEFAULT_OUT = "benchmarks/results/learning-parity-cpu"
 
@@ -75,6 +80,7 @@ CLEANRL = ("CleanRL `ppo_continuous_action.py`, {env}-v4, 1M steps, 3 seeds: mea
            "training return, openrlbenchmark tag pr-424, table in CleanRL's docs/benchmark/ppo_continuous_action.md")
 STUDIES = {
     "pendulum": Study(iterations=300, eval_every=10, eval_envs=64),
+    "cartpole-continuous": Study(iterations=150, eval_every=10, eval_envs=64),
     "point-mass": Study(iterations=50, eval_every=5, eval_envs=256),
     # 100 iterations x 256 envs x 24 steps = 614,400 env steps (the preset's 4,096 envs are a GPU's size)
     "g1-track": Study(iterations=100, eval_every=10, eval_envs=64, num_envs=256),
@@ -133,17 +139,23 @@ class RslRlActor:
     def act_deterministic(self, obs):
         return self.policy(obs)
 
+    def reset(self) -> None:
+        """A recurrent policy starts from the zero state (after training it holds its rollout's)."""
+        self.policy.reset()
+
 
 def train_one(task: str, learner: str, seed: int) -> dict:
     import torch
 
-    from syncfree.algo import FeedForwardPPO
+    from syncfree.algo import FeedForwardPPO, algorithm_for
     from syncfree.core.switches import PerfConfig
     from syncfree.policy.actor_critic import native_bf16
-    from syncfree.tasks import make_env, preset
+    from syncfree.tasks import make_env, preset, with_policy_kind
 
     torch.set_num_threads(1)
     study, cfg = study_of(task), preset(task)
+    if learner == "syncfree-recurrent":
+        cfg = with_policy_kind(cfg, "recurrent")
     cfg.seed, cfg.device, cfg.iterations, cfg.log.progress = seed, "cpu", study.iterations, False
     cfg.env.num_envs = study.num_envs or cfg.env.num_envs
     if learner == "syncfree-baseline":
@@ -154,7 +166,10 @@ def train_one(task: str, learner: str, seed: int) -> dict:
         cfg.perf.autocast = "bf16"
 
     def fresh_return(policy) -> float:
-        returns = FeedForwardPPO.evaluate(policy, make_env(task, study.eval_envs, seed=EVAL_SEED + seed))
+        if isinstance(policy, RslRlActor):
+            policy.reset()
+        algorithm = FeedForwardPPO if isinstance(policy, RslRlActor) else algorithm_for(cfg)
+        returns = algorithm.evaluate(policy, make_env(task, study.eval_envs, seed=EVAL_SEED + seed))
         return float(returns.mean())
 
     points, seconds = [], 0.0
@@ -172,8 +187,8 @@ def train_one(task: str, learner: str, seed: int) -> dict:
         if learner == "rsl_rl-reward-norm":
             env = ScaledRewards(env, cfg.ppo.gamma)
         with contextlib.redirect_stdout(io.StringIO()):  # rsl_rl prints its models and every iteration
-            runner = OnPolicyRunner(env, rsl_rl_config(cfg, check_for_nan=False, compile_mode=None), log_dir=None,
-                                    device="cpu")
+            runner = OnPolicyRunner(env, rsl_rl_config(cfg, check_for_nan=False, compile_mode=None,
+                                                       rnn=learner == "rsl_rl-rnn"), log_dir=None, device="cpu")
         done = 0
         for it in eval_points(study):
             start = time.perf_counter()
@@ -335,7 +350,8 @@ def report(out: Path) -> str:
         lines.append("")
         for a, b in (("syncfree", "rsl_rl"), ("syncfree", "rsl_rl-reward-norm"), ("syncfree", "syncfree-baseline"),
                      ("syncfree-eager", "syncfree-baseline"), ("syncfree", "syncfree-eager"),
-                     ("syncfree-bf16", "syncfree-baseline"), ("syncfree-bf16", "syncfree")):
+                     ("syncfree-bf16", "syncfree-baseline"), ("syncfree-bf16", "syncfree"),
+                     ("syncfree-recurrent", "rsl_rl-rnn"), ("syncfree-recurrent", "syncfree")):
             if a in finals and b in finals and len(finals[a]) > 1 and len(finals[b]) > 1:
                 low, high = bootstrap_ci(finals[a], finals[b])
                 diff = statistics.fmean(finals[a]) - statistics.fmean(finals[b])

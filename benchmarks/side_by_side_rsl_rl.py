@@ -60,16 +60,24 @@ RSL_VARIANTS = {
 """The logger variants track episode returns and lengths as syncfree does; "no logger" does less work."""
 
 
-def rsl_rl_config(cfg, check_for_nan: bool, compile_mode: str | None) -> dict:
+def rsl_rl_config(cfg, check_for_nan: bool, compile_mode: str | None, rnn: bool = False) -> dict:
     """rsl_rl's runner config equal to a syncfree TrainConfig, as far as rsl_rl has the setting: its gradients are
     clipped per network, its learning rate adapts after every minibatch or stays fixed (it has no linear schedule)
     and its rewards are not normalized, whatever `ppo.grad_clip`, `ppo.kl_adapt_every`, `ppo.schedule=linear` and
-    `ppo.normalize_rewards` say."""
+    `ppo.normalize_rewards` say. `rnn`: `RNNModel`s with the recurrent core of `policy.rnn` (its defaults for a
+    config without one: an LSTM of 256, one layer)."""
     p = cfg.ppo
 
     def model(hidden: list[int]) -> dict:
-        return {"class_name": "MLPModel", "hidden_dims": hidden, "activation": cfg.policy.activation,
+        base = {"class_name": "MLPModel", "hidden_dims": hidden, "activation": cfg.policy.activation,
                 "obs_normalization": cfg.policy.normalize_obs}
+        if not rnn:
+            return base
+        from syncfree.config import RecurrentCoreConfig
+
+        core = getattr(cfg.policy, "rnn", RecurrentCoreConfig())
+        return {**base, "class_name": "RNNModel", "rnn_type": core.core, "rnn_hidden_dim": core.hidden,
+                "rnn_num_layers": core.num_layers}
 
     return {
         "num_steps_per_env": p.steps_per_env, "save_interval": 10**9, "check_for_nan": check_for_nan,

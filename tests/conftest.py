@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch._dynamo
 
-from syncfree.config import PerfConfig, PPOConfig, TrainConfig
+from syncfree.config import PerfConfig, PPOConfig, RecurrentCoreConfig, RecurrentFlatTrainConfig, TrainConfig
 from syncfree.tasks import config_class
 
 os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
@@ -38,6 +38,18 @@ def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
     cfg.ppo = PPOConfig(steps_per_env=8, num_epochs=2, num_minibatches=2)
     cfg.log.progress = False
     cfg.perf = PerfConfig(**{"compile": "off", **perf})
+    return cfg
+
+
+def recurrent_config(task: str = "pendulum", **perf) -> RecurrentFlatTrainConfig:
+    """`small_config` with `policy.kind=recurrent` (the recurrent MLP policy, an LSTM of 16, one segment per env's
+    rollout), 2 iterations."""
+    from syncfree.tasks import with_policy_kind
+
+    cfg = with_policy_kind(small_config(task, **perf), "recurrent")
+    assert isinstance(cfg, RecurrentFlatTrainConfig) and cfg.ppo.horizon() == cfg.ppo.steps_per_env
+    cfg.policy.rnn = RecurrentCoreConfig(hidden=16)
+    cfg.iterations = 2
     return cfg
 
 

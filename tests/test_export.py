@@ -175,10 +175,14 @@ def test_bad_input_is_one_line_and_exit_2(capsys, pendulum: Runner, tmp_path: Pa
     assert "format='tflite'" in line and "allowed: onnx" in line
 
     state = checkpoint.load(good)
-    state["config"]["policy"]["kind"] = "recurrent"
+    state["config"]["policy"]["kind"] = "recurrent"  # the MLP's weights, a config of the recurrent policy
     checkpoint.save_atomic(state, tmp_path / "recurrent.pt")
     line = export_error(capsys, str(tmp_path / "recurrent.pt"))
-    assert "recurrent.pt: config: policy.kind='recurrent' is invalid; allowed: mlp" in line
+    assert "recurrent.pt: config: ppo.bptt_horizon=16 is invalid" in line  # read as the recurrent variant's
+    state["config"]["ppo"]["bptt_horizon"] = 0
+    checkpoint.save_atomic(state, tmp_path / "recurrent.pt")
+    line = export_error(capsys, str(tmp_path / "recurrent.pt"))
+    assert "recurrent.pt: policy does not fit its config (Missing key(s)" in line
 
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # find_spec then reports it missing
     line = export_error(capsys, good)

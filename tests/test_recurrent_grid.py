@@ -7,9 +7,10 @@ import torch
 
 pytest.importorskip("mettagrid")
 
-from syncfree.algo.segments import Field, Minibatch, SegmentBuffer, prioritized_beta
+from syncfree.algo.segments import Minibatch, SegmentBuffer, prioritized_beta
 from syncfree.algo.vtrace import vtrace_advantages
 from syncfree.core.counters import count_syncs
+from syncfree.core.fields import Field
 from syncfree.envs.adapters.mettagrid import MettaGridVecEnv, learnable_spec, random_policy_reward
 from syncfree.policy.recurrent import LSTMState, RecurrentTokenPolicy
 

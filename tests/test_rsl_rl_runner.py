@@ -125,6 +125,107 @@ def test_an_rsl_rl_checkpoint_loads_into_the_drop_in_and_training_goes_on(tmp_pa
     assert not torch.equal(actions(ours, obs), actions(theirs, obs))
 
 
+def rnn_cfg(core: str, layers: int) -> dict[str, Any]:
+    """`train_cfg` with rsl_rl 5's `RNNModel` for the actor and the critic."""
+    cfg = train_cfg()
+    for net in ("actor", "critic"):
+        cfg[net].update(class_name="RNNModel", rnn_type=core, rnn_hidden_dim=16, rnn_num_layers=layers)
+    return cfg
+
+
+def for_rsl_rl_rnn(cfg: dict[str, Any]) -> dict[str, Any]:
+    """An `RNNModel` config as rsl_rl's runner takes it (its keys kept, `cnn_cfg` and a None distribution left
+    out)."""
+    cfg = copy.deepcopy(cfg)
+    for net in ("actor", "critic"):
+        cfg[net].pop("cnn_cfg")
+        if cfg[net]["distribution_cfg"] is None:
+            cfg[net].pop("distribution_cfg")
+    return cfg
+
+
+def rollout_actions(policy: Any, env: SyncfreeToRslRl, steps: int = 6) -> list[torch.Tensor]:
+    """`policy`'s actions over `steps` env steps, its state carried and reset where episodes end (as mjlab's play
+    script drives an inference policy)."""
+    out, obs = [], env.get_observations()
+    policy.reset()  # from the zero state (a policy that has trained holds its rollout's)
+    with torch.inference_mode():
+        for _ in range(steps):
+            action = policy(obs).clone()
+            out.append(action)
+            obs, _, dones, _ = env.step(action)
+            policy.reset(dones)
+    return out
+
+
+@pytest.mark.parametrize("core, layers", [("lstm", 2), ("gru", 1)])
+def test_rnn_models_train_in_the_drop_in_and_cross_over_to_rsl_rl_both_ways(tmp_path: Path, core: str, layers: int,
+                                                                           one_thread) -> None:
+    """rsl_rl 5's `RNNModel` maps to syncfree's recurrent MLP policy: the drop-in trains it, its checkpoint loads
+    into rsl_rl's runner (same parameter names, same Adam moments index by index) and acts the same step after
+    step with the state carried, and rsl_rl's checkpoint loads back."""
+    from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
+
+    cfg = rnn_cfg(core, layers)
+    runner = OnPolicyRunner(rsl_env(), copy.deepcopy(cfg), log_dir=str(tmp_path / "ours"), device="cpu")
+    assert isinstance(runner.runner.policy, RecurrentMLPPolicy) and runner.get_inference_policy().is_recurrent
+    assert runner.config.policy.rnn.num_layers == layers and runner.config.ppo.horizon() == 8
+    runner.learn(2)
+    theirs = RslRlRunner(rsl_env(seed=5), for_rsl_rl_rnn(cfg), log_dir=None, device="cpu")
+    theirs.load(str(tmp_path / "ours" / "model_1.pt"))
+    assert theirs.alg.get_policy().state_dict().keys() == runner.alg.save()["actor_state_dict"].keys()
+    ours_acting = rollout_actions(runner.get_inference_policy(), rsl_env(seed=7))
+    theirs_acting = rollout_actions(theirs.get_inference_policy(), rsl_env(seed=7))
+    for a, b in zip(ours_acting, theirs_acting, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    assert not torch.equal(ours_acting[0], ours_acting[1])
+    their_state = theirs.alg.optimizer.state_dict()["state"]
+    our_state = runner.alg.optimizer.state_dict()["state"]
+    assert len(their_state) == len(our_state) > 0
+    for index, entry in our_state.items():
+        torch.testing.assert_close(their_state[index]["exp_avg"], entry["exp_avg"], rtol=0, atol=0)
+    theirs.learn(1)  # rsl_rl trains on from the drop-in's checkpoint
+
+    back = OnPolicyRunner(rsl_env(), copy.deepcopy(cfg), device="cpu")
+    theirs.save(str(tmp_path / "theirs.pt"))
+    back.load(str(tmp_path / "theirs.pt"))
+    for a, b in zip(rollout_actions(back.get_inference_policy(), rsl_env(seed=8)),
+                    rollout_actions(theirs.get_inference_policy(), rsl_env(seed=8)), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    back.learn(1)
+
+
+@pytest.mark.parametrize("core, layers", [("lstm", 2), ("gru", 1)])
+def test_recurrent_exports_act_as_the_live_policy(tmp_path: Path, core: str, layers: int, one_thread) -> None:
+    """TorchScript keeps the state inside (`reset()` zeroes it); ONNX takes and returns it (`h_in`, `c_in`), as
+    rsl_rl exports its recurrent models."""
+    pytest.importorskip("onnxruntime")
+    import onnxruntime
+
+    runner = OnPolicyRunner(rsl_env(), rnn_cfg(core, layers), device="cpu")
+    runner.learn(1)
+    runner.export_policy_to_jit(str(tmp_path))
+    runner.export_policy_to_onnx(str(tmp_path))
+    env = rsl_env(seed=3)
+    live = rollout_actions(runner.get_inference_policy(), env, steps=4)
+    jit = torch.jit.load(str(tmp_path / "policy.pt"))
+    session = onnxruntime.InferenceSession(str(tmp_path / "policy.onnx"))
+    state = ["h", "c"] if core == "lstm" else ["h"]
+    assert [i.name for i in session.get_inputs()] == ["obs", *(f"{s}_in" for s in state)]
+    env = rsl_env(seed=3)
+    obs = env.get_observations()
+    carried = {f"{s}_in": torch.zeros(layers, 1, 16).numpy() for s in state}
+    for expected in live:  # env 0 (no episode of pendulum ends within 4 steps: no reset to mirror)
+        torch.testing.assert_close(jit(obs["policy"][:1]), expected[:1], rtol=0, atol=1e-5)
+        got, *after = session.run(["actions", *(f"{s}_out" for s in state)],
+                                  {"obs": obs["policy"][:1].numpy(), **carried})
+        carried = {f"{s}_in": value for s, value in zip(state, after, strict=True)}
+        torch.testing.assert_close(torch.from_numpy(got), expected[:1], rtol=0, atol=1e-5)
+        obs = env.step(expected)[0]
+    jit.reset()
+    torch.testing.assert_close(jit(rsl_env(seed=3).get_observations()["policy"][:1]), live[0][:1], rtol=0, atol=1e-5)
+
+
 def test_learn_may_be_called_again_and_goes_on_logging_into_the_same_folder(tmp_path: Path, one_thread) -> None:
     runner = OnPolicyRunner(rsl_env(), train_cfg(), log_dir=str(tmp_path), device="cpu")
     runner.learn(2)
@@ -252,10 +353,12 @@ def test_git_state_is_logged_for_the_repositories_added(tmp_path: Path, one_thre
     assert text.startswith("commit ") and "+print('changed')" in text
 
 
-def test_the_drop_in_reads_the_host_once_per_iteration_where_rsl_rl_reads_it_every_step(one_thread) -> None:
+@pytest.mark.parametrize("model", ["MLPModel", "RNNModel"])
+def test_the_drop_in_reads_the_host_once_per_iteration_where_rsl_rl_reads_it_every_step(model: str,
+                                                                                        one_thread) -> None:
     from syncfree.core.counters import count_syncs
 
-    cfg = train_cfg()
+    cfg = train_cfg() if model == "MLPModel" else rnn_cfg("lstm", 1)
     ours = OnPolicyRunner(rsl_env(), copy.deepcopy(cfg), device="cpu")
     ours.learn(1)
     loop = ours.runner
@@ -267,7 +370,7 @@ def test_the_drop_in_reads_the_host_once_per_iteration_where_rsl_rl_reads_it_eve
     with count_syncs() as counts:
         ours.learn(1)
     assert counts.syncs == 1  # the iteration's one transfer
-    theirs = RslRlRunner(rsl_env(), for_rsl_rl(cfg), device="cpu")
+    theirs = RslRlRunner(rsl_env(), for_rsl_rl(cfg) if model == "MLPModel" else for_rsl_rl_rnn(cfg), device="cpu")
     with count_syncs() as counts:
         theirs.learn(1)
     assert counts.syncs >= cfg["num_steps_per_env"]
@@ -348,8 +451,14 @@ def refused(change) -> str:
     (lambda c: c["algorithm"].update(optimizer="sgd"), "algorithm.optimizer"),
     (lambda c: c["algorithm"].update(class_name="Distillation"), "algorithm.class_name"),
     (lambda c: c["algorithm"].update(lr_decay=0.5), "algorithm.lr_decay"),
-    (lambda c: c["actor"].update(class_name="RNNModel"), "actor.class_name"),
+    (lambda c: c["actor"].update(class_name="CNNModel"), "actor.class_name"),
+    (lambda c: c["actor"].update(class_name="RNNModel", rnn_type="lstm"), "critic.class_name"),
     (lambda c: c["actor"].update(rnn_type="lstm"), "actor.rnn_type"),
+    (lambda c: [c[n].update(class_name="RNNModel", rnn_type=t) for n, t in (("actor", "gru"), ("critic", "lstm"))],
+     "critic.rnn_type"),
+    (lambda c: [c[n].update(class_name="RNNModel", rnn_type="rnn") for n in ("actor", "critic")], "actor.rnn_type"),
+    (lambda c: [c[n].update(class_name="RNNModel", rnn_type="gru", rnn_num_layers=0) for n in ("actor", "critic")],
+     "actor.rnn_num_layers"),
     (lambda c: c["critic"].update(activation="tanh"), "critic.activation"),
     (lambda c: c["critic"].update(obs_normalization=False), "critic.obs_normalization"),
     (lambda c: c["actor"].update(activation="gelu"), "actor.activation"),

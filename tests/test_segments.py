@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from syncfree.algo.segments import Field, SegmentBuffer, prioritized_beta
+from syncfree.algo.segments import SegmentBuffer, prioritized_beta
 from syncfree.core.counters import count_syncs
+from syncfree.core.fields import Field
 from syncfree.errors import UserError
 
 HIDDEN, HORIZON, SEGMENTS = 3, 4, 10

@@ -12,7 +12,7 @@ from torch import nn
 from syncfree.algo.scope import warn_inert_switches
 from syncfree.config import TrainConfig, from_dict, merge, to_dict, validate
 from syncfree.envs import VecEnv
-from syncfree.tasks import preset
+from syncfree.tasks import preset, with_policy_kind
 from syncfree.train import checkpoint
 from syncfree.train.evaluate import LoadedPolicy, load_policy
 from syncfree.train.runner import Runner
@@ -31,6 +31,14 @@ class TrainResult:
     """The last iteration's metrics (those of `metrics.jsonl`)."""
     runner: Runner
     """The runner, to continue training (`runner.cfg.iterations += n; runner.learn()`) or save."""
+
+
+def merged(start: TrainConfig, overrides: dict[str, Any]) -> dict[str, Any]:
+    """`start` as a dict with `overrides` (keywords, section dicts or dotted keys) merged in."""
+    base = to_dict(start)
+    for key, value in overrides.items():
+        merge(base, key.split("."), value)
+    return base
 
 
 def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None, run_dir: str | Path | bool = True,
@@ -60,9 +68,11 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     else:
         start = TrainConfig(task=type(task).__name__, device=str(task.device))
         start.env.num_envs = task.num_envs
-    base = to_dict(start)
-    for key, value in overrides.items():
-        merge(base, key.split("."), value)
+    base = merged(start, overrides)
+    kind = base["policy"].get("kind") if isinstance(base.get("policy"), dict) else None
+    variant = with_policy_kind(start, kind) if isinstance(kind, str) else start
+    if variant is not start:  # the config type of another policy kind (recurrent on a task of flat observations)
+        start, base = variant, merged(variant, overrides)
     cfg = validate(from_dict(type(start), base))
     cfg.resume = resume
     folder = None

@@ -113,20 +113,27 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
     options (and `--help`) are those of the task's own config type."""
     from syncfree.config import from_dict, read_config_file, unknown_key_hint, validate
     from syncfree.core.device import resolve_device
-    from syncfree.tasks import config_file_arguments, preset, switch_scope
+    from syncfree.tasks import config_file_arguments, preset, switch_scope, with_policy_kind
     from syncfree.train import checkpoint
 
     pre = argparse.ArgumentParser(add_help=False)
-    for name in ("--task", "--resume", "--config"):
+    for name in ("--task", "--resume", "--policy.kind"):
         pre.add_argument(name)
+    pre.add_argument("--config", action="append", default=[])
     known, _ = pre.parse_known_args(argv)
+    files = [read_config_file(path) for path in known.config]
+    config_path, from_config = (known.config[-1], files[-1]) if files else (None, {})
     if known.resume:
         base = checkpoint.read(known.resume)[0]
         base.resume = known.resume
     else:
-        base = preset(known.task or (known.config and read_config_file(known.config).get("task")) or "cartpole")
-    if known.config:  # a run's config.yaml of an earlier version is read in this one's layout
-        argv = config_file_arguments(list(argv), known.config, read_config_file(known.config), type(base))
+        base = preset(known.task or from_config.get("task") or "cartpole")
+        policy = from_config.get("policy")
+        kind = getattr(known, "policy.kind") or (policy.get("kind") if isinstance(policy, dict) else None)
+        if isinstance(kind, str):  # the options of the recurrent variant of the task's config type
+            base = with_policy_kind(base, kind)
+    if config_path:  # a run's config.yaml of an earlier version is read in this one's layout
+        argv = config_file_arguments(list(argv), config_path, from_config, type(base))
     inert = base.perf.inert_switches(switch_scope(base, resolve_device(base.device)))
     parser = config_parser("syncfree train", f"Train PPO on {base.task}; defaults shown are its preset. Switches "
                            f"that change nothing for it here: {', '.join(inert) or 'none'} (`syncfree switches "
@@ -137,7 +144,7 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
     except Exception as e:
         message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
         from_file = "does not accept" in message or "is not accepted" in message
-        where = f" (in {known.config})" if known.config and from_file else ""
+        where = f" (in {config_path})" if config_path and from_file else ""
         raise UserError(f"config: {message}{where}{unknown_key_hint(message, type(base))}") from None
     ns.pop("config", None)
     return validate(from_dict(type(base), ns.as_dict()))  # a task of another config type: one line when made

@@ -181,6 +181,36 @@ class RecurrentTokenPolicyConfig(PolicyConfig):
 
 
 @dataclass
+class RecurrentCoreConfig:
+    """The recurrent core of each network of the recurrent MLP policy (rsl_rl's `rnn_type`, `rnn_hidden_dim`,
+    `rnn_num_layers`)."""
+
+    core: Literal["lstm", "gru"] = "lstm"
+    """Recurrent cell."""
+    hidden: int = 256
+    """State width of each layer (the MLP after the core reads the top layer's)."""
+    num_layers: int = 1
+    """Stacked cells, each reading the hidden state of the one below."""
+
+
+@dataclass
+class RecurrentMLPPolicyConfig(PolicyConfig):
+    """`kind=recurrent` on flat observations: the actor and the critic each a recurrent core of `rnn` on their
+    (normalized) observation group, followed by the MLP of `actor_hidden` / `critic_hidden` (rsl_rl's RNN
+    actor-critic); trained on BPTT segments."""
+
+    kind: Literal["mlp", "token", "recurrent"] = "recurrent"
+    rnn: RecurrentCoreConfig = field(default_factory=RecurrentCoreConfig)
+
+    def validate(self, kinds: tuple[str, ...], task: str) -> None:
+        super().validate(kinds, task)
+        r = self.rnn
+        check(r.core in ("lstm", "gru"), "policy.rnn.core", "lstm, gru", r.core)
+        for name in ("hidden", "num_layers"):
+            check(getattr(r, name) >= 1, f"policy.rnn.{name}", "an integer >= 1", getattr(r, name))
+
+
+@dataclass
 class PPOConfig:
     """PPO: rollout length, epochs and minibatches, learning rate and its schedule, losses' coefficients."""
 
@@ -228,7 +258,7 @@ class PPOConfig:
     """`per_network`: the actor's gradient (its MLP and action distribution) and the critic's are each clipped to
     `max_grad_norm` by their own norm, as rsl_rl 5 does; a large value-loss gradient then does not shrink the
     actor's step. `global`: one norm over all parameters (CleanRL, rsl_rl 2). A policy whose actor and critic share
-    layers (the recurrent one) is clipped globally either way."""
+    layers (the recurrent token policy) is clipped globally either way."""
     max_skipped_updates: int = 8
     """Stop the run (keeping the last good checkpoint) once this many minibatch updates in a row were skipped for
     non-finite gradients: the run has diverged. 0: never stop for it."""
@@ -254,7 +284,8 @@ class RecurrentPPOConfig(PPOConfig):
     """PPO on BPTT segments: the fields above, and segments, V-trace and the minibatch sampler."""
 
     bptt_horizon: int = 16
-    """Steps per BPTT segment (a divisor of `steps_per_env`)."""
+    """Steps per BPTT segment (a divisor of `steps_per_env`); 0: the whole rollout, one segment per env (as rsl_rl
+    trains its recurrent models)."""
     advantage: Literal["gae", "vtrace"] = "gae"
     """`gae`, or GAE with V-trace's clipped importance weights, recomputed every epoch from
     the ratios of the latest policy."""
@@ -273,8 +304,15 @@ class RecurrentPPOConfig(PPOConfig):
 
     def validate(self) -> None:
         super().validate()
-        check(self.bptt_horizon >= 2 and self.steps_per_env % self.bptt_horizon == 0, "ppo.bptt_horizon",
-              f"an integer >= 2 dividing ppo.steps_per_env={self.steps_per_env}", self.bptt_horizon)
+        check(self.bptt_horizon == 0 or (self.bptt_horizon >= 2 and self.steps_per_env % self.bptt_horizon == 0),
+              "ppo.bptt_horizon", f"an integer >= 2 dividing ppo.steps_per_env={self.steps_per_env} (0: all of it)",
+              self.bptt_horizon)
+        check(self.horizon() >= 2, "ppo.steps_per_env", "an integer >= 2 (a BPTT segment has at least 2 steps)",
+              self.steps_per_env)
+
+    def horizon(self) -> int:
+        """Steps per BPTT segment (`bptt_horizon`, or the whole rollout when it is 0)."""
+        return self.bptt_horizon or self.steps_per_env
         check(self.advantage in ("gae", "vtrace"), "ppo.advantage", "gae, vtrace", self.advantage)
         check(self.vtrace_rho_clip > 0 and self.vtrace_c_clip > 0, "ppo.vtrace_rho_clip", "clips > 0",
               (self.vtrace_rho_clip, self.vtrace_c_clip))
@@ -421,12 +459,26 @@ class RecurrentTrainConfig(TrainConfig):
 
     def minibatch_rows(self) -> tuple[int, str]:
         """Minibatches of whole BPTT segments."""
-        segments = self.env.rows() * (self.ppo.steps_per_env // max(self.ppo.bptt_horizon, 1))
+        segments = self.env.rows() * (self.ppo.steps_per_env // max(self.ppo.horizon(), 1))
         return segments, "the segments per rollout, env rows * ppo.steps_per_env / ppo.bptt_horizon"
 
     def validate(self) -> None:
         super().validate()
         self.losses.validate()
+
+
+@dataclass
+class RecurrentFlatTrainConfig(RecurrentTrainConfig):
+    """PPO on BPTT segments with the recurrent MLP policy, on a task of flat observations (`policy.kind=recurrent`
+    there: `recurrent_config`). PPO's loss only: the teacher losses read discrete full distributions."""
+
+    policy: RecurrentMLPPolicyConfig = field(default_factory=RecurrentMLPPolicyConfig)  # type: ignore[assignment]
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("supervised", "kickstarter", "kickstarter_value", "behavior_cloning"):
+            check(getattr(self.losses, name) == 0, f"losses.{name}",
+                  "0: the recurrent MLP policy trains with losses.ppo only", getattr(self.losses, name))
 
 
 def validate(cfg: TrainConfigT) -> TrainConfigT:

@@ -105,6 +105,49 @@ def test_checkpoints_cross_between_mjlabs_rsl_rl_runner_and_syncfrees(cartpole, 
     assert not torch.equal(actions(back, obs), actions(theirs, obs))  # it learned on
 
 
+def rnn_rl_cfg() -> dict:
+    """mjlab's Cartpole config with rsl_rl 5's `RNNModel` for the actor and the critic (a GRU of 16)."""
+    cfg = rl_cfg()
+    for net in ("actor", "critic"):
+        cfg[net].update(class_name="RNNModel", rnn_type="gru", rnn_hidden_dim=16, rnn_num_layers=1)
+    return cfg
+
+
+def test_rnn_model_checkpoints_cross_between_mjlabs_rsl_rl_runner_and_syncfrees(cartpole, tmp_path: Path) -> None:
+    """With `RNNModel`s (mjlab's rsl-rl-lib 5.4.2 on one side): each side's checkpoint loads into the other and acts
+    the same step after step, the state carried."""
+    theirs = MjlabOnPolicyRunner(cartpole, rnn_rl_cfg(), log_dir=str(tmp_path / "theirs"), device="cpu")
+    theirs.learn(1)
+    ours = OnPolicyRunner(cartpole, rnn_rl_cfg(), log_dir=str(tmp_path / "ours"), device="cpu")
+    ours.load(str(tmp_path / "theirs" / "model_0.pt"))
+    assert ours.get_inference_policy().is_recurrent
+
+    def acting(runner) -> list[torch.Tensor]:
+        policy, obs, out = runner.get_inference_policy(), cartpole.get_observations(), []
+        policy.reset()
+        with torch.inference_mode():
+            for _ in range(3):
+                out.append(policy(obs).clone())
+        return out
+
+    for a, b in zip(acting(ours), acting(theirs), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    ours.learn(1)
+    back = MjlabOnPolicyRunner(cartpole, rnn_rl_cfg(), log_dir=None, device="cpu")
+    back.load(str(tmp_path / "ours" / "model_0.pt"))
+    for a, b in zip(acting(back), acting(ours), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+def test_syncfree_trains_an_mjlab_task_with_a_recurrent_policy_from_the_command_line(tmp_path: Path, capsys) -> None:
+    assert cli.main(["train", "--task", f"mjlab:{CARTPOLE}", "--policy.kind", "recurrent", "--policy.rnn.hidden",
+                     "16", "--env.num_envs", "16", "--ppo.steps_per_env", "8", "--iterations", "2", "--perf.compile",
+                     "off", "--log.dir", str(tmp_path), "--log.run_name", "rnn", "--log.progress", "false"]) == 0
+    assert "kind: recurrent" in (tmp_path / "rnn" / "config.yaml").read_text()
+    assert cli.main(["eval", str(tmp_path / "rnn" / "latest.pt"), "--num_envs", "4"]) == 0
+    assert "mean return" in capsys.readouterr().out
+
+
 SCRIPT = """
 import dataclasses, json, os, sys
 import torch

@@ -17,8 +17,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from syncfree.algo.segments import Field
 from syncfree.config import LossesConfig, PPOConfig
+from syncfree.core.fields import Field
 from syncfree.errors import UserError
 from syncfree.policy.recurrent import SequenceEvaluation
 

@@ -1,4 +1,6 @@
-"""PPO with truncated backpropagation through time on many agents (the gridworld pipeline; grid-arena).
+"""PPO with truncated backpropagation through time on many agents: the gridworld pipeline (grid-arena's recurrent
+token policy), and `policy.kind=recurrent` on any task of flat observations (the recurrent MLP policy,
+`syncfree.policy.recurrent_mlp`).
 
 Each iteration collects `steps_per_env` steps of every agent into a `[segments, bptt_horizon]` buffer (each agent
 fills consecutive rows; the recurrent state an agent carried into a row is snapshotted with it), computes
@@ -24,22 +26,38 @@ from torch import Tensor
 from syncfree.algo.base import Algorithm, CheckpointReader, reward_scale
 from syncfree.algo.losses import LossInputs, build_losses, needed_fields, needs_full_log_probs, teacher_fields
 from syncfree.algo.optim import Collective, PolicyOptimizer
-from syncfree.algo.segments import Field, Minibatch, SegmentBuffer, prioritized_beta
+from syncfree.algo.segments import Minibatch, SegmentBuffer, prioritized_beta
 from syncfree.algo.vtrace import vtrace_advantages
-from syncfree.config import LossesConfig, PPOConfig, RecurrentPPOConfig, RecurrentTrainConfig
+from syncfree.config import (
+    LossesConfig,
+    PPOConfig,
+    RecurrentFlatTrainConfig,
+    RecurrentMLPPolicyConfig,
+    RecurrentPPOConfig,
+    RecurrentTrainConfig,
+)
 from syncfree.core.compile import hot
+from syncfree.core.fields import Field
 from syncfree.core.phases import Phases
 from syncfree.core.switches import PerfConfig, Scope
 from syncfree.envs.api import StepResult, VecEnv
 from syncfree.errors import UserError
 from syncfree.policy.actor_critic import set_autocast
-from syncfree.policy.build import EnvShape
-from syncfree.policy.recurrent import EMPTY_TOKEN, RecurrentTokenPolicy
+from syncfree.policy.build import EnvShape, obs_dim
+from syncfree.policy.recurrent import EMPTY_TOKEN, RecurrentTokenPolicy, SequenceEvaluation, StepOutput
+from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
 
 log = logging.getLogger("syncfree")
 
 TRAINING_STATS = ("grad_norm",)
 """Logged after the losses' own statistics; then `skipped_steps`, `learning_rate` and `reward_per_agent_step`."""
+
+RecurrentPolicy = RecurrentTokenPolicy | RecurrentMLPPolicy
+"""The policies this algorithm trains: on MettaGrid tokens, or on any task's flat observation groups. Both answer
+the same calls; their observation is a tensor of tokens or a pair of groups (`rollout_input`, `sequence_input`)."""
+
+StepFn = Callable[..., tuple[StepOutput, tuple[Tensor, ...]]]
+"""Either policy's `step` (its first argument the policy's own observation, see `RecurrentPolicy`)."""
 
 Teacher = Callable[[Tensor], Tensor]
 """A scripted teacher: observation tokens [agents, tokens, 3] -> its actions [agents] (int64)."""
@@ -53,10 +71,10 @@ class RecurrentPPO(Algorithm):
     scripted teacher (the `supervised` loss imitates its actions). With several processes (`dist`) each rank
     trains on its own agents' rows and the gradients are averaged over ranks before every step."""
 
-    policy: RecurrentTokenPolicy
+    policy: RecurrentPolicy
 
-    def __init__(self, policy: RecurrentTokenPolicy, cfg: RecurrentPPOConfig, losses: LossesConfig, perf: PerfConfig,
-                 num_agents: int, obs_shape: tuple[int, ...], stored_tokens: int, device: torch.device,
+    def __init__(self, policy: RecurrentPolicy, cfg: RecurrentPPOConfig, losses: LossesConfig, perf: PerfConfig,
+                 num_agents: int, obs_shapes: dict[str, tuple[int, ...]], device: torch.device,
                  teacher: RecurrentTokenPolicy | None = None, env_teacher: Teacher | None = None,
                  dist: Collective | None = None) -> None:
         self.policy, self.cfg, self.perf, self.device = policy, cfg, perf, device
@@ -65,13 +83,15 @@ class RecurrentPPO(Algorithm):
         self.steps_per_env, self.num_envs = cfg.steps_per_env, num_agents
         self.losses = build_losses(losses, cfg)
         self.stat_names = tuple(name for _, loss in self.losses for name in loss.stats) + TRAINING_STATS
-        self.optim = PolicyOptimizer([p for p in policy.parameters() if p.requires_grad], cfg, perf, device, dist)
+        # the token policy's actor and critic share the encoder and the core: clipped globally (`ppo.grad_clip`)
+        per_network = isinstance(policy, RecurrentMLPPolicy) and cfg.grad_clip == "per_network"
+        clip_groups = policy.gradient_groups() if isinstance(policy, RecurrentMLPPolicy) and per_network else None
+        self.optim = PolicyOptimizer([p for p in policy.parameters() if p.requires_grad], cfg, perf, device, dist,
+                                     clip_groups)
         """The optimizer, gradient clipping, non-finite step skipping and learning-rate schedule."""
 
         num_actions = policy.num_actions
-        self.stored_tokens = stored_tokens
-        """Tokens stored per observation: those the policy reads (MettaGrid packs the valid ones first)."""
-        fields = {"obs": Field((stored_tokens, obs_shape[-1]), torch.uint8), "actions": Field((), torch.int64),
+        fields = {**policy.observation_fields(obs_shapes), "actions": policy.action_field(),
                   "log_prob": Field((), torch.float32), "values": Field((), torch.float32),
                   "rewards": Field((), torch.float32), "dones": Field((), torch.bool)}
         if policy.last_action is not None:
@@ -81,8 +101,8 @@ class RecurrentPPO(Algorithm):
         if policy.emit_full_log_probs:  # the behaviour policy's full distribution, kept with the step (what the gate saves)
             fields["full_log_probs"] = Field((num_actions,), torch.float32)
         fields.update({k: v for k, v in teacher_fields(num_actions).items() if k in needed_fields(self.losses)})
-        segments = num_agents * (cfg.steps_per_env // cfg.bptt_horizon)
-        self.buffer = SegmentBuffer(fields, segments, cfg.bptt_horizon, num_agents, [(policy.hidden,)] *
+        segments = num_agents * (cfg.steps_per_env // cfg.horizon())
+        self.buffer = SegmentBuffer(fields, segments, cfg.horizon(), num_agents, [(policy.hidden,)] *
                                     policy.state_size, device, cpu_time_index=perf.cpu_time_index,
                                     preallocated_last_actions=perf.preallocated_last_actions,
                                     cached_minibatch_indices=perf.cached_minibatch_indices)
@@ -92,7 +112,9 @@ class RecurrentPPO(Algorithm):
         """The env reward of the iteration's rollout, summed over agents and steps."""
         self.over_max_tokens = torch.zeros((), device=device)
         """Observations of the rollout with more valid tokens than the policy reads (their excess goes unread)."""
-        self._first_unread = stored_tokens if stored_tokens < obs_shape[0] else None
+        stored_tokens = policy.stored_tokens(obs_shapes) if isinstance(policy, RecurrentTokenPolicy) else None
+        self._first_unread = stored_tokens if stored_tokens is not None and stored_tokens < obs_shapes["policy"][0] \
+            else None
         """The first token the policy does not read (tokens are packed: valid there means some are unread)."""
         self._unread = torch.zeros(num_agents, dtype=torch.bool, device=device)
         self._unread_count = torch.zeros((), dtype=torch.int64, device=device)
@@ -104,7 +126,7 @@ class RecurrentPPO(Algorithm):
         self._values = torch.zeros(num_agents, device=device)
         """The values of the step's observations, kept from `act` for the time-outs `record` bootstraps."""
         compiled = dataclasses.replace(perf, cuda_graphs="off")  # graphs of their own, not replayed as CUDA graphs
-        self.policy_step = hot(policy.step, compiled, device)
+        self.policy_step: StepFn = hot(policy.step, compiled, device)
         """The policy's rollout step (encoder, core, heads, sampling), or its compiled graph (`perf.compile`)."""
         self._loss = hot(self.minibatch_loss, compiled, device)
         """`minibatch_loss`, or its compiled graph; its backward is compiled with it."""
@@ -132,16 +154,17 @@ class RecurrentPPO(Algorithm):
             if read_checkpoint is None:
                 raise UserError("losses.teacher: no way to read checkpoints was given")
             teacher = cls.load_teacher(cfg.losses.teacher, env, read_checkpoint).to(device)
-        tokens = env.obs_shapes["policy"]
-        return cls(policy, cfg.ppo, cfg.losses, cfg.perf, env.num_envs, tokens,
-                   min(tokens[0], cfg.policy.recurrent.max_tokens or tokens[0]), device, teacher=teacher,
+        return cls(policy, cfg.ppo, cfg.losses, cfg.perf, env.num_envs, env.obs_shapes, device, teacher=teacher,
                    env_teacher=scripted_teacher(env) if cfg.losses.supervised > 0 else None, dist=dist)
 
     @classmethod
     def build_policy(cls, cfg: RecurrentTrainConfig, env: EnvShape,
-                     emit_full_log_probs: bool | None = None) -> RecurrentTokenPolicy:
-        """The recurrent token policy of `policy.recurrent`, on token observations and discrete actions; it emits
-        full log-probabilities when its losses need them (`emit_full_log_probs`, by default from `cfg`)."""
+                     emit_full_log_probs: bool | None = None) -> RecurrentPolicy:
+        """The recurrent MLP policy of `policy.rnn` on flat observations (`RecurrentFlatTrainConfig`), or the
+        recurrent token policy of `policy.recurrent`, on token observations and discrete actions; the token policy
+        emits full log-probabilities when its losses need them (`emit_full_log_probs`, by default from `cfg`)."""
+        if isinstance(cfg.policy, RecurrentMLPPolicyConfig):
+            return RecurrentMLPPolicy(obs_dim(env, "policy"), obs_dim(env, "critic"), env.action_spec, cfg.policy)
         if env.action_spec.kind != "discrete" or len(env.obs_shapes.get("policy", ())) != 2:
             raise UserError(f"policy.kind=recurrent: task {cfg.task!r} has no token observations or no discrete "
                             "actions")
@@ -164,52 +187,60 @@ class RecurrentPPO(Algorithm):
             raise UserError(f"losses.teacher: {path} acts in {tuple(state['action_spec'])} but this env has "
                             f"{(env.action_spec.kind, env.action_spec.size)}")
         teacher = cls.build_policy(cfg, env, emit_full_log_probs=True)
+        if not isinstance(teacher, RecurrentTokenPolicy):
+            raise UserError(f"losses.teacher: {path} holds a recurrent MLP policy; the teacher losses read a recurrent "
+                            "token policy")
         teacher.load_state_dict(state["policy"])
         return teacher.eval().requires_grad_(False)
 
     @staticmethod
     @torch.inference_mode()
-    def evaluate(policy: RecurrentTokenPolicy, env: VecEnv, greedy: bool = True) -> np.ndarray:
+    def evaluate(policy: RecurrentPolicy, env: VecEnv, greedy: bool = True) -> np.ndarray:
         """The return of each agent's first episode (every row of `env`), acting with the most likely action
         (`greedy`) or sampling."""
         n = env.num_envs
-        obs = env.reset()["policy"]
+        obs = env.reset()
         state = policy.initial_state(n, env.device)
         done = torch.ones(n, dtype=torch.bool, device=env.device)
         last = torch.zeros(n, dtype=torch.int64, device=env.device)
         first_return = torch.full((n,), float("nan"), device=env.device)
         finished = torch.zeros(n, dtype=torch.bool, device=env.device)
+        step_fn: StepFn = policy.step
         for _ in range(env.max_episode_length):  # every episode ends by its time limit
-            out, state = policy.step(obs, state, done, last if policy.last_action is not None else None,
-                                     greedy=greedy)
+            out, state = step_fn(policy.rollout_input(obs), state, done,
+                                 last if policy.last_action is not None else None, greedy=greedy)
             step = env.step(out.actions)
             done = step.terminated | step.truncated
             first_return = torch.where(done & ~finished, step.info["episode_return"], first_return)
             finished |= done
-            obs, last = step.obs["policy"], out.actions
+            obs, last = step.obs, out.actions
         return first_return.cpu().numpy()
 
     @classmethod
     def scope(cls, cfg: RecurrentTrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
         p = cfg.ppo  # rows are agents; the critic is not chunked here anyway
         return Scope(flat_rollouts=False, whole_step_update=False, chunked_critic=False, cuda_graph_replay=False,
-                     segment_buffer=True, full_log_probs=True, env_layer=env_layer, device=device_type,
+                     segment_buffer=True, full_log_probs=not isinstance(cfg, RecurrentFlatTrainConfig),
+                     env_layer=env_layer, device=device_type,
                      adaptive_lr=p.schedule == "adaptive", world_size=world_size, critic_rows=cfg.env.rows(),
                      full_log_probs_needed=needs_full_log_probs(build_losses(cfg.losses, p)),
                      sequential_minibatches=p.minibatch_sampler == "sequential" or p.prio_alpha <= 0)
 
     def obs_dims(self, env: EnvShape) -> dict[str, Any]:
+        if isinstance(self.policy, RecurrentMLPPolicy):
+            return {"policy": self.policy.actor_obs_dim, "critic": self.policy.critic_obs_dim}
         return {"policy": list(env.obs_shapes["policy"])}
 
     def forward_only(self, obs: dict[str, Tensor]) -> Callable[[], list[Tensor]]:
-        tokens, done, start = obs["policy"].clone(), self.done.clone(), type(self.state)(*(s.clone() for s in self.state))
+        inputs = self.policy.rollout_input({k: v.clone() for k, v in obs.items()})
+        done, start = self.done.clone(), tuple(s.clone() for s in self.state)
         last_actions = (self.buffer.previous_actions(self._everyone).clone()
                         if "last_actions" in self.buffer.data else None)
 
         def rollout() -> list[Tensor]:
             state, actions = start, []
             for _ in range(self.steps_per_env):
-                out, state = self.policy_step(tokens, state, done, last_actions)
+                out, state = self.policy_step(inputs, state, done, last_actions)
                 actions.append(out.actions)
             return actions
 
@@ -239,16 +270,17 @@ class RecurrentPPO(Algorithm):
         self.over_max_tokens.zero_()
 
     def act(self, obs: dict[str, Tensor], t: int) -> Tensor:
-        buf, phase, tokens = self.buffer, self.phases, obs["policy"]
+        buf, phase, policy = self.buffer, self.phases, self.policy
         with phase("act"):
             last_actions = buf.previous_actions(self._everyone) if "last_actions" in buf.data else None
-            out, self._next_state = self.policy_step(tokens, self.state, self.done, last_actions)
-            data = {"obs": tokens[:, : self.stored_tokens], "actions": out.actions, "log_prob": out.log_prob,
+            out, self._next_state = self.policy_step(policy.rollout_input(obs), self.state, self.done, last_actions)
+            data = {**policy.stored_observation(obs), "actions": out.actions, "log_prob": out.log_prob,
                     "values": out.value, "rewards": self.reward_in, "dones": self.done}
             if last_actions is not None:
                 data["last_actions"] = last_actions  # stored before `store` overwrites them with `actions`
             if out.full_log_probs is not None:
                 data["full_log_probs"] = out.full_log_probs
+            tokens = obs["policy"]
             self.teacher_step(tokens, data, last_actions)
             if self._first_unread is not None:
                 torch.ne(tokens[:, self._first_unread, 0], EMPTY_TOKEN, out=self._unread)
@@ -268,6 +300,9 @@ class RecurrentPPO(Algorithm):
             torch.add(self.learned_reward(step.reward, self.done), self._bootstrap, alpha=self.cfg.gamma,
                       out=self.reward_in)
             self.reward_total.add_(step.reward.sum())
+        with self.phases("normalizer"):
+            self.policy.update_normalizers(step.obs)
+        with self.phases("stats"):
             if self.observer is not None:
                 self.observer.record(t, step)
         self.state = self._next_state
@@ -327,8 +362,8 @@ class RecurrentPPO(Algorithm):
         """The weighted sum of the enabled losses on a minibatch of rows, their statistics, and the approximate KL
         of the rows (for the adaptive schedule; None with a fixed one)."""
         d = batch.data
-        ev = self.policy.evaluate_sequence(d["obs"], d["actions"], batch.initial_state, d["dones"],
-                                           d.get("last_actions"))
+        replay: Callable[..., SequenceEvaluation] = self.policy.evaluate_sequence
+        ev = replay(self.policy.sequence_input(d), d["actions"], batch.initial_state, d["dones"], d.get("last_actions"))
         inputs = LossInputs(ev, d, batch.advantages, self.returns.index_select(0, batch.indices), batch.prio_weights)
         total: Tensor | None = None
         parts: list[Tensor] = []

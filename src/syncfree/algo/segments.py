@@ -36,13 +36,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from syncfree.core.fields import Field
 from syncfree.errors import UserError
-
-
-class Field(NamedTuple):
-    shape: tuple[int, ...]
-    """Per-step shape (after `[segments, bptt_horizon]`)."""
-    dtype: torch.dtype
 
 
 class Minibatch(NamedTuple):

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from syncfree.algo.feedforward import FeedForwardPPO
-from syncfree.algo.recurrent import RecurrentPPO
+from syncfree.algo.recurrent import RecurrentPPO, StepFn
 from syncfree.algo.storage import Batch
 from syncfree.bench.timing import sync
 from syncfree.train.runner import Runner
@@ -60,7 +60,8 @@ def flops_per_env_step(runner: Runner) -> dict[str, float]:
     with FlopCounterMode(display=False) as rollout, torch.inference_mode():
         if isinstance(algorithm, RecurrentPPO):
             last = algorithm.buffer.previous_actions(slice(0, rows)) if "last_actions" in algorithm.buffer.data else None
-            algorithm.policy.step(runner.obs["policy"], algorithm.state, algorithm.done, last)
+            step: StepFn = algorithm.policy.step
+            step(algorithm.policy.rollout_input(runner.obs), algorithm.state, algorithm.done, last)
         else:
             policy = cast("PolicyBase", runner.policy)  # the feed-forward algorithm's policy
             policy.act(policy.actor_input(runner.obs), runner.obs["critic"])

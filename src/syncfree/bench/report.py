@@ -71,7 +71,7 @@ def markdown(result: dict[str, Any]) -> str:
     recurrent = result.get("recurrent")
     agents = recurrent["agents_per_env"] if recurrent else None
     unit = "agent steps" if recurrent else "steps"
-    per_iteration = (f"{t['steps_per_env']} steps per agent in BPTT segments of {t['bptt_horizon']}"
+    per_iteration = (f"{t['steps_per_env']} steps per agent in BPTT segments of {t['bptt_horizon'] or t['steps_per_env']}"
                      if recurrent else f"{t['steps_per_env']} steps per env")
     lines = [
         f"# syncfree bench: {b['task']}{' on ' + b['backend'] + ' physics' if b.get('backend') else ''} "

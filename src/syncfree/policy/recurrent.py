@@ -19,6 +19,8 @@ from typing import NamedTuple, cast
 import torch
 from torch import Tensor, nn
 
+from syncfree.core.fields import Field
+
 EMPTY_TOKEN = 0xFF
 """Byte value of every field of an empty (padding) token."""
 
@@ -52,7 +54,8 @@ class StepOutput(NamedTuple):
     actions: Tensor
     """[batch] int64 sampled actions."""
     log_prob: Tensor
-    entropy: Tensor
+    entropy: Tensor | None
+    """None where the policy does not compute it (no rollout reads it)."""
     value: Tensor
     full_log_probs: Tensor | None
 
@@ -193,6 +196,35 @@ class RecurrentTokenPolicy(nn.Module):
 
     def initial_state(self, batch: int, device: torch.device | str = "cpu") -> tuple[Tensor, ...]:
         return self._state_type(*(torch.zeros(batch, self.hidden, device=device) for _ in range(self.state_size)))
+
+    # -- what the recurrent algorithm asks of a policy (`syncfree.policy.recurrent_mlp` answers the same) --------
+
+    def stored_tokens(self, obs_shapes: dict[str, tuple[int, ...]]) -> int:
+        """Tokens stored per observation: those the policy reads (MettaGrid packs the valid ones first)."""
+        tokens = obs_shapes["policy"][0]
+        return min(tokens, self.encoder.max_tokens or tokens)
+
+    def observation_fields(self, obs_shapes: dict[str, tuple[int, ...]]) -> dict[str, Field]:
+        """The rollout buffer's observation field: the tokens the policy reads."""
+        return {"obs": Field((self.stored_tokens(obs_shapes), obs_shapes["policy"][-1]), torch.uint8)}
+
+    @staticmethod
+    def action_field() -> Field:
+        return Field((), torch.int64)
+
+    @staticmethod
+    def rollout_input(obs: dict[str, Tensor]) -> Tensor:
+        return obs["policy"]
+
+    def stored_observation(self, obs: dict[str, Tensor]) -> dict[str, Tensor]:
+        return {"obs": obs["policy"][:, : self.encoder.max_tokens]}
+
+    @staticmethod
+    def sequence_input(data: dict[str, Tensor]) -> Tensor:
+        return data["obs"]
+
+    def update_normalizers(self, obs: dict[str, Tensor]) -> None:
+        """Nothing to update: token values are scaled by a fixed 1/255."""
 
     def _advance(self, x: Tensor, state: tuple[Tensor, ...], done: Tensor) -> LSTMState | GRUState:
         """One core step from `state`, zeroed first on rows whose `done` is set."""

@@ -1,15 +1,19 @@
-"""syncfree's MLP actor-critic and optimizer in rsl_rl 5's checkpoint layout, and back.
+"""syncfree's MLP actor-critic (and its recurrent MLP policy) and optimizer in rsl_rl 5's checkpoint layout, and
+back.
 
 rsl_rl 5 saves `{"actor_state_dict", "critic_state_dict", "optimizer_state_dict", "iter", "infos"}`; its models
 name their layers `mlp.<i>`, the action noise `distribution.std_param` (or `log_std_param`) and the normalizer
 `obs_normalizer._mean/_var/_std/count` (`[1, dim]` statistics). syncfree's `ActorCritic` holds the same tensors
 as `actor.<i>`, `critic.<i>`, `head.std_param` (or `log_std`) and `actor_norm/critic_norm.mean/var/count`; the
 layers are numbered alike and the parameters come in the same order (noise, actor, critic), so the optimizer's
-per-parameter state carries over index by index.
+per-parameter state carries over index by index. The recurrent MLP policy's cells (`actor_core.cells.<i>.<name>`)
+are an `RNNModel`'s `rnn.rnn.<name>_l<i>` (`torch.nn.LSTM` and `LSTMCell` hold the same gates in the same order),
+registered in rsl_rl's parameter order (noise, actor MLP, actor RNN, critic MLP, critic RNN).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -20,6 +24,8 @@ from syncfree.errors import UserError
 
 _NOISE = {"log_std": "distribution.log_std_param", "std_param": "distribution.std_param"}
 _NORM_TO_RSL = {"mean": "_mean", "var": "_var", "count": "count"}
+_RNN_KEY = re.compile(r"rnn\.rnn\.(?P<name>(weight|bias)_(ih|hh))_l(?P<layer>\d+)")
+"""An `RNNModel`'s recurrent layer parameter (`torch.nn.LSTM`/`GRU` names), as syncfree's cell `<layer>.<name>`."""
 
 
 def to_rsl_rl(policy_state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
@@ -29,6 +35,9 @@ def to_rsl_rl(policy_state: dict[str, Tensor]) -> tuple[dict[str, Tensor], dict[
         part, _, rest = key.partition(".")
         if part == "head":
             nets["actor"][_NOISE[rest]] = value.clone()
+        elif part in ("actor_core", "critic_core"):  # cells.<layer>.<name> -> torch.nn.LSTM's <name>_l<layer>
+            _, layer, name = rest.split(".")
+            nets[part.removesuffix("_core")][f"rnn.rnn.{name}_l{layer}"] = value.clone()
         elif part in nets:
             nets[part][f"mlp.{rest}"] = value.clone()
         elif part in ("actor_norm", "critic_norm"):
@@ -59,6 +68,8 @@ def from_rsl_rl(actor: dict[str, Tensor] | None, critic: dict[str, Tensor] | Non
                 raise UserError(f"{source}: {net}_state_dict[{key!r}] is a {type(value).__name__}, not a tensor")
             if key.startswith("mlp."):
                 out[f"{net}.{key.removeprefix('mlp.')}"] = value
+            elif (cell := _RNN_KEY.fullmatch(key)) is not None:
+                out[f"{net}_core.cells.{cell['layer']}.{cell['name']}"] = value
             elif net == "actor" and key in noise:
                 out[f"head.{noise[key]}"] = value
             elif key.startswith("obs_normalizer."):

@@ -25,6 +25,7 @@ from syncfree.errors import UserError
 from syncfree.policy.actor_critic import ActorCritic
 from syncfree.policy.heads import GaussianHead
 from syncfree.policy.normalizer import RunningNorm
+from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
 from syncfree.rsl_rl.checkpoint import from_rsl_rl, load_optimizer_from_rsl_rl, optimizer_to_rsl_rl, to_rsl_rl
 from syncfree.tasks.rsl_rl_config import from_rsl_rl as config_from_rsl_rl
 from syncfree.train import checkpoint
@@ -115,13 +116,15 @@ class OnPolicyRunner:
         return policy.to(device) if device is not None else policy
 
     def export_policy_to_jit(self, path: str, filename: str = "policy.pt") -> None:
-        """TorchScript of the deterministic actor, normalizer inside: `obs [N, D] -> actions [N, A]`."""
+        """TorchScript of the deterministic actor, normalizer inside: `obs [N, D] -> actions [N, A]`; a recurrent
+        actor acts for one env and keeps its state inside (`reset()` zeroes it), as rsl_rl's."""
         model = self.alg.get_policy().as_jit().to("cpu")
         os.makedirs(path, exist_ok=True)
         torch.jit.script(model).save(os.path.join(path, filename))
 
     def export_policy_to_onnx(self, path: str, filename: str = "policy.onnx", verbose: bool = False) -> None:
-        """ONNX of the deterministic actor as rsl_rl writes it: input `obs`, output `actions`, opset 18."""
+        """ONNX of the deterministic actor as rsl_rl writes it: input `obs`, output `actions`, opset 18; a recurrent
+        actor also takes and returns its state (`h_in`, `c_in` -> `h_out`, `c_out`)."""
         from syncfree.export import require_onnx
 
         require_onnx()
@@ -142,7 +145,7 @@ class PPO:
 
     def __init__(self, runner: Runner, actor_groups: list[str]) -> None:
         self._runner = runner
-        self.policy = cast(ActorCritic, runner.policy)
+        self.policy = cast(ActorCritic | RecurrentMLPPolicy, runner.policy)
         self.optim = runner.algorithm.optim
         self.optimizer = self.optim.optimizer
         self.inference = InferencePolicy(self.policy, actor_groups)
@@ -221,14 +224,17 @@ def _hint(problem: str) -> str:
 
 class InferencePolicy(nn.Module):
     """The live actor as rsl_rl's `get_policy()` returns it: `policy(obs)` with obs the env's observation
-    TensorDict (or the actor's groups already concatenated) -> the deterministic action."""
+    TensorDict (or the actor's groups already concatenated) -> the deterministic action. A recurrent policy carries
+    its actor's state from call to call; `reset(dones)` zeroes it where `dones` is set (all of it without
+    `dones`), as rsl_rl's recurrent models do."""
 
-    is_recurrent = False
-
-    def __init__(self, policy: ActorCritic, groups: list[str]) -> None:
+    def __init__(self, policy: ActorCritic | RecurrentMLPPolicy, groups: list[str]) -> None:
         super().__init__()
         self.policy = policy
         self.groups = list(groups)
+        self.is_recurrent = isinstance(policy, RecurrentMLPPolicy)
+        self.state: tuple[Tensor, ...] | None = None
+        """The recurrent actor's state (None: zero, at the next call's batch size)."""
 
     def forward(self, obs: Any) -> Tensor:
         if isinstance(obs, Tensor):
@@ -237,20 +243,47 @@ class InferencePolicy(nn.Module):
             actor_obs = obs[self.groups[0]]
         else:
             actor_obs = torch.cat([obs[g] for g in self.groups], dim=-1)
-        return self.policy.act_deterministic(actor_obs)
+        if not isinstance(self.policy, RecurrentMLPPolicy):
+            return self.policy.act_deterministic(actor_obs)
+        if self.state is None or self.state[0].shape[0] != actor_obs.shape[0]:
+            self.state = self.policy.initial_actor_state(actor_obs.shape[0], actor_obs.device)
+        actions, self.state = self.policy.act_deterministic(actor_obs, self.state)
+        return actions
 
     def reset(self, dones: Tensor | None = None, hidden_state: Any = None) -> None:
-        """No recurrent state."""
+        if hidden_state is not None:
+            raise UserError("rsl_rl runner: reset(hidden_state=...) is not supported; reset(dones) zeroes the state "
+                            "of the envs whose episode ended")
+        if dones is None or self.state is None:
+            self.state = None
+        else:
+            keep = (dones == 0).unsqueeze(-1).to(self.state[0].dtype)
+            self.state = tuple(s * keep for s in self.state)
 
     @property
     def output_std(self) -> Tensor:
         return cast(GaussianHead, self.policy.head).std()
 
-    def as_jit(self) -> DeployedActor:
+    def as_jit(self) -> nn.Module:
+        if isinstance(self.policy, RecurrentMLPPolicy):
+            return DeployedRecurrentActor.of(self.policy)
         return DeployedActor(self.policy)
 
-    def as_onnx(self, verbose: bool = False) -> DeployedActor:
+    def as_onnx(self, verbose: bool = False) -> DeployedActor | OnnxRecurrentActor:
+        if isinstance(self.policy, RecurrentMLPPolicy):
+            return OnnxRecurrentActor(self.policy)
         return DeployedActor(self.policy)
+
+
+def normalizer_buffers(module: nn.Module, norm: nn.Module, dim: int) -> None:
+    """`mean` and `scale` buffers on `module`: the observation normalizer `norm` as `(obs - mean) / scale`."""
+    if isinstance(norm, RunningNorm):
+        scale = norm.var.sqrt() + norm.std_offset if norm.std_offset else torch.sqrt(norm.var + norm.eps)
+        mean = norm.mean
+    else:
+        mean, scale = torch.zeros(dim), torch.ones(dim)
+    module.register_buffer("mean", mean.detach().clone())
+    module.register_buffer("scale", scale.detach().clone())
 
 
 class DeployedActor(nn.Module):
@@ -265,16 +298,9 @@ class DeployedActor(nn.Module):
     def __init__(self, policy: ActorCritic) -> None:
         super().__init__()
         self.input_names, self.output_names = ["obs"], ["actions"]
-        norm, dim = policy.actor_norm, policy.actor_obs_dim
-        if isinstance(norm, RunningNorm):
-            scale = norm.var.sqrt() + norm.std_offset if norm.std_offset else torch.sqrt(norm.var + norm.eps)
-            mean = norm.mean
-        else:
-            mean, scale = torch.zeros(dim), torch.ones(dim)
-        self.register_buffer("mean", mean.detach().clone())
-        self.register_buffer("scale", scale.detach().clone())
+        normalizer_buffers(self, policy.actor_norm, policy.actor_obs_dim)
         self.mlp = nn.Sequential(*copy.deepcopy(list(policy.actor)))
-        self.input_size = dim
+        self.input_size = policy.actor_obs_dim
 
     def forward(self, x: Tensor) -> Tensor:
         return self.mlp((x - self.mean) / self.scale)
@@ -285,6 +311,99 @@ class DeployedActor(nn.Module):
 
     def get_dummy_inputs(self) -> tuple[Tensor]:
         return (torch.zeros(1, self.input_size),)
+
+
+def torch_rnn(policy: RecurrentMLPPolicy) -> nn.LSTM | nn.GRU:
+    """The actor's stacked cells as one `torch.nn.LSTM` (or `GRU`) with the same weights: the module rsl_rl's
+    exported recurrent models hold."""
+    cells = policy.actor_core.cells
+    first = cells[0]
+    rnn = (nn.LSTM if isinstance(first, nn.LSTMCell) else nn.GRU)(first.input_size, first.hidden_size, len(cells))
+    with torch.no_grad():
+        for layer, cell in enumerate(cells):
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                getattr(rnn, f"{name}_l{layer}").copy_(getattr(cell, name))
+    return rnn
+
+
+class DeployedRecurrentActor(nn.Module):
+    """The recurrent actor for TorchScript, as rsl_rl exports its own: one env (`obs [1, D] -> actions [1, A]`),
+    its state kept in buffers from call to call, `reset()` zeroes it. `of(policy)` gives the LSTM's or the GRU's
+    (TorchScript compiles one `forward` per class)."""
+
+    is_recurrent = True
+    if TYPE_CHECKING:
+        mean: Tensor
+        scale: Tensor
+        hidden_state: Tensor
+        cell_state: Tensor
+
+    @staticmethod
+    def of(policy: RecurrentMLPPolicy) -> DeployedRecurrentActor:
+        lstm = isinstance(policy.actor_core.cells[0], nn.LSTMCell)
+        return (DeployedLSTMActor if lstm else DeployedGRUActor)(policy)
+
+    def __init__(self, policy: RecurrentMLPPolicy) -> None:
+        super().__init__()
+        normalizer_buffers(self, policy.actor_norm, policy.actor_obs_dim)
+        self.rnn = torch_rnn(policy)
+        self.mlp = nn.Sequential(*copy.deepcopy(list(policy.actor)))
+        size = (self.rnn.num_layers, 1, self.rnn.hidden_size)
+        self.register_buffer("hidden_state", torch.zeros(size))
+        self.register_buffer("cell_state", torch.zeros(size if isinstance(self.rnn, nn.LSTM) else (0,)))
+
+    @torch.jit.export
+    def reset(self) -> None:
+        self.hidden_state[:] = 0.0
+        self.cell_state[:] = 0.0
+
+
+class DeployedLSTMActor(DeployedRecurrentActor):
+    def forward(self, x: Tensor) -> Tensor:
+        x, (h, c) = self.rnn(((x - self.mean) / self.scale).unsqueeze(0), (self.hidden_state, self.cell_state))
+        self.hidden_state[:] = h
+        self.cell_state[:] = c
+        return self.mlp(x.squeeze(0))
+
+
+class DeployedGRUActor(DeployedRecurrentActor):
+    def forward(self, x: Tensor) -> Tensor:
+        x, h = self.rnn(((x - self.mean) / self.scale).unsqueeze(0), self.hidden_state)
+        self.hidden_state[:] = h
+        return self.mlp(x.squeeze(0))
+
+
+class OnnxRecurrentActor(nn.Module):
+    """The recurrent actor for ONNX, as rsl_rl exports its own: inputs `obs`, `h_in` (and `c_in` for an LSTM,
+    `[layers, 1, hidden]`), outputs `actions`, `h_out` (and `c_out`); the caller carries the state."""
+
+    is_recurrent = True
+    if TYPE_CHECKING:
+        mean: Tensor
+        scale: Tensor
+
+    def __init__(self, policy: RecurrentMLPPolicy) -> None:
+        super().__init__()
+        normalizer_buffers(self, policy.actor_norm, policy.actor_obs_dim)
+        self.rnn = torch_rnn(policy)
+        self.mlp = nn.Sequential(*copy.deepcopy(list(policy.actor)))
+        self.lstm = isinstance(self.rnn, nn.LSTM)
+        self.input_size = policy.actor_obs_dim
+        state = ["h", "c"] if self.lstm else ["h"]
+        self.input_names = ["obs", *(f"{s}_in" for s in state)]
+        self.output_names = ["actions", *(f"{s}_out" for s in state)]
+
+    def forward(self, obs: Tensor, h_in: Tensor, c_in: Tensor | None = None) -> tuple[Tensor, ...]:
+        x = ((obs - self.mean) / self.scale).unsqueeze(0)
+        if self.lstm:
+            x, (h, c) = self.rnn(x, (h_in, c_in))
+            return self.mlp(x.squeeze(0)), h, c
+        x, h = self.rnn(x, h_in)
+        return self.mlp(x.squeeze(0)), h
+
+    def get_dummy_inputs(self) -> tuple[Tensor, ...]:
+        state = torch.zeros(self.rnn.num_layers, 1, self.rnn.hidden_size)
+        return (torch.zeros(1, self.input_size), *([state, state.clone()] if self.lstm else [state]))
 
 
 class Logger:

@@ -9,12 +9,22 @@ import copy
 import dataclasses
 import importlib
 import pkgutil
+import typing
 from typing import Any, cast
 
 import torch
 
 from syncfree.algo import algorithm_for
-from syncfree.config import TrainConfig, from_dict
+from syncfree.config import (
+    PolicyConfig,
+    PPOConfig,
+    RecurrentFlatTrainConfig,
+    RecurrentMLPPolicyConfig,
+    RecurrentPPOConfig,
+    RecurrentTrainConfig,
+    TrainConfig,
+    from_dict,
+)
 from syncfree.core.switches import Scope
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError
@@ -89,16 +99,61 @@ def preset(task: str, size: str = "default") -> TrainConfig:
     return get_task(task).preset(size, task)
 
 
-def config_class(task: str) -> type[TrainConfig]:
-    """The task's config type (`TrainConfig` for a name no task has: a user's own env)."""
+def config_class(task: str, kind: str = "") -> type[TrainConfig]:
+    """The task's config type (`TrainConfig` for a name no task has: a user's own env); with `kind="recurrent"` on
+    a task whose type trains no recurrent policy, its recurrent variant (`recurrent_variant`)."""
     spec = find_task(task)
-    return spec.config if spec is not None else TrainConfig
+    cls = spec.config if spec is not None else TrainConfig
+    return recurrent_variant(cls) if kind == "recurrent" else cls
+
+
+_RECURRENT_VARIANTS: dict[type[TrainConfig], type[TrainConfig]] = {}
+
+
+def recurrent_variant(cls: type[TrainConfig]) -> type[TrainConfig]:
+    """The config type of `policy.kind=recurrent` on a task of config type `cls`: `cls`'s sections (its env's
+    options) with the recurrent MLP policy, PPO on BPTT segments and the losses section of
+    `RecurrentFlatTrainConfig`. A type that trains a recurrent policy already is its own variant."""
+    if issubclass(cls, RecurrentTrainConfig):
+        return cls
+    if cls not in _RECURRENT_VARIANTS:
+        # the task's own sections are declared again: a dataclass base's fields (`RecurrentFlatTrainConfig`'s
+        # inherited `env: EnvConfig`) would otherwise replace those of the bases after it
+        hints = typing.get_type_hints(cls)
+        own = [(f.name, hints[f.name], dataclasses.field(default_factory=f.default_factory))
+               for f in dataclasses.fields(cls) if f.name not in _RECURRENT_SECTIONS
+               and f.default_factory is not dataclasses.MISSING]
+        _RECURRENT_VARIANTS[cls] = dataclasses.make_dataclass(
+            f"Recurrent{cls.__name__}", own, bases=(RecurrentFlatTrainConfig, cls),
+            namespace={"__doc__": f"{cls.__doc__}\n\n{RecurrentFlatTrainConfig.__doc__}", "__module__": cls.__module__})
+    return _RECURRENT_VARIANTS[cls]
+
+
+_RECURRENT_SECTIONS = ("policy", "ppo", "losses")
+"""The sections the recurrent variant of a config type takes from `RecurrentFlatTrainConfig`."""
+
+
+def with_policy_kind(cfg: TrainConfig, kind: str) -> TrainConfig:
+    """`cfg` for training the policy of `kind`: for `recurrent` on a type that trains none, its values in the
+    recurrent variant (the MLP fields kept, the rollout one BPTT segment per env: `ppo.bptt_horizon=0`); any
+    other kind leaves `cfg` as it is (its validation says whether the task trains it)."""
+    cls = config_class(cfg.task, kind) if kind == "recurrent" else type(cfg)
+    if cls is type(cfg):
+        return cfg
+    shared = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name not in ("policy", "ppo")}
+    ppo = {f.name: getattr(cfg.ppo, f.name) for f in dataclasses.fields(PPOConfig)}
+    policy = {f.name: getattr(cfg.policy, f.name) for f in dataclasses.fields(PolicyConfig)}
+    return cls(**shared, policy=RecurrentMLPPolicyConfig(**{**policy, "kind": "recurrent"}),
+               ppo=RecurrentPPOConfig(**ppo, bptt_horizon=0))
 
 
 def config_from_dict(data: dict[str, Any]) -> TrainConfig:
-    """A config stored as a dict (a checkpoint's, a run's `config.yaml`) as its task's config type; a dict of the
-    earlier layout, in which every config held every task's options, is read too."""
-    cls = config_class(str(data.get("task", TrainConfig.task)))
+    """A config stored as a dict (a checkpoint's, a run's `config.yaml`) as its task's config type (the recurrent
+    variant when its `policy.kind` says so); a dict of the earlier layout, in which every config held every task's
+    options, is read too."""
+    policy = data.get("policy")
+    kind = str(policy.get("kind", "")) if isinstance(policy, dict) else ""
+    cls = config_class(str(data.get("task", TrainConfig.task)), kind)
     return cast(TrainConfig, from_dict(cls, upgrade_config(data, cls)))
 
 
@@ -196,5 +251,6 @@ def _field_names(cls: type[TrainConfig], section: str) -> set[str]:
 _discover()
 
 __all__ = ["SOURCES", "TASKS", "TaskSource", "TaskSpec", "check_task", "config_class", "config_file_arguments",
-           "config_from_dict", "find_task", "get_task", "make_env", "make_task_env", "preset", "register",
-           "switch_scope", "task_names", "upgrade_config"]
+           "config_from_dict", "find_task", "get_task", "make_env", "make_task_env", "preset", "recurrent_variant",
+           "register",
+           "switch_scope", "task_names", "upgrade_config", "with_policy_kind"]

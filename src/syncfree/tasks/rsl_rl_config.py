@@ -6,8 +6,11 @@ Every key is one of three kinds, and nothing else is accepted:
 - **mapped** to a syncfree setting (`MAPPED`, with where it goes);
 - **read elsewhere**: by the user's training script or env wrapper, not by rsl_rl's runner (`READ_ELSEWHERE`), so
   the runner leaves it to them, as rsl_rl's does;
-- **refused**, in one line naming the key and why: a value syncfree cannot honour (RND, symmetry, an RNN or CNN
-  model, another optimizer...), or a key neither rsl_rl nor syncfree knows.
+- **refused**, in one line naming the key and why: a value syncfree cannot honour (RND, symmetry, a CNN model,
+  another optimizer...), or a key neither rsl_rl nor syncfree knows.
+
+rsl_rl 5's `RNNModel` (actor and critic) maps to `policy.kind=recurrent`: the recurrent MLP policy, trained by the
+recurrent algorithm on one BPTT segment per env's rollout, as rsl_rl trains it.
 
 `docs/rsl_rl.md` has the table.
 """
@@ -18,7 +21,17 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, cast
 
-from syncfree.config import PolicyConfig, PPOConfig, TrainConfig, from_dict, merge, to_dict, validate
+from syncfree.config import (
+    PolicyConfig,
+    PPOConfig,
+    RecurrentCoreConfig,
+    RecurrentMLPPolicyConfig,
+    TrainConfig,
+    from_dict,
+    merge,
+    to_dict,
+    validate,
+)
 from syncfree.errors import UserError
 
 RSL_RL_STD_OFFSET = 0.01
@@ -58,7 +71,7 @@ MAPPED: dict[str, str] = {
     "algorithm.symmetry_cfg": "None only",
     "algorithm.share_cnn_encoders": "False only",
     "algorithm.grad_reduce_bucket_mb": "no effect (syncfree all-reduces the gradients in one flat buffer)",
-    "model.class_name": "MLPModel only",
+    "model.class_name": "MLPModel, or RNNModel for both actor and critic (policy.kind=recurrent)",
     "model.hidden_dims": "policy.actor_hidden / policy.critic_hidden (-1: the observation's width)",
     "model.activation": "policy.activation (the same for actor and critic)",
     "model.obs_normalization": "policy.normalize_obs with rsl_rl's formula (the same for actor and critic)",
@@ -68,9 +81,9 @@ MAPPED: dict[str, str] = {
     "model.distribution_cfg.std_range": "rsl_rl's default (1e-6, 1e6) only",
     "model.distribution_cfg.learn_std": "True only",
     "model.cnn_cfg": "None only",
-    "model.rnn_type": "None only",
-    "model.rnn_hidden_dim": "no effect without rnn_type",
-    "model.rnn_num_layers": "no effect without rnn_type",
+    "model.rnn_type": "policy.rnn.core (RNNModel; lstm or gru, the same for actor and critic)",
+    "model.rnn_hidden_dim": "policy.rnn.hidden (RNNModel; the same for actor and critic)",
+    "model.rnn_num_layers": "policy.rnn.num_layers (RNNModel; the same for actor and critic)",
     "policy.*": "rsl_rl < 5's ActorCritic section: actor_hidden_dims, critic_hidden_dims, activation, "
                 "init_noise_std, noise_std_type, actor_obs_normalization, critic_obs_normalization",
 }
@@ -140,7 +153,12 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
     widths = {name: sum(int(obs[g].shape[-1]) for g in groups) if obs is not None else -1
               for name, groups in obs_groups.items()}
     out.ppo = dataclasses.replace(ppo_config(dict(cfg["algorithm"])), steps_per_env=int(cfg["num_steps_per_env"]))
-    out.policy = policy_config(cfg, widths)
+    policy = policy_config(cfg, widths)
+    if isinstance(policy, RecurrentMLPPolicyConfig):
+        from syncfree.tasks import with_policy_kind  # the registry imports this module
+
+        out = with_policy_kind(out, "recurrent")
+    out.policy = policy
     if cfg["algorithm"].get("use_mixed_precision"):
         out.perf = dataclasses.replace(out.perf, autocast="bf16")
     if cfg.get("torch_compile_mode") is not None:
@@ -253,10 +271,13 @@ class _Model:
     normalize: bool
     init_std: float = 1.0
     std_type: StdType = "scalar"
+    rnn: RecurrentCoreConfig | None = None
+    """An `RNNModel`'s recurrent core; None for an `MLPModel`."""
 
 
 def policy_config(cfg: Mapping[str, Any], widths: dict[str, int]) -> PolicyConfig:
-    """The `actor` and `critic` sections (or rsl_rl < 5's `policy`) as one `PolicyConfig`."""
+    """The `actor` and `critic` sections (or rsl_rl < 5's `policy`) as one `PolicyConfig` (a
+    `RecurrentMLPPolicyConfig` for `RNNModel`s)."""
     if "policy" in cfg:
         if "actor" in cfg or "critic" in cfg:
             raise refuse("policy", "give either rsl_rl 5's actor and critic sections or the older policy section")
@@ -280,28 +301,36 @@ def policy_config(cfg: Mapping[str, Any], widths: dict[str, int]) -> PolicyConfi
     for name, sizes in hidden.items():
         if -1 in sizes:
             raise refuse(f"{name}.hidden_dims", "-1 (the input's width) needs the env's observations")
-    return PolicyConfig(actor_hidden=hidden["actor"], critic_hidden=hidden["critic"], activation=actor.activation,
-                        init_std=actor.init_std, normalize_obs=actor.normalize,
-                        obs_norm_std_offset=RSL_RL_STD_OFFSET if actor.normalize else 0.0,
-                        std_type=actor.std_type)
+    if actor.rnn != critic.rnn:
+        raise refuse("critic.class_name" if (actor.rnn is None) != (critic.rnn is None) else "critic.rnn_type",
+                     "the actor's and the critic's models differ (an RNNModel and an MLPModel, or other RNN "
+                     "settings); syncfree's recurrent policy has one recurrent core setting for both")
+    fields = dict(actor_hidden=hidden["actor"], critic_hidden=hidden["critic"], activation=actor.activation,
+                  init_std=actor.init_std, normalize_obs=actor.normalize,
+                  obs_norm_std_offset=RSL_RL_STD_OFFSET if actor.normalize else 0.0, std_type=actor.std_type)
+    if actor.rnn is not None:
+        return RecurrentMLPPolicyConfig(**fields, rnn=actor.rnn)  # type: ignore[arg-type]
+    return PolicyConfig(**fields)  # type: ignore[arg-type]
 
 
 def model(section: dict[str, Any], name: str, stochastic: bool) -> _Model:
-    """One rsl_rl 5 model config (`MLPModel`'s arguments, with mjlab's optional keys)."""
+    """One rsl_rl 5 model config (`MLPModel`'s or `RNNModel`'s arguments, with mjlab's optional keys)."""
     class_name = str(section.pop("class_name", "MLPModel"))
-    if class_name.rsplit(":", 1)[-1].rsplit(".", 1)[-1] != "MLPModel":
-        why = ("recurrent models are not mapped yet" if "RNN" in class_name else
-               "syncfree's drop-in trains MLP models")
-        raise refuse(f"{name}.class_name", f"{class_name!r}: {why}")
-    for key in ("cnn_cfg", "rnn_type"):
-        if section.pop(key, None) is not None:
-            raise refuse(f"{name}.{key}", "syncfree's drop-in trains MLP models")
-    section.pop("rnn_hidden_dim", None)
-    section.pop("rnn_num_layers", None)
+    short = class_name.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+    if short not in ("MLPModel", "RNNModel"):
+        raise refuse(f"{name}.class_name", f"{class_name!r}: syncfree's drop-in trains MLP and RNN models")
+    if section.pop("cnn_cfg", None) is not None:
+        raise refuse(f"{name}.cnn_cfg", "syncfree's drop-in trains MLP and RNN models")
+    rnn = recurrent_core(section, name) if short == "RNNModel" else None
+    if rnn is None:
+        if section.pop("rnn_type", None) is not None:
+            raise refuse(f"{name}.rnn_type", f"read by RNNModel only; {name}.class_name is {class_name!r}")
+        section.pop("rnn_hidden_dim", None)
+        section.pop("rnn_num_layers", None)
     dist = section.pop("distribution_cfg", None)
     out = _Model(hidden=_hidden(section.pop("hidden_dims", (256, 256, 256)), f"{name}.hidden_dims"),
                  activation=_activation(section.pop("activation", "elu"), f"{name}.activation"),
-                 normalize=bool(section.pop("obs_normalization", False)))
+                 normalize=bool(section.pop("obs_normalization", False)), rnn=rnn)
     if section:
         raise refuse(f"{name}.{sorted(section)[0]}", "not a key of rsl_rl 5's MLPModel (nor one syncfree maps)")
     if not stochastic:
@@ -327,11 +356,26 @@ def model(section: dict[str, Any], name: str, stochastic: bool) -> _Model:
     return out
 
 
+def recurrent_core(section: dict[str, Any], name: str) -> RecurrentCoreConfig:
+    """An `RNNModel`'s `rnn_type`, `rnn_hidden_dim` and `rnn_num_layers` (rsl_rl's defaults: lstm, 256, 1)."""
+    core = section.pop("rnn_type", "lstm")
+    if core not in ("lstm", "gru"):
+        raise refuse(f"{name}.rnn_type", f"{core!r}: lstm or gru")
+    sizes = {}
+    for key, default in (("rnn_hidden_dim", 256), ("rnn_num_layers", 1)):
+        value = section.pop(key, default)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise refuse(f"{name}.{key}", f"{value!r}: an integer >= 1")
+        sizes[key] = value
+    return RecurrentCoreConfig(core, sizes["rnn_hidden_dim"], sizes["rnn_num_layers"])
+
+
 def legacy_models(section: dict[str, Any], empirical_normalization: bool) -> tuple[_Model, _Model]:
     """rsl_rl < 5's `policy` section (`ActorCritic`): its log-std or scalar noise, sizes and normalizers."""
     class_name = str(section.pop("class_name", "ActorCritic"))
     if class_name.rsplit(".", 1)[-1] != "ActorCritic":
-        raise refuse("policy.class_name", f"{class_name!r}: only ActorCritic is mapped (not recurrent)")
+        raise refuse("policy.class_name", f"{class_name!r}: only ActorCritic is mapped (recurrent models: rsl_rl 5's "
+                     "RNNModel, as the actor and critic sections)")
     activation = _activation(section.pop("activation", "elu"), "policy.activation")
     actor_norm = bool(section.pop("actor_obs_normalization", empirical_normalization))
     critic_norm = bool(section.pop("critic_obs_normalization", empirical_normalization))
@@ -372,6 +416,6 @@ def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConf
     for key, value in overrides.items():
         merge(tree, str(key).split("."), value)
     try:
-        return cast(TrainConfig, validate(from_dict(TrainConfig, tree)))
+        return cast(TrainConfig, validate(from_dict(type(cfg), tree)))
     except UserError as e:
         raise refuse("syncfree", str(e)) from None
