@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +49,10 @@ def one_line(err: str) -> str:
     (["--task", "g1-track", "--env.sampler_decay", "1"], "env.sampler_decay"),
     (["--task", "g1-track", "--env.tokenizer_frames", "[0, 1]"], "env.tokenizer_frames"),
     (["--task", "g1-track", "--policy.kind", "token", "--env.num_encoders", "3"], "env.num_encoders"),
+    (["--log.run_name", "../elsewhere"], "log.run_name"),
+    (["--log.run_name", "/tmp/abs"], "log.run_name"),
+    (["--log.run_name", ".."], "log.run_name"),
+    (["--log.run_name", "é" * 128], "log.run_name='éééé"),  # 256 bytes
 ])
 def test_bad_config_is_one_line_naming_the_key(capsys, argv: list[str], culprit: str) -> None:
     code, err = run_cli(capsys, "train", *argv)
@@ -218,3 +224,40 @@ def test_the_skip_limit_can_be_turned_off(tmp_path: Path) -> None:
 def test_an_infinite_number_in_the_config_is_refused(capsys, value: str) -> None:
     code, err = run_cli(capsys, "train", "--task", "pendulum", f"--ppo.learning_rate={value}")
     assert code == 2 and "ppo.learning_rate=" in one_line(err) and "a finite number" in one_line(err)
+
+
+def test_a_yaml_bomb_or_an_oversized_config_file_is_refused_before_it_is_expanded(capsys, tmp_path: Path) -> None:
+    """A 500-byte "billion laughs" file expands to gigabytes when its aliases are resolved: it is refused, read as
+    events only, in one line; so is a file over the size cap, and a good file given before either."""
+    levels = ["a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    levels += [f"{c}: &{c} [{', '.join(['*' + p] * 9)}]" for p, c in zip("abcdefgh", "bcdefghi", strict=False)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(levels) + "\n")
+    assert bomb.stat().st_size < 1000
+    good = tmp_path / "good.yaml"
+    good.write_text("iterations: 1\n")
+    big = tmp_path / "big.yaml"
+    big.write_text("iterations: 1\n" + "# padding\n" * 120_000)
+    for args, culprit in ((["--config", str(bomb)], "bomb.yaml uses YAML anchors or aliases"),
+                          (["--config", str(good), "--config", str(bomb)], "bomb.yaml uses YAML anchors"),
+                          ([f"--config={big}"], "big.yaml is over 1024 KiB")):
+        start = time.perf_counter()
+        assert main(["train", "--task", "cartpole", *args]) == 2
+        assert time.perf_counter() - start < 5
+        err = capsys.readouterr().err
+        assert culprit in err and err.count("\n") == 1, err
+
+
+def test_a_runs_config_file_reruns_it_anew_even_after_a_resume(tmp_path: Path) -> None:
+    """`config.yaml` never names a checkpoint: training from a resumed run's config starts a new run in the folder
+    asked for and leaves the original run as it was."""
+    args = ["--task", "cartpole", "--env.num_envs", "16", "--ppo.steps_per_env", "8", "--log.dir", str(tmp_path),
+            "--log.progress", "false"]
+    assert main(["train", "--iterations", "1", *args, "--log.run_name", "run"]) == 0
+    assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--iterations", "2"]) == 0
+    assert "resume: ''" in (tmp_path / "run" / "config.yaml").read_text()
+    before = (tmp_path / "run" / "metrics.jsonl").read_text()
+    assert main(["train", "--config", str(tmp_path / "run" / "config.yaml"), "--log.run_name", "rerun"]) == 0
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == before
+    rerun = (tmp_path / "rerun" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in rerun] == [1, 2]

@@ -121,7 +121,7 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
         pre.add_argument(name)
     pre.add_argument("--config", action="append", default=[])
     known, _ = pre.parse_known_args(argv)
-    files = [read_config_file(path) for path in known.config]
+    files = [read_config_file(path) for path in known.config]  # each checked (size, no aliases) before the parser
     config_path, from_config = (known.config[-1], files[-1]) if files else (None, {})
     if known.resume:
         base = checkpoint.read(known.resume)[0]

@@ -352,6 +352,10 @@ class LossesConfig:
               "losses", "at least one weight > 0", "all 0")
 
 
+RUN_NAME_BYTES = 255
+"""The longest file name most file systems take."""
+
+
 @dataclass
 class LogConfig:
     """Where a run writes (metrics, checkpoints, config) and what it logs to."""
@@ -441,6 +445,11 @@ class TrainConfig:
         rows, made = self.minibatch_rows()
         check(1 <= self.ppo.num_minibatches <= rows and rows % self.ppo.num_minibatches == 0, "ppo.num_minibatches",
               f"a divisor of {made} = {rows}", self.ppo.num_minibatches)
+        name = self.log.run_name
+        check(name == "" or (name not in (".", "..") and not any(c in name for c in "/\\\0")
+                             and len(name.encode()) <= RUN_NAME_BYTES), "log.run_name",
+              f"one folder name inside log.dir (no '/', not '.' or '..', at most {RUN_NAME_BYTES} bytes)",
+              name if len(name) <= 80 else f"{name[:40]}...{name[-20:]} ({len(name.encode())} bytes)")
         check(self.distributed.timeout > 0, "distributed.timeout", "a number of seconds > 0", self.distributed.timeout)
         check(self.distributed.backend in ("auto", "nccl", "gloo"), "distributed.backend", "auto, nccl, gloo",
               self.distributed.backend)
@@ -557,14 +566,31 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", root: type | No
     return cls(**kwargs)
 
 
+CONFIG_FILE_BYTES = 1 << 20
+"""The largest config file read (a whole config is a few kilobytes)."""
+
+
 def read_config_file(path: str) -> dict[str, Any]:
-    """A YAML config file's mapping (`syncfree train --config`); one line naming the file when it cannot be read."""
+    """A YAML config file's mapping (`syncfree train --config`); one line naming the file when it cannot be read.
+
+    A config is plain data: a file over `CONFIG_FILE_BYTES`, or one that uses YAML anchors and aliases (with which
+    a file of a few hundred bytes expands to gigabytes: "billion laughs"), is refused before anything is built from
+    it; the check reads the file's events, which do not expand aliases."""
     import yaml
 
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as e:
+        with open(path, "rb") as f:
+            raw = f.read(CONFIG_FILE_BYTES + 1)
+        if len(raw) > CONFIG_FILE_BYTES:
+            raise UserError(f"config: {path} is over {CONFIG_FILE_BYTES // 1024} KiB; a config file is a few KiB of "
+                            "plain data")
+        text = raw.decode("utf-8")
+        if any(isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None
+               for event in yaml.parse(text, Loader=yaml.SafeLoader)):
+            raise UserError(f"config: {path} uses YAML anchors or aliases; a config file is plain data (write each "
+                            "value out)")
+        data = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise UserError(f"config: cannot read {path} ({type(e).__name__})") from None
     return data if isinstance(data, dict) else {}
 

@@ -102,11 +102,12 @@ def _write_replace(data: bytes | memoryview, path: Path) -> None:
 
 def write_config(config: dict[str, Any], run_dir: Path) -> Path:
     """`run_dir/config.yaml`, written atomically: `syncfree train --config` reads it back (give it another
-    `--log.run_name`)."""
+    `--log.run_name`) and trains the same config anew. It never names a checkpoint to resume (that of a resumed
+    run would make the rerun continue, and change, this run)."""
     import yaml
 
     path = run_dir / "config.yaml"
-    _write_replace(yaml.safe_dump(config, sort_keys=False).encode(), path)
+    _write_replace(yaml.safe_dump({**config, "resume": ""}, sort_keys=False).encode(), path)
     return path
 
 
