@@ -1,6 +1,7 @@
 """syncfree: PPO for massively parallel environments, with no host syncs in the hot loop.
 
 `syncfree.learn(task, **overrides)` trains from Python (`syncfree.api`); `syncfree train` from the command line.
+`syncfree.check_env(env)` checks your own env against what it declares (`syncfree.envs.check`).
 """
 
 __version__ = "0.2.0"
@@ -11,4 +12,8 @@ def __getattr__(name: str):
         from syncfree import api
 
         return getattr(api, name)
+    if name == "check_env":
+        from syncfree.envs.check import check_env
+
+        return check_env
     raise AttributeError(f"module 'syncfree' has no attribute {name!r}")

@@ -28,6 +28,7 @@ from syncfree.core.memory import retain_freed_memory
 from syncfree.core.switches import Scope
 from syncfree.core.transfer import HostTransfer
 from syncfree.envs import VecEnv
+from syncfree.envs.check import check_env
 from syncfree.envs.managers.env import ManagerBasedEnv
 from syncfree.errors import NonFiniteError, UserError
 from syncfree.tasks import make_task_env, switch_scope
@@ -65,6 +66,8 @@ class Runner:
         checkpoint.seed_everything(cfg.seed + self.rank)
         if cfg.perf.retain_host_memory:
             retain_freed_memory()
+        if env is not None:  # a user's env: what it declares against what it returns, before anything is built
+            check_env(env)
         if env is not None and env.num_envs != cfg.env.rows():
             raise UserError(f"env: {type(env).__name__} has {env.num_envs} envs but the config has "
                             f"{cfg.env.describe(cfg.env.rows())} (env.num_envs={cfg.env.num_envs})")
