@@ -49,6 +49,30 @@ def test_learning_parity_runs_resumes_and_reports(tmp_path: Path) -> None:
     assert {learner: path.stat().st_mtime_ns for learner, path in runs.items()} == written
 
 
+def test_the_recurrent_learners_train_recurrent_models_on_both_sides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`syncfree-recurrent` trains the recurrent MLP policy and `rsl_rl-rnn` rsl_rl's `RNNModel`s of the same
+    sizes; both are evaluated from the zero state (2 iterations, `SYNCFREE_PARITY_ITERATIONS`)."""
+    pytest.importorskip("rsl_rl")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setenv("SYNCFREE_PARITY_ITERATIONS", "2")
+    from learning_parity import train_one
+    from side_by_side_rsl_rl import rsl_rl_config
+
+    from syncfree.tasks import preset
+
+    threads = torch.get_num_threads()
+    try:
+        runs = {learner: train_one("cartpole-continuous", learner, 0) for learner in ("syncfree-recurrent",
+                                                                                      "rsl_rl-rnn")}
+    finally:
+        torch.set_num_threads(threads)
+    for run in runs.values():
+        assert [p["iteration"] for p in run["points"]] == [2] and run["points"][0]["eval_return"] > 0
+    mapped = rsl_rl_config(preset("cartpole-continuous"), check_for_nan=False, compile_mode=None, rnn=True)
+    assert [mapped[net]["class_name"] for net in ("actor", "critic")] == ["RNNModel", "RNNModel"]
+    assert (mapped["actor"]["rnn_type"], mapped["actor"]["rnn_hidden_dim"]) == ("lstm", 256)
+
+
 def test_rsl_rl_reward_norm_learner_scales_the_rewards_rsl_rl_sees(monkeypatch: pytest.MonkeyPatch) -> None:
     """`rsl_rl-reward-norm`: rsl_rl steps the env through `ScaledRewards`, which hands it each reward divided as
     `RewardScale` divides it (episode ends included) and passes everything else through."""
