@@ -204,6 +204,9 @@ def test_recurrent_exports_act_as_the_live_policy(tmp_path: Path, core: str, lay
 
     runner = OnPolicyRunner(rsl_env(), rnn_cfg(core, layers), device="cpu")
     runner.learn(1)
+    policy = runner.get_inference_policy()
+    policy(rsl_env().get_observations())  # outside inference mode: the carried state holds no graph
+    assert policy.state is not None and all(s.grad_fn is None for s in policy.state)
     runner.export_policy_to_jit(str(tmp_path))
     runner.export_policy_to_onnx(str(tmp_path))
     env = rsl_env(seed=3)

@@ -247,7 +247,8 @@ class InferencePolicy(nn.Module):
             return self.policy.act_deterministic(actor_obs)
         if self.state is None or self.state[0].shape[0] != actor_obs.shape[0]:
             self.state = self.policy.initial_actor_state(actor_obs.shape[0], actor_obs.device)
-        actions, self.state = self.policy.act_deterministic(actor_obs, self.state)
+        actions, state = self.policy.act_deterministic(actor_obs, self.state)
+        self.state = tuple(s.detach() for s in state)  # a graph through every past call would grow without end
         return actions
 
     def reset(self, dones: Tensor | None = None, hidden_state: Any = None) -> None:
