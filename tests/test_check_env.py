@@ -30,6 +30,8 @@ class Mistaken(Pendulum):
         super().__init__(16, seed=0)
         if mistake == "declared_width":
             self.obs_shapes = {"policy": (4,), "critic": (3,)}  # returns 3 wide
+        if mistake == "device_name":
+            self.device = "gpu0"  # type: ignore[assignment]
 
     def __getattribute__(self, name: str):  # an env that never declared its action_spec
         if name == "action_spec" and object.__getattribute__(self, "__dict__").get("mistake") == "no_action_spec":
@@ -78,6 +80,12 @@ def test_a_mistake_in_a_users_env_is_one_line_before_anything_compiles(mistake: 
         syncfree.learn(Mistaken(mistake), run_dir=False, iterations=1, log={"progress": False})
     assert time.perf_counter() - start < 5
     assert str(error.value).startswith(line) and "\n" not in str(error.value), str(error.value)
+
+
+def test_a_device_that_is_no_device_is_one_line() -> None:
+    with pytest.raises(UserError) as error:
+        syncfree.check_env(Mistaken("device_name"))
+    assert str(error.value) == "env Mistaken: device: expected a torch.device (or a name such as 'cpu'), got 'gpu0'"
 
 
 def test_a_correct_users_env_trains_after_the_check() -> None:

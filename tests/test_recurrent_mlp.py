@@ -146,6 +146,8 @@ def test_cli_trains_evaluates_reruns_and_resumes_a_recurrent_policy_on_cartpole(
     (["--policy.rnn.core", "rnn"], "policy.rnn.core"),
     (["--ppo.bptt_horizon", "5"], "ppo.bptt_horizon"),
     (["--losses.supervised", "1"], "losses.supervised"),
+    (["--ppo.prio_beta0", "2"], "ppo.prio_beta0"),
+    (["--ppo.vtrace_rho_clip", "0"], "ppo.vtrace_rho_clip"),
 ])
 def test_bad_recurrent_settings_are_one_line(args: list[str], culprit: str, capsys) -> None:
     assert main(["train", "--task", "pendulum", "--policy.kind", "recurrent", *args]) == 2

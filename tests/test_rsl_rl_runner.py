@@ -166,7 +166,7 @@ def test_rnn_models_train_in_the_drop_in_and_cross_over_to_rsl_rl_both_ways(tmp_
     step with the state carried, and rsl_rl's checkpoint loads back."""
     from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
 
-    cfg = rnn_cfg(core, layers)
+    cfg = rnn_cfg(core.upper() if core == "gru" else core, layers)  # rsl_rl reads the name in any case
     runner = OnPolicyRunner(rsl_env(), copy.deepcopy(cfg), log_dir=str(tmp_path / "ours"), device="cpu")
     assert isinstance(runner.runner.policy, RecurrentMLPPolicy) and runner.get_inference_policy().is_recurrent
     assert runner.config.policy.rnn.num_layers == layers and runner.config.ppo.horizon() == 8
@@ -460,6 +460,7 @@ def refused(change) -> str:
     (lambda c: [c[n].update(class_name="RNNModel", rnn_type=t) for n, t in (("actor", "gru"), ("critic", "lstm"))],
      "critic.rnn_type"),
     (lambda c: [c[n].update(class_name="RNNModel", rnn_type="rnn") for n in ("actor", "critic")], "actor.rnn_type"),
+    (lambda c: [c[n].update(class_name="RNNModel", rnn_type=None) for n in ("actor", "critic")], "actor.rnn_type"),
     (lambda c: [c[n].update(class_name="RNNModel", rnn_type="gru", rnn_num_layers=0) for n in ("actor", "critic")],
      "actor.rnn_num_layers"),
     (lambda c: c["critic"].update(activation="tanh"), "critic.activation"),

@@ -309,16 +309,16 @@ class RecurrentPPOConfig(PPOConfig):
               self.bptt_horizon)
         check(self.horizon() >= 2, "ppo.steps_per_env", "an integer >= 2 (a BPTT segment has at least 2 steps)",
               self.steps_per_env)
-
-    def horizon(self) -> int:
-        """Steps per BPTT segment (`bptt_horizon`, or the whole rollout when it is 0)."""
-        return self.bptt_horizon or self.steps_per_env
         check(self.advantage in ("gae", "vtrace"), "ppo.advantage", "gae, vtrace", self.advantage)
         check(self.vtrace_rho_clip > 0 and self.vtrace_c_clip > 0, "ppo.vtrace_rho_clip", "clips > 0",
               (self.vtrace_rho_clip, self.vtrace_c_clip))
         check(self.minibatch_sampler in ("sequential", "prioritized"), "ppo.minibatch_sampler",
               "sequential, prioritized", self.minibatch_sampler)
         check(0 <= self.prio_beta0 <= 1, "ppo.prio_beta0", "a number in [0, 1]", self.prio_beta0)
+
+    def horizon(self) -> int:
+        """Steps per BPTT segment (`bptt_horizon`, or the whole rollout when it is 0)."""
+        return self.bptt_horizon or self.steps_per_env
 
 
 @dataclass

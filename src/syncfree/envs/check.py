@@ -35,7 +35,11 @@ def check_env(env: VecEnv, steps: int = CHECK_STEPS) -> None:
     num_envs = _declared(env, "num_envs")
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
         raise _mistake(name, "num_envs", "an integer >= 1", repr(num_envs))
-    device = torch.device(_declared(env, "device"))
+    declared = _declared(env, "device")
+    try:
+        device = torch.device(declared)
+    except (TypeError, RuntimeError):
+        raise _mistake(name, "device", "a torch.device (or a name such as 'cpu')", repr(declared)) from None
     shapes = _declared(env, "obs_shapes")
     if not isinstance(shapes, Mapping) or not shapes or not all(
             isinstance(s, tuple) and all(isinstance(d, int) and d >= 1 for d in s) for s in shapes.values()):

@@ -116,6 +116,13 @@ def chunked_value(critic: nn.Module, norm: nn.Module, critic_obs: Tensor, chunk_
     return torch.cat([critic(norm(part)).squeeze(-1) for part in critic_obs.split(chunk_size)])
 
 
+def actor_and_critic_parameters(policy: nn.Module, critic: list[nn.Module]) -> list[list[nn.Parameter]]:
+    """`policy`'s trainable parameters as [actor's, critic's]: those of the `critic` modules, and all the others."""
+    owned = {id(p) for module in critic for p in module.parameters()}
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    return [[p for p in trainable if id(p) not in owned], [p for p in trainable if id(p) in owned]]
+
+
 class PolicyBase(nn.Module):
     """What PPO and the trainer use; subclasses provide `head`, `dist_params`, `value` and `actor_input`."""
 
@@ -138,9 +145,7 @@ class PolicyBase(nn.Module):
     def gradient_groups(self) -> list[list[nn.Parameter]]:
         """The trainable parameters as [actor's, critic's] (`ppo.grad_clip=per_network` clips each by its own norm):
         the critic network, and everything else (the actor's layers, encoders and action distribution)."""
-        critic = {id(p) for p in self.critic.parameters()}
-        trainable = [p for p in self.parameters() if p.requires_grad]
-        return [[p for p in trainable if id(p) not in critic], [p for p in trainable if id(p) in critic]]
+        return actor_and_critic_parameters(self, [self.critic])
 
     def act(self, actor_obs: Tensor, critic_obs: Tensor) -> Act:
         params = self.dist_params(actor_obs)

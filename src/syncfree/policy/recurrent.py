@@ -52,7 +52,7 @@ class ActionOutput(NamedTuple):
 
 class StepOutput(NamedTuple):
     actions: Tensor
-    """[batch] int64 sampled actions."""
+    """[batch] int64 sampled actions ([batch, size] float32 for the recurrent MLP policy's continuous ones)."""
     log_prob: Tensor
     entropy: Tensor | None
     """None where the policy does not compute it (no rollout reads it)."""

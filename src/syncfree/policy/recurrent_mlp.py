@@ -19,7 +19,7 @@ from torch import Tensor, nn
 from syncfree.config import RecurrentMLPPolicyConfig
 from syncfree.core.fields import Field
 from syncfree.envs.api import ActionSpec
-from syncfree.policy.actor_critic import mlp
+from syncfree.policy.actor_critic import actor_and_critic_parameters, mlp
 from syncfree.policy.heads import CategoricalHead, GaussianHead
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.policy.recurrent import SequenceEvaluation, StepOutput
@@ -96,9 +96,7 @@ class RecurrentMLPPolicy(nn.Module):
     def gradient_groups(self) -> list[list[nn.Parameter]]:
         """The trainable parameters as [actor's, critic's] (`ppo.grad_clip=per_network` clips each by its own norm):
         the critic's core and MLP, and everything else (the actor's core, MLP and action distribution)."""
-        critic = {id(p) for m in (self.critic_core, self.critic) for p in m.parameters()}
-        trainable = [p for p in self.parameters() if p.requires_grad]
-        return [[p for p in trainable if id(p) not in critic], [p for p in trainable if id(p) in critic]]
+        return actor_and_critic_parameters(self, [self.critic_core, self.critic])
 
     @property
     def state_size(self) -> int:

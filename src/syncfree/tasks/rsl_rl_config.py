@@ -358,16 +358,17 @@ def model(section: dict[str, Any], name: str, stochastic: bool) -> _Model:
 
 def recurrent_core(section: dict[str, Any], name: str) -> RecurrentCoreConfig:
     """An `RNNModel`'s `rnn_type`, `rnn_hidden_dim` and `rnn_num_layers` (rsl_rl's defaults: lstm, 256, 1)."""
-    core = section.pop("rnn_type", "lstm")
+    value = section.pop("rnn_type", "lstm")
+    core = value.lower() if isinstance(value, str) else value  # rsl_rl compares it lower-cased
     if core not in ("lstm", "gru"):
-        raise refuse(f"{name}.rnn_type", f"{core!r}: lstm or gru")
+        raise refuse(f"{name}.rnn_type", f"{value!r}: lstm or gru (rsl_rl would build an LSTM for any other name)")
     sizes = {}
     for key, default in (("rnn_hidden_dim", 256), ("rnn_num_layers", 1)):
         value = section.pop(key, default)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise refuse(f"{name}.{key}", f"{value!r}: an integer >= 1")
         sizes[key] = value
-    return RecurrentCoreConfig(core, sizes["rnn_hidden_dim"], sizes["rnn_num_layers"])
+    return RecurrentCoreConfig(cast(Literal["lstm", "gru"], core), sizes["rnn_hidden_dim"], sizes["rnn_num_layers"])
 
 
 def legacy_models(section: dict[str, Any], empirical_normalization: bool) -> tuple[_Model, _Model]:
