@@ -61,6 +61,37 @@ def test_bad_config_is_one_line_naming_the_key(capsys, argv: list[str], culprit:
     assert culprit in one_line(err)
 
 
+@pytest.mark.parametrize("argv,line", [
+    (["--ppo.schedule", "adaptiv"], "ppo.schedule='adaptiv' is invalid; allowed: fixed, adaptive, linear; did you mean "
+                                    "adaptive?"),
+    (["--policy.activation", "rellu"], "policy.activation='rellu' is invalid; allowed: elu, tanh, relu; did you mean "
+                                       "relu?"),
+    (["--ppo.num_epochs", "abc"], "ppo.num_epochs='abc' is invalid; allowed: an integer"),
+    (["--ppo.clipped_value_loss", "maybe"], "ppo.clipped_value_loss='maybe' is invalid; allowed: true or false"),
+    (["--task", "pendullum"], "did you mean pendulum?"),
+    (["--num_envs", "4"], "did you mean env.num_envs?"),  # an option of another section, by its name
+    (["--num-envs", "4"], "did you mean env.num_envs?"),
+    (["--ppo.num_envs", "4"], "did you mean env.num_envs?"),
+    (["--envs.num_envs", "4"], "did you mean env.num_envs?"),  # a section misspelt
+    (["--learning_rate", "0.1"], "did you mean ppo.learning_rate?"),
+    (["--seeed", "1"], "did you mean seed?"),
+])
+def test_a_mistyped_option_or_value_is_one_line_with_a_suggestion(capsys, argv: list[str], line: str) -> None:
+    code, err = run_cli(capsys, "train", *argv)
+    assert code == 2 and line in one_line(err)
+
+
+def test_eval_and_doctor_take_the_env_count_as_train_does(capsys, tmp_path: Path) -> None:
+    assert main(["train", "--task", "pendulum", "--iterations", "1", "--env.num_envs", "16", "--ppo.steps_per_env", "8",
+                 "--perf.compile", "off", "--log.dir", str(tmp_path), "--log.run_name", "run",
+                 "--log.progress", "false"]) == 0
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run" / "latest.pt"), "--env.num_envs", "3"]) == 0
+    assert "over the first episodes of 3 envs" in capsys.readouterr().out
+    code, err = run_cli(capsys, "eval", str(tmp_path / "run" / "latest.pt"), "--env.num_envs", "0")
+    assert code == 2 and "--env.num_envs=0 is invalid" in one_line(err)
+
+
 def test_unknown_key_lists_what_is_allowed(capsys) -> None:
     code, err = run_cli(capsys, "train", "--ppo.learning_rat", "1e-3")
     assert code == 2 and "learning_rate" in one_line(err)

@@ -215,7 +215,7 @@ def test_threads_are_chosen_and_said(monkeypatch, tmp_path: Path, caplog) -> Non
             assert main(["train", "--task", "cartpole", "--iterations", "1", "--env.num_envs", "16", "--threads", "2",
                          "--log.dir", str(tmp_path), "--log.progress", "false"]) == 0
         assert torch.get_num_threads() == 2
-        assert "training cartpole on cpu (2 threads: threads): 16 envs" in caplog.text
+        assert "training cartpole on cpu, 2 threads (threads), perf.compile=" in caplog.text
     finally:
         torch.set_num_threads(before)
 
@@ -237,7 +237,7 @@ def test_the_run_folder_holds_its_config_and_it_reads_back(tmp_path: Path) -> No
 @pytest.mark.parametrize(("argv", "yaml_text", "guess"), [
     (["--ppo.learning_rat", "1e-3"], None, "did you mean ppo.learning_rate?"),
     (["--iteration", "3"], None, "did you mean iterations?"),
-    (["--ppp.learning_rate", "1e-3"], None, "did you mean ppo?"),
+    (["--ppp.learning_rate", "1e-3"], None, "did you mean ppo.learning_rate?"),
     ([], "task: pendulum\nppo:\n  learning_rat: 0.001\n", "did you mean ppo.learning_rate?"),
     ([], "task: pendulum\niteration: 3\n", "did you mean iterations?"),
     ([], "task: grid-arena\nenv:\n  agent_per_env: 3\n", "did you mean env.agents_per_env?"),

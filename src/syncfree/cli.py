@@ -111,7 +111,7 @@ def config_parser(prog: str, description: str, cls: type, default: Any) -> Any:
 def parse_train_config(argv: Sequence[str]) -> TrainConfig:
     """Defaults come from the task's preset (or the resumed checkpoint's config); arguments override them. The
     options (and `--help`) are those of the task's own config type."""
-    from syncfree.config import from_dict, read_config_file, unknown_key_hint, validate
+    from syncfree.config import from_dict, read_config_file, unknown_key_hint, validate, value_error_line
     from syncfree.core.device import resolve_device
     from syncfree.tasks import config_file_arguments, preset, switch_scope, with_policy_kind
     from syncfree.train import checkpoint
@@ -145,6 +145,9 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
         message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
         from_file = "does not accept" in message or "is not accepted" in message
         where = f" (in {config_path})" if config_path and from_file else ""
+        bad_value = value_error_line(message)
+        if bad_value is not None:
+            raise UserError(f"config: {bad_value}") from None
         raise UserError(f"config: {message}{where}{unknown_key_hint(message, type(base))}") from None
     ns.pop("config", None)
     return validate(from_dict(type(base), ns.as_dict()))  # a task of another config type: one line when made
@@ -180,14 +183,14 @@ def cmd_eval(argv: Sequence[str]) -> int:
 
     parser = checkpoint_parser("syncfree eval", "Run a checkpoint's deterministic policy (or, with --sample, its "
                                "sampled actions) on fresh envs, each's first episode, and print the mean return.")
-    parser.add_argument("--num_envs", type=int, default=20, help="envs (each plays one episode; default 20; a "
+    parser.add_argument("--env.num_envs", "--num_envs", dest="num_envs", type=int, default=20, help="envs (each plays one episode; default 20; a "
                         "multi-agent task: simulations, every agent's first episode)")
     parser.add_argument("--seed", type=int, default=12345, help="environment seed (default 12345)")
     parser.add_argument("--sample", action="store_true", help="act with actions drawn from the policy's "
                         "distribution, as in training, instead of the most likely ones (draws seeded with --seed)")
     args = parser.parse_args(argv)
     if args.num_envs < 1:
-        raise UserError(f"--num_envs={args.num_envs} is invalid; allowed: an integer >= 1")
+        raise UserError(f"--env.num_envs={args.num_envs} is invalid; allowed: an integer >= 1")
     loaded = load_policy(args.checkpoint, args.device)
     returns = evaluate_task(loaded.cfg, loaded.policy, args.num_envs, loaded.device, args.seed, not args.sample)
     print(f"{loaded.cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over the first episodes of "

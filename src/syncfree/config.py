@@ -8,7 +8,7 @@ import logging
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 from syncfree.core.switches import RETIRED, PerfConfig
 from syncfree.errors import UserError, check
@@ -378,7 +378,14 @@ class LogConfig:
     """W&B run id; empty: a new one. The id is saved with the checkpoints, so a resumed run continues the same
     W&B run."""
     progress: bool = True
-    """Show a progress bar."""
+    """Report progress on stderr while training (see `progress_style`)."""
+    progress_style: Literal["auto", "bar", "lines"] = "auto"
+    """`bar`: a progress bar; `lines`: one line every `progress_every` iterations (iteration, env steps, the
+    learning figure, steps/s, time left), which reads well in a log file; `auto`: a bar on a terminal, lines when
+    stderr is a file or a pipe."""
+    progress_every: int = 0
+    """With line output, one line every this many iterations (and the first and the last); 0: about 20 lines a
+    run."""
 
 
 @dataclass
@@ -450,6 +457,10 @@ class TrainConfig:
                              and len(name.encode()) <= RUN_NAME_BYTES), "log.run_name",
               f"one folder name inside log.dir (no '/', not '.' or '..', at most {RUN_NAME_BYTES} bytes)",
               name if len(name) <= 80 else f"{name[:40]}...{name[-20:]} ({len(name.encode())} bytes)")
+        check(self.log.progress_style in ("auto", "bar", "lines"), "log.progress_style", "auto, bar, lines",
+              self.log.progress_style)
+        check(self.log.progress_every >= 0, "log.progress_every", "an integer >= 0 (0: about 20 lines a run)",
+              self.log.progress_every)
         check(self.distributed.timeout > 0, "distributed.timeout", "a number of seconds > 0", self.distributed.timeout)
         check(self.distributed.backend in ("auto", "nccl", "gloo"), "distributed.backend", "auto, nccl, gloo",
               self.distributed.backend)
@@ -530,20 +541,70 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
 
 
+def dotted_keys(cls: type, prefix: str = "") -> list[str]:
+    """Every option of the config type `cls` as a dotted key (`ppo.learning_rate`), sections walked into."""
+    keys = []
+    for f in dataclasses.fields(cls):
+        sub = f.default_factory if f.default_factory is not dataclasses.MISSING else None
+        if sub is not None and dataclasses.is_dataclass(sub):
+            keys += dotted_keys(cast(type, sub), f"{prefix}{f.name}.")
+        else:
+            keys.append(prefix + f.name)
+    return keys
+
+
+def options_named(name: str, root: type, exact: bool = True) -> list[str]:
+    """The options of `root` (any section) whose last part is `name` (`-` read as `_`), or with `exact=False` the
+    nearest such name's."""
+    by_leaf: dict[str, list[str]] = {}
+    for dotted in dotted_keys(root):
+        by_leaf.setdefault(dotted.rsplit(".", 1)[-1], []).append(dotted)
+    leaf = name.replace("-", "_")
+    if exact:
+        return by_leaf.get(leaf, [])
+    return [key for near in difflib.get_close_matches(leaf, list(by_leaf), n=1) for key in by_leaf[near]]
+
+
 def key_hint(key: str, root: type = TrainConfig) -> str:
-    """For an unknown dotted key of the config type `root`: the nearest known key at its level and the keys of its
-    section, as `; did you mean ppo.learning_rate? (allowed: ppo.steps_per_env, ...)`."""
-    parts, cls, prefix = key.split("."), root, ""
+    """For an unknown dotted key of the config type `root`: the nearest known key at its level, else an option of
+    that name (or a near one) in another section, and the keys of its section, as `; did you mean
+    ppo.learning_rate? (allowed: ppo.steps_per_env, ...)`."""
+    parts, cls, prefix, in_section = key.split("."), root, "", True
+    leaf = parts[-1]
     for part in parts[:-1]:  # down to the section the unknown name is in
         field = {f.name: f for f in dataclasses.fields(cls)}.get(part)
         if field is None or not dataclasses.is_dataclass(field.default_factory):
-            parts = [part]  # a section that does not exist: the unknown name is the section's
+            parts, in_section = [part], False  # a section that does not exist: the unknown name is the section's
             break
         cls, prefix = field.default_factory, f"{prefix}{part}."
     names = [f.name for f in dataclasses.fields(cls)]
-    close = difflib.get_close_matches(parts[-1], names, n=1)
-    guess = f"; did you mean {prefix}{close[0]}?" if close else ""
+    near = [prefix + name for name in difflib.get_close_matches(parts[-1].replace("-", "_"), names, n=1)]
+    # `--num_envs`, `--ppo.num_envs`, `--envs.num_envs`: an option of that name in another section comes first
+    close = options_named(leaf, root) or (near if in_section else []) or options_named(leaf, root, exact=False) or near
+    guess = f"; did you mean {' or '.join(close[:3])}?" if close else ""
     return f"{guess} (allowed: {', '.join(prefix + name for name in names)})"
+
+
+BAD_VALUE = re.compile(r'Parser key "([\w.]+)": Expected a (.+?)\. Got value: (.*)$')
+"""How the parser reports a value of the wrong type or outside a choice."""
+
+
+def value_error_line(message: str) -> str | None:
+    """The parser's message for a bad value as one line in syncfree's words (`ppo.schedule='adaptiv' is invalid;
+    allowed: fixed, adaptive, linear; did you mean adaptive?`), or None for another message."""
+    match = BAD_VALUE.search(message)
+    if match is None:
+        return None
+    key, expected, value = match.groups()
+    choices = re.fullmatch(r"typing\.Literal\[(.*)\]", expected)
+    if choices:
+        allowed = [c.strip().strip("'\"") for c in choices.group(1).split(",")]
+        near = difflib.get_close_matches(value, allowed, n=1)
+        return (f"{key}={value!r} is invalid; allowed: {', '.join(allowed)}"
+                + (f"; did you mean {near[0]}?" if near else ""))
+    kind = re.fullmatch(r"<class '(\w+)'>", expected)
+    words = {"int": "an integer", "float": "a number", "bool": "true or false", "str": "a string"}
+    return f"{key}={value!r} is invalid; allowed: {words.get(kind.group(1), kind.group(1)) if kind else expected}"
 
 
 def from_dict(cls: type, data: dict[str, Any], prefix: str = "", root: type | None = None) -> Any:
@@ -595,8 +656,8 @@ def read_config_file(path: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-UNKNOWN_KEY = (r"unrecognized arguments: --([\w.]+)", r"Group '([\w.]+)' does not accept option '([\w.]+)'",
-               r"Option '([\w.]+)' is not accepted")
+UNKNOWN_KEY = (r"unrecognized arguments: --([\w.-]+)", r"Group '([\w.-]+)' does not accept option '([\w.-]+)'",
+               r"Option '([\w.-]+)' is not accepted")
 """How the parser names an unknown key: on the command line, in a section of a YAML file, at its top level."""
 
 

@@ -392,7 +392,7 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
                         help="the switches' preset (the env-side switches act on manager-based envs, g1-track's)")
     parser.add_argument("--switch", action="append", default=[], metavar="NAME=VALUE",
                         help="set one switch after the preset (repeatable), e.g. --switch fast_history=false")
-    parser.add_argument("--num_envs", type=int, default=0, help="envs (default: the task preset's)")
+    parser.add_argument("--env.num_envs", "--num_envs", dest="num_envs", type=int, default=0, help="envs (default: the task preset's)")
     parser.add_argument("--steps", type=int, default=32, help="measured env steps (env targets)")
     parser.add_argument("--warmup", type=int, default=None,
                         help="env steps (env targets, default 8) or iterations (train, default 1) run first")
@@ -403,7 +403,7 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
                         "exceeds its bound")
     args = parser.parse_args(argv)
     if args.steps < 1 or (args.warmup or 0) < 0 or args.num_envs < 0:
-        raise UserError("doctor: --steps must be >= 1, --warmup and --num_envs >= 0")
+        raise UserError("doctor: --steps must be >= 1, --warmup and --env.num_envs >= 0")
     if args.train and not args.task:
         raise UserError("doctor: train needs --task")
     return args

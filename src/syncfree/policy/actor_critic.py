@@ -109,6 +109,19 @@ def set_autocast(module: nn.Module, precision: str, device: torch.device | None 
             settable.autocast_dtype, settable.autocast_min_work = (None if auto_off else dtype), min_work
 
 
+def describe_precision(module: nn.Module, precision: str, device: torch.device) -> str:
+    """What `set_autocast(module, precision, device)` resolved to, in words (the start line, `config.yaml`)."""
+    lowered = [cast("_Autocast", sub) for sub in module.modules() if getattr(sub, "autocast_dtype", None) is not None]
+    if not lowered:
+        why = {"off": "", "bf16": " (no layer of this policy runs under autocast)",
+               "auto": " (no bfloat16 matrix instructions on this device)" if not native_bf16(device)
+               else " (this policy's layers stay float32 under auto)"}[precision]
+        return f"float32{why}"
+    least = min(sub.autocast_min_work for sub in lowered)
+    where = f" in calls of >= {least:,} rows x width" if least else ""
+    return f"bfloat16 hidden layers{where}, float32 parameters and outputs"
+
+
 def chunked_value(critic: nn.Module, norm: nn.Module, critic_obs: Tensor, chunk_size: int) -> Tensor:
     """Critic values, evaluated `chunk_size` rows at a time when the batch is larger (0: all at once)."""
     if chunk_size <= 0 or critic_obs.shape[0] <= chunk_size:

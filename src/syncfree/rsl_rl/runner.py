@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import Tensor, nn
-from tqdm import tqdm
 
 from syncfree.core.device import set_deterministic
 from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
@@ -29,7 +28,8 @@ from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
 from syncfree.rsl_rl.checkpoint import from_rsl_rl, load_optimizer_from_rsl_rl, optimizer_to_rsl_rl, to_rsl_rl
 from syncfree.tasks.rsl_rl_config import from_rsl_rl as config_from_rsl_rl
 from syncfree.train import checkpoint
-from syncfree.train.runner import Runner, progress_value
+from syncfree.train.progress import Progress
+from syncfree.train.runner import Runner
 
 
 class OnPolicyRunner:
@@ -72,14 +72,15 @@ class OnPolicyRunner:
             runner.env_steps = runner.iteration * runner.steps_per_iteration
         self.logger.init_logging_writer()
         start, total = self.current_learning_iteration, self.current_learning_iteration + num_learning_iterations
-        bar = tqdm(range(start, total), disable=not runner.cfg.log.progress, unit="it", dynamic_ncols=True)
-        for it in bar:
-            record = runner.iterate()
-            self.current_learning_iteration = it
-            bar.set_postfix({"steps_per_s": f"{record['steps_per_s']:.0f}", **progress_value(record)}, refresh=False)
-            if self.logger.writer is not None and it % self.save_interval == 0:
-                self.save(os.path.join(cast(str, self.logger.log_dir), f"model_{it}.pt"))
-        bar.close()
+        progress = Progress(runner.cfg.log, start, total)
+        try:
+            for it in range(start, total):
+                progress.update(runner.iterate())
+                self.current_learning_iteration = it
+                if self.logger.writer is not None and it % self.save_interval == 0:
+                    self.save(os.path.join(cast(str, self.logger.log_dir), f"model_{it}.pt"))
+        finally:
+            progress.close()
         if self.logger.writer is not None:
             self.save(os.path.join(cast(str, self.logger.log_dir), f"model_{self.current_learning_iteration}.pt"))
             self.logger.stop_logging_writer()

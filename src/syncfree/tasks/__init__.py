@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import importlib
 import pkgutil
 import typing
@@ -86,7 +87,9 @@ def get_task(name: str, where: str = "config") -> TaskSpec:
     """The spec of `name`; one line naming the allowed tasks when there is none (`where`: the line's first word)."""
     spec = find_task(name)
     if spec is None:
-        raise UserError(f"{where}: task={name!r} is invalid; allowed: {', '.join(task_names())}")
+        near = difflib.get_close_matches(name, [n for n in task_names() if not n.endswith(">")], n=1)
+        raise UserError(f"{where}: task={name!r} is invalid; allowed: {', '.join(task_names())}"
+                        + (f"; did you mean {near[0]}?" if near else ""))
     return spec
 
 

@@ -100,14 +100,16 @@ def _write_replace(data: bytes | memoryview, path: Path) -> None:
         raise
 
 
-def write_config(config: dict[str, Any], run_dir: Path) -> Path:
+def write_config(config: dict[str, Any], run_dir: Path, resolved: str = "") -> Path:
     """`run_dir/config.yaml`, written atomically: `syncfree train --config` reads it back (give it another
     `--log.run_name`) and trains the same config anew. It never names a checkpoint to resume (that of a resumed
-    run would make the rerun continue, and change, this run)."""
+    run would make the rerun continue, and change, this run). `resolved`: what the `auto` settings resolved to on
+    this machine (device, threads, compile mode, precision), a comment at the top."""
     import yaml
 
     path = run_dir / "config.yaml"
-    _write_replace(yaml.safe_dump({**config, "resume": ""}, sort_keys=False).encode(), path)
+    header = f"# ran on {resolved}\n" if resolved else ""
+    _write_replace((header + yaml.safe_dump({**config, "resume": ""}, sort_keys=False)).encode(), path)
     return path
 
 

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from syncfree.algo import algorithm_for
 from syncfree.config import TrainConfig, to_dict, validate
@@ -31,11 +30,13 @@ from syncfree.envs import VecEnv
 from syncfree.envs.check import check_env
 from syncfree.envs.managers.env import ManagerBasedEnv
 from syncfree.errors import NonFiniteError, UserError
+from syncfree.policy.actor_critic import describe_precision
 from syncfree.tasks import make_task_env, switch_scope
 from syncfree.train import checkpoint
 from syncfree.train.distributed import Distributed, NormalizerSync, running_norms
 from syncfree.train.logger import RunLogger, WandbRun
 from syncfree.train.monitors import StepMonitors
+from syncfree.train.progress import Progress
 
 log = logging.getLogger("syncfree")
 
@@ -79,6 +80,8 @@ class Runner:
         apply_threads(self.threads, self.threads_reason)
         self.algorithm = algorithm_for(cfg).build(cfg, self.env, self.device, self.dist, checkpoint.read)
         self.policy = self.algorithm.policy
+        self.precision = describe_precision(self.policy, cfg.perf.autocast, self.device)
+        """The precision `perf.autocast` resolved to here, in words."""
         self.phases = self.algorithm.phases
         """Attach a recorder (`syncfree.core.phases`) to time or count each phase of the hot loop."""
         self.monitors = StepMonitors(cfg.ppo.steps_per_env, self.env.num_envs, self.device, cfg.perf)
@@ -132,19 +135,18 @@ class Runner:
         until = cfg.iterations if until is None else until
         set_deterministic(cfg.perf.deterministic)  # a process-wide setting: other runners may have changed it
         self.open_logger()
-        bar = tqdm(total=until, initial=self.iteration, disable=not cfg.log.progress or not self.is_main,
-                   unit="it", dynamic_ncols=True)
-        if self.compiles_first_iteration():
-            bar.set_description_str("compiling")  # the first iteration of a compiled loop: graphs are built
-        while self.iteration < until and not self.stopping():
-            record = self.iterate()
-            bar.set_description_str("")
-            bar.set_postfix({"steps_per_s": f"{record['steps_per_s']:.0f}", **progress_value(record)}, refresh=False)
-            bar.update(1)
-            last = self.iteration == until or self.stopping()
-            if self.iteration % cfg.save_every == 0 or last:
-                self.save(last)
-        bar.close()
+        progress = Progress(cfg.log, self.iteration, until, show=self.is_main)
+        if self.compiles_first_iteration() and self.iteration < until:
+            progress.compiling()  # the first iteration of a compiled loop: graphs are built
+        try:
+            while self.iteration < until and not self.stopping():
+                record = self.iterate()
+                progress.update(record)
+                last = self.iteration == until or self.stopping()
+                if self.iteration % cfg.save_every == 0 or last:
+                    self.save(last)
+        finally:
+            progress.close()
         return record
 
     def iterate(self) -> dict[str, Any]:
@@ -172,6 +174,11 @@ class Runner:
     def switch_scope(self) -> Scope:
         """Where this run stands for the perf switches (`PerfConfig.inert_switches` says which change nothing)."""
         return switch_scope(self.cfg, self.device, self.world_size, env_layer=isinstance(self.env, ManagerBasedEnv))
+
+    def execution(self) -> str:
+        """Where and how this run computes, resolved: device, threads and why, compile mode, precision."""
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''} ({self.threads_reason})"
+        return f"{self.device}, {threads}, perf.compile={self.cfg.perf.compile}, {self.precision}"
 
     def compiles_first_iteration(self) -> bool:
         """The next iteration is this runner's first with `perf.compile` on: it builds the graphs (seconds to
@@ -340,7 +347,7 @@ class Runner:
             return
         if self.iteration == 0:
             checkpoint.check_run_dir_unused(self.run_dir)
-        checkpoint.write_config(to_dict(self.cfg), self.run_dir)
+        checkpoint.write_config(to_dict(self.cfg), self.run_dir, resolved=self.execution())
         log_cfg = self.cfg.log
         wandb = WandbRun(log_cfg.wandb_project, log_cfg.wandb_entity, log_cfg.wandb_group,
                          self.wandb_id) if log_cfg.wandb else None
@@ -404,10 +411,3 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             flat[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
     return flat
-
-
-def progress_value(record: dict[str, Any]) -> dict[str, str]:
-    """The progress bar's learning figure: the mean return, or for multi-agent runs the reward per agent step."""
-    if "reward_per_agent_step" in record:
-        return {"reward": f"{record['reward_per_agent_step']:.3f}"}
-    return {"mean_return": f"{record.get('mean_return', float('nan')):.1f}"}

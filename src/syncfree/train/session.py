@@ -50,8 +50,7 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
         trainer.last_saved = Path(cfg.resume)
         info("resumed %s at iteration %d", cfg.resume, trainer.iteration)
     ranks = f"{dist.world_size} ranks x " if dist is not None else ""
-    info("training %s on %s (%d thread%s: %s): %s%s x %d steps per iteration, %d iterations -> %s", cfg.task,
-         trainer.device, trainer.threads, "s" if trainer.threads != 1 else "", trainer.threads_reason, ranks,
+    info("training %s on %s: %s%s x %d steps per iteration, %d iterations -> %s", cfg.task, trainer.execution(), ranks,
          cfg.env.describe(trainer.env.num_envs), cfg.ppo.steps_per_env, cfg.iterations, run_dir)
     if main_rank:
         warn_inert_switches(cfg, trainer.switch_scope())
