@@ -54,6 +54,19 @@ def test_every_docs_page_is_linked_from_the_readme() -> None:
     assert len((ROOT / "README.md").read_text().splitlines()) <= 200  # a front door, not the manual
 
 
+def test_ci_runs_the_readmes_test_command() -> None:
+    """The README's second command is the tests; CI (`.ci/run`) runs that very command, which installs what the
+    suite needs (extras, the G1 clips), so a newcomer's run skips no more than CI's."""
+    first_block = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    assert first_block is not None
+    test_command = shlex.split(first_block.group(1).splitlines()[1], comments=True)
+    assert test_command == ["bash", "scripts/test"]
+    ci_script = re.sub(r"\\\n\s*", " ", (ROOT / ".ci" / "run").read_text())  # continuation lines joined
+    assert test_command in [shlex.split(line, comments=True) for line in ci_script.splitlines()]
+    script = (ROOT / "scripts" / "test").read_text()
+    assert "holosoma" in script and ".[test,bench,grid]" in script and "tests/with_mjlab" in script
+
+
 def documented_commands() -> list[tuple[str, str]]:
     """(page, command) for every line of the shell blocks, continuation lines joined, trailing comments cut."""
     found = []
@@ -97,7 +110,7 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
     if words[0] == "pip":
         check_install(command)
         return "checked the extras"
-    if words[:3] == ["python", "-m", "pytest"]:
+    if words[:3] == ["python", "-m", "pytest"] or words[:2] == ["bash", "scripts/test"]:
         return "skipped: the suite itself"
     if words[0] == "python":
         script = ROOT / words[1]
