@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import os
 import sys
@@ -35,7 +34,7 @@ from syncfree.core.phases import ROLLOUT_PHASES, UPDATE_PHASES, PhaseCounter, Ph
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError
-from syncfree.tasks import make_task_env, preset
+from syncfree.tasks import factory, make_task_env, preset
 from syncfree.train.runner import Runner
 
 ENV_PHASE = "env"
@@ -193,31 +192,9 @@ def _short(where: str) -> str:
 
 # ---------------------------------------------------------------------------------------------------- targets
 
-def load_factory(spec: str) -> Any:
-    """`module:factory` -> what `factory()` returns (one line naming the culprit when that fails)."""
-    module_name, _, name = spec.partition(":")
-    if not module_name or not name:
-        raise UserError(f"doctor: --env {spec!r} is not module:factory")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise UserError(f"doctor: --env {spec!r}: cannot import {module_name!r} ({e})") from None
-    factory = getattr(module, name, None)
-    if not callable(factory):
-        raise UserError(f"doctor: --env {spec!r}: {module_name} has no callable {name!r}")
-    return factory()
-
-
 def as_vec_env(env: Any) -> VecEnv:
-    """A syncfree `VecEnv` as it is; an rsl_rl-style env (`get_observations`, `step` -> 4 values) through the
-    adapter."""
-    if isinstance(env, VecEnv):
-        return env
-    if hasattr(env, "get_observations") and hasattr(env, "num_actions"):
-        from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
-
-        return RslRlVecEnv(env)
-    raise UserError(f"doctor: {type(env).__name__} is neither a syncfree VecEnv nor an rsl_rl VecEnv")
+    """A syncfree `VecEnv` as it is; an rsl_rl-style env through the adapter (`syncfree.tasks.factory`)."""
+    return factory.as_vec_env(env, "doctor")
 
 
 def task_env(task: str, num_envs: int, perf: PerfConfig, device: str = "cpu", seed: int = 0) -> VecEnv:
@@ -369,7 +346,8 @@ def run(args: argparse.Namespace) -> int:
             env = task_env(args.task, args.num_envs, perf, args.device)
             name = f"{args.task} env ({args.perf} switches)"
         else:
-            env, name = as_vec_env(load_factory(args.env)), args.env
+            env, name = factory.as_vec_env(factory.load(args.env, f"doctor: --env {args.env!r}")(),
+                                           f"doctor: --env {args.env!r}"), args.env
         report = examine_env(env, args.steps, 8 if args.warmup is None else args.warmup, target=name)
     print(write_json(report) if args.json else table(report, args.top))
     exceeded = over_budget(report, budget)

@@ -60,7 +60,8 @@ def find_task(name: str) -> TaskSpec | None:
     """The spec of a task name, or None when no task or family has it."""
     if name in TASKS:
         return TASKS[name]
-    source = next((s for prefix, s in SOURCES.items() if name.startswith(prefix) and len(name) > len(prefix)), None)
+    ordered = sorted(SOURCES.values(), key=lambda s: s.matches is not None)  # prefixes first: `gym:` is no module
+    source = next((s for s in ordered if s.claims(name)), None)
     return source.resolve(name) if source is not None else None
 
 

@@ -91,6 +91,15 @@ class TaskSource:
     """One line for `syncfree tasks`."""
     resolve: Callable[[str], TaskSpec]
     """The spec of a full task name (prefix included)."""
+    matches: Callable[[str], bool] | None = None
+    """Whether a name is one of the family's, for a family named by a pattern rather than a prefix (`module:factory`;
+    families with a prefix are asked first)."""
     listing: Callable[[], list[str]] | None = None
     """The ids the family has (`syncfree tasks` lists them), for families that can list theirs; raises `UserError`
     when they cannot be listed here (their package is missing)."""
+
+    def claims(self, name: str) -> bool:
+        """Whether `name` is one of this family's tasks."""
+        if self.matches is not None:
+            return self.matches(name)
+        return name.startswith(self.prefix) and len(name) > len(self.prefix)

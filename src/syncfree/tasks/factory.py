@@ -1,0 +1,119 @@
+"""`module:factory`: your own env as a task (`syncfree train --task my_envs:make_reach`), in every command that takes
+a task, and remembered by the checkpoints, so `eval`, `play`, `export` and `--resume` need no `--task`.
+
+The factory is a callable of an importable module (the current folder is importable, as with `python -m`). It
+returns a syncfree `VecEnv` or an rsl_rl-style one (`get_observations`, `step` returning four values; adapted as
+`syncfree.envs.adapters.from_rsl_rl.RslRlVecEnv`). It is called with the keywords it takes of `num_envs`, `device`
+and `seed`; the preset's env count is its `num_envs` default, or the count of an env made once to ask when it takes
+no `num_envs`. Every env it makes is checked (`syncfree.check_env`) before anything is built on it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from syncfree.algo.feedforward import FeedForwardPPO
+from syncfree.config import TrainConfig
+from syncfree.envs.api import VecEnv
+from syncfree.envs.check import check_env
+from syncfree.errors import UserError
+from syncfree.tasks.spec import TaskSource, TaskSpec
+
+NAME = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+"""`package.module:callable`."""
+
+
+def is_factory_name(task: str) -> bool:
+    return NAME.fullmatch(task) is not None
+
+
+def load(task: str, what: str = "") -> Callable[..., Any]:
+    """The callable `task` names (one line, beginning with `what`, naming what is missing when it cannot be
+    found)."""
+    what = what or f"task {task!r}"
+    module_name, _, attr = task.partition(":")
+    if not is_factory_name(task):
+        raise UserError(f"{what} is not module:factory")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())  # the current folder, as `python -m` has it
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise UserError(f"{what}: cannot import {module_name!r} ({e}); run from the folder that holds it or put it "
+                        "on PYTHONPATH") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UserError(f"{what}: {module_name} has no callable {attr!r}")
+    return factory
+
+
+def as_vec_env(env: Any, what: str) -> VecEnv:
+    """A syncfree `VecEnv` as it is; an rsl_rl-style env (`get_observations`, `num_actions`) through the adapter;
+    anything else one line beginning with `what`."""
+    if isinstance(env, VecEnv):
+        return env
+    if hasattr(env, "get_observations") and hasattr(env, "num_actions"):
+        from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
+
+        return RslRlVecEnv(env)
+    raise UserError(f"{what}: the factory returned a {type(env).__name__}, neither a syncfree VecEnv nor an rsl_rl "
+                    "VecEnv")
+
+
+def _parameters(factory: Callable[..., Any]) -> dict[str, inspect.Parameter]:
+    try:
+        return dict(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):
+        return {}
+
+
+def build(task: str, num_envs: int | None, device: torch.device | str, seed: int) -> VecEnv:
+    """The factory's env, made with the keywords it takes, adapted to a syncfree `VecEnv` and checked."""
+    factory = load(task)
+    takes = _parameters(factory)
+    given = {"num_envs": num_envs, "device": str(device), "seed": seed}
+    env = as_vec_env(factory(**{k: v for k, v in given.items() if k in takes and v is not None}), f"task {task!r}")
+    check_env(env)
+    env.reset()
+    if num_envs is not None and env.num_envs != num_envs:
+        why = ("it was asked for that many" if "num_envs" in takes else
+               "it takes no num_envs argument: give it one, or leave env.num_envs at the preset's")
+        raise UserError(f"task {task!r}: env.num_envs={num_envs}, but the factory made {env.num_envs} envs ({why})")
+    return env
+
+
+def preset(task: str) -> TrainConfig:
+    """syncfree's defaults, with the factory's env count and device: its `num_envs` and `device` defaults, else
+    those of an env made once to ask."""
+    takes = _parameters(load(task))
+    cfg = TrainConfig(task=task)
+    defaults = {name: p.default for name, p in takes.items() if p.default is not inspect.Parameter.empty}
+    if isinstance(defaults.get("num_envs"), int) and "device" in takes:
+        cfg.env.num_envs = defaults["num_envs"]
+        cfg.device = str(defaults.get("device", cfg.device))
+    else:
+        env = build(task, None, defaults.get("device", "cpu"), 0)
+        cfg.env.num_envs, cfg.device = env.num_envs, str(env.device)
+        env.close()
+    return cfg
+
+
+def resolve(task: str) -> TaskSpec:
+    def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
+        return build(task, num_envs, device, seed)
+
+    return TaskSpec(task, f"your env from {task}", TrainConfig, {"default": preset}, make_env, FeedForwardPPO,
+                    cannot_render="an env from a factory has no renderer syncfree knows")
+
+
+SOURCES = (TaskSource("<module>:<factory>", "<module>:<factory>", "your own env: a callable returning a syncfree "
+                      "VecEnv or an rsl_rl VecEnv (num_envs, device, seed passed where it takes them)", resolve,
+                      matches=is_factory_name),)
