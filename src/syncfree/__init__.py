@@ -1,6 +1,7 @@
 """syncfree: PPO for massively parallel environments, with no host syncs in the hot loop.
 
 `syncfree.learn(task, **overrides)` trains from Python (`syncfree.api`); `syncfree train` from the command line.
+`syncfree.load(checkpoint)` gives a checkpoint's policy, config and env factory; `syncfree.evaluate(...)` plays it.
 `syncfree.check_env(env)` checks your own env against what it declares (`syncfree.envs.check`).
 """
 
@@ -8,7 +9,7 @@ __version__ = "0.2.0"
 
 
 def __getattr__(name: str):
-    if name in ("learn", "TrainResult", "load_policy"):  # imported on first use: `import syncfree` stays light
+    if name in ("learn", "TrainResult", "load", "evaluate", "load_policy"):  # imported on first use: `import syncfree` stays light
         from syncfree import api
 
         return getattr(api, name)

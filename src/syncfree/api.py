@@ -3,22 +3,27 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
 from torch import nn
 
 from syncfree.algo.scope import warn_inert_switches
 from syncfree.config import TrainConfig, from_dict, merge, to_dict, validate
 from syncfree.envs import VecEnv
+from syncfree.errors import UserError
 from syncfree.tasks import preset, with_policy_kind
 from syncfree.train import checkpoint
-from syncfree.train.evaluate import LoadedPolicy, load_policy
+from syncfree.train.callbacks import IterationCallback
+from syncfree.train.evaluate import LoadedPolicy, evaluate_task, load_policy
 from syncfree.train.runner import Runner
 from syncfree.train.session import run_dir_of
 
-__all__ = ["LoadedPolicy", "TrainResult", "learn", "load_policy"]
+__all__ = ["LoadedPolicy", "TrainResult", "evaluate", "learn", "load", "load_policy"]
 
 
 @dataclass
@@ -42,7 +47,7 @@ def merged(start: TrainConfig, overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None, run_dir: str | Path | bool = True,
-          **overrides: Any) -> TrainResult:
+          on_iteration: Sequence[IterationCallback] = (), **overrides: Any) -> TrainResult:
     """Train PPO on a built-in task (its name, see `syncfree tasks`) or on your own env (any `VecEnv`).
 
     The config starts from `config`, else the task's preset (your own env: the defaults, `num_envs` and `device`
@@ -52,6 +57,11 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
 
     Metrics, `config.yaml` and checkpoints go to `runs/<task>-<time>/` (printed at start), or to `run_dir` if it is
     a path; `run_dir=False` writes nothing.
+
+    `on_iteration`: functions `fn(runner, record)` called after each iteration with its record (the metrics of
+    `metrics.jsonl`, `eval_return` included on evaluation iterations); one that returns a true value stops training
+    after that iteration, which is saved. Evaluation, the best checkpoint and stopping on a condition are settings
+    too (`callbacks={"eval_every": 10, "save_best": "eval_return", "stop_when": "eval_return >= 450"}`).
 
     `resume=<checkpoint>` continues that run as `syncfree train --resume` does: the config is the checkpoint's
     (`config` and a task name are not read; pass your env again if the run trained on yours), `overrides` change
@@ -79,7 +89,7 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     if run_dir:
         folder = run_dir_of(cfg) if run_dir is True else Path(run_dir)
         print(f"syncfree: training {cfg.task} -> {folder}")
-    runner = Runner(cfg, run_dir=folder, env=env)
+    runner = Runner(cfg, run_dir=folder, env=env, on_iteration=on_iteration)
     if resume:
         runner.load_state_dict(checkpoint.load(resume), source=f"checkpoint {resume}")
         runner.last_saved = Path(resume)
@@ -91,3 +101,25 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     return TrainResult(runner.policy, folder, record, runner)
 
 
+def load(checkpoint_path: str | Path, device: str | torch.device = "cpu") -> LoadedPolicy:
+    """A checkpoint's policy, ready to act, with its config and iteration: `loaded.policy` (in evaluation mode),
+    `loaded.cfg`, `loaded.make_env(num_envs, seed)` (fresh envs of the run's task), `loaded.evaluate(env)`. Bad
+    input is one `UserError` line naming the file; the file is read as data (no code in it runs)."""
+    return load_policy(checkpoint_path, device)
+
+
+def evaluate(policy: str | Path | LoadedPolicy, num_envs: int = 20, seed: int = 12345, sample: bool = False,
+             env: VecEnv | None = None) -> np.ndarray:
+    """The return of each env's first episode under a checkpoint's policy (a path, or what `load` returned), as
+    `syncfree eval` plays it: the most likely actions, or with `sample` actions drawn from the policy (seeded with
+    `seed`; torch's random state outside the call is left as it was). On `num_envs` fresh envs of the run's task,
+    or on `env` (your own, for a run on it)."""
+    loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy)
+    if num_envs < 1:
+        raise UserError(f"evaluate: num_envs={num_envs} is invalid; allowed: an integer >= 1")
+    if env is None:
+        return evaluate_task(loaded.cfg, loaded.policy, num_envs, loaded.device, seed, greedy=not sample)
+    with torch.random.fork_rng(devices=[], enabled=sample):
+        if sample:
+            torch.manual_seed(seed)
+        return loaded.evaluate(env, greedy=not sample)

@@ -388,6 +388,49 @@ class LogConfig:
     run."""
 
 
+STOP_CONDITION = re.compile(r"\s*([A-Za-z_][\w/.]*)\s*(>=|<=|>|<)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*")
+"""`callbacks.stop_when`: `<metric> <op> <number>`."""
+
+
+@dataclass
+class CallbackConfig:
+    """What happens between iterations, outside the hot loop: evaluation, the best checkpoint, early stopping (rank 0
+    decides; with several processes all ranks stop one iteration later)."""
+
+    eval_every: int = 0
+    """Evaluate the policy every this many iterations (0: never) on `eval_envs` fresh envs of the task, each's first
+    episode with the most likely actions; the record (metrics.jsonl, TensorBoard) gets `eval_return` and
+    `eval_return_std`. Random draws of training are not touched: a run with evaluations trains bit for bit as one
+    without."""
+    eval_envs: int = 16
+    """Envs per evaluation (a multi-agent task: simulations, every agent's first episode)."""
+    eval_seed: int = 12345
+    """The evaluation envs' seed (the same envs each time, so evaluations compare)."""
+    save_best: str = ""
+    """A record metric (e.g. `eval_return`, `mean_return`): `best.pt` in the run folder is written whenever it
+    reaches a new high; empty: no best checkpoint."""
+    stop_when: str = ""
+    """`<metric> <op> <number>` (op `>=`, `<=`, `>` or `<`; e.g. `eval_return >= 450`): stop, saving, after the first
+    iteration whose record meets it; empty: never."""
+    patience: int = 0
+    """Stop, saving, when the `save_best` metric has not reached a new high in this many of the records that report
+    it (0: never)."""
+
+    def validate(self) -> None:
+        check(self.eval_every >= 0, "callbacks.eval_every", "an integer >= 0 (0: never)", self.eval_every)
+        check(self.eval_envs >= 1, "callbacks.eval_envs", "an integer >= 1", self.eval_envs)
+        check(self.stop_when == "" or STOP_CONDITION.fullmatch(self.stop_when) is not None, "callbacks.stop_when",
+              "'<metric> <op> <number>' with op one of >=, <=, >, < (e.g. 'eval_return >= 450')", self.stop_when)
+        check(self.patience >= 0, "callbacks.patience", "an integer >= 0 (0: never)", self.patience)
+        check(self.patience == 0 or self.save_best != "", "callbacks.patience",
+              "0 unless callbacks.save_best names the metric it watches", self.patience)
+
+    def stop_condition(self) -> tuple[str, str, float] | None:
+        """`stop_when` as (metric, op, value), or None."""
+        match = STOP_CONDITION.fullmatch(self.stop_when)
+        return (match.group(1), match.group(2), float(match.group(3))) if match else None
+
+
 @dataclass
 class DistributedConfig:
     """Multi-process training (`torchrun --nproc_per_node=N -m syncfree train ...`); inert in a single process."""
@@ -430,6 +473,7 @@ class TrainConfig:
     log: LogConfig = field(default_factory=LogConfig)
     perf: PerfConfig = field(default_factory=PerfConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    callbacks: CallbackConfig = field(default_factory=CallbackConfig)
 
     def minibatch_rows(self) -> tuple[int, str]:
         """What a rollout's minibatches split (`ppo.num_minibatches` must divide it): the count and how it is
@@ -461,6 +505,7 @@ class TrainConfig:
               self.log.progress_style)
         check(self.log.progress_every >= 0, "log.progress_every", "an integer >= 0 (0: about 20 lines a run)",
               self.log.progress_every)
+        self.callbacks.validate()
         check(self.distributed.timeout > 0, "distributed.timeout", "a number of seconds > 0", self.distributed.timeout)
         check(self.distributed.backend in ("auto", "nccl", "gloo"), "distributed.backend", "auto, nccl, gloo",
               self.distributed.backend)

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -52,7 +52,7 @@ def load(task: str, what: str = "") -> Callable[..., Any]:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise UserError(f"{what}: {module_name} has no callable {attr!r}")
-    return factory
+    return cast(Callable[..., Any], factory)
 
 
 def as_vec_env(env: Any, what: str) -> VecEnv:

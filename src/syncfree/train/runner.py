@@ -13,6 +13,7 @@ import inspect
 import logging
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from syncfree.errors import NonFiniteError, UserError
 from syncfree.policy.actor_critic import describe_precision
 from syncfree.tasks import make_task_env, switch_scope
 from syncfree.train import checkpoint
+from syncfree.train.callbacks import Callbacks, IterationCallback
 from syncfree.train.distributed import Distributed, NormalizerSync, running_norms
 from syncfree.train.logger import RunLogger, WandbRun
 from syncfree.train.monitors import StepMonitors
@@ -49,7 +51,7 @@ class Runner:
     any, see `syncfree.train.distributed`)."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path | None = None, env: VecEnv | None = None,
-                 dist: Distributed | None = None) -> None:
+                 dist: Distributed | None = None, on_iteration: Sequence[IterationCallback] = ()) -> None:
         self.cfg = validate(cfg)
         self.dist = dist or Distributed.current()
         """None in a single process: then no collective runs and nothing below differs from one process."""
@@ -74,6 +76,9 @@ class Runner:
                             f"{cfg.env.describe(cfg.env.rows())} (env.num_envs={cfg.env.num_envs})")
         self._owns_env = env is None
         self.env = env or make_task_env(cfg, cfg.env.num_envs, self.device, cfg.seed + self.rank)
+        self.callbacks = Callbacks(cfg, on_iteration, None if env is not None else (
+            lambda num_envs, seed: make_task_env(cfg, num_envs, self.device, seed)))
+        """Evaluation, the best checkpoint, early stopping, the API's functions (`callbacks.*`); rank 0 asks."""
         self.threads, self.threads_reason = choose_threads(cfg.threads, self.device, self.world_size,
                                                            self.env.host_threads, self.env.num_envs)
         """torch intra-op threads this run uses, and why (a process-wide setting, made here)."""
@@ -142,6 +147,10 @@ class Runner:
             while self.iteration < until and not self.stopping():
                 record = self.iterate()
                 progress.update(record)
+                stop = self.callbacks.after_iteration(self, record) if self.is_main else None
+                if stop is not None:
+                    log.info("iteration %d: stopping: %s", self.iteration, stop)
+                    self.stop_requested = True
                 last = self.iteration == until or self.stopping()
                 if self.iteration % cfg.save_every == 0 or last:
                     self.save(last)
@@ -250,6 +259,8 @@ class Runner:
         record.update(stats)
         record["skipped_steps"], record["longest_skip_run"] = int(stats["skipped_steps"]), int(stats["longest_skip_run"])
         del record["non_finite_parameters"]  # 0 whenever a record is written
+        if self.is_main:
+            record.update(self.callbacks.evaluations(self, self.iteration))
         if self.logger is not None:
             self.logger.log(record)
         return record
@@ -286,6 +297,7 @@ class Runner:
             "episodes": self.monitors.episodes.state_dict(),
             "rng": checkpoint.rng_state(),
             "wandb_id": self.wandb_id,
+            "callbacks": self.callbacks.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any], source: str = "checkpoint", resume: bool = True) -> None:
@@ -318,6 +330,8 @@ class Runner:
         self.iteration, self.env_steps = state["iteration"], state["env_steps"]
         if resume and not self.cfg.log.wandb_id:
             self.wandb_id = state.get("wandb_id") or ""  # the same W&B run continues
+        if resume:
+            self.callbacks.load_state_dict(state.get("callbacks"))
         if not self.is_main:
             self.reset_env()
             checkpoint.seed_everything(self.cfg.seed + self.rank + 1_000_003 * self.iteration)
@@ -373,6 +387,7 @@ class Runner:
         return self.last_saved
 
     def close(self) -> None:
+        self.callbacks.close()
         if self.logger is not None:
             self.logger.close()
         if self._owns_env:  # an env passed in stays its owner's to close

@@ -1,0 +1,117 @@
+"""Between iterations, outside the hot loop: evaluation on fresh envs, the best checkpoint, early stopping
+(`callbacks.*`), and Python functions called with each record (`syncfree.learn(on_iteration=...)`)."""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from syncfree.config import TrainConfig
+from syncfree.envs.api import VecEnv
+from syncfree.errors import UserError
+
+
+class Runner(Protocol):
+    """What the callbacks read of `syncfree.train.runner.Runner`."""
+
+    run_dir: Path | None
+    iteration: int
+    device: torch.device
+    algorithm: Any
+    policy: Any
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+log = logging.getLogger("syncfree")
+
+IterationCallback = Callable[[Any, dict[str, Any]], Any]
+"""`fn(runner, record)` after each iteration (rank 0); a true return stops training after this iteration (saved)."""
+
+COMPARE = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
+
+
+class Callbacks:
+    """The run's `callbacks` section and the API's functions, asked by `Runner` after each iteration."""
+
+    def __init__(self, cfg: TrainConfig, functions: Sequence[IterationCallback] = (),
+                 make_env: Callable[[int, int], VecEnv] | None = None) -> None:
+        self.cfg, self.functions = cfg.callbacks, list(functions)
+        self.make_env = make_env
+        """`make_env(num_envs, seed)`: fresh envs of the task; None on a user's env passed in (no evaluation)."""
+        self.env: VecEnv | None = None
+        self.best: float | None = None
+        """The highest `save_best` metric seen (carried by checkpoints)."""
+        self.since_best = 0
+        """Records reporting the metric since its last new high."""
+        if self.cfg.eval_every and make_env is None:
+            raise UserError(f"config: callbacks.eval_every={self.cfg.eval_every} needs a task that makes its envs "
+                            "(a registered task or --task module:factory), not an env passed in")
+
+    def evaluations(self, runner: Runner, iteration: int) -> dict[str, float]:
+        """`eval_return` and `eval_return_std` when an evaluation is due at `iteration`, else nothing. torch's
+        random state is left as it was, so training draws what it would have drawn."""
+        every = self.cfg.eval_every
+        if not every or iteration % every or self.make_env is None:
+            return {}
+        if self.env is None:
+            self.env = self.make_env(self.cfg.eval_envs, self.cfg.eval_seed)
+        cuda = [runner.device.index or 0] if runner.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=cuda):
+            returns = np.asarray(runner.algorithm.evaluate(runner.policy, self.env, True), dtype=np.float64)
+        return {"eval_return": float(returns.mean()), "eval_return_std": float(returns.std())}
+
+    def after_iteration(self, runner: Runner, record: dict[str, Any]) -> str | None:
+        """Write `best.pt` on a new high, run the functions; the reason to stop now, or None."""
+        reason = None
+        metric = self.cfg.save_best
+        if metric and metric in record and np.isfinite(record[metric]):
+            if self.best is None or record[metric] > self.best:
+                self.best, self.since_best = float(record[metric]), 0
+                self.save_best(runner)
+            else:
+                self.since_best += 1
+                if self.cfg.patience and self.since_best >= self.cfg.patience:
+                    reason = (f"{metric} has not passed its best ({self.best:.4g}) in {self.since_best} records "
+                              f"(callbacks.patience={self.cfg.patience})")
+        condition = self.cfg.stop_condition()
+        if condition is not None:
+            name, op, value = condition
+            if name in record and COMPARE[op](record[name], value):
+                reason = reason or f"{name}={record[name]:.4g} meets callbacks.stop_when '{self.cfg.stop_when}'"
+        for fn in self.functions:
+            if fn(runner, record):
+                reason = reason or f"{getattr(fn, '__name__', 'a callback')} asked to stop"
+        return reason
+
+    def save_best(self, runner: Runner) -> Path | None:
+        """The current state as `best.pt` (atomically), where the run has a folder."""
+        if runner.run_dir is None:
+            return None
+        from syncfree.train import checkpoint
+
+        try:
+            return checkpoint.save_atomic(runner.state_dict(), runner.run_dir / "best.pt")
+        except OSError as e:
+            log.warning("iteration %d: best.pt not saved: %s; training goes on", runner.iteration, e.strerror or e)
+            return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "since_best": self.since_best}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if isinstance(state, dict):
+            best = state.get("best")
+            self.best = float(best) if isinstance(best, (int, float)) else None
+            since = state.get("since_best")
+            self.since_best = since if isinstance(since, int) and since >= 0 else 0
+
+    def close(self) -> None:
+        if self.env is not None:
+            self.env.close()
+            self.env = None

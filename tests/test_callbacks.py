@@ -1,0 +1,133 @@
+"""Between iterations: evaluation on fresh envs, the best checkpoint, early stopping and the API's functions; and
+`syncfree.load` / `syncfree.evaluate`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import syncfree
+from conftest import recurrent_config, small_config
+from syncfree.cli import main
+from syncfree.config import CallbackConfig
+from syncfree.errors import UserError
+from syncfree.train.callbacks import Callbacks
+from syncfree.train.runner import Runner
+
+DROPPED = {"steps_per_s", "iteration_seconds", "eval_return", "eval_return_std"}
+
+
+def records(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("make", [small_config, recurrent_config], ids=["mlp", "recurrent"])
+def test_evaluations_are_recorded_and_leave_training_as_it_was(make, tmp_path: Path) -> None:
+    runs = {}
+    for every in (0, 2):
+        cfg = make("pendulum")
+        cfg.iterations, cfg.callbacks.eval_every, cfg.callbacks.eval_envs = 4, every, 3
+        runner = Runner(cfg, run_dir=tmp_path / f"every{every}")
+        runner.learn()
+        runner.close()
+        runs[every] = (records(tmp_path / f"every{every}"), runner.policy.state_dict())
+    plain, evaluated = runs[0][0], runs[2][0]
+    assert [("eval_return" in r) for r in evaluated] == [False, True, False, True]
+    assert all(np.isfinite(r["eval_return"]) and r["eval_return_std"] >= 0 for r in evaluated if "eval_return" in r)
+    assert [{k: v for k, v in r.items() if k not in DROPPED} for r in evaluated] == [
+        {k: v for k, v in r.items() if k not in DROPPED} for r in plain]
+    for name, value in runs[0][1].items():
+        assert torch.equal(value, runs[2][1][name]), name
+
+
+def test_save_best_and_stop_when_from_the_command_line(tmp_path: Path, caplog) -> None:
+    """The best checkpoint is the iteration with the highest evaluation; `stop_when` stops after the first
+    iteration that meets it, saved."""
+    common = ["--task", "pendulum", "--env.num_envs", "16", "--ppo.steps_per_env", "8", "--perf.compile", "off",
+              "--log.progress", "false", "--log.dir", str(tmp_path), "--callbacks.eval_every", "1",
+              "--callbacks.eval_envs", "2"]
+    assert main(["train", *common, "--iterations", "4", "--log.run_name", "best",
+                 "--callbacks.save_best", "eval_return"]) == 0
+    evals = [r["eval_return"] for r in records(tmp_path / "best")]
+    best = syncfree.load(tmp_path / "best" / "best.pt")
+    assert best.iteration == 1 + int(np.argmax(evals))
+
+    with caplog.at_level(logging.INFO, logger="syncfree"):
+        assert main(["train", *common, "--iterations", "10", "--log.run_name", "stop",
+                     "--callbacks.stop_when", f"eval_return >= {min(evals) - 1000}"]) == 0
+    err = caplog.text
+    assert "iteration 1: stopping: eval_return=" in err and "meets callbacks.stop_when" in err
+    assert [r["iteration"] for r in records(tmp_path / "stop")] == [1]
+    assert syncfree.load(tmp_path / "stop" / "latest.pt").iteration == 1
+
+
+def test_patience_counts_the_records_without_a_new_high() -> None:
+    callbacks = Callbacks(dataclasses.replace(small_config("pendulum"), callbacks=CallbackConfig(
+        save_best="eval_return", patience=2)))
+    runner = SimpleNamespace(run_dir=None)
+    reasons = [callbacks.after_iteration(runner, record) for record in  # type: ignore[arg-type]
+               ({"eval_return": 1.0}, {}, {"eval_return": 2.0}, {"eval_return": 2.0}, {"mean_return": 9.0},
+                {"eval_return": float("nan")}, {"eval_return": 1.5})]
+    assert reasons[:-1] == [None] * 6 and callbacks.best == 2.0
+    assert reasons[-1] == "eval_return has not passed its best (2) in 2 records (callbacks.patience=2)"
+
+
+def test_a_function_stops_training_and_the_best_survives_a_resume(tmp_path: Path) -> None:
+    seen = []
+
+    def enough(runner, record) -> bool:
+        seen.append(record["iteration"])
+        return record["iteration"] == 2
+
+    settings = dict(env={"num_envs": 16}, ppo={"steps_per_env": 8}, log={"progress": False},
+                    perf={"compile": "off"})
+    result = syncfree.learn("pendulum", run_dir=tmp_path / "run", iterations=5, on_iteration=[enough],
+                            callbacks={"eval_every": 1, "eval_envs": 2, "save_best": "eval_return"}, **settings)
+    assert seen == [1, 2] and result.record["iteration"] == 2
+    best = result.runner.callbacks.best
+    assert best == max(r["eval_return"] for r in records(tmp_path / "run"))
+    again = syncfree.learn("pendulum", resume=tmp_path / "run" / "latest.pt", iterations=3, run_dir=tmp_path / "run")
+    assert again.runner.callbacks.best == max(best, again.record["eval_return"])
+
+
+@pytest.mark.parametrize(("setting", "line"), [
+    (["--callbacks.stop_when", "eval_return ~ 3"], "callbacks.stop_when='eval_return ~ 3' is invalid"),
+    (["--callbacks.patience", "3"], "callbacks.patience=3 is invalid; allowed: 0 unless callbacks.save_best"),
+    (["--callbacks.eval_envs", "0"], "callbacks.eval_envs=0 is invalid"),
+])
+def test_bad_callback_settings_are_one_line(setting: list[str], line: str, capsys) -> None:
+    assert main(["train", "--task", "pendulum", *setting]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and line in err, err
+
+
+def test_evaluation_needs_envs_it_can_make() -> None:
+    from syncfree.envs.builtin.classic import Pendulum
+
+    with pytest.raises(UserError, match=r"callbacks\.eval_every=2 needs a task that makes its envs"):
+        syncfree.learn(Pendulum(16), run_dir=False, iterations=1, callbacks={"eval_every": 2})
+
+
+def test_load_and_evaluate(tmp_path: Path) -> None:
+    syncfree.learn("pendulum", run_dir=tmp_path / "run", iterations=1, env={"num_envs": 16},
+                   ppo={"steps_per_env": 8}, log={"progress": False}, perf={"compile": "off"})
+    path = tmp_path / "run" / "latest.pt"
+    loaded = syncfree.load(path)
+    assert loaded.iteration == 1 and loaded.cfg.task == "pendulum"
+    greedy = syncfree.evaluate(path, num_envs=3)
+    assert greedy.shape == (3,) and (greedy == syncfree.evaluate(loaded, num_envs=3)).all()
+    assert (greedy == loaded.evaluate(loaded.make_env(3, 12345))).all()
+    generator = torch.get_rng_state()
+    sampled = syncfree.evaluate(loaded, num_envs=3, sample=True, seed=4)
+    assert torch.equal(torch.get_rng_state(), generator)
+    assert (sampled == syncfree.evaluate(loaded, num_envs=3, sample=True, seed=4)).all()
+    assert (sampled == syncfree.evaluate(loaded, sample=True, seed=4, env=loaded.make_env(3, 4))).all()
+    with pytest.raises(UserError, match=r"num_envs=0 is invalid"):
+        syncfree.evaluate(loaded, num_envs=0)
