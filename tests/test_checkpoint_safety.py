@@ -124,3 +124,77 @@ def test_a_checkpoint_is_plain_data(trained: Path) -> None:
     assert set(envelope) == {"format", "sha256", "payload"} and envelope["format"] == checkpoint.FORMAT_VERSION
     state = torch.load(io.BytesIO(envelope["payload"].numpy().tobytes()), weights_only=True)
     assert set(checkpoint.REQUIRED_KEYS) <= set(state)
+
+
+def _first_tensor(tree):
+    return next(path for path, value in _walk(tree) if isinstance(value, torch.Tensor) and value.dim() >= 1)
+
+
+def _walk(tree, path=()):
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _walk(value, (*path, key))
+    else:
+        yield path, tree
+
+
+def _set(tree, path, value):
+    for key in path[:-1]:
+        tree = tree[key]
+    tree[path[-1]] = value
+
+
+@pytest.mark.parametrize(("field", "corrupt", "says"), [
+    (("iteration",), lambda v: -1, "iteration: expected an integer >= 0, found -1"),
+    (("iteration",), lambda v: "3", "iteration: expected an integer, found a str ('3')"),
+    (("ppo", "lr"), lambda v: -v, "ppo.lr: expected a learning rate > 0"),
+    (("policy", "actor.0.weight"), lambda v: v.long(), "policy.actor.0.weight: expected a float32 tensor of shape"),
+    (("ppo", "optimizer", "state", 1, "exp_avg"), lambda v: v.t().contiguous(),
+     "ppo.optimizer.state[1].exp_avg: expected a float32 tensor of shape"),
+    (("ppo", "optimizer", "state", 1, "exp_avg_sq"), lambda v: -v - 1, "holds negative values"),
+    (("rng", "torch"), lambda v: v[:100].clone(), "rng.torch: expected a uint8 tensor of shape"),
+    (("obs", "policy"), lambda v: v[:, :1].clone(), "obs.policy: expected a float32 tensor of shape"),
+    (("config",), lambda v: "not a mapping", "its config is not a mapping"),
+    (("config", "ppo"), lambda v: 3, "config: ppo is a section (a mapping of options), found int 3"),
+    (("config", "ppo", "clipped_value_loss"), lambda v: "yes", "config: ppo.clipped_value_loss='yes' is invalid"),
+    (("env",), None, "env."),
+])
+def test_a_checkpoint_with_a_valid_digest_and_a_wrong_field_is_one_line(field, corrupt, says, tmp_path: Path,
+                                                                         capsys) -> None:
+    """Fields of the wrong type, dtype, shape or range are named before anything is restored (the digest is
+    recomputed: the file is intact, its content is wrong)."""
+    from syncfree.cli import main
+
+    assert main(["train", "--task", "pendulum", "--iterations", "1", "--env.num_envs", "8", "--ppo.steps_per_env",
+                 "4", "--ppo.num_minibatches", "2", "--perf.compile", "off", "--log.progress", "false",
+                 "--log.dir", str(tmp_path), "--log.run_name", "run"]) == 0
+    latest = tmp_path / "run" / "latest.pt"
+    state = checkpoint.load(latest)
+    if corrupt is None:  # the env's first tensor, one row short
+        field = ("env", *_first_tensor(state["env"]))
+        corrupt = lambda v: v[:-1].clone()  # noqa: E731
+    value = state
+    for key in field:
+        value = value[key]
+    _set(state, field, corrupt(value))
+    checkpoint.save_atomic(state, latest)
+    capsys.readouterr()
+    assert main(["train", "--resume", str(latest), "--iterations", "2", "--log.progress", "false"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and says in err, err
+
+
+def test_eval_refuses_weights_of_another_dtype(tmp_path: Path, capsys) -> None:
+    from syncfree.cli import main
+
+    assert main(["train", "--task", "pendulum", "--iterations", "1", "--env.num_envs", "8", "--ppo.steps_per_env",
+                 "4", "--ppo.num_minibatches", "2", "--perf.compile", "off", "--log.progress", "false",
+                 "--log.dir", str(tmp_path), "--log.run_name", "run"]) == 0
+    latest = tmp_path / "run" / "latest.pt"
+    state = checkpoint.load(latest)
+    state["policy"]["actor.0.weight"] = (state["policy"]["actor.0.weight"] * 100).long()  # copy_ would cast it
+    checkpoint.save_atomic(state, latest)
+    capsys.readouterr()
+    assert main(["eval", str(latest)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "policy.actor.0.weight: expected a float32 tensor" in err, err

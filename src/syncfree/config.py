@@ -666,10 +666,74 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", root: type | No
                     else f" (allowed: {', '.join(fields)})")
             raise UserError(f"config: unknown key {prefix + key!r}{hint}")
         sub = fields[key].default_factory if fields[key].default_factory is not dataclasses.MISSING else None
-        if sub is not None and dataclasses.is_dataclass(sub) and isinstance(value, dict):
+        if sub is not None and dataclasses.is_dataclass(sub):
+            if not isinstance(value, dict):
+                raise UserError(f"config: {prefix + key} is a section (a mapping of options), found "
+                                f"{type(value).__name__} {_shown(value)}")
             value = from_dict(sub, value, prefix=f"{prefix}{key}.", root=root)
+        else:
+            check_type(value, field_types(cls)[key], prefix + key)
         kwargs[key] = value
     return cls(**kwargs)
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    """The resolved type of each field of the config dataclass `cls`."""
+    import typing
+
+    return typing.get_type_hints(cls)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}...({len(text)} characters)"
+
+
+def _type_words(annotation: Any) -> str:
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(map(str, args))
+    if origin is list:
+        return f"a list of {_type_words(args[0])}s" if args else "a list"
+    if origin in (typing.Union, __import__("types").UnionType):
+        return " or ".join(_type_words(a) for a in args)
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+            type(None): "null"}.get(annotation, getattr(annotation, "__name__", str(annotation)))
+
+
+def _is_type(value: Any, annotation: Any) -> bool:
+    import types
+    import typing
+
+    if annotation is Any:
+        return True
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return any(_is_type(value, a) for a in args)
+    if origin in (list, tuple):
+        return isinstance(value, (list, tuple)) and (not args or all(_is_type(v, args[0]) for v in value))
+    if origin is dict:
+        return isinstance(value, dict)
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is type(None):
+        return value is None
+    return isinstance(value, annotation) if isinstance(annotation, type) else True
+
+
+def check_type(value: Any, annotation: Any, key: str) -> None:
+    """A stored config's value has its field's type (a config file, a checkpoint's config): one line naming the key
+    otherwise."""
+    if not _is_type(value, annotation):
+        raise UserError(f"config: {key}={_shown(value)} is invalid; allowed: {_type_words(annotation)}")
 
 
 CONFIG_FILE_BYTES = 1 << 20

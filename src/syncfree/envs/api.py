@@ -63,6 +63,10 @@ class VecEnv(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         return None
 
+    def check_state_dict(self, state: Any) -> None:  # noqa: B027
+        """Raise `UserError` (one line) where a saved state cannot be this env's for a reason worth naming (e.g.
+        another clip set), before anything is restored; the checkpoint's schema checks the rest."""
+
     def end_iteration(self, reduce: Callable[[Tensor], Tensor] | None = None) -> None:  # noqa: B027
         """Called by the trainer once per iteration, after the rollout (e.g. to refresh sampling weights).
 

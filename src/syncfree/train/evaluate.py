@@ -20,6 +20,7 @@ from syncfree.policy.actor_critic import set_autocast
 from syncfree.tasks import find_task, make_task_env
 from syncfree.tasks.spec import TaskSpec
 from syncfree.train import checkpoint
+from syncfree.train.schema import check_checkpoint
 
 
 @dataclass
@@ -74,6 +75,7 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu", autocast: 
             policy = algorithm_for(cfg).build_policy(cfg, shape)
     except UserError as e:
         raise UserError(f"{source}: {e}") from None
+    check_checkpoint(state, {"policy": policy.state_dict()}, source)  # dtypes, shapes, ranges of every weight
     try:
         policy.load_state_dict(state["policy"])
     except RuntimeError as e:

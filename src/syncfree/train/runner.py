@@ -39,6 +39,7 @@ from syncfree.train.distributed import Distributed, NormalizerSync, running_norm
 from syncfree.train.logger import RunLogger, WandbRun
 from syncfree.train.monitors import StepMonitors
 from syncfree.train.progress import Progress
+from syncfree.train.schema import check_checkpoint
 
 log = logging.getLogger("syncfree")
 
@@ -320,6 +321,9 @@ class Runner:
                                 f"{self.cfg.env.describe(self.env.num_envs)} (env.num_envs={self.cfg.env.num_envs}); "
                                 "resume with the same")
         check_compatible(state, self, source)
+        if self.env.saveable:
+            self.env.check_state_dict(state.get("env"))
+        check_checkpoint(state, self.state_dict(), source, self.algorithm.optim.params)
         try:
             self.policy.load_state_dict(state["policy"])
         except RuntimeError as e:

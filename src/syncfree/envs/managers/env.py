@@ -177,6 +177,11 @@ class ManagerBasedEnv(VecEnv):
             "reward_sums": {k: v.clone() for k, v in self.rewards.episode_sums.items()},
         }
 
+    def check_state_dict(self, state: Any) -> None:
+        check_clips = getattr(self.command, "check_clips", None)  # commands of motion clips name a clip set
+        if isinstance(state, dict) and check_clips is not None:
+            check_clips(state.get("command"))
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state["episode_length"].shape != self.episode_length.shape:
             raise UserError(f"env state: {state['episode_length'].shape[0]} envs saved, this env has {self.num_envs}")

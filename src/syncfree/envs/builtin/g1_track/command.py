@@ -160,8 +160,15 @@ class MotionCommand(CommandTerm):
                      clip_length=self.motions.clip_length.clone(), clip_names=list(self.motions.clip_names))
         return state
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def check_clips(self, state: Any) -> None:
+        """A saved state of another clip set is one line naming both (before anything is restored); a state too
+        malformed to say is left to the checkpoint's schema."""
+        if not isinstance(state, dict):
+            return
         saved_names, saved_lengths = state.get("clip_names"), state.get("clip_length")  # absent in checkpoints of earlier versions
+        if not (saved_lengths is None or isinstance(saved_lengths, Tensor)) or not (
+                saved_names is None or (isinstance(saved_names, list) and all(isinstance(n, str) for n in saved_names))):
+            return
         names, lengths = self.motions.clip_names, self.motions.clip_length
         same = (saved_lengths is None or (saved_lengths.shape == lengths.shape
                                           and torch.equal(saved_lengths.to(lengths.device), lengths)))
@@ -171,6 +178,9 @@ class MotionCommand(CommandTerm):
             raise UserError(f"env state: the run was trained on {len(saved_names)} clips ({_summary(saved_names)}) "
                             f"but this run's clips (env.motions) are {len(names)} ({_summary(names)}), or their "
                             "lengths differ; resume with the clips the run was trained on")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.check_clips(state)
         super().load_state_dict(state)
         self.clip_ids.copy_(state["clip_ids"])
         self.time_steps.copy_(state["time_steps"])
