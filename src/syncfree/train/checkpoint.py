@@ -128,6 +128,27 @@ def check_run_dir_unused(run_dir: Path) -> None:
                         f"continue that run with --resume {run_dir / 'latest.pt'}")
 
 
+def first_missing(path: Path) -> Path | None:
+    """The outermost folder of `path` that does not exist yet (what creating `path` creates), or None."""
+    missing = None
+    for folder in (path, *path.parents):
+        if folder.exists():
+            break
+        missing = folder
+    return missing
+
+
+def remove_unused(run_dir: Path, created: Path) -> None:
+    """Remove `run_dir` and its parents up to `created` where they are empty (a run that never started)."""
+    for folder in (run_dir, *run_dir.parents):
+        try:
+            folder.rmdir()  # only an empty folder
+        except OSError:
+            return
+        if folder == created:
+            return
+
+
 def prepare_run_dir(run_dir: Path) -> list[Path]:
     """Create `run_dir`, prove a new file can be written there, and remove temporary files a killed save (or
     start-up) left; returns those. One line naming the path and the OS's reason when the folder is unusable."""

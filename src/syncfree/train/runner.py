@@ -39,6 +39,7 @@ from syncfree.train.distributed import Distributed, NormalizerSync, running_norm
 from syncfree.train.logger import RunLogger, WandbRun
 from syncfree.train.monitors import StepMonitors
 from syncfree.train.progress import Progress
+from syncfree.train.run_lock import RunLock
 from syncfree.train.schema import check_checkpoint
 
 log = logging.getLogger("syncfree")
@@ -61,10 +62,27 @@ class Runner:
         self.is_main = self.rank == 0
         self.run_dir = run_dir if self.is_main else None
         """Only rank 0 writes metrics and checkpoints."""
+        self._lock: RunLock | None = None
+        created = None
         if self.run_dir is not None:
+            created = checkpoint.first_missing(self.run_dir)
             removed = checkpoint.prepare_run_dir(self.run_dir)
             if removed:
                 log.info("removed %d temporary file(s) an interrupted save left in %s", len(removed), self.run_dir)
+            self._lock = RunLock(self.run_dir)
+        try:
+            if self._lock is not None:
+                self._lock.acquire()
+            self._build(cfg, env, on_iteration)
+        except BaseException:  # a run that never started leaves no folder behind (nor its lock)
+            if self._lock is not None:
+                self._lock.release()
+            if created is not None and self.run_dir is not None:
+                checkpoint.remove_unused(self.run_dir, created)
+            raise
+
+    def _build(self, cfg: TrainConfig, env: VecEnv | None, on_iteration: Sequence[IterationCallback]) -> None:
+        """The device, the env, the algorithm and its policy, the monitors and the iteration's transfer."""
         self.device = resolve_device(cfg.device, self.dist.local_rank if self.dist is not None else None)
         set_deterministic(cfg.perf.deterministic)
         checkpoint.seed_everything(cfg.seed + self.rank)
@@ -128,6 +146,8 @@ class Runner:
         """Set from a signal handler: the loop finishes the current iteration, saves, and returns (with several
         processes: once any rank asked, all stop after the same iteration)."""
         self._stop_agreed = False
+        self._lost_records = 0
+        """Records that could not be written (a full disk)."""
         self.logger: RunLogger | None = None
         """Opened when training starts, where it knows whether the run continues a checkpoint."""
         self.wandb_id = cfg.log.wandb_id
@@ -263,8 +283,23 @@ class Runner:
         if self.is_main:
             record.update(self.callbacks.evaluations(self, self.iteration))
         if self.logger is not None:
-            self.logger.log(record)
+            self.log_record(record)
         return record
+
+    def log_record(self, record: dict[str, Any]) -> None:
+        """Append the record to the run's metrics; a run folder that disappeared stops the run in one line, a
+        write that fails (disk full) is a warning and training goes on (the checkpoint is tried as usual)."""
+        assert self.logger is not None and self.run_dir is not None
+        if not self.run_dir.is_dir():
+            raise UserError(f"run folder {self.run_dir} disappeared during iteration {self.iteration}; stopped "
+                            "(nothing can be saved there)")
+        try:
+            self.logger.log(record)
+        except OSError as e:
+            self._lost_records += 1
+            if self._lost_records == 1:
+                log.warning("iteration %d: metrics not written to %s (%s); training goes on, checkpoints are still "
+                            "tried", self.iteration, self.logger.path, e.strerror or e)
 
     def check_divergence(self, stats: dict[str, float], where: str) -> None:
         """Stop, before the iteration is saved, when the update left NaN or infinite parameters or skipped
@@ -394,6 +429,8 @@ class Runner:
         self.callbacks.close()
         if self.logger is not None:
             self.logger.close()
+        if self._lock is not None:
+            self._lock.release()
         if self._owns_env:  # an env passed in stays its owner's to close
             self.env.close()
 

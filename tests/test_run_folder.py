@@ -1,0 +1,99 @@
+"""A run folder has one writer, is not left behind by a run that never started, and its loss or a full disk is
+said in one line (or a warning) rather than a traceback or silence."""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import syncfree
+from syncfree.cli import main
+from syncfree.errors import UserError
+from syncfree.train.logger import RunLogger
+
+SMALL = dict(env={"num_envs": 8}, ppo={"steps_per_env": 4, "num_minibatches": 2}, log={"progress": False},
+             perf={"compile": "off"})
+
+
+def small_run(folder: Path, iterations: int = 1, **extra) -> syncfree.api.TrainResult:
+    return syncfree.learn("pendulum", run_dir=folder, iterations=iterations, **SMALL, **extra)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_a_run_that_never_starts_leaves_no_folder(tmp_path: Path, capsys) -> None:
+    log_dir = tmp_path / "runs" / "nested"
+    assert main(["train", "--task", "pendulum", "--device", "cuda", "--log.dir", str(log_dir),
+                 "--log.run_name", "run"]) == 2
+    assert "CUDA is not available" in capsys.readouterr().err
+    assert sorted(tmp_path.iterdir()) == []  # neither the run folder nor the folders made for it
+
+
+def test_the_lock_is_held_while_training_and_released_after(tmp_path: Path) -> None:
+    seen = []
+
+    def look(runner, record) -> None:
+        seen.append(json.loads((tmp_path / "run" / ".lock").read_text()))
+
+    small_run(tmp_path / "run", iterations=2, on_iteration=[look])
+    assert [entry["pid"] for entry in seen] == [os.getpid()] * 2 and seen[0]["host"] == socket.gethostname()
+    assert not (tmp_path / "run" / ".lock").exists()
+
+
+def test_a_folder_another_live_process_writes_is_refused_and_a_stale_lock_taken_over(tmp_path: Path, capsys,
+                                                                                     caplog) -> None:
+    small_run(tmp_path / "run")
+    latest = tmp_path / "run" / "latest.pt"
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        lock = {"pid": other.pid, "host": socket.gethostname(), "since": 0.0}
+        (tmp_path / "run" / ".lock").write_text(json.dumps(lock))
+        capsys.readouterr()
+        assert main(["train", "--resume", str(latest), "--iterations", "2", "--log.progress", "false"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.count("\n") == 0 and f"in use by process {other.pid}" in err, err
+        records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+        assert len(records) == 1  # nothing of the refused resume was written
+    finally:
+        other.kill()
+        other.wait()
+    with caplog.at_level(logging.INFO, logger="syncfree"):  # the holder is gone: its lock is stale
+        assert main(["train", "--resume", str(latest), "--iterations", "2", "--log.progress", "false"]) == 0
+    assert f"taking over the lock of process {other.pid}, which is gone" in caplog.text
+    assert not (tmp_path / "run" / ".lock").exists()
+
+    (tmp_path / "run" / ".lock").write_text(json.dumps({**lock, "host": "elsewhere"}))
+    capsys.readouterr()
+    assert main(["train", "--resume", str(latest), "--iterations", "3", "--log.progress", "false"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "on host elsewhere" in err and f"delete {tmp_path / 'run' / '.lock'}" in err
+
+
+def test_a_run_folder_that_disappears_stops_the_run_in_one_line(tmp_path: Path) -> None:
+    def remove(runner, record) -> None:
+        if record["iteration"] == 1:
+            shutil.rmtree(tmp_path / "run")
+
+    with pytest.raises(UserError, match=r"run folder .*run disappeared during iteration 2; stopped"):
+        small_run(tmp_path / "run", iterations=3, on_iteration=[remove])
+
+
+def test_a_metrics_write_that_fails_is_a_warning_and_training_goes_on(tmp_path: Path, monkeypatch, caplog) -> None:
+    def full_disk(self, record) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(RunLogger, "log", full_disk)
+    with caplog.at_level(logging.WARNING, logger="syncfree"):
+        result = small_run(tmp_path / "run", iterations=3)
+    assert result.record["iteration"] == 3
+    assert caplog.text.count("metrics not written") == 1 and "No space left on device" in caplog.text
+    assert syncfree.load(tmp_path / "run" / "latest.pt").iteration == 3
