@@ -14,7 +14,7 @@ import torch.distributed as dist
 from conftest import small_config, update_stats
 from syncfree.algo.storage import Batch
 from syncfree.core.counters import count_syncs
-from syncfree.errors import DistributedError
+from syncfree.errors import DistributedError, UserError
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.train import checkpoint
 from syncfree.train.distributed import Distributed, NormalizerSync
@@ -145,6 +145,24 @@ def _dead_rank_worker(rank: int, tmp: str) -> None:
         outcome = f"{type(e).__name__}: {e}"
     (Path(tmp) / f"rank{rank}.txt").write_text(f"{time.monotonic() - start:.1f}\n{outcome}")
     dist.destroy_process_group()  # as the command line does on its way out
+
+
+def _disagreeing_worker(rank: int, tmp: str) -> None:
+    """Rank 1 is started with other network sizes: both ranks stop with the same line before any collective of
+    the policy."""
+    _join(tmp, rank, timeout=30)
+    cfg = small_config("pendulum")
+    if rank == 1:
+        cfg.policy.actor_hidden = [16]
+    try:
+        Runner(cfg, dist=Distributed.current(timeout=30))
+        outcome = "started"
+    except UserError as e:
+        outcome = f"UserError: {e}"
+    except Exception as e:
+        outcome = f"{type(e).__name__}: {e}"
+    (Path(tmp) / f"rank{rank}.txt").write_text(outcome)
+    dist.destroy_process_group()
 
 
 def grid_config(iterations: int):

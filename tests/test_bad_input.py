@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -294,3 +295,44 @@ def test_a_runs_config_file_reruns_it_anew_even_after_a_resume(tmp_path: Path) -
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == before
     rerun = (tmp_path / "rerun" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in rerun] == [1, 2]
+
+
+@pytest.fixture(scope="module")
+def trained_run(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("outputs")
+    assert main(["train", "--task", "pendulum", "--iterations", "1", "--env.num_envs", "8", "--ppo.steps_per_env", "4",
+                 "--ppo.num_minibatches", "2", "--perf.compile", "off", "--log.progress", "false",
+                 "--log.dir", str(folder), "--log.run_name", "run"]) == 0
+    return folder / "run"
+
+
+@pytest.mark.parametrize(("command", "says"), [
+    (["play", "{ckpt}", "--video", "{dir}"], "--video {dir}: is a folder; give a file name"),
+    (["play", "{ckpt}", "--video", "{file}/clip.mp4"], "its folder cannot be made: {file} is a file"),
+    (["plot", "{run}", "--out", "{dir}"], "plot: --out {dir}: is a folder; give a file name"),
+    (["plot", "{run}", "--out", "{file}/sub/curves.png"], "its folder cannot be made: {file} is a file"),
+    (["export", "{ckpt}", "--out", "{file}"], "export: --out {file}: is a file, not a folder"),
+    (["export", "{ckpt}", "--out", "{file}/onnx"], "export: --out {file}/onnx: cannot be made: {file} is a file"),
+    (["bench", "--task", "pendulum", "--out", "{file}"], "bench: --out {file}: is a file, not a folder"),
+])
+def test_a_command_checks_where_it_writes_before_any_work(command: list[str], says: str, trained_run: Path,
+                                                          tmp_path: Path, capsys) -> None:
+    places = {"ckpt": str(trained_run / "latest.pt"), "run": str(trained_run), "dir": str(tmp_path / "a_folder"),
+              "file": str(tmp_path / "a_file")}
+    (tmp_path / "a_folder").mkdir()
+    (tmp_path / "a_file").write_text("in the way")
+    code, err = run_cli(capsys, *[part.format(**places) for part in command])
+    assert code == 2 and says.format(**places) in one_line(err), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "a_folder"]  # nothing written
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="permission bits do not bind root")
+def test_a_read_only_folder_is_named(trained_run: Path, tmp_path: Path, capsys) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        code, err = run_cli(capsys, "plot", str(trained_run), "--out", str(locked / "curves.png"))
+        assert code == 2 and f"cannot write in {locked}" in one_line(err)
+    finally:
+        locked.chmod(0o755)

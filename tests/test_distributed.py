@@ -22,6 +22,7 @@ from distributed_workers import (
     ROLLOUT_FIELDS,
     WORLD,
     _dead_rank_worker,
+    _disagreeing_worker,
     _two_rank_grid_worker,
     _two_rank_worker,
     equivalence_config,
@@ -237,3 +238,11 @@ def test_torchrun_trains_grid_arena(tmp_path: Path) -> None:
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in records] == [128, 256]
     assert all(math.isfinite(r["surrogate_loss"]) for r in records)
+
+
+def test_ranks_started_with_different_settings_stop_with_one_line(tmp_path: Path) -> None:
+    mp.start_processes(_disagreeing_worker, args=(str(tmp_path),), nprocs=WORLD, join=True, start_method="spawn")
+    outcomes = [(tmp_path / f"rank{rank}.txt").read_text() for rank in range(WORLD)]
+    expected = ("UserError: ranks disagree: rank 1 has config.policy.actor_hidden=(16,), rank 0 has (32, 32); every "
+                "rank must be started with the same settings")
+    assert outcomes == [expected, expected]

@@ -14,7 +14,7 @@ import syncfree
 ROOT = Path(syncfree.__file__).parent
 
 LAYERS = {
-    "errors": 0, "core": 0,
+    "errors": 0, "core": 0, "outputs": 0,
     "config": 1, "envs": 1,
     "policy": 2,
     "algo": 3,

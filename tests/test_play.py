@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +95,19 @@ def test_bad_play_input_is_one_line(args: list[str], env: dict, message: str, tm
     assert main(["play", str(ckpt), *steps, *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+def test_a_missing_renderer_package_is_one_line(tmp_path: Path, capsys) -> None:
+    """Gymnasium's classic-control envs draw with pygame, which no syncfree extra installs: play says so in one
+    line (it was a 56-line traceback)."""
+    pytest.importorskip("gymnasium")
+    if importlib.util.find_spec("pygame") is not None:
+        pytest.skip("pygame is installed")
+    assert main(["train", "--task", "gym:CartPole-v1", "--iterations", "1", "--env.num_envs", "2",
+                 "--ppo.steps_per_env", "8", "--ppo.num_minibatches", "2", "--perf.compile", "off",
+                 "--log.progress", "false", "--log.dir", str(tmp_path), "--log.run_name", "run"]) == 0
+    capsys.readouterr()
+    assert main(["play", str(tmp_path / "run" / "latest.pt"), "--steps", "3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "play: gym:CartPole-v1: pygame is not installed" in err, err
+    assert not (tmp_path / "run" / "play.mp4").exists()

@@ -242,8 +242,11 @@ def cmd_plot(argv: Sequence[str]) -> int:
 def cmd_bench(argv: Sequence[str]) -> int:
     from syncfree import bench
     from syncfree.bench import report
+    from syncfree.outputs import check_output_dir
 
     cfg, out = parse_bench_config(argv)
+    if out:
+        check_output_dir(out, "bench: --out")  # before minutes of timing
     result = bench.run(cfg)
     device = result["machine"]["device"].replace(":", "")
     out_dir = Path(out or f"benchmarks/results/{cfg.task.replace(':', '_')}-{cfg.profile}-{device}")

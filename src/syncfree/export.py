@@ -32,6 +32,7 @@ from torch import Tensor, nn
 import syncfree
 from syncfree.algo import algorithm_for
 from syncfree.errors import UserError
+from syncfree.outputs import check_output_dir
 from syncfree.policy.actor_critic import PolicyBase
 from syncfree.policy.token_encoder import TokenActorCritic
 from syncfree.train.evaluate import LoadedPolicy, load_policy
@@ -104,6 +105,8 @@ def export_checkpoint(path: str | Path, out_dir: str | Path | None = None, forma
         raise UserError(f"export: format={format!r} is invalid; allowed: {', '.join(FORMATS)}")
     require_onnx()
     path = Path(path)
+    if out_dir is not None:
+        check_output_dir(out_dir, "export: --out")  # before the checkpoint is read
     loaded = load_policy(path, autocast=False)  # the exported graphs compute in float32 (a runtime picks its own)
     refusal = algorithm_for(loaded.cfg).export_refusal
     if refusal is not None or not isinstance(loaded.policy, PolicyBase):

@@ -19,6 +19,7 @@ from PIL import Image
 
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError
+from syncfree.outputs import check_output_file
 from syncfree.policy.actor_critic import PolicyBase
 from syncfree.tasks.spec import Drawer
 
@@ -106,7 +107,8 @@ def record(checkpoint: str | Path, video: Path, steps: int, fps: float, width: i
 
     from syncfree.train.evaluate import load_policy
 
-    check_video_path(video)  # before anything is built
+    check_output_file(video, "--video")  # before anything is built
+    check_video_path(video)
     loaded = load_policy(checkpoint, device)
     task = loaded.task
     if not isinstance(loaded.policy, PolicyBase):

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from syncfree.errors import UserError
+from syncfree.outputs import check_output_file
 
 DEFAULT_METRICS = ("mean_return", "reward_per_agent_step", "mean_length", "value_loss", "steps_per_s")
 """Plotted when present in the runs (`mean_return` for single-agent tasks, `reward_per_agent_step` for grid-arena)."""
@@ -66,6 +67,7 @@ def mean_band(curves: list[list[tuple[float, float]]]) -> tuple[list[float], lis
 
 
 def plot(run_dirs: list[Path], out: Path, metrics: list[str] | None = None, title: str = "") -> Path:
+    check_output_file(out, "plot: --out")
     import matplotlib
 
     matplotlib.use("Agg")

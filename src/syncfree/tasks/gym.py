@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from syncfree.algo.feedforward import FeedForwardPPO
 from syncfree.config import PPOConfig, TrainConfig
 from syncfree.envs.api import VecEnv
+from syncfree.errors import UserError
 from syncfree.tasks.spec import BenchSizes, Drawer, TaskSource, TaskSpec
 
 PREFIX = "gym:"
@@ -55,11 +57,20 @@ def resolve(task: str) -> TaskSpec:
         return make_gymnasium(env_id, num_envs, device, seed)
 
     def render(cfg: TrainConfig, device: torch.device, seed: int, width: int, height: int) -> tuple[VecEnv, Drawer]:
+        from gymnasium.error import DependencyNotInstalled
+
         from syncfree.envs.adapters.gymnasium import make_gymnasium
         from syncfree.envs.render import gymnasium_frame
 
         env = make_gymnasium(env_id, 1, device, seed, render_mode="rgb_array")
-        return env, lambda: gymnasium_frame(env)
+
+        def draw() -> np.ndarray:
+            try:
+                return gymnasium_frame(env)
+            except DependencyNotInstalled as e:  # a renderer's package (pygame for classic control): one line
+                raise UserError(f"play: {task}: {e}") from None
+
+        return env, draw
 
     return TaskSpec(task, f"the Gymnasium env {env_id}", TrainConfig, {"default": preset}, make_env, FeedForwardPPO,
                     render=render, bench_profiles=BENCH_PROFILES)

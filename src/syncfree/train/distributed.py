@@ -72,6 +72,27 @@ class Distributed:
         # group) are freed now rather than kept alive by the exception chain until interpreter shutdown
         raise error
 
+    def check_agreement(self, facts: dict[str, Any]) -> None:
+        """Every rank holds the same `facts` (the config, the policy's tensor shapes, the env's shapes), or every
+        rank raises `UserError` naming the first that differs: a rank started with other settings would otherwise
+        end in a collective of mismatched sizes (a C++ abort with no word from syncfree)."""
+        gathered: list[Any] = [None] * self.world_size
+        error = None
+        try:
+            dist.all_gather_object(gathered, facts)
+        except RuntimeError as e:
+            error = self.error("the start-up comparison of the ranks' configs", e)
+        if error is not None:
+            raise error
+        for rank, other in enumerate(gathered):
+            if rank == 0 or other == gathered[0]:
+                continue
+            key = next(k for k in sorted(set(other) | set(gathered[0]))
+                       if other.get(k, "(absent)") != gathered[0].get(k, "(absent)"))
+            raise UserError(f"ranks disagree: rank {rank} has {key}={other.get(key, '(absent)')!r}, rank 0 has "
+                            f"{gathered[0].get(key, '(absent)')!r}; every rank must be started with the same "
+                            "settings")
+
     def broadcast_module(self, module: nn.Module) -> None:
         """Copy rank 0's parameters and buffers to every rank: one broadcast per dtype."""
         tensors = [t for t in (*module.parameters(), *module.buffers()) if t.numel() > 0]

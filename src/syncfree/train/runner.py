@@ -124,6 +124,7 @@ class Runner:
         self.norm_sync: NormalizerSync | None = None
         self._env_takes_reduce = False
         if self.dist is not None:
+            self.dist.check_agreement(self.agreed_facts())
             self.dist.broadcast_module(self.policy)
             self.norm_sync = NormalizerSync(running_norms(self.policy), self.dist)
             self._env_takes_reduce = "reduce" in inspect.signature(self.env.end_iteration).parameters
@@ -204,6 +205,16 @@ class Runner:
     def switch_scope(self) -> Scope:
         """Where this run stands for the perf switches (`PerfConfig.inert_switches` says which change nothing)."""
         return switch_scope(self.cfg, self.device, self.world_size, env_layer=isinstance(self.env, ManagerBasedEnv))
+
+    def agreed_facts(self) -> dict[str, Any]:
+        """What every rank must share: the config (flattened), the policy's tensor shapes and dtypes, the env's
+        observation shapes, action spec and count."""
+        facts: dict[str, Any] = {f"config.{k}": v for k, v in flatten(to_dict(self.cfg)).items()}
+        facts.update({f"policy.{name}": (tuple(t.shape), str(t.dtype)) for name, t in self.policy.state_dict().items()})
+        facts["env.obs_shapes"] = {k: tuple(v) for k, v in self.env.obs_shapes.items()}
+        facts["env.action_spec"] = (self.env.action_spec.kind, self.env.action_spec.size)
+        facts["env.num_envs"] = self.env.num_envs
+        return facts
 
     def execution(self) -> str:
         """Where and how this run computes, resolved: device, threads and why, compile mode, precision."""
@@ -289,10 +300,11 @@ class Runner:
     def log_record(self, record: dict[str, Any]) -> None:
         """Append the record to the run's metrics; a run folder that disappeared stops the run in one line, a
         write that fails (disk full) is a warning and training goes on (the checkpoint is tried as usual)."""
-        assert self.logger is not None and self.run_dir is not None
-        if not self.run_dir.is_dir():
-            raise UserError(f"run folder {self.run_dir} disappeared during iteration {self.iteration}; stopped "
-                            "(nothing can be saved there)")
+        assert self.logger is not None
+        folder = self.logger.path.parent
+        if not folder.is_dir():
+            raise UserError(f"run folder {folder} disappeared during iteration {self.iteration}; stopped (nothing "
+                            "can be saved there)")
         try:
             self.logger.log(record)
         except OSError as e:

@@ -176,6 +176,13 @@ def _learning_rate(found: Any, path: str) -> None:
 
 
 def _ppo(found: Any, expected: Any, path: str, params: Sequence[Tensor]) -> None:
+    """The optimizer, learning rate and skip count; the reward scale's statistics where both this run and the
+    checkpoint's keep them (a run without `ppo.normalize_rewards` saves none, and a run that starts normalizing
+    starts them new)."""
+    if isinstance(found, dict) and isinstance(expected, dict) and ("reward_scale" in found) != (
+            "reward_scale" in expected):
+        found = {k: v for k, v in found.items() if k != "reward_scale"}
+        expected = {k: v for k, v in expected.items() if k != "reward_scale"}
     conform(found, expected, path, params)
     _learning_rate(found["lr"], f"{path}.lr")
 
