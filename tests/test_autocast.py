@@ -3,6 +3,8 @@ float32 bit for bit; the rollout's and the update's log-probs agree; exported gr
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -158,3 +160,37 @@ def test_one_recurrent_minibatch_under_bf16_is_close_to_float32() -> None:
         if g.abs().max() > 0:
             cosine = torch.nn.functional.cosine_similarity(g.flatten(), grads16[name].flatten(), dim=0)
             assert cosine > 0.95, (name, cosine)
+
+
+@pytest.mark.parametrize("task", ["cartpole", "pendulum", "point-mass", "g1-track", "g1-track:token", "grid-arena",
+                                  "pendulum:recurrent"])
+def test_the_autocast_report_matches_a_probe_of_the_built_policy(task: str, monkeypatch) -> None:
+    """`syncfree switches` calls autocast live exactly where `auto` lowers a module of the task's built policy:
+    per device (the CPU with and without bfloat16 instructions, simulated; CUDA), asked of the policy itself."""
+    from syncfree.algo import algorithm_for
+    from syncfree.policy import actor_critic
+    from syncfree.tasks import make_task_env, preset, switch_scope, with_policy_kind
+    from syncfree.train.evaluate import CheckpointShape
+
+    name, _, kind = task.partition(":")
+    if name == "grid-arena":
+        pytest.importorskip("mettagrid")
+    cfg = preset(name) if kind != "token" else small_config(name)
+    if kind == "recurrent":
+        cfg = with_policy_kind(cfg, kind)
+    elif kind == "token":
+        cfg.policy.kind = kind
+    env = make_task_env(cfg, 2, torch.device("cpu"), 0)
+    shape = CheckpointShape(dict(env.obs_shapes), env.action_spec)
+    env.close()
+    for device, native in (("cpu", False), ("cpu", True), ("cuda", False)):
+        monkeypatch.setattr(actor_critic, "native_bf16", lambda d, native=native: native and d.type == "cpu")
+        policy = algorithm_for(cfg).build_policy(cfg, shape)
+        actor_critic.set_autocast(policy, "auto", torch.device(device))
+        lowered = any(getattr(m, "autocast_dtype", None) is not None for m in policy.modules())
+        reported_live = cfg.perf.inert_reason("autocast", switch_scope(cfg, device)) is None
+        assert reported_live == lowered, (task, device, native)
+        actor_critic.set_autocast(policy, "bf16", torch.device(device))
+        assert any(getattr(m, "autocast_dtype", None) is not None for m in policy.modules())
+        bf16 = dataclasses.replace(cfg.perf, autocast="bf16")
+        assert bf16.inert_reason("autocast", switch_scope(cfg, device)) is None

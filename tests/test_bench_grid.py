@@ -18,10 +18,11 @@ from syncfree.config import PerfConfig
 from syncfree.tasks import preset
 
 SWITCHES_READ = ["deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm", "fused_adamw",
-                 "zero_grad_set_to_none", "deterministic", "compile", "autocast", "gate_full_log_probs",
+                 "zero_grad_set_to_none", "deterministic", "compile", "gate_full_log_probs",
                  "preallocated_last_actions", "cpu_time_index", "cached_minibatch_indices"]
 """The ablated ones: those the recurrent algorithm reads on grid-arena's preset (its fixed learning-rate schedule
-leaves `device_adaptive_lr` inert), but the process-wide `retain_host_memory`, which one process cannot compare."""
+leaves `device_adaptive_lr` inert, and `autocast=auto` keeps its token encoder in float32: only the `bf16` variant
+has a row), but the process-wide `retain_host_memory`, which one process cannot compare."""
 
 
 def test_grid_arena_rows_cover_the_switches_the_recurrent_trainer_reads() -> None:

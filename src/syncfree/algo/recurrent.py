@@ -224,7 +224,8 @@ class RecurrentPPO(Algorithm):
                      env_layer=env_layer, device=device_type,
                      adaptive_lr=p.schedule == "adaptive", world_size=world_size, critic_rows=cfg.env.rows(),
                      full_log_probs_needed=needs_full_log_probs(build_losses(cfg.losses, p)),
-                     sequential_minibatches=p.minibatch_sampler == "sequential" or p.prio_alpha <= 0)
+                     sequential_minibatches=p.minibatch_sampler == "sequential" or p.prio_alpha <= 0,
+                     auto_precision_modules=isinstance(cfg, RecurrentFlatTrainConfig))  # the token encoder: float32
 
     def obs_dims(self, env: EnvShape) -> dict[str, Any]:
         if isinstance(self.policy, RecurrentMLPPolicy):

@@ -86,7 +86,8 @@ def _ablations(add_one_in: bool, compile: bool, scopes: list[Scope] | None
         add(f"optimized - {f.name}{also}", dataclasses.replace(opt, **changes), f.name, opt)
     for f in ablated:
         for value in f.metadata["variants"]:
-            add(f"optimized, {f.name}={value}", dataclasses.replace(opt, **{f.name: value}), f.name, opt)
+            variant = dataclasses.replace(opt, **{f.name: value})
+            add(f"optimized, {f.name}={value}", variant, f.name, variant)  # whether this value changes anything
     for f in ablated if add_one_in else ():  # with the values it needs (e.g. compile)
         perf = dataclasses.replace(base, **{f.name: f.metadata["optimized"], **f.metadata["requires"]})
         add(f"baseline + {f.name}", perf, f.name, perf)

@@ -43,6 +43,12 @@ class Scope:
     """An enabled loss reads the policy's full log-probabilities (then they are emitted whatever the gate says)."""
     sequential_minibatches: bool = True
     """Minibatches are sequential rows (the prioritized sampler with `prio_alpha > 0` draws its own)."""
+    auto_precision_modules: bool = True
+    """The policy has layers `autocast=auto` may run in bfloat16 (MLPs; the recurrent token encoder stays float32
+    under `auto`)."""
+    native_bf16: bool = False
+    """The device has fast bfloat16 matrix products, which `autocast=auto` asks for (CPUs with AVX512-BF16 or AMX;
+    CUDA devices are not counted until measured there)."""
 
 
 Inert = Callable[[Scope, "PerfConfig"], "str | None"]
@@ -103,6 +109,20 @@ def _gate(scope: Scope, perf: PerfConfig) -> str | None:
         return "only the recurrent policy has full log-probabilities to gate"
     if scope.full_log_probs_needed:
         return "an enabled loss reads the full log-probabilities: they are emitted either way"
+    return None
+
+
+def _autocast(scope: Scope, perf: PerfConfig) -> str | None:
+    """`bf16` lowers what it names everywhere; `auto` (and so its comparison with `off`) only where the device has
+    fast bfloat16 and the policy has layers `auto` lowers."""
+    if perf.autocast == "bf16":
+        return None
+    if not scope.auto_precision_modules:
+        return "autocast=auto keeps this policy in float32 (its token encoder was slower in bfloat16; bf16 lowers it)"
+    if not scope.native_bf16:
+        where = ("on CUDA devices, until measured there" if scope.device == "cuda"
+                 else "here: this CPU has no bfloat16 matrix instructions")
+        return f"autocast=auto resolves to float32 {where} (bf16 lowers the MLPs anyway)"
     return None
 
 
@@ -205,7 +225,8 @@ class PerfConfig:
     (the whole-step graph with AdamW is the feed-forward algorithm's)."""
 
     autocast: Literal["off", "auto", "bf16"] = switch(baseline="off", optimized="auto",
-                                                     seed="mixed precision (bf16 autocast)", variants=("bf16",))
+                                                     seed="mixed precision (bf16 autocast)", variants=("bf16",),
+                                                     inert=_autocast)
     """`bf16`: the hidden layers of the policy's MLPs (actor, critic; the token policy's encoders, decoder and
     critic) run under `torch.autocast` in bfloat16, forward and backward, with float32 parameters, optimizer state
     and output layers. `auto`: the same for calls large enough to gain (rows x widest layer >= 2**17) on CPUs with

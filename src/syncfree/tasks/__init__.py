@@ -29,6 +29,7 @@ from syncfree.config import (
 from syncfree.core.switches import Scope
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError
+from syncfree.policy import actor_critic
 from syncfree.tasks.spec import TaskSource, TaskSpec
 
 TASKS: dict[str, TaskSpec] = {}
@@ -192,7 +193,8 @@ def switch_scope(cfg: TrainConfig, device: torch.device | str = "cpu", world_siz
     if env_layer is None:
         spec = find_task(cfg.task)
         env_layer = spec is not None and spec.env_layer
-    return algorithm_for(cfg).scope(cfg, torch.device(device).type, world_size, env_layer)
+    scope = algorithm_for(cfg).scope(cfg, torch.device(device).type, world_size, env_layer)
+    return dataclasses.replace(scope, native_bf16=actor_critic.native_bf16(torch.device(device)))
 
 
 # -- configs of the earlier layout -------------------------------------------------------------------------------
