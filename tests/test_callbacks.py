@@ -131,3 +131,13 @@ def test_load_and_evaluate(tmp_path: Path) -> None:
     assert (sampled == syncfree.evaluate(loaded, sample=True, seed=4, env=loaded.make_env(3, 4))).all()
     with pytest.raises(UserError, match=r"num_envs=0 is invalid"):
         syncfree.evaluate(loaded, num_envs=0)
+
+
+def test_training_asked_for_again_after_a_callback_stopped_goes_on() -> None:
+    result = syncfree.learn("pendulum", run_dir=False, iterations=4, on_iteration=[lambda r, rec: True],
+                            env={"num_envs": 8}, ppo={"steps_per_env": 4, "num_minibatches": 2},
+                            log={"progress": False}, perf={"compile": "off"})
+    runner = result.runner
+    assert runner.iteration == 1
+    runner.callbacks.functions.clear()
+    assert runner.learn()["iteration"] == 4

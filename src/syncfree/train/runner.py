@@ -147,6 +147,8 @@ class Runner:
         """Set from a signal handler: the loop finishes the current iteration, saves, and returns (with several
         processes: once any rank asked, all stop after the same iteration)."""
         self._stop_agreed = False
+        self._callback_stopped = False
+        """The last `learn` ended because a callback asked (the next `learn` trains on)."""
         self._lost_records = 0
         """Records that could not be written (a full disk)."""
         self.logger: RunLogger | None = None
@@ -160,6 +162,8 @@ class Runner:
         returns the last iteration's record."""
         cfg, record = self.cfg, {}
         until = cfg.iterations if until is None else until
+        if self._callback_stopped:  # a callback ended the last call; training asked for again goes on
+            self.stop_requested = self._stop_agreed = self._callback_stopped = False
         set_deterministic(cfg.perf.deterministic)  # a process-wide setting: other runners may have changed it
         self.open_logger()
         progress = Progress(cfg.log, self.iteration, until, show=self.is_main)
@@ -172,7 +176,7 @@ class Runner:
                 stop = self.callbacks.after_iteration(self, record) if self.is_main else None
                 if stop is not None:
                     log.info("iteration %d: stopping: %s", self.iteration, stop)
-                    self.stop_requested = True
+                    self.stop_requested = self._callback_stopped = True
                 last = self.iteration == until or self.stopping()
                 if self.iteration % cfg.save_every == 0 or last:
                     self.save(last)
