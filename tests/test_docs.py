@@ -67,6 +67,17 @@ def test_ci_runs_the_readmes_test_command() -> None:
     assert "holosoma" in script and ".[test,bench,grid]" in script and "tests/with_mjlab" in script
 
 
+def test_the_api_reference_is_current() -> None:
+    """docs/api.md is what `scripts/api_reference.py` writes from today's docstrings and signatures."""
+    import runpy
+
+    script = runpy.run_path(str(ROOT / "scripts" / "api_reference.py"))
+    assert script["main"](["--check"]) == 0, "run python scripts/api_reference.py"
+    page = (ROOT / "docs" / "api.md").read_text()
+    for name in ("syncfree.learn(", "syncfree.load(", "syncfree.evaluate(", "syncfree.check_env(", "eval_every"):
+        assert name in page
+
+
 def documented_commands() -> list[tuple[str, str]]:
     """(page, command) for every line of the shell blocks, continuation lines joined, trailing comments cut."""
     found = []

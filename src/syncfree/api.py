@@ -28,6 +28,8 @@ __all__ = ["LoadedPolicy", "TrainResult", "evaluate", "learn", "load", "load_pol
 
 @dataclass
 class TrainResult:
+    """What `syncfree.learn` returns."""
+
     policy: nn.Module
     """The trained policy (a feed-forward one acts with `policy.act_deterministic(policy.actor_input(obs))`)."""
     run_dir: Path | None

@@ -18,12 +18,17 @@ from torch import Tensor
 
 @dataclass(frozen=True)
 class ActionSpec:
+    """What the env takes as actions."""
+
     kind: Literal["continuous", "discrete"]
+    """`continuous` (a float vector per env) or `discrete` (one int64 choice per env)."""
     size: int
     """Action dimension (continuous, values in [-1, 1]) or number of choices (discrete)."""
 
 
 class StepResult(NamedTuple):
+    """What `VecEnv.step` returns: device tensors, one row per env."""
+
     obs: dict[str, Tensor]
     """Observation groups, name -> [num_envs, dim]; at least `policy` and `critic`."""
     reward: Tensor
@@ -40,6 +45,9 @@ class StepResult(NamedTuple):
 
 
 class VecEnv(ABC):
+    """A batch of `num_envs` environments on `device` that the trainer steps all at once (`syncfree.check_env`
+    checks one against what it declares). Subclass it, set the attributes below and write `reset` and `step`."""
+
     num_envs: int
     device: torch.device
     obs_shapes: dict[str, tuple[int, ...]]
@@ -52,10 +60,13 @@ class VecEnv(ABC):
     threads would compete with it for the cores."""
 
     @abstractmethod
-    def reset(self) -> dict[str, Tensor]: ...
+    def reset(self) -> dict[str, Tensor]:
+        """New episodes everywhere -> the observation groups (`obs_shapes`' names, `[num_envs, *shape]`)."""
 
     @abstractmethod
-    def step(self, actions: Tensor) -> StepResult: ...
+    def step(self, actions: Tensor) -> StepResult:
+        """Act (`[num_envs, size]` float or `[num_envs]` int64, per `action_spec`) -> the step's result; finished
+        envs reset inside, without a host branch."""
 
     def state_dict(self) -> dict[str, Any]:
         return {}
