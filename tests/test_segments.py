@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -209,3 +210,18 @@ def test_optimized_store_and_minibatches_read_nothing_on_the_host_and_store_allo
 def test_too_few_segments_for_the_agents_is_a_user_error() -> None:
     with pytest.raises(UserError, match="segments=4 is fewer than total_agents=5"):
         SegmentBuffer(FIELDS, 4, HORIZON, AGENTS)
+
+
+@pytest.mark.parametrize("switches", [{}, {name: False for name in SWITCHES}], ids=["optimized", "baseline"])
+def test_row_tracking_and_indices_are_int64_as_the_gridworld_seed_chose(switches: dict[str, bool]) -> None:
+    """The gridworld seed moved its row tracking (`row_slot_ids`, `t_in_row`, the range tensor) and its minibatch
+    indices to int64, torch's indexing dtype (an int32 index is converted on every gather); both polarities of
+    every switch keep them so, as does the CPU mirror of the time index."""
+    buf = buffer(**switches)
+    assert buf.row_slot_ids.dtype == buf.t_in_row.dtype == buf._range.dtype == torch.int64
+    if buf.t_in_row_cpu is not None:
+        assert buf.t_in_row_cpu.dtype == np.int64
+    rollout(buf, torch.Generator().manual_seed(0))
+    for minibatch in (buf.sequential_minibatch(0, 4), buf.prioritized_minibatch(1, 4, alpha=0.6, beta=0.4)):
+        assert minibatch.indices.dtype == torch.int64
+    assert buf.sequential_indices(1, 4).dtype == torch.int64
