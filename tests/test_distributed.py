@@ -204,7 +204,7 @@ def test_a_dead_rank_makes_the_other_fail_with_a_clear_error(tmp_path: Path) -> 
     assert float(seconds) < 30  # the closed connection is noticed at once, not after the timeout
 
 
-def test_torchrun_trains_and_a_single_process_refuses_its_checkpoint(tmp_path: Path,
+def test_torchrun_trains_and_resumes_across_world_sizes(tmp_path: Path,
                                                                      capsys: pytest.CaptureFixture) -> None:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={WORLD}",
            "-m", "syncfree", "train", "--task", "pendulum", "--iterations", "2", "--env.num_envs", "16",
@@ -218,11 +218,23 @@ def test_torchrun_trains_and_a_single_process_refuses_its_checkpoint(tmp_path: P
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in records] == [256, 512]
 
+    # 2 -> 1: the trainer state continues in one process, an iteration now collects 16 x 8 env steps
     latest = tmp_path / "run" / "latest.pt"
-    assert main(["train", "--resume", str(latest), "--iterations", "3", "--log.progress", "false"]) == 2
-    err = capsys.readouterr().err.strip()
-    assert err == (f"syncfree: error: checkpoint {latest}: written by 2 processes (world size 2) but this run has "
-                   "world size 1; resume it with 2 processes")
+    saved = checkpoint.load(latest)
+    assert main(["train", "--resume", str(latest), "--iterations", "3", "--log.progress", "false"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["iteration"], r["env_steps"]) for r in records] == [(1, 256), (2, 512), (3, 640)]
+    one = checkpoint.load(latest)
+    assert one["world_size"] == 1 and not torch.equal(one["policy"]["actor.0.weight"], saved["policy"]["actor.0.weight"])
+
+    # 1 -> 2: the single process's checkpoint goes on under torchrun
+    resume = [*cmd[: cmd.index("train") + 1], "--resume", str(latest), "--iterations", "4", "--log.progress", "false"]
+    result = subprocess.run(resume, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "written by 1 process, resumed by 2" in result.stderr
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["iteration"], r["env_steps"]) for r in records] == [(1, 256), (2, 512), (3, 640), (4, 896)]
+    assert checkpoint.load(latest)["world_size"] == WORLD
 
 
 def test_torchrun_trains_grid_arena(tmp_path: Path) -> None:
@@ -238,6 +250,11 @@ def test_torchrun_trains_grid_arena(tmp_path: Path) -> None:
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in records] == [128, 256]
     assert all(math.isfinite(r["surrogate_loss"]) for r in records)
+    # 2 -> 1 with the recurrent algorithm: its trainer state continues in one process (4 agents x 16 steps more)
+    assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--iterations", "3",
+                 "--log.progress", "false"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["env_steps"] for r in records] == [128, 256, 320] and math.isfinite(records[-1]["surrogate_loss"])
 
 
 def test_ranks_started_with_different_settings_stop_with_one_line(tmp_path: Path) -> None:

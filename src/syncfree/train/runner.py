@@ -353,8 +353,9 @@ class Runner:
         }
 
     def load_state_dict(self, state: dict[str, Any], source: str = "checkpoint", resume: bool = True) -> None:
-        """Load a checkpoint. `resume`: training continues from it, so it must come from as many processes (and
-        envs) as this run has (False when only the policy is wanted, as in evaluation).
+        """Load a checkpoint. `resume`: training continues from it, so each process must have as many envs as the
+        one that wrote it had (False when only the policy is wanted, as in evaluation); the process count may
+        differ (the trainer state is every rank's; rank 0 continues the saved envs, the others start new ones).
 
         With several processes every rank reads the same file: trainer state (policy, optimizer, learning rate,
         iteration) on all ranks, env state, last observations and RNG states (rank 0's, as saved) on rank 0 only;
@@ -363,10 +364,12 @@ class Runner:
         exactly."""
         if resume:
             saved = state.get("world_size", 1)
-            if saved != self.world_size:
-                raise UserError(f"{source}: written by {saved} process{'es' if saved != 1 else ''} (world size "
-                                f"{saved}) but this run has world size {self.world_size}; resume it with "
-                                f"{saved} process{'es' if saved != 1 else ''}")
+            if isinstance(saved, int) and saved != self.world_size and self.is_main:
+                log.info("%s: written by %d process%s, resumed by %d: the trainer state (policy, optimizer, learning "
+                         "rate, iteration, env steps) continues, rank 0 continues the saved envs and the other ranks "
+                         "start new episodes; an iteration now collects %d x %s", source, saved,
+                         "es" if saved != 1 else "", self.world_size, self.world_size,
+                         self.cfg.env.describe(self.env.num_envs))
             if state.get("num_envs") != self.env.num_envs:
                 raise UserError(f"{source}: written with {state.get('num_envs')} env rows but this run has "
                                 f"{self.cfg.env.describe(self.env.num_envs)} (env.num_envs={self.cfg.env.num_envs}); "
