@@ -76,7 +76,10 @@ def test_process_wide_switches_have_no_in_process_ablation_rows() -> None:
 
 
 def test_bench_runs_only_the_rows_asked_for() -> None:
-    bench = BenchConfig(task="point-mass", rows=["optimized - autocast"]).resolved()
-    assert [name for name, _ in bench_configurations(bench)] == ["baseline", "optimized", "optimized - autocast"]
+    bench = BenchConfig(task="point-mass", rows=["optimized - deferred_episode_stats"]).resolved()
+    assert [name for name, _ in bench_configurations(bench)] == ["baseline", "optimized",
+                                                                 "optimized - deferred_episode_stats"]
     with pytest.raises(UserError, match="unknown"):
         bench_configurations(BenchConfig(task="point-mass", rows=["optimized - nothing"]).resolved())
+    with pytest.raises(UserError, match=r"row 'optimized - gate_full_log_probs' is left out here: only the recurrent"):
+        bench_configurations(BenchConfig(task="point-mass", rows=["optimized - gate_full_log_probs"]).resolved())

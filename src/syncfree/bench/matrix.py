@@ -24,6 +24,10 @@ def bench_configurations(bench: BenchConfig) -> list[tuple[str, PerfConfig]]:
         return configs
     names = [name for name, _ in configs]
     unknown = [row for row in bench.rows if row not in names]
+    left_out = skipped_rows(bench)
+    inert = [row for row in unknown if row in left_out]
+    if inert:  # a row that exists elsewhere, but changes nothing here
+        raise UserError(f"bench: row {inert[0]!r} is left out here: {left_out[inert[0]]}")
     if unknown:
         raise UserError(f"bench: rows={unknown} unknown; allowed: {', '.join(names)}")
     return [(name, perf) for name, perf in configs if name in ("baseline", "optimized", *bench.rows)]
