@@ -4,6 +4,7 @@ file or a pipe (a bar there is one ever-growing line of carriage returns)."""
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import sys
 from typing import Any, TextIO
@@ -20,7 +21,13 @@ def uses_bar(style: str, stream: TextIO) -> bool:
     """`log.progress_style`: `bar` and `lines` as asked; `auto` draws a bar only on a terminal with a width."""
     if style != "auto":
         return style == "bar"
-    return stream.isatty() and shutil.get_terminal_size(fallback=(0, 0)).columns > 0
+    if not stream.isatty():
+        return False
+    try:
+        columns = os.get_terminal_size(stream.fileno()).columns  # the stream's own terminal
+    except (OSError, ValueError, AttributeError):
+        columns = shutil.get_terminal_size(fallback=(0, 0)).columns
+    return columns > 0
 
 
 def learning_figure(record: dict[str, Any]) -> tuple[str, str]:
