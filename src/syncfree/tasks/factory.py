@@ -81,12 +81,17 @@ def build(task: str, num_envs: int | None, device: torch.device | str, seed: int
     takes = _parameters(factory)
     given = {"num_envs": num_envs, "device": str(device), "seed": seed}
     env = as_vec_env(factory(**{k: v for k, v in given.items() if k in takes and v is not None}), f"task {task!r}")
-    check_env(env)
-    env.reset()
-    if num_envs is not None and env.num_envs != num_envs:
-        why = ("it was asked for that many" if "num_envs" in takes else
-               "it takes no num_envs argument: give it one, or leave env.num_envs at the preset's")
-        raise UserError(f"task {task!r}: env.num_envs={num_envs}, but the factory made {env.num_envs} envs ({why})")
+    try:
+        check_env(env)
+        env.reset()
+        if num_envs is not None and env.num_envs != num_envs:
+            why = ("it was asked for that many" if "num_envs" in takes else
+                   "it takes no num_envs argument: give it one, or leave env.num_envs at the preset's")
+            raise UserError(f"task {task!r}: env.num_envs={num_envs}, but the factory made {env.num_envs} envs "
+                            f"({why})")
+    except BaseException:
+        env.close()  # a refused env releases what it holds (simulators, threads)
+        raise
     return env
 
 
