@@ -101,6 +101,9 @@ def test_a_function_stops_training_and_the_best_survives_a_resume(tmp_path: Path
     (["--callbacks.stop_when", "eval_return ~ 3"], "callbacks.stop_when='eval_return ~ 3' is invalid"),
     (["--callbacks.patience", "3"], "callbacks.patience=3 is invalid; allowed: 0 unless callbacks.save_best"),
     (["--callbacks.eval_envs", "0"], "callbacks.eval_envs=0 is invalid"),
+    (["--callbacks.save_best", "eval_return"], "callbacks.save_best='eval_return' is invalid; allowed: a metric the "
+                                               "records have (eval_return comes only with callbacks.eval_every > 0)"),
+    (["--callbacks.stop_when", "eval_return >= 1"], "callbacks.stop_when='eval_return >= 1' is invalid"),
 ])
 def test_bad_callback_settings_are_one_line(setting: list[str], line: str, capsys) -> None:
     assert main(["train", "--task", "pendulum", *setting]) == 2

@@ -424,6 +424,11 @@ class CallbackConfig:
         check(self.patience >= 0, "callbacks.patience", "an integer >= 0 (0: never)", self.patience)
         check(self.patience == 0 or self.save_best != "", "callbacks.patience",
               "0 unless callbacks.save_best names the metric it watches", self.patience)
+        condition = self.stop_condition()
+        for key, metric in (("callbacks.save_best", self.save_best), ("callbacks.stop_when", condition and condition[0])):
+            check(not (isinstance(metric, str) and metric.startswith("eval_")) or self.eval_every > 0, key,
+                  f"a metric the records have ({metric} comes only with callbacks.eval_every > 0)",
+                  self.save_best if key == "callbacks.save_best" else self.stop_when)
 
     def stop_condition(self) -> tuple[str, str, float] | None:
         """`stop_when` as (metric, op, value), or None."""
