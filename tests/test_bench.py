@@ -29,7 +29,7 @@ def test_configurations_cover_every_switch_both_ways() -> None:
     configs = dict(configurations(ablations=True))
     assert configs["baseline + compile"].compile == "step" and not configs["baseline + compile"].validate_distributions
     assert configs["optimized, compile=hot"] == PerfConfig(compile="hot")  # a variant: the update as in `hot`
-    assert configs["optimized - fused_adamw"] == PerfConfig(fused_adamw=False)
+    assert configs["optimized - fused_adamw"] == PerfConfig(compile="step", fused_adamw=False)
     assert configs["baseline + fused_adamw"].fused_adamw and not configs["baseline + fused_adamw"].deferred_episode_stats
 
 

@@ -11,7 +11,9 @@ import torch
 
 from syncfree.cli import main
 from syncfree.config import PerfConfig, TrainConfig, from_dict, to_dict
+from syncfree.tasks import preset
 from syncfree.train import checkpoint
+from syncfree.train.compile_choice import choose_compile
 
 
 def test_train_then_eval(capsys, tmp_path: Path) -> None:
@@ -88,9 +90,13 @@ def test_switches_for_a_task_mark_the_inert_ones_with_the_reason(capsys) -> None
     assert "INERT: the learning-rate schedule does not adapt" in marks["device_adaptive_lr"]
     assert marks["compile"].endswith("live") and marks["cpu_time_index"].endswith("live")
     assert "INERT" in marks["device_loss_stats"]
-    assert main(["switches", "--task", "point-mass"]) == 0
+    assert main(["switches", "--task", "point-mass", "--perf.compile", "step"]) == 0
     out = capsys.readouterr().out
     assert "fused_adamw" in out and "compile=step makes the whole minibatch update one graph" in out
+    cfg = preset("point-mass")
+    chosen = choose_compile(cfg, torch.device("cpu")).mode
+    assert main(["switches", "--task", "point-mass"]) == 0  # under the mode auto chooses for the preset's run
+    assert capsys.readouterr().out.startswith(f"point-mass (perf.compile={chosen}, device=cpu)")
     assert main(["switches", "--task", "point-mass", "--perf.compile", "off"]) == 0
     marks = {line.split(":")[0]: line for line in capsys.readouterr().out.splitlines() if "live" in line}
     assert "fused_adamw" in marks and "zero_grad_set_to_none" in marks  # eager: the optimizer kernel acts
@@ -231,6 +237,8 @@ def test_the_run_folder_holds_its_config_and_it_reads_back(tmp_path: Path) -> No
     again = parse_train_config(["--config", str(written), "--log.run_name", "again"])
     expected = to_dict(parse_train_config(args))
     expected["log"]["run_name"] = "again"
+    assert expected["perf"]["compile"] == "auto"
+    expected["perf"]["compile"] = "off"  # what auto chose for 1 iteration: the run records it, not auto
     assert to_dict(again) == expected and again.ppo.learning_rate == 0.0005
 
 
@@ -381,3 +389,14 @@ def test_version_is_single_sourced(capsys) -> None:
     assert 'dynamic = ["version"]' in pyproject and not any(line.startswith("version =") for line in
                                                              pyproject.split("[project.optional-dependencies]")[0]
                                                              .splitlines())
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_quietly() -> None:
+    import subprocess
+    import sys
+
+    # `true` exits before the command has imported torch: every write goes to a closed pipe
+    done = subprocess.run(f"{sys.executable} -m syncfree switches | true", shell=True, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0
+    assert done.stderr == ""  # no BrokenPipeError traceback

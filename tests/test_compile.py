@@ -79,7 +79,7 @@ def test_compiled_rollout_matches_eager() -> None:
 def test_compiled_env_step_matches_eager(task: str) -> None:
     """The built-in tasks' step compiles whole (its random draws stay on the env's generator, outside)."""
     eager, compiled = (make_env(task, 64, TEST_DEVICE, seed=5, max_episode_length=7) for _ in range(2))
-    compiled.compile_step(lambda fn: hot(fn, PerfConfig(), torch.device(TEST_DEVICE)))
+    compiled.compile_step(lambda fn: hot(fn, PerfConfig(compile="step"), torch.device(TEST_DEVICE)))
     actions = torch.Generator().manual_seed(6)
     for _ in range(20):
         if eager.action_spec.kind == "discrete":
@@ -271,7 +271,7 @@ def test_many_sizes_in_one_process_do_not_hit_the_recompile_limit() -> None:
     def scale(x: torch.Tensor) -> torch.Tensor:
         return x * 2.0 + 1.0
 
-    fn = hot(scale, PerfConfig(), torch.device(TEST_DEVICE))
+    fn = hot(scale, PerfConfig(compile="step"), torch.device(TEST_DEVICE))
     for n in range(1, 13):
         x = torch.ones(n, device=TEST_DEVICE)
         assert torch.equal(fn(x), torch.full((n,), 3.0, device=TEST_DEVICE))

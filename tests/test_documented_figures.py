@@ -2,7 +2,8 @@
 
 CartPole's figure is `tests/test_learning.py::test_cartpole_is_solved_within_500k_steps` (3 seeds, each ≥ 475 of
 the documented 500). Pendulum's (docs/tasks.md, from `benchmarks/preset_seeds.py`) is rerun here with the very
-command that produced it: `syncfree train --task pendulum --seed 0` (compiled, as a user runs it), then
+command that produced it: `syncfree train --task pendulum --seed 0` (with the default `perf.compile`, as a user
+runs it), then
 `syncfree eval` of its checkpoint over 20 episodes."""
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def test_pendulum_preset_rerun_lands_inside_its_documented_range(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """The range: the documented mean ± 2 standard deviations over its seeds (−344.3 to −87.3 for −215.8 ± 64.2).
     An untrained policy scores about −1,200 and the collapses the old adaptive preset had about −730."""
-    monkeypatch.delenv("TORCH_COMPILE_DISABLE", raising=False)  # the documented command compiles
+    monkeypatch.delenv("TORCH_COMPILE_DISABLE", raising=False)  # the documented command, compiling where auto does
     monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     sys.modules.pop("preset_seeds", None)
     from preset_seeds import run

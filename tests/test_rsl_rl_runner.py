@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import copy
+import dataclasses
 import inspect
 import json
 import os
@@ -448,7 +449,13 @@ def refused(change) -> str:
 
 @pytest.mark.parametrize("change, key", [
     (lambda c: c["algorithm"].update(rnd_cfg={"weight": 1.0}), "algorithm.rnd_cfg"),
-    (lambda c: c["algorithm"].update(symmetry_cfg={"use_data_augmentation": True}), "algorithm.symmetry_cfg"),
+    (lambda c: c["algorithm"].update(symmetry_cfg={"use_data_augmentation": True}),
+     "algorithm.symmetry_cfg.data_augmentation_func"),
+    (lambda c: c["algorithm"].update(symmetry_cfg={"data_augmentation_func": pendulum_mirror, "num_aug": 2}),
+     "algorithm.symmetry_cfg.num_aug"),
+    (lambda c: [c[n].update(class_name="RNNModel", rnn_type="gru") for n in ("actor", "critic")]
+     + [c["algorithm"].update(symmetry_cfg={"data_augmentation_func": pendulum_mirror, "use_mirror_loss": True})],
+     "algorithm.symmetry_cfg"),
     (lambda c: c["algorithm"].update(normalize_advantage_per_mini_batch=True),
      "algorithm.normalize_advantage_per_mini_batch"),
     (lambda c: c["algorithm"].update(optimizer="sgd"), "algorithm.optimizer"),
@@ -479,6 +486,35 @@ def refused(change) -> str:
 ])
 def test_a_key_syncfree_cannot_honour_is_refused_by_name(change, key: str) -> None:
     assert refused(change).startswith(f"rsl_rl config: {key}: ")
+
+
+def pendulum_mirror(env: Any, obs: Any = None, actions: torch.Tensor | None = None) -> tuple[Any, Any]:
+    """An rsl_rl symmetry function for the pendulum (angle and torque change sign: (cos, sin, rate) -> (cos, -sin,
+    -rate)), written as rsl_rl's users write them: the originals, then their reflection."""
+    flip = torch.tensor([1.0, -1.0, -1.0])
+    if obs is not None:
+        obs = torch.cat([obs, obs.apply(lambda x: x * flip)])
+    if actions is not None:
+        actions = torch.cat([actions, -actions])
+    return obs, actions
+
+
+def test_symmetry_cfg_trains_through_the_drop_in_with_the_users_function(tmp_path: Path, one_thread) -> None:
+    cfg = train_cfg()
+    cfg["algorithm"]["symmetry_cfg"] = {"use_data_augmentation": True, "use_mirror_loss": True,
+                                        "mirror_loss_coeff": 0.5, "data_augmentation_func": pendulum_mirror}
+    runner = OnPolicyRunner(rsl_env(), cfg, log_dir=str(tmp_path), device="cpu")
+    assert dataclasses.astuple(runner.config.symmetry) == (True, True, 0.5, False, "")
+    mirror = runner.runner.env.mirror()
+    probe = torch.tensor([[0.6, 0.8, 2.0]])
+    assert torch.equal(mirror.observations("policy", probe), torch.tensor([[0.6, -0.8, -2.0]]))
+    runner.learn(num_learning_iterations=2)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(r["symmetry_loss"] > 0 for r in records)
+    named = dict(cfg)
+    named["algorithm"] = {**cfg["algorithm"], "symmetry_cfg": {**cfg["algorithm"]["symmetry_cfg"],
+                                                              "data_augmentation_func": "test_rsl_rl_runner:pendulum_mirror"}}
+    assert OnPolicyRunner(rsl_env(), named, device="cpu").runner.env.mirror().function is pendulum_mirror
 
 
 def test_several_processes_are_refused_in_one_line(monkeypatch) -> None:

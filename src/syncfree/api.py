@@ -95,7 +95,7 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     if resume:
         runner.load_state_dict(checkpoint.load(resume), source=f"checkpoint {resume}")
         runner.last_saved = Path(resume)
-    warn_inert_switches(cfg, runner.switch_scope())
+    warn_inert_switches(runner.cfg, runner.switch_scope())
     try:
         record = runner.learn()
     finally:

@@ -437,6 +437,38 @@ class CallbackConfig:
 
 
 @dataclass
+class SymmetryConfig:
+    """Mirror symmetry (rsl_rl's `symmetry_cfg`): the env's reflection of observations and actions
+    (`VecEnv.mirror`, or `mirror`) used to augment each minibatch and/or as a mirror loss. Feed-forward MLP
+    policies with continuous actions."""
+
+    augment: bool = False
+    """Append each minibatch's reflection (observations and actions mirrored, old log-probabilities, values,
+    advantages and returns repeated) so the surrogate and value losses see both; entropy and KL are taken on the
+    original samples, as rsl_rl does."""
+    mirror_loss: bool = False
+    """Add `mirror_loss_coef` x the mirror loss to the loss (its target, the mirrored mean on the original
+    observations, carries no gradient)."""
+    mirror_loss_coef: float = 0.0
+    """The mirror loss's weight in the loss."""
+    log_only: bool = False
+    """Compute and log the mirror loss without training on it, when neither `augment` nor `mirror_loss` is on
+    (rsl_rl's symmetry with both off)."""
+    mirror: str = ""
+    """`module:function` returning the `Mirror` to use for an env (called with the env); empty: the env's own."""
+
+    def active(self) -> bool:
+        """Any of it is on: the mirror loss is then computed each minibatch and logged as `symmetry_loss`
+        (the mean of |mean(pi(mirror(s))) - mirror(mean(pi(s)))|^2 over the minibatch's rows and action entries)."""
+        return self.augment or self.mirror_loss or self.log_only
+
+    def validate(self) -> None:
+        check(self.mirror_loss_coef >= 0, "symmetry.mirror_loss_coef", "a number >= 0", self.mirror_loss_coef)
+        check(not self.mirror or ":" in self.mirror, "symmetry.mirror", "module:function, or empty (the env's own)",
+              self.mirror)
+
+
+@dataclass
 class DistributedConfig:
     """Multi-process training (`torchrun --nproc_per_node=N -m syncfree train ...`); inert in a single process."""
 
@@ -479,6 +511,7 @@ class TrainConfig:
     perf: PerfConfig = field(default_factory=PerfConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     callbacks: CallbackConfig = field(default_factory=CallbackConfig)
+    symmetry: SymmetryConfig = field(default_factory=SymmetryConfig)
 
     def minibatch_rows(self) -> tuple[int, str]:
         """What a rollout's minibatches split (`ppo.num_minibatches` must divide it): the count and how it is
@@ -511,6 +544,7 @@ class TrainConfig:
         check(self.log.progress_every >= 0, "log.progress_every", "an integer >= 0 (0: about 20 lines a run)",
               self.log.progress_every)
         self.callbacks.validate()
+        self.symmetry.validate()
         check(self.distributed.timeout > 0, "distributed.timeout", "a number of seconds > 0", self.distributed.timeout)
         check(self.distributed.backend in ("auto", "nccl", "gloo"), "distributed.backend", "auto, nccl, gloo",
               self.distributed.backend)
@@ -535,6 +569,9 @@ class RecurrentTrainConfig(TrainConfig):
     def validate(self) -> None:
         super().validate()
         self.losses.validate()
+        check(not self.symmetry.active(), "symmetry.augment",
+              "false: symmetry covers feed-forward MLP policies, not recurrent ones",
+              self.symmetry.augment or self.symmetry.mirror_loss or self.symmetry.log_only)
 
 
 @dataclass
@@ -558,7 +595,7 @@ def validate(cfg: TrainConfigT) -> TrainConfigT:
 
 
 def _validate_perf(perf: PerfConfig) -> None:
-    check(perf.compile in ("off", "hot", "step"), "perf.compile", "off, hot, step", perf.compile)
+    check(perf.compile in ("off", "auto", "hot", "step"), "perf.compile", "off, auto, hot, step", perf.compile)
     check(perf.autocast in ("off", "auto", "bf16"), "perf.autocast", "off, auto, bf16", perf.autocast)
     check(perf.cuda_graphs in ("off", "auto", "on"), "perf.cuda_graphs", "off, auto, on", perf.cuda_graphs)
     check(perf.cuda_graphs != "on" or perf.compile != "off", "perf.cuda_graphs",

@@ -12,9 +12,10 @@ from syncfree.config import validate
 from syncfree.core.device import resolve_device
 from syncfree.core.switches import PerfConfig
 from syncfree.tasks import preset, switch_scope
+from syncfree.train.compile_choice import resolve_compile
 
 
-def listing(task: str | None = None, compile: Literal["off", "hot", "step"] | None = None,
+def listing(task: str | None = None, compile: Literal["off", "auto", "hot", "step"] | None = None,
             device: str | None = None) -> str:
     """Every switch with its values, origin and doc; with `task`, marked live or inert (with the reason) on the
     task's preset, under `compile` and on `device` (default: the preset's)."""
@@ -28,6 +29,7 @@ def listing(task: str | None = None, compile: Literal["off", "hot", "step"] | No
         cfg = validate(cfg)
         # judged for the device asked for, present here or not; else where the preset would train
         where = torch.device(device) if device else resolve_device(cfg.device)
+        cfg, _ = resolve_compile(cfg, where)
         inert = cfg.perf.inert_switches(switch_scope(cfg, where))
         lines.append(f"{task} (perf.compile={cfg.perf.compile}, device={where}): "
                      f"{len(PerfConfig.switches()) - len(inert)} switches act, {len(inert)} change nothing\n")
@@ -36,6 +38,8 @@ def listing(task: str | None = None, compile: Literal["off", "hot", "step"] | No
         if inert is not None:
             mark = f"  INERT: {inert[f.name]}" if f.name in inert else "  live"
         kind = " (a check, not an optimization)" if f.metadata["check"] else ""
+        if f.default != f.metadata["optimized"]:  # a default that chooses per run (compile=auto)
+            kind += f" default={f.default}"
         lines.append(f"{f.name}: baseline={f.metadata['baseline']} optimized={f.metadata['optimized']}{kind}  "
                      f"[{f.metadata['seed']}]{mark}\n    {' '.join((docs.get(f.name) or '').split())}")
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ from syncfree.algo.base import Algorithm, CheckpointReader, reward_scale
 from syncfree.algo.minibatch_step import MinibatchStep
 from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.storage import Batch, RolloutStorage, StepRow, store_env, store_policy
+from syncfree.algo.symmetry import Symmetry, build_symmetry
 from syncfree.config import PPOConfig, TokenPolicyConfig, TrainConfig
 from syncfree.core.compile import hot, mark_static, use_cuda_graphs
 from syncfree.core.phases import UNTIMED, Phases
@@ -48,8 +50,11 @@ class FeedForwardPPO(Algorithm):
     policy: PolicyBase
 
     def __init__(self, policy: PolicyBase, cfg: PPOConfig, perf: PerfConfig, num_envs: int, critic_dim: int,
-                 action_spec: ActionSpec, device: torch.device, dist: Collective | None = None) -> None:
+                 action_spec: ActionSpec, device: torch.device, dist: Collective | None = None,
+                 symmetry: Symmetry | None = None) -> None:
         self.policy, self.cfg, self.perf, self.device, self.dist = policy, cfg, perf, device, dist
+        self.symmetry = symmetry
+        """Mirror augmentation and/or the mirror loss in each minibatch (`syncfree.algo.symmetry`), if set."""
         self.phases = Phases()
         self.steps_per_env, self.num_envs = cfg.steps_per_env, num_envs
         self.params = [p for p in policy.parameters() if p.requires_grad]
@@ -66,9 +71,9 @@ class FeedForwardPPO(Algorithm):
         self.reconstruction_weight = float(getattr(getattr(policy, "cfg", None), "reconstruction_weight", 0.0))
         self.auxiliary_loss = aux if aux is not None and self.reconstruction_weight > 0 else None
         """The policy's own extra loss (the token policy's reconstruction, with its weight), added to PPO's."""
-        self.stat_names = UPDATE_STATS
-        if self.auxiliary_loss is not None:
-            self.stat_names = (*UPDATE_STATS[:-1], "reconstruction_loss", UPDATE_STATS[-1])
+        extra = (("reconstruction_loss",) if self.auxiliary_loss is not None else ()) + (
+            ("symmetry_loss",) if symmetry is not None else ())
+        self.stat_names = (*UPDATE_STATS[:-1], *extra, UPDATE_STATS[-1])
         self.stats = torch.zeros(len(self.stat_names), device=device)
         self.host_loss_sums: list[float] | None = None if perf.device_loss_stats else [0.0] * RSL_RL_LOGGED
         """`device_loss_stats` off: the logged losses summed on the host, as rsl_rl sums them."""
@@ -99,7 +104,8 @@ class FeedForwardPPO(Algorithm):
               read_checkpoint: CheckpointReader | None = None) -> FeedForwardPPO:
         policy = cls.build_policy(cfg, env).to(device)
         set_autocast(policy, cfg.perf.autocast, device)
-        return cls(policy, cfg.ppo, cfg.perf, env.num_envs, obs_dim(env, "critic"), env.action_spec, device, dist=dist)
+        return cls(policy, cfg.ppo, cfg.perf, env.num_envs, obs_dim(env, "critic"), env.action_spec, device, dist=dist,
+                   symmetry=build_symmetry(cfg, env, policy))
 
     @classmethod
     def build_policy(cls, cfg: TrainConfig, env: EnvShape) -> PolicyBase:
@@ -302,13 +308,19 @@ class FeedForwardPPO(Algorithm):
             self.stats[RSL_RL_LOGGED:].add_(torch.stack((*parts[RSL_RL_LOGGED:], grad_norm)))
 
     def minibatch_losses(self, mb: Batch) -> tuple[Tensor, tuple[Tensor, ...], Tensor]:
-        """The loss to minimize; its parts (surrogate, value loss, entropy, KL, clip fraction, and the reconstruction
-        error before its weight when the policy has that loss) without gradient; the mean KL. A pure function of
-        the minibatch and the parameters (compiled when asked)."""
-        cfg = self.cfg
+        """The loss to minimize; its parts (surrogate, value loss, entropy, KL, clip fraction, the reconstruction
+        error before its weight when the policy has that loss, the mirror loss with `symmetry` on) without gradient;
+        the mean KL. A pure function of the minibatch and the parameters (compiled when asked). With
+        `symmetry.augment` the surrogate and value losses average over the minibatch and its reflection."""
+        cfg, original = self.cfg, mb
+        augment = self.symmetry is not None and self.symmetry.augment
+        if augment:  # the reflection's rows follow the originals' (the KL and entropy: the originals only)
+            mb = cast(Symmetry, self.symmetry).augmented(mb)
         ev = self.policy.evaluate(mb.actor_obs, mb.critic_obs, mb.actions)
+        rows = original.actions.shape[0]
+        dist_params, entropies = (ev.dist_params[:rows], ev.entropy[:rows]) if augment else (ev.dist_params, ev.entropy)
         with torch.no_grad():
-            kl_mean = self.policy.head.kl(mb.old_dist_params, ev.dist_params).mean()
+            kl_mean = self.policy.head.kl(mb.old_dist_params, dist_params).mean()
         ratio = torch.exp(ev.log_prob - mb.old_log_prob)
         surrogate = torch.max(-mb.advantages * ratio,
                               -mb.advantages * ratio.clamp(1.0 - cfg.clip_param, 1.0 + cfg.clip_param)).mean()
@@ -317,13 +329,18 @@ class FeedForwardPPO(Algorithm):
             value_loss = torch.max((ev.value - mb.returns).square(), (clipped - mb.returns).square()).mean()
         else:
             value_loss = (ev.value - mb.returns).square().mean()
-        entropy = ev.entropy.mean()
+        entropy = entropies.mean()
         loss = surrogate + cfg.value_loss_coef * value_loss - cfg.entropy_coef * entropy
         with torch.no_grad():
             clip_fraction = ((ratio - 1.0).abs() > cfg.clip_param).float().mean()
         parts: tuple[Tensor, ...] = (surrogate.detach(), value_loss.detach(), entropy.detach(), kl_mean, clip_fraction)
         if self.auxiliary_loss is not None:
-            auxiliary = self.auxiliary_loss(mb.actor_obs)
+            auxiliary = self.auxiliary_loss(original.actor_obs)
             loss = loss + auxiliary
             parts = (*parts, auxiliary.detach() / self.reconstruction_weight)
+        if self.symmetry is not None:
+            mirror_loss = self.symmetry.mirror_loss(self.policy, original.actor_obs, ev.dist_params)
+            if self.symmetry.trains_mirror_loss:
+                loss = loss + self.symmetry.mirror_loss_coef * mirror_loss
+            parts = (*parts, mirror_loss.detach())
         return loss, parts, kl_mean

@@ -23,7 +23,7 @@ class Floor:
     (compiled kernels unless the bench runs eagerly), on a runner of its own."""
 
     def __init__(self, bench: BenchConfig, num_envs: int) -> None:
-        compiled = PerfConfig().compile if bench.compile else "off"
+        compiled = PerfConfig.preset("optimized").compile if bench.compile else "off"
         self.runner = Runner(train_config(bench, num_envs, PerfConfig(compile=compiled)))
         time_iterations(self.runner, 1)
         with torch.inference_mode():

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-import torch._dynamo
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from syncfree.core.switches import PerfConfig
@@ -58,6 +57,10 @@ def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
     `fn` runs eagerly too."""
     if perf.compile == "off":
         return fn
+    if perf.compile not in ("hot", "step"):
+        raise ValueError(f"perf.compile={perf.compile} is chosen per run (syncfree.train.compile_choice); "
+                         "code built outside a Runner takes off, hot or step")
+    import torch._dynamo  # not imported by eager runs: it takes a second or two
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir())  # read by torch when it compiles
     _allow_graphs_per_function(RECOMPILE_LIMIT)
     mode = "reduce-overhead" if use_cuda_graphs(perf, device) else None
@@ -76,6 +79,8 @@ def mark_static(perf: PerfConfig, device: torch.device, *tensors: torch.Tensor) 
     """With CUDA graphs: tell the compiler these tensors keep their address (state a graph updates in place, e.g.
     optimizer moments), so replays update them directly; CUDA graph trees skip graphs that mutate other inputs."""
     if use_cuda_graphs(perf, device):
+        import torch._dynamo
+
         for tensor in tensors:
             torch._dynamo.mark_static_address(tensor)
 
@@ -87,6 +92,8 @@ whole-graph function fail at the ninth."""
 
 
 def _allow_graphs_per_function(limit: int) -> None:
+    import torch._dynamo
+
     config = torch._dynamo.config
     config.recompile_limit = max(config.recompile_limit, limit)
     config.accumulated_recompile_limit = max(config.accumulated_recompile_limit, 4 * limit)

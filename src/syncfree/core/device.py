@@ -26,10 +26,12 @@ def resolve_device(name: str, local_rank: int | None = None) -> torch.device:
 
 
 def set_deterministic(on: bool) -> None:
-    """`torch.use_deterministic_algorithms(on)` with what CUDA needs for it (a process-wide setting)."""
+    """`torch.use_deterministic_algorithms(on)` with what CUDA needs for it (a process-wide setting). Left alone
+    where it already holds: torch's setter imports its compiler (1.5 s here), which an eager run never needs."""
     if on:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(on)
+    if torch.are_deterministic_algorithms_enabled() != on or torch.is_deterministic_algorithms_warn_only_enabled():
+        torch.use_deterministic_algorithms(on)
     torch.backends.cudnn.deterministic = on
 
 

@@ -136,14 +136,15 @@ def _sequential_cache(scope: Scope, perf: PerfConfig) -> str | None:
 
 def switch(*, baseline: Any, optimized: Any, seed: str, requires: dict[str, Any] | None = None,
            process_wide: bool = False, variants: tuple[Any, ...] = (), check: bool = False,
-           inert: Inert | None = None) -> Any:
-    """A perf switch: defaults to its optimized value and records both polarities, its origin, the values of
+           inert: Inert | None = None, default: Any = None) -> Any:
+    """A perf switch: defaults to its optimized value (or `default`, a value that picks one of the two for the
+    run, such as `compile=auto`) and records both polarities, its origin, the values of
     other switches its optimized value needs (`requires`), whether it changes the whole process for good
     (`process_wide`: then trainers in one process cannot compare its two values), and other values worth a bench
     row of their own (`variants`, with the same `requires`). `check`: not an optimization but a debugging check
     that both presets leave at one value (the conventional code's), so the bench has no row for it. `inert`: where
     it changes nothing (None: it acts everywhere)."""
-    return field(default=optimized, metadata={"baseline": baseline, "optimized": optimized, "seed": seed,
+    return field(default=optimized if default is None else default, metadata={"baseline": baseline, "optimized": optimized, "seed": seed,
                                               "requires": requires or {}, "process_wide": process_wide,
                                               "variants": variants, "check": check, "inert": inert})
 
@@ -209,8 +210,10 @@ class PerfConfig:
     deterministic: bool = switch(baseline=True, optimized=False, seed="gridworld: deterministic mode off")
     """`torch.use_deterministic_algorithms(True)`; costs speed on GPUs, needed only for bit-exact GPU reruns."""
 
-    compile: Literal["off", "hot", "step"] = switch(baseline="off", optimized="step", seed="torch.compile of the hot loop",
-                                                    requires={"validate_distributions": False}, variants=("hot",))
+    compile: Literal["off", "auto", "hot", "step"] = switch(baseline="off", optimized="step", default="auto",
+                                                            seed="torch.compile of the hot loop",
+                                                            requires={"validate_distributions": False},
+                                                            variants=("hot",))
     """`hot`: `torch.compile` (whole graphs, `fullgraph=True`) the rollout step's trainer side (act, storage
     writes, normalizer updates, episode and non-finite bookkeeping, as two graphs around the env step), the env
     step of envs that offer it (the built-in torch tasks, `VecEnv.compile_step`), the advantages, and each
@@ -222,7 +225,10 @@ class PerfConfig:
     time. Needs `validate_distributions=false` (validation reads the host inside the graph). Off: eager PyTorch.
     The recurrent algorithm (grid-arena) compiles the policy's rollout step (token encoder, core, heads, sampling)
     and each minibatch's forward and losses over its rows (the backward with it); `step` compiles it as `hot` does
-    (the whole-step graph with AdamW is the feed-forward algorithm's)."""
+    (the whole-step graph with AdamW is the feed-forward algorithm's). `auto` (the default): `step` when the run's
+    iterations reach the break-even measured for its task on this kind of device (`syncfree.train.compile_choice`,
+    `benchmarks/compile_payback.py`), else `off`; the start line says which and why, and the run's config records
+    the mode chosen."""
 
     autocast: Literal["off", "auto", "bf16"] = switch(baseline="off", optimized="auto",
                                                      seed="mixed precision (bf16 autocast)", variants=("bf16",),

@@ -10,10 +10,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from syncfree.envs.mirror import Mirror
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,11 @@ class VecEnv(ABC):
     def compile_step(self, wrap: Callable[[Callable], Callable]) -> None:  # noqa: B027
         """Called by the trainer with `perf.compile` on: an env whose step (or part of it) is a pure tensor
         function may replace it by `wrap(fn)`, a whole compiled graph of it. Envs that cannot leave it."""
+
+    def mirror(self) -> Mirror | None:
+        """The env's mirror symmetry (`syncfree.envs.mirror`: how observations and actions reflect), which
+        `symmetry` settings train with; None: the env has none (a run can name one, `symmetry.mirror`)."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the env holds outside Python's reach (simulators, threads, renderers); the env is not

@@ -52,7 +52,7 @@ class OnPolicyRunner:
         self.save_interval = mapped.save_interval
         self.config = mapped.config
         """The syncfree config the rsl_rl one maps to (written to `log_dir/config.yaml`)."""
-        vec_env = RslRlVecEnv(env, mapped.obs_groups["actor"], mapped.obs_groups["critic"])
+        vec_env = RslRlVecEnv(env, mapped.obs_groups["actor"], mapped.obs_groups["critic"], mapped.mirror_function)
         self.runner = Runner(mapped.config, run_dir=Path(log_dir) if log_dir else None, env=vec_env)
         """syncfree's training loop on `env`."""
         self.alg = PPO(self.runner, mapped.obs_groups["actor"])

@@ -10,49 +10,29 @@ no `num_envs`. Every env it makes is checked (`syncfree.check_env`) before anyth
 
 from __future__ import annotations
 
-import importlib
 import inspect
-import os
-import re
-import sys
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import torch
 
 from syncfree.algo.feedforward import FeedForwardPPO
 from syncfree.config import TrainConfig
+from syncfree.core.imports import is_callable_name, load_callable
 from syncfree.envs.api import VecEnv
 from syncfree.envs.check import check_env
 from syncfree.errors import UserError
 from syncfree.tasks.spec import TaskSource, TaskSpec
 
-NAME = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-"""`package.module:callable`."""
-
-
-def is_factory_name(task: str) -> bool:
-    return NAME.fullmatch(task) is not None
+is_factory_name = is_callable_name
 
 
 def load(task: str, what: str = "") -> Callable[..., Any]:
     """The callable `task` names (one line, beginning with `what`, naming what is missing when it cannot be
     found)."""
-    what = what or f"task {task!r}"
-    module_name, _, attr = task.partition(":")
     if not is_factory_name(task):
-        raise UserError(f"{what} is not module:factory")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())  # the current folder, as `python -m` has it
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        raise UserError(f"{what}: cannot import {module_name!r} ({e}); run from the folder that holds it or put it "
-                        "on PYTHONPATH") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        raise UserError(f"{what}: {module_name} has no callable {attr!r}")
-    return cast(Callable[..., Any], factory)
+        raise UserError(f"{what or f'task {task!r}'} is not module:factory")
+    return load_callable(task, what or f"task {task!r}")
 
 
 def as_vec_env(env: Any, what: str) -> VecEnv:

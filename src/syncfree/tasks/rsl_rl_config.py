@@ -6,8 +6,8 @@ Every key is one of three kinds, and nothing else is accepted:
 - **mapped** to a syncfree setting (`MAPPED`, with where it goes);
 - **read elsewhere**: by the user's training script or env wrapper, not by rsl_rl's runner (`READ_ELSEWHERE`), so
   the runner leaves it to them, as rsl_rl's does;
-- **refused**, in one line naming the key and why: a value syncfree cannot honour (RND, symmetry, a CNN model,
-  another optimizer...), or a key neither rsl_rl nor syncfree knows.
+- **refused**, in one line naming the key and why: a value syncfree cannot honour (RND, a CNN model, another
+  optimizer...), or a key neither rsl_rl nor syncfree knows.
 
 rsl_rl 5's `RNNModel` (actor and critic) maps to `policy.kind=recurrent`: the recurrent MLP policy, trained by the
 recurrent algorithm on one BPTT segment per env's rollout, as rsl_rl trains it.
@@ -18,7 +18,7 @@ recurrent algorithm on one BPTT segment per env's rollout, as rsl_rl trains it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, cast
 
 from syncfree.config import (
@@ -26,12 +26,14 @@ from syncfree.config import (
     PPOConfig,
     RecurrentCoreConfig,
     RecurrentMLPPolicyConfig,
+    SymmetryConfig,
     TrainConfig,
     from_dict,
     merge,
     to_dict,
     validate,
 )
+from syncfree.core.imports import load_callable
 from syncfree.errors import UserError
 
 RSL_RL_STD_OFFSET = 0.01
@@ -48,7 +50,7 @@ MAPPED: dict[str, str] = {
     "wandb_project": "log.wandb_project",
     "neptune_project": "no effect (the neptune logger is refused)",
     "check_for_nan": "always on: the deferred non-finite monitor stops the run at the iteration's end, naming the envs",
-    "torch_compile_mode": "perf.compile=step, syncfree's default either way (the mode's name is not read)",
+    "torch_compile_mode": "perf.compile=step (the mode's name is not read); without it, syncfree's default, auto",
     "empirical_normalization": "policy.normalize_obs (rsl_rl < 5)",
     "syncfree": "syncfree settings by dotted key, applied last ({'perf.compile': 'off'})",
     "algorithm.class_name": "PPO only",
@@ -68,7 +70,10 @@ MAPPED: dict[str, str] = {
     "algorithm.optimizer": "adam (AdamW, no decay) or adamw (weight decay 0.01, torch's default)",
     "algorithm.use_mixed_precision": "perf.autocast=bf16",
     "algorithm.rnd_cfg": "None only",
-    "algorithm.symmetry_cfg": "None only",
+    "algorithm.symmetry_cfg": "symmetry (MLPModel only, as rsl_rl): use_data_augmentation -> symmetry.augment, "
+                              "use_mirror_loss -> symmetry.mirror_loss, mirror_loss_coeff -> symmetry.mirror_loss_coef "
+                              "(both off: symmetry.log_only); data_augmentation_func (a callable or 'module:name') "
+                              "is the env's mirror, its first reflection",
     "algorithm.share_cnn_encoders": "False only",
     "algorithm.grad_reduce_bucket_mb": "no effect (syncfree all-reduces the gradients in one flat buffer)",
     "model.class_name": "MLPModel, or RNNModel for both actor and critic (policy.kind=recurrent)",
@@ -111,7 +116,6 @@ _RSL_RL_PPO = dict(num_learning_epochs=5, num_mini_batches=4, clip_param=0.2, ga
 """rsl_rl 5's `PPO` defaults, for the keys a config leaves out."""
 
 _OFF_ONLY = {"rnd_cfg": "random network distillation is not in syncfree",
-             "symmetry_cfg": "symmetry augmentation is not in syncfree",
              "share_cnn_encoders": "syncfree's drop-in has no CNN models",
              "normalize_advantage_per_mini_batch": "syncfree normalizes advantages over the whole rollout"}
 """PPO keys accepted only when off, and why."""
@@ -128,6 +132,8 @@ class Mapped:
     """`actor` and `critic` -> the observation groups each reads, in order."""
     save_interval: int
     num_steps_per_env: int
+    mirror_function: Callable[..., Any] | None = None
+    """`algorithm.symmetry_cfg.data_augmentation_func`, resolved: rsl_rl's `f(env=, obs=, actions=)`."""
 
 
 def refuse(key: str, why: str) -> UserError:
@@ -152,11 +158,17 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
     obs_groups = resolve_obs_groups(cfg.get("obs_groups") or {}, obs)
     widths = {name: sum(int(obs[g].shape[-1]) for g in groups) if obs is not None else -1
               for name, groups in obs_groups.items()}
-    out.ppo = dataclasses.replace(ppo_config(dict(cfg["algorithm"])), steps_per_env=int(cfg["num_steps_per_env"]))
+    algorithm = dict(cfg["algorithm"])
+    symmetry, mirror_function = symmetry_config(algorithm.pop("symmetry_cfg", None))
+    out.ppo = dataclasses.replace(ppo_config(algorithm), steps_per_env=int(cfg["num_steps_per_env"]))
+    out.symmetry = symmetry
     policy = policy_config(cfg, widths)
     if isinstance(policy, RecurrentMLPPolicyConfig):
         from syncfree.tasks import with_policy_kind  # the registry imports this module
 
+        if out.symmetry.active():
+            raise refuse("algorithm.symmetry_cfg", "symmetry with RNNModel (rsl_rl refuses it too); syncfree's covers "
+                         "MLPModel")
         out = with_policy_kind(out, "recurrent")
     out.policy = policy
     if cfg["algorithm"].get("use_mixed_precision"):
@@ -173,7 +185,34 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
     if not isinstance(overrides, Mapping):
         raise refuse("syncfree", "a dict of syncfree settings by dotted key ({'perf.compile': 'off'})")
     out = apply_overrides(out, overrides)
-    return Mapped(out, obs_groups, int(cfg["save_interval"]), out.ppo.steps_per_env)
+    return Mapped(out, obs_groups, int(cfg["save_interval"]), out.ppo.steps_per_env, mirror_function)
+
+
+_SYMMETRY_KEYS = ("use_data_augmentation", "use_mirror_loss", "mirror_loss_coeff", "data_augmentation_func", "env")
+
+
+def symmetry_config(sym: Any) -> tuple[SymmetryConfig, Callable[..., Any] | None]:
+    """`algorithm.symmetry_cfg` as the `symmetry` section and its mirror function (None: symmetry off, as rsl_rl
+    reads a None or empty section)."""
+    if not sym:
+        return SymmetryConfig(), None
+    if not isinstance(sym, Mapping):
+        raise refuse("algorithm.symmetry_cfg", f"{sym!r}: a dict of rsl_rl's Symmetry arguments, or None")
+    unknown = sorted(set(map(str, sym)) - set(_SYMMETRY_KEYS))
+    if unknown:
+        raise refuse(f"algorithm.symmetry_cfg.{unknown[0]}", f"not an argument of rsl_rl's Symmetry (has "
+                     f"{', '.join(_SYMMETRY_KEYS[:4])})")
+    function = sym.get("data_augmentation_func")
+    if isinstance(function, str):
+        name = function if ":" in function else ":".join(function.rsplit(".", 1))
+        function = load_callable(name, f"rsl_rl config: algorithm.symmetry_cfg.data_augmentation_func={function!r}")
+    if not callable(function):
+        raise refuse("algorithm.symmetry_cfg.data_augmentation_func",
+                     f"{function!r}: a callable f(env, obs, actions) or its 'module:name'")
+    augment, mirror_loss = bool(sym.get("use_data_augmentation")), bool(sym.get("use_mirror_loss"))
+    return SymmetryConfig(augment=augment, mirror_loss=mirror_loss,
+                          mirror_loss_coef=float(sym.get("mirror_loss_coeff") or 0.0),
+                          log_only=not (augment or mirror_loss)), function
 
 
 def log_writer(logger: Any, wandb_project: Any) -> tuple[str, str | None]:

@@ -35,6 +35,7 @@ from syncfree.policy.actor_critic import describe_precision
 from syncfree.tasks import make_task_env, switch_scope
 from syncfree.train import checkpoint
 from syncfree.train.callbacks import Callbacks, IterationCallback
+from syncfree.train.compile_choice import resolve_compile
 from syncfree.train.distributed import Distributed, NormalizerSync, running_norms
 from syncfree.train.logger import RunLogger, WandbRun
 from syncfree.train.monitors import StepMonitors
@@ -84,6 +85,10 @@ class Runner:
     def _build(self, cfg: TrainConfig, env: VecEnv | None, on_iteration: Sequence[IterationCallback]) -> None:
         """The device, the env, the algorithm and its policy, the monitors and the iteration's transfer."""
         self.device = resolve_device(cfg.device, self.dist.local_rank if self.dist is not None else None)
+        cfg, self.compile_choice = resolve_compile(cfg, self.device)
+        self.cfg = cfg
+        """The config as it runs: `perf.compile=auto` replaced by the mode chosen (what `config.yaml` and the
+        checkpoints record)."""
         set_deterministic(cfg.perf.deterministic)
         checkpoint.seed_everything(cfg.seed + self.rank)
         if cfg.perf.retain_host_memory:
@@ -223,7 +228,8 @@ class Runner:
     def execution(self) -> str:
         """Where and how this run computes, resolved: device, threads and why, compile mode, precision."""
         threads = f"{self.threads} thread{'s' if self.threads != 1 else ''} ({self.threads_reason})"
-        return f"{self.device}, {threads}, perf.compile={self.cfg.perf.compile}, {self.precision}"
+        chosen = f" ({self.compile_choice.reason})" if self.compile_choice.reason else ""
+        return f"{self.device}, {threads}, perf.compile={self.cfg.perf.compile}{chosen}, {self.precision}"
 
     def compiles_first_iteration(self) -> bool:
         """The next iteration is this runner's first with `perf.compile` on: it builds the graphs (seconds to

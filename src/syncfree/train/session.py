@@ -49,6 +49,7 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
         trainer.load_state_dict(checkpoint.load(cfg.resume), source=f"checkpoint {cfg.resume}")
         trainer.last_saved = Path(cfg.resume)
         info("resumed %s at iteration %d", cfg.resume, trainer.iteration)
+    cfg = trainer.cfg  # as it runs: perf.compile=auto resolved
     ranks = f"{dist.world_size} ranks x " if dist is not None else ""
     info("training %s on %s: %s%s x %d steps per iteration, %d iterations -> %s", cfg.task, trainer.execution(), ranks,
          cfg.env.describe(trainer.env.num_envs), cfg.ppo.steps_per_env, cfg.iterations, run_dir)

@@ -6,7 +6,7 @@ Needs tensordict (installed with rsl-rl-lib: `pip install 'syncfree[bench]'`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -45,7 +45,8 @@ class RslRlVecEnv(VecEnv):
     saveable = False
 
     def __init__(self, env: Any, policy_group: str | Sequence[str] = "policy",
-                 critic_group: str | Sequence[str] = "critic") -> None:
+                 critic_group: str | Sequence[str] = "critic",
+                 mirror_function: Callable[..., Any] | None = None) -> None:
         for name in ("num_envs", "num_actions", "max_episode_length", "device", "get_observations", "step"):
             if not hasattr(env, name):
                 raise UserError(f"rsl_rl env {type(env).__name__}: no {name!r} (not an rsl_rl VecEnv)")
@@ -80,6 +81,14 @@ class RslRlVecEnv(VecEnv):
         self._log_counts: dict[str, int] = {}
         self._checked_step = False
         self._obs = self._groups(obs)
+        self._mirror_function = mirror_function
+        """rsl_rl's `data_augmentation_func(env=, obs=, actions=)`, the env's mirror (`mirror()`), if given."""
+
+    def mirror(self) -> RslRlMirror | None:
+        if self._mirror_function is None:
+            return None
+        groups = {"policy": self.policy_groups, "critic": self.critic_groups}
+        return RslRlMirror(self._mirror_function, self.env, groups, self._group_widths)
 
     def reset(self) -> dict[str, Tensor]:
         if callable(getattr(self.env, "reset", None)):
@@ -194,3 +203,37 @@ class RslRlVecEnv(VecEnv):
 def _group_names(obs: Any) -> list[str]:
     """Top-level group names of a TensorDict or a dict."""
     return list(obs.keys())
+
+
+class RslRlMirror:
+    """rsl_rl's symmetry function (`data_augmentation_func(env=, obs=, actions=)`, returning the originals followed by
+    their augmentations) as a `Mirror`: a syncfree observation is split into the env's groups it concatenates, passed
+    as a TensorDict, and the first augmentation taken (a function that returns more than one is refused: syncfree's
+    symmetry takes one reflection)."""
+
+    def __init__(self, function: Callable[..., Any], env: Any, groups: Mapping[str, Sequence[str]],
+                 widths: Mapping[str, int]) -> None:
+        self.function, self.env = function, env
+        self.groups = {name: list(names) for name, names in groups.items()}
+        self.widths = dict(widths)
+
+    def observations(self, group: str, obs: Tensor) -> Tensor:
+        from tensordict import TensorDict
+
+        names = self.groups[group]
+        parts = obs.split([self.widths[g] for g in names], dim=-1)
+        mirrored, _ = self.function(env=self.env, obs=TensorDict(dict(zip(names, parts, strict=True)),
+                                                                 batch_size=[obs.shape[0]]), actions=None)
+        return torch.cat([self._reflection(mirrored[g], obs.shape[0], f"observation group {g!r}") for g in names],
+                         dim=-1)
+
+    def actions(self, actions: Tensor) -> Tensor:
+        _, mirrored = self.function(env=self.env, obs=None, actions=actions)
+        return self._reflection(mirrored, actions.shape[0], "actions")
+
+    @staticmethod
+    def _reflection(augmented: Tensor, rows: int, what: str) -> Tensor:
+        if augmented.shape[0] != 2 * rows:
+            raise ValueError(f"the function returned {augmented.shape[0]} rows of {what} for {rows} (one reflection "
+                             f"is {2 * rows}: the originals, then their mirror)")
+        return augmented[rows:]

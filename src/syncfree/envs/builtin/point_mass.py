@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from syncfree.envs.api import ActionSpec, TorchVecEnv
+from syncfree.envs.mirror import Reflection, SignedPermutation
 
 
 class PointMass(TorchVecEnv):
@@ -40,3 +41,9 @@ class PointMass(TorchVecEnv):
 
     def _observe(self) -> dict[str, Tensor]:
         return {"policy": self.state, "critic": self.state}
+
+    def mirror(self) -> Reflection:
+        """Reflection in the y axis: x, vx and the x force change sign (the dynamics and the reward, which depends
+        on the distance and the force's size, are the same for the reflected state)."""
+        state = SignedPermutation(range(4), [-1.0, 1.0, -1.0, 1.0], self.device)
+        return Reflection({"policy": state, "critic": state}, SignedPermutation(range(2), [-1.0, 1.0], self.device))

@@ -30,6 +30,7 @@ from syncfree.envs.builtin.g1_track.config import (
     G1TrackConfig,
     G1TrackOptions,
 )
+from syncfree.envs.builtin.g1_track.mirror import g1_track_reflection
 from syncfree.envs.builtin.g1_track.terms import (
     action_rate,
     anchor_height,
@@ -70,6 +71,7 @@ from syncfree.envs.managers.env import JointPositionAction, ManagerBasedEnv
 from syncfree.envs.managers.events import EventTerm
 from syncfree.envs.managers.observations import ObsGroup, ObsTerm
 from syncfree.envs.managers.rewards import RewardTerm, TerminationTerm
+from syncfree.envs.mirror import Reflection
 from syncfree.envs.motion.library import load_motions
 from syncfree.envs.motion.sampler import AdaptiveSampler
 from syncfree.envs.physics import MujocoPhysics, TorchPDPhysics
@@ -205,6 +207,11 @@ class G1TrackEnv(ManagerBasedEnv):
             "reset_joint_noise": EventTerm(uniform_per_joint, reset_joint_noise, "reset"),
             "push_joints": EventTerm(uniform_per_joint, push_joints, "interval", self.cfg.push_interval_s),
         }
+
+    def mirror(self) -> Reflection:
+        """The left/right reflection (y -> -y) of the `policy` and `critic` groups and of the actions
+        (`syncfree.envs.builtin.g1_track.mirror`)."""
+        return g1_track_reflection(self)
 
     # -- hooks ------------------------------------------------------------------------------------------
 

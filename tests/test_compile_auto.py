@@ -1,0 +1,151 @@
+"""`perf.compile=auto`, the default: a run compiles only when it is long enough for the measured compile warm-up to
+pay back, says which and why in its start line, and records the mode chosen in its config and checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from syncfree.config import TrainConfig
+from syncfree.core.compile import hot
+from syncfree.core.switches import PerfConfig
+from syncfree.tasks import preset, task_names
+from syncfree.train import checkpoint, compile_choice
+from syncfree.train.compile_choice import choose_compile, median_break_even, payback_table, resolve_compile
+from syncfree.train.runner import Runner
+
+ROOT = Path(__file__).resolve().parent.parent
+CPU = torch.device("cpu")
+FIGURES = {"eager_s": 0.3, "compiled_s": 0.1, "warmup_s": 40.0, "break_even": 201}
+
+
+@pytest.fixture
+def table(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """A table of figures in place of the shipped one (so the rule is tested apart from what was measured)."""
+    fake = {"machine": "test", "device": "cpu", "tasks": {
+        "pendulum": FIGURES, "cartpole": {**FIGURES, "break_even": 10},
+        "slow-to-compile": {**FIGURES, "compiled_s": 0.35, "break_even": None}}}
+    monkeypatch.setattr(compile_choice, "payback_table", lambda: fake)
+    return fake
+
+
+def config(task: str, iterations: int, compile: str = "auto") -> TrainConfig:
+    cfg = TrainConfig(task=task, iterations=iterations)
+    cfg.perf = PerfConfig(compile=compile)  # type: ignore[arg-type]
+    return cfg
+
+
+def test_auto_compiles_from_the_break_even_on(table: dict) -> None:
+    assert choose_compile(config("pendulum", 200), CPU).mode == "off"
+    chosen = choose_compile(config("pendulum", 201), CPU)
+    assert chosen.mode == "step"
+    assert chosen.reason == ("auto: 201 iterations, a 40 s warm-up pays back after 201 (0.3 -> 0.1 s per iteration "
+                             "at the preset's size)")
+    short = choose_compile(config("pendulum", 20), CPU)
+    assert short.reason is not None and short.reason.startswith("auto: 20 iterations, too few: a 40 s warm-up")
+
+
+def test_auto_never_compiles_where_compiled_iterations_were_not_faster(table: dict) -> None:
+    chosen = choose_compile(config("slow-to-compile", 10_000), CPU)
+    assert chosen.mode == "off" and "were not faster (0.35 s against 0.3 s eager)" in str(chosen.reason)
+
+
+def test_a_task_without_figures_takes_the_median_break_even(table: dict) -> None:
+    # 201, 10 and never (counted as the longest, 201): the median is 201
+    assert median_break_even(table["tasks"]) == 201
+    assert choose_compile(config("mine:make", 200), CPU).mode == "off"
+    chosen = choose_compile(config("mine:make", 201), CPU)
+    assert chosen.mode == "step" and "the median of the built-in presets' break-even, 201" in str(chosen.reason)
+
+
+def test_a_device_without_figures_compiles_and_a_set_mode_is_kept(table: dict) -> None:
+    chosen = choose_compile(config("pendulum", 1), torch.device("cuda"))
+    assert chosen.mode == "step" and "no measured warm-up on cuda" in str(chosen.reason)
+    for mode in ("off", "hot", "step"):
+        cfg = config("pendulum", 10_000 if mode == "off" else 1, mode)
+        assert resolve_compile(cfg, CPU) == (cfg, compile_choice.CompileChoice(mode))
+
+
+def test_resolving_copies_the_config(table: dict) -> None:
+    cfg = config("cartpole", 10)
+    resolved, chosen = resolve_compile(cfg, CPU)
+    assert (resolved.perf.compile, cfg.perf.compile, chosen.mode) == ("step", "auto", "step")
+    assert dataclasses.replace(resolved.perf, compile="auto") == cfg.perf
+
+
+def test_code_built_outside_a_runner_refuses_auto() -> None:
+    with pytest.raises(ValueError, match=r"perf\.compile=auto is chosen per run"):
+        hot(lambda x: x, PerfConfig(), CPU)
+
+
+def payback_script():
+    spec = importlib.util.spec_from_file_location("compile_payback", ROOT / "benchmarks" / "compile_payback.py")
+    script = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(script)  # type: ignore[union-attr]
+    return script
+
+
+def test_the_shipped_table_covers_the_built_in_tasks_and_is_consistent() -> None:
+    """The figures `benchmarks/compile_payback.py` wrote: every built-in task has them (mjlab's tasks run in an
+    environment of their own), and each break-even follows from the seconds beside it by the script's formula."""
+    script = payback_script()
+    measured = payback_table()
+    assert measured["device"] == "cpu"
+    assert {name for name in task_names() if "<" not in name} <= set(measured["tasks"])
+    for task, f in measured["tasks"].items():
+        saving = f["eager_s"] - f["compiled_s"]
+        expected = 1 + math.ceil(f["warmup_s"] / saving) if saving > 0 else None
+        # the table rounds its seconds: the break-even from the rounded figures may differ by one
+        assert expected is None if f["break_even"] is None else abs(f["break_even"] - expected) <= 1, task
+    assert script.TABLE == compile_choice.TABLE
+
+
+def test_the_docs_and_the_shipped_table_are_the_benchmarks_results() -> None:
+    script = payback_script()
+    saved = json.loads((ROOT / "benchmarks" / "results" / "compile-payback-cpu" / "results.json").read_text())
+    by_task = {r["task"]: r for r in saved["results"]}
+    ordered = [by_task[t] for t in script.TASKS if t in by_task]
+    text = script.DOCS.read_text()
+    assert script.docs_with_table(text, ordered, saved["machine"]) == text  # the block is current
+    assert "| task | eager s/it |" in text
+    assert payback_table()["tasks"] == {r["task"]: r["cold_figures"] for r in ordered}
+
+
+def test_a_short_run_of_the_default_config_runs_eagerly_and_records_it(tmp_path: Path) -> None:
+    cfg = preset("pendulum")
+    cfg.iterations, cfg.env.num_envs, cfg.ppo.steps_per_env = 2, 16, 8
+    assert cfg.perf.compile == "auto"
+    runner = Runner(cfg, run_dir=tmp_path / "run")
+    try:
+        runner.learn()
+    finally:
+        runner.close()
+    assert runner.cfg.perf.compile == "off" and cfg.perf.compile == "auto"
+    execution = runner.execution()
+    assert "perf.compile=off (auto: 2 iterations, too few: " in execution
+    lines = (tmp_path / "run" / "config.yaml").read_text().splitlines()
+    assert lines[0] == f"# ran on {execution}"
+    assert yaml.safe_load("\n".join(lines))["perf"]["compile"] == "off"
+    stored, _ = checkpoint.read(str(tmp_path / "run" / "latest.pt"))
+    assert stored.perf.compile == "off"  # a resume runs as the run did, and does not choose again
+
+
+@pytest.mark.slow
+def test_the_cli_says_what_auto_chose(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "syncfree", "train", "--task", "cartpole", "--iterations", "2",
+                           "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress", "false"],
+                          capture_output=True, text=True, timeout=300, env={"OMP_NUM_THREADS": "1",
+                                                                            "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    start = next(line for line in done.stderr.splitlines() if line.startswith("training cartpole"))
+    assert "perf.compile=off (auto: 2 iterations, too few: a " in start
+    assert "first iteration compiles" not in done.stderr
