@@ -62,6 +62,7 @@ def test_auto_never_compiles_where_compiled_iterations_were_not_faster(table: di
 def test_a_task_without_figures_takes_the_median_break_even(table: dict) -> None:
     # 201, 10 and never (counted as the longest, 201): the median is 201
     assert median_break_even(table["tasks"]) == 201
+    assert median_break_even({"a": {**FIGURES, "break_even": None}}) == compile_choice.NEVER
     assert choose_compile(config("mine:make", 200), CPU).mode == "off"
     chosen = choose_compile(config("mine:make", 201), CPU)
     assert chosen.mode == "step" and "the median of the built-in presets' break-even, 201" in str(chosen.reason)

@@ -91,6 +91,9 @@ def run() -> None:
         code = 1
     logging.shutdown()
     if code != INTERRUPTED:
+        for thread in threading.enumerate():  # what the interpreter's own exit waits for
+            if thread is not threading.current_thread() and not thread.daemon:
+                thread.join()
         atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BrokenPipeError):  # nobody reads it any more

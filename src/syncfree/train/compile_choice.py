@@ -42,11 +42,14 @@ def payback_table() -> dict[str, Any]:
     return table
 
 
+NEVER = 2**62
+"""The break-even of a table in which compiling never paid back."""
+
+
 def median_break_even(tasks: dict[str, dict[str, Any]]) -> int:
     """The break-even of a task without figures of its own: the median over the measured tasks (a task where
     compiled iterations were not faster counts as the longest)."""
-    finite = [f["break_even"] for f in tasks.values() if f["break_even"] is not None]
-    longest = max(finite)
+    longest = max((f["break_even"] for f in tasks.values() if f["break_even"] is not None), default=NEVER)
     return int(statistics.median_low([f["break_even"] or longest for f in tasks.values()]))
 
 
