@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -125,3 +127,42 @@ def _restore_torch_global_state():
     deterministic = torch.are_deterministic_algorithms_enabled()
     yield
     torch.use_deterministic_algorithms(deterministic)
+
+
+def refused_training(argv: list[str], capsys: pytest.CaptureFixture[str], log_dir: Path) -> str:
+    """`syncfree train` with `argv` (1 iteration of 16 envs x 4 steps) must exit 2 with one line on stderr and leave
+    no run folder in `log_dir`; returns the line."""
+    from syncfree.cli import main
+
+    code = main(["train", *argv, "--iterations", "1", "--env.num_envs", "16", "--ppo.steps_per_env", "4",
+                 "--log.dir", str(log_dir)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert not any(log_dir.iterdir())  # no run folder left behind
+    return err
+
+
+def trained_host_reads(cfg: TrainConfig, iterations: int = 2) -> tuple[Any, tuple[int, int, int]]:
+    """A trainer of `cfg` after `iterations` iterations, and the host reads it makes per rollout step, per minibatch
+    and per iteration (counted over one more iteration)."""
+    from syncfree.bench.timing import count_iteration
+    from syncfree.train.runner import Runner
+
+    trainer = Runner(cfg)
+    trainer.cfg.iterations = iterations
+    trainer.learn()
+    counts = count_iteration(trainer)
+    return trainer, (counts["syncs_per_step"], counts["syncs_per_minibatch"], counts["syncs_per_iteration"])
+
+
+def update_on_one_rollout(*trainers: Any) -> None:
+    """Each trainer collects one rollout and updates on it, from the same random states (seeds 4, then 5)."""
+    for trainer in trainers:
+        torch.manual_seed(4)
+        trainer.algorithm.begin_rollout()
+        with torch.inference_mode():
+            for t in range(trainer.cfg.ppo.steps_per_env):
+                trainer.rollout_step(t)
+            trainer.algorithm.compute_returns(trainer.obs)
+        torch.manual_seed(5)
+        trainer.algorithm.update()

@@ -245,7 +245,7 @@ def test_the_run_folder_holds_its_config_and_it_reads_back(tmp_path: Path) -> No
 @pytest.mark.parametrize(("argv", "yaml_text", "guess"), [
     (["--ppo.learning_rat", "1e-3"], None, "did you mean ppo.learning_rate?"),
     (["--iteration", "3"], None, "did you mean iterations?"),
-    (["--ppp.learning_rate", "1e-3"], None, "did you mean ppo.learning_rate?"),
+    (["--ppp.learning_rate", "1e-3"], None, "did you mean ppo.learning_rate or rnd.learning_rate?"),
     ([], "task: pendulum\nppo:\n  learning_rat: 0.001\n", "did you mean ppo.learning_rate?"),
     ([], "task: pendulum\niteration: 3\n", "did you mean iterations?"),
     ([], "task: grid-arena\nenv:\n  agent_per_env: 3\n", "did you mean env.agents_per_env?"),
@@ -400,3 +400,16 @@ def test_output_piped_into_a_reader_that_stops_early_ends_quietly() -> None:
                           text=True, timeout=120)
     assert done.returncode == 0
     assert done.stderr == ""  # no BrokenPipeError traceback
+
+
+def test_the_command_ends_with_an_idle_thread_pool_alive() -> None:
+    """torch's compiler leaves a thread pool behind; its idle workers are told to stop by the threading module's exit
+    callbacks, which the command's ending runs before it waits for threads (as the interpreter's own exit does)."""
+    import subprocess
+    import sys
+
+    script = ("import concurrent.futures, sys; pool = concurrent.futures.ThreadPoolExecutor(2); "
+              "pool.submit(lambda: 0).result(); sys.argv = ['syncfree', 'tasks']; from syncfree.cli import run; run()")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "point-mass-goal" in done.stdout

@@ -23,7 +23,7 @@ from conftest import (
 )
 from syncfree.algo.storage import Batch
 from syncfree.cli import main
-from syncfree.config import PerfConfig
+from syncfree.config import PerfConfig, RNDConfig
 from syncfree.core.compile import compile_counts, hot
 from syncfree.errors import UserError
 from syncfree.tasks import make_env
@@ -275,3 +275,30 @@ def test_many_sizes_in_one_process_do_not_hit_the_recompile_limit() -> None:
     for n in range(1, 13):
         x = torch.ones(n, device=TEST_DEVICE)
         assert torch.equal(fn(x), torch.full((n,), 3.0, device=TEST_DEVICE))
+
+
+@pytest.mark.usefixtures("same_random_numbers")
+def test_compiled_rnd_iteration_matches_eager_and_does_not_recompile() -> None:
+    """Random network distillation under `compile=step`: the intrinsic reward inside the compiled record step, the
+    predictor's whole step as its own graph; one iteration against the eager one within the tolerance, then a second
+    compiled iteration (the schedule's weight moving with the step count, a device tensor) compiles nothing new."""
+    runners = []
+    for mode in ("off", "step"):
+        cfg = small_config("point-mass", compile=mode)
+        cfg.rnd = RNDConfig(enabled=True, weight=0.5, state_normalization=True, reward_normalization=True,
+                            weight_schedule="linear", initial_step=2, final_step=30, final_value=0.1)
+        cfg.iterations = 1
+        runners.append(Runner(cfg))
+    for runner in runners:
+        torch.manual_seed(1)
+        runner.learn()
+    eager, compiled = (r.algorithm for r in runners)
+    assert compiled.whole_step is not None
+    torch.testing.assert_close(eager.storage.rewards, compiled.storage.rewards, **TOLERANCE)
+    assert_close_tensors(*({k: v.double() for k, v in a.statistics().items()} for a in (eager, compiled)))
+    assert_close_tensors(*(dict(a.rnd.module.state_dict()) for a in (eager, compiled)))  # type: ignore[union-attr]
+    assert_close_tensors(dict(runners[0].policy.named_parameters()), dict(runners[1].policy.named_parameters()))
+    warm = compile_counts()
+    runners[1].cfg.iterations = 2
+    runners[1].learn()
+    assert compile_counts() == warm

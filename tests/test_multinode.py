@@ -25,7 +25,7 @@ def free_port() -> int:
 def node(port: int, run_dir: Path, iterations: int, log: Path) -> subprocess.Popen:
     """One node's launcher, in a process group of its own."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
-           "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", "syncfree-test",
+           "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", f"syncfree-{port}",
            "-m", "syncfree", "train", "--task", "pendulum", "--iterations", str(iterations), "--env.num_envs", "16",
            "--ppo.steps_per_env", "8", "--save_every", "1", "--distributed.timeout", "30",
            "--log.dir", str(run_dir.parent), "--log.run_name", run_dir.name, "--log.progress", "false"]
@@ -53,3 +53,39 @@ def test_two_nodes_train_one_run(tmp_path: Path) -> None:
     assert any("2 ranks x 16 envs x 8 steps" in text for text in logs)
     assert [r["env_steps"] for r in records(run)] == [256, 512]  # both nodes' envs count
     assert sorted(p.name for p in tmp_path.iterdir()) == ["node0.log", "node1.log", "run"]
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and its descendants (torchrun starts its workers in sessions of their own)."""
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [pid, *(p for child in children for p in process_tree(int(child)))]
+
+
+def test_a_lost_node_stops_the_other_at_once_with_one_line(tmp_path: Path) -> None:
+    """A node lost mid-run (its launcher and its worker killed, as when the machine dies): the other node's rank
+    stops within seconds with syncfree's one line naming the failed collective, and the last checkpoint loads."""
+    import time
+
+    from syncfree.train import checkpoint
+
+    port, run = free_port(), tmp_path / "run"
+    nodes = [node(port, run, 400, tmp_path / f"node{i}.log") for i in range(2)]
+    try:
+        deadline = time.monotonic() + 180
+        while len(records(run)) < 3 and time.monotonic() < deadline and all(n.poll() is None for n in nodes):
+            time.sleep(0.2)
+        assert len(records(run)) >= 3, "\n".join(p.read_text()[-1500:] for p in tmp_path.glob("node*.log"))
+        for pid in process_tree(nodes[1].pid):
+            os.kill(pid, signal.SIGKILL)
+        lost = time.monotonic()
+        code = nodes[0].wait(timeout=60)
+        seconds = time.monotonic() - lost
+    finally:
+        for n in nodes:
+            if n.poll() is None:
+                os.killpg(n.pid, signal.SIGKILL)
+    text = (tmp_path / "node0.log").read_text()
+    lines = [line for line in text.splitlines() if line.startswith("syncfree: error:")]
+    assert code != 0 and seconds < 10, (code, seconds, text[-1500:])
+    assert len(lines) == 1 and "a peer process exited" in lines[0], text[-1500:]
+    assert checkpoint.load(run / "latest.pt")["iteration"] >= 1

@@ -14,7 +14,7 @@ import torch
 
 from syncfree.config import LogConfig
 from syncfree.policy import actor_critic
-from syncfree.policy.actor_critic import describe_precision, mlp, set_autocast
+from syncfree.policy.actor_critic import describe_precision, mlp, native_bf16, set_autocast
 from syncfree.train.progress import Progress
 
 LINE = re.compile(r"^it (\d+)/(\d+)  env_steps [\d,]+  mean_return (-?[\d.]+|nan)  [\d,]+ steps/s  left \d+s$")
@@ -37,7 +37,8 @@ def test_a_log_file_gets_short_lines_and_the_resolved_execution(tmp_path: Path) 
     assert [int(LINE.match(line).group(1)) for line in progress] == [1, 3, 6, 7], progress  # type: ignore[union-attr]
     assert max(len(line.encode()) + 1 for line in progress) < 200
     start = next(line for line in text.splitlines() if line.startswith("training pendulum"))
-    execution = "on cpu, 1 thread (OMP_NUM_THREADS), perf.compile=off, float32"
+    precision = "bfloat16 hidden layers" if native_bf16(torch.device("cpu")) else "float32"  # autocast=auto
+    execution = f"on cpu, 1 thread (OMP_NUM_THREADS), perf.compile=off, {precision}"
     assert execution in start
     assert (tmp_path / "run" / "config.yaml").read_text().splitlines()[0].startswith(f"# ran {execution}")
 

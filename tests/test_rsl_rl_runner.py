@@ -13,6 +13,7 @@ import os
 import re
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,13 +29,25 @@ from rsl_rl.runners import OnPolicyRunner as RslRlRunner
 from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
 from syncfree.errors import UserError
 from syncfree.rsl_rl import OnPolicyRunner
+from syncfree.rsl_rl.checkpoint import rnd_to_rsl_rl
 from syncfree.tasks import make_env
 from syncfree.tasks.rsl_rl_config import MAPPED, READ_ELSEWHERE
 
 
-def rsl_env(seed: int = 0) -> SyncfreeToRslRl:
-    """Pendulum (continuous actions, `policy` and `critic` groups) as an rsl_rl `VecEnv`, 16 envs."""
-    return SyncfreeToRslRl(make_env("pendulum", 16, device="cpu", seed=seed))
+def rsl_env(seed: int = 0, step_dt: float | None = None) -> SyncfreeToRslRl:
+    """Pendulum (continuous actions, `policy` and `critic` groups) as an rsl_rl `VecEnv`, 16 envs; with `step_dt`,
+    an `unwrapped` env that has it, as Isaac Lab's and mjlab's wrappers do (rsl_rl's RND reads it)."""
+    env = SyncfreeToRslRl(make_env("pendulum", 16, device="cpu", seed=seed))
+    if step_dt is not None:
+        env.unwrapped = SimpleNamespace(step_dt=step_dt)  # type: ignore[attr-defined]
+    return env
+
+
+RND_CFG = {"weight": 2.0, "weight_schedule": {"mode": "linear", "initial_step": 2, "final_step": 20,
+                                               "final_value": 0.5},
+           "reward_normalization": True, "state_normalization": True, "learning_rate": 3e-3, "num_outputs": 4,
+           "predictor_hidden_dims": [16, -1], "target_hidden_dims": [-1], "activation": "elu"}
+"""rsl_rl's `rnd_cfg` (the arguments of its `RandomNetworkDistillation` a config gives)."""
 
 
 def train_cfg(std_type: str = "scalar", normalize: bool = True) -> dict[str, Any]:
@@ -441,14 +454,24 @@ def refused(change) -> str:
     cfg = train_cfg()
     change(cfg)
     with pytest.raises(UserError) as error:
-        OnPolicyRunner(rsl_env(), cfg, device="cpu")
+        OnPolicyRunner(rsl_env(step_dt=0.05), cfg, device="cpu")
     message = str(error.value)
     assert "\n" not in message
     return message
 
 
 @pytest.mark.parametrize("change, key", [
-    (lambda c: c["algorithm"].update(rnd_cfg={"weight": 1.0}), "algorithm.rnd_cfg"),
+    (lambda c: c["algorithm"].update(rnd_cfg={"weight": 1.0}), "algorithm.rnd_cfg.num_outputs"),
+    (lambda c: c["algorithm"].update(rnd_cfg={**RND_CFG, "predictor_hidden_dim": [8]}),
+     "algorithm.rnd_cfg.predictor_hidden_dim"),
+    (lambda c: c["algorithm"].update(rnd_cfg={**RND_CFG, "weight_schedule": {"mode": "cosine"}}),
+     "algorithm.rnd_cfg.weight_schedule"),
+    (lambda c: c["algorithm"].update(rnd_cfg={**RND_CFG, "weight_schedule": {"mode": "step", "final_step": 9}}),
+     "algorithm.rnd_cfg.weight_schedule.final_value"),
+    (lambda c: c["algorithm"].update(rnd_cfg=RND_CFG) or c.update(obs_groups={**c["obs_groups"],
+                                                                               "rnd_state": ["policy", "critic"]}),
+     "obs_groups.rnd_state"),
+    (lambda c: c.update(obs_groups={**c["obs_groups"], "rnd_state": ["policy"]}), "obs_groups.rnd_state"),
     (lambda c: c["algorithm"].update(symmetry_cfg={"use_data_augmentation": True}),
      "algorithm.symmetry_cfg.data_augmentation_func"),
     (lambda c: c["algorithm"].update(symmetry_cfg={"data_augmentation_func": pendulum_mirror, "num_aug": 2}),
@@ -515,6 +538,59 @@ def test_symmetry_cfg_trains_through_the_drop_in_with_the_users_function(tmp_pat
     named["algorithm"] = {**cfg["algorithm"], "symmetry_cfg": {**cfg["algorithm"]["symmetry_cfg"],
                                                               "data_augmentation_func": "test_rsl_rl_runner:pendulum_mirror"}}
     assert OnPolicyRunner(rsl_env(), named, device="cpu").runner.env.mirror().function is pendulum_mirror
+
+
+def test_rnd_cfg_trains_through_the_drop_in_and_its_state_crosses_to_rsl_rl_both_ways(tmp_path: Path,
+                                                                                      one_thread) -> None:
+    """The weight scaled by the env's step_dt and the schedule as rsl_rl reads them; the networks, normalizers and
+    the predictor's Adam state saved under rsl_rl's names: rsl_rl's runner loads them into its own RND (and trains
+    on), and the drop-in loads rsl_rl's back."""
+    cfg = train_cfg()
+    cfg["algorithm"]["rnd_cfg"] = copy.deepcopy(RND_CFG)
+    ours = OnPolicyRunner(rsl_env(step_dt=0.05), copy.deepcopy(cfg), log_dir=str(tmp_path / "ours"), device="cpu")
+    rnd = ours.config.rnd
+    assert (rnd.enabled, rnd.state, rnd.weight, rnd.weight_schedule, rnd.final_value) == (
+        True, "policy", pytest.approx(0.1), "linear", 0.5)  # rsl_rl scales the weight, not the final value
+    ours.learn(2)
+    records = [json.loads(line) for line in (tmp_path / "ours" / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["rnd_loss"] > 0 and r["rnd_reward"] > 0 for r in records)
+    ours.save(str(tmp_path / "ours.pt"))
+
+    theirs = RslRlRunner(rsl_env(seed=2, step_dt=0.05), for_rsl_rl(cfg), log_dir=str(tmp_path / "rsl_rl"),
+                         device="cpu")
+    theirs.load(str(tmp_path / "ours.pt"))
+    mine = ours.alg.rnd
+    assert mine is not None
+    their_state = theirs.alg.rnd.state_dict()
+    for key, value in rnd_to_rsl_rl(mine.module.state_dict()).items():
+        torch.testing.assert_close(their_state[key], value, rtol=0, atol=0, msg=key)
+    their_moments = theirs.alg.rnd.optimizer.state_dict()["state"]
+    for index, entry in mine.optimizer.state_dict()["state"].items():
+        assert torch.equal(their_moments[index]["exp_avg"], entry["exp_avg"])
+    theirs.learn(1)  # rsl_rl trains on from the drop-in's state
+    theirs.save(str(tmp_path / "theirs.pt"))
+
+    back = OnPolicyRunner(rsl_env(seed=3, step_dt=0.05), copy.deepcopy(cfg), device="cpu")
+    back.load(str(tmp_path / "theirs.pt"))
+    loaded = back.alg.rnd
+    assert loaded is not None
+    for key, value in rnd_to_rsl_rl(loaded.module.state_dict()).items():
+        torch.testing.assert_close(value, theirs.alg.rnd.state_dict()[key], rtol=0, atol=0, msg=key)
+    back.learn(1)
+    plain = OnPolicyRunner(rsl_env(seed=3, step_dt=0.05), copy.deepcopy(cfg), device="cpu")
+    torch.save({k: v for k, v in torch.load(tmp_path / "theirs.pt").items() if not k.startswith("rnd")},
+               tmp_path / "without.pt")
+    with pytest.raises(UserError, match="no rnd_state_dict"):
+        plain.load(str(tmp_path / "without.pt"))
+    plain.load(str(tmp_path / "without.pt"), load_cfg={"actor": True, "critic": True, "rnd": False})
+
+
+def test_rnd_cfg_needs_the_envs_step_dt() -> None:
+    cfg = train_cfg()
+    cfg["algorithm"]["rnd_cfg"] = copy.deepcopy(RND_CFG)
+    with pytest.raises(UserError, match=r"rsl_rl config: algorithm.rnd_cfg.weight: rsl_rl multiplies it by the "
+                                        r"env's step_dt"):
+        OnPolicyRunner(rsl_env(), cfg, device="cpu")
 
 
 def test_several_processes_are_refused_in_one_line(monkeypatch) -> None:

@@ -10,12 +10,10 @@ from typing import Any
 import pytest
 import torch
 
-from conftest import small_config
+from conftest import refused_training, small_config, trained_host_reads, update_on_one_rollout
 from syncfree.algo.feedforward import FeedForwardPPO
 from syncfree.algo.storage import Batch
 from syncfree.algo.symmetry import Symmetry
-from syncfree.bench.timing import count_iteration
-from syncfree.cli import main
 from syncfree.config import PolicyConfig, PPOConfig, SymmetryConfig
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import ActionSpec
@@ -182,11 +180,8 @@ def symmetric_config(**perf: Any):
 
 
 def test_the_update_with_symmetry_reads_the_host_only_once_per_iteration() -> None:
-    trainer = Runner(symmetric_config())
-    trainer.cfg.iterations = 2
-    trainer.learn()
-    counts = count_iteration(trainer)
-    assert (counts["syncs_per_step"], counts["syncs_per_minibatch"], counts["syncs_per_iteration"]) == (0, 0, 1)
+    trainer, reads = trained_host_reads(symmetric_config())
+    assert reads == (0, 0, 1)
     assert "symmetry_loss" in trainer.algorithm.statistics()
 
 
@@ -195,14 +190,7 @@ def test_the_whole_minibatch_graph_with_symmetry_matches_the_eager_update() -> N
     here, as the suite runs `torch.compile`): one update on the same rollout gives the same parameters."""
     eager, whole = Runner(symmetric_config()), Runner(symmetric_config(compile="step"))
     assert eager.algorithm.whole_step is None and whole.algorithm.whole_step is not None
-    for trainer in (eager, whole):
-        torch.manual_seed(4)
-        with torch.inference_mode():
-            for t in range(trainer.cfg.ppo.steps_per_env):
-                trainer.rollout_step(t)
-            trainer.algorithm.compute_returns(trainer.obs)
-        torch.manual_seed(5)
-        trainer.algorithm.update()
+    update_on_one_rollout(eager, whole)
     for (name, a), b in zip(eager.policy.named_parameters(), whole.policy.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
     stats = [a.statistics()["symmetry_loss"] for a in (eager.algorithm, whole.algorithm)]
@@ -228,12 +216,7 @@ def odd_mirror(env: Any) -> Reflection:
      "symmetry.augment"),
 ])
 def test_what_symmetry_cannot_serve_is_one_line(argv: list[str], expected: str, capsys, tmp_path) -> None:
-    code = main(["train", *argv, "--iterations", "1", "--env.num_envs", "16", "--ppo.steps_per_env", "4",
-                 "--log.dir", str(tmp_path)])
-    err = capsys.readouterr().err.strip()
-    assert code == 2 and len(err.splitlines()) == 1, err
-    assert expected in err
-    assert not any(tmp_path.iterdir())  # no run folder left behind
+    assert expected in refused_training(argv, capsys, tmp_path)
 
 
 def test_a_negative_mirror_loss_weight_is_refused() -> None:

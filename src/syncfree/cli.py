@@ -91,9 +91,9 @@ def run() -> None:
         code = 1
     logging.shutdown()
     if code != INTERRUPTED:
-        for thread in threading.enumerate():  # what the interpreter's own exit waits for
-            if thread is not threading.current_thread() and not thread.daemon:
-                thread.join()
+        # what the interpreter's own exit does, in its order: the threading module's exit callbacks (which tell
+        # thread pools, such as the compiler's, to stop), then a join of the non-daemon threads, then atexit
+        threading._shutdown()  # type: ignore[attr-defined]  # private: the interpreter's own call at exit
         atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(BrokenPipeError):  # nobody reads it any more

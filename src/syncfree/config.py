@@ -469,6 +469,59 @@ class SymmetryConfig:
 
 
 @dataclass
+class RNDConfig:
+    """Random network distillation (rsl_rl's `rnd_cfg`): a fixed random target network and a predictor trained to
+    match it on one observation group; the prediction error on each step's next observation, weighted, is added to
+    the env's reward, so states the predictor has seen little of pay more. MLP policies, feed-forward or recurrent,
+    on a flat observation group."""
+
+    enabled: bool = False
+    """Add the intrinsic reward and train the predictor."""
+    state: Literal["policy", "critic"] = "policy"
+    """The observation group the networks read (rsl_rl's `obs_groups["rnd_state"]`; its default is the policy's)."""
+    weight: float = 0.0
+    """The intrinsic reward's weight (before `weight_schedule`). rsl_rl multiplies its `weight` by the env's step
+    duration; the rsl_rl drop-in does that, this setting is the product."""
+    weight_schedule: Literal["constant", "step", "linear"] = "constant"
+    """How the weight changes with the env steps taken (counted per step of the vectorized env, as rsl_rl counts):
+    `step`: `weight` before `final_step`, `final_value` from it; `linear`: from `weight` at `initial_step` to
+    `final_value` at `final_step`."""
+    initial_step: int = 0
+    final_step: int = 0
+    final_value: float = 0.0
+    num_outputs: int = 1
+    """The width of the networks' embedding."""
+    predictor_hidden: list[int] = field(default_factory=lambda: [-1])
+    """The predictor's hidden layers (-1: the group's width)."""
+    target_hidden: list[int] = field(default_factory=lambda: [-1])
+    """The target's hidden layers (-1: the group's width)."""
+    activation: Literal["elu", "tanh", "relu"] = "elu"
+    state_normalization: bool = False
+    """Normalize the networks' input by its running mean and deviation, updated once per iteration from the
+    rollout's observations (as rsl_rl does)."""
+    reward_normalization: bool = False
+    """Divide the intrinsic reward by the running deviation of its discounted sum (discount 0.99)."""
+    learning_rate: float = 1e-3
+    """The predictor's Adam step size (its own optimizer; no gradient clipping, as rsl_rl)."""
+
+    def validate(self) -> None:
+        check(self.state in ("policy", "critic"), "rnd.state", "policy, critic", self.state)
+        check(self.weight_schedule in ("constant", "step", "linear"), "rnd.weight_schedule", "constant, step, linear",
+              self.weight_schedule)
+        check(self.initial_step >= 0, "rnd.initial_step", "an integer >= 0", self.initial_step)
+        check(self.final_step >= 0, "rnd.final_step", "an integer >= 0", self.final_step)
+        check(self.weight_schedule != "linear" or self.final_step > self.initial_step, "rnd.final_step",
+              f"> rnd.initial_step = {self.initial_step} with the linear schedule", self.final_step)
+        check(self.num_outputs >= 1, "rnd.num_outputs", "an integer >= 1", self.num_outputs)
+        for key in ("predictor_hidden", "target_hidden"):
+            sizes = getattr(self, key)
+            check(len(sizes) > 0 and all(s >= 1 or s == -1 for s in sizes), f"rnd.{key}",
+                  "a non-empty list of layer widths (>= 1, or -1 for the group's width)", sizes)
+        check(self.learning_rate > 0, "rnd.learning_rate", "a number > 0", self.learning_rate)
+        check(self.activation in ("elu", "tanh", "relu"), "rnd.activation", "elu, tanh, relu", self.activation)
+
+
+@dataclass
 class DistributedConfig:
     """Multi-process training (`torchrun --nproc_per_node=N -m syncfree train ...`); inert in a single process."""
 
@@ -512,6 +565,7 @@ class TrainConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
     callbacks: CallbackConfig = field(default_factory=CallbackConfig)
     symmetry: SymmetryConfig = field(default_factory=SymmetryConfig)
+    rnd: RNDConfig = field(default_factory=RNDConfig)
 
     def minibatch_rows(self) -> tuple[int, str]:
         """What a rollout's minibatches split (`ppo.num_minibatches` must divide it): the count and how it is
@@ -545,6 +599,7 @@ class TrainConfig:
               self.log.progress_every)
         self.callbacks.validate()
         self.symmetry.validate()
+        self.rnd.validate()
         check(self.distributed.timeout > 0, "distributed.timeout", "a number of seconds > 0", self.distributed.timeout)
         check(self.distributed.backend in ("auto", "nccl", "gloo"), "distributed.backend", "auto, nccl, gloo",
               self.distributed.backend)
@@ -668,6 +723,7 @@ def key_hint(key: str, root: type = TrainConfig) -> str:
     near = [prefix + name for name in difflib.get_close_matches(parts[-1].replace("-", "_"), names, n=1)]
     # `--num_envs`, `--ppo.num_envs`, `--envs.num_envs`: an option of that name in another section comes first
     close = options_named(leaf, root) or (near if in_section else []) or options_named(leaf, root, exact=False) or near
+    close.sort(key=lambda option: -difflib.SequenceMatcher(None, key, option).ratio())  # `ppp.x`: ppo.x first
     guess = f"; did you mean {' or '.join(close[:3])}?" if close else ""
     return f"{guess} (allowed: {', '.join(prefix + name for name in names)})"
 

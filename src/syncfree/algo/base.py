@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from syncfree.algo.optim import Collective, PolicyOptimizer
+from syncfree.algo.rnd import RND
 from syncfree.config import PPOConfig, TrainConfig
 from syncfree.core.phases import Phases
 from syncfree.core.switches import Scope
@@ -120,9 +121,14 @@ class Algorithm(ABC):
     """Run at every `record` (set by the runner: its monitors)."""
     reward_scale: RewardScale | None = None
     """`ppo.normalize_rewards`: scales the rewards the algorithm learns from (the observer sees the env's)."""
+    rnd: RND | None = None
+    """Random network distillation (`rnd` settings, `syncfree.algo.rnd`): its intrinsic reward is added to the env's
+    in each record step (`rewarded`), its predictor steps after each minibatch."""
 
-    def begin_rollout(self) -> None:  # noqa: B027 - optional hook
-        """Before the first `act` of an iteration."""
+    def begin_rollout(self) -> None:
+        """Before the first `act` of an iteration (RND's sum of the rollout's intrinsic rewards restarts)."""
+        if self.rnd is not None:
+            self.rnd.begin_rollout()
 
     @abstractmethod
     def act(self, obs: dict[str, Tensor], t: int) -> Tensor:
@@ -181,19 +187,35 @@ class Algorithm(ABC):
         """The reward the algorithm stores for a step: the env's, or scaled by `reward_scale` (which this updates)."""
         return reward if self.reward_scale is None else self.reward_scale(reward, done)
 
+    def rewarded(self, step: StepResult) -> Tensor:
+        """The step's reward to learn from before any scaling: the env's, plus RND's intrinsic reward on the step's
+        next observation when `rnd` is on."""
+        if self.rnd is None:
+            return step.reward
+        return step.reward + self.rnd.module.intrinsic_reward(step.obs[self.rnd.group])
+
+    def rnd_statistics(self, minibatches: int) -> dict[str, Tensor]:
+        """RND's entries of `statistics()` (none without RND)."""
+        return {} if self.rnd is None else self.rnd.statistics(minibatches, self.steps_per_env * self.num_envs)
+
     def state_dict(self) -> dict[str, Any]:
-        """The optimizer's state and the reward scale's statistics (the policy's parameters are saved by the
-        runner)."""
+        """The optimizer's state, the reward scale's statistics and RND's state (the policy's parameters are saved
+        by the runner)."""
         state = self.optim.state_dict()
         if self.reward_scale is not None:
             state["reward_scale"] = self.reward_scale.state_dict()
+        if self.rnd is not None:
+            state["rnd"] = self.rnd.state_dict()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """A checkpoint written without `ppo.normalize_rewards` leaves the reward scale's statistics new."""
+        """A checkpoint written without `ppo.normalize_rewards` leaves the reward scale's statistics new (the
+        checkpoint's schema has made sure RND's state is there when this run has RND)."""
         self.optim.load_state_dict(state)
         if self.reward_scale is not None and "reward_scale" in state:
             self.reward_scale.load_state_dict(state["reward_scale"])
+        if self.rnd is not None:
+            self.rnd.load_state_dict(state["rnd"])
 
 
 def reward_scale(cfg: PPOConfig, num_envs: int, device: torch.device) -> RewardScale | None:

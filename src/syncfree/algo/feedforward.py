@@ -21,6 +21,7 @@ from syncfree.algo.advantages import compute_gae, global_mean_std
 from syncfree.algo.base import Algorithm, CheckpointReader, reward_scale
 from syncfree.algo.minibatch_step import MinibatchStep
 from syncfree.algo.optim import Collective, PolicyOptimizer
+from syncfree.algo.rnd import RND, build_rnd
 from syncfree.algo.storage import Batch, RolloutStorage, StepRow, store_env, store_policy
 from syncfree.algo.symmetry import Symmetry, build_symmetry
 from syncfree.config import PPOConfig, TokenPolicyConfig, TrainConfig
@@ -51,10 +52,11 @@ class FeedForwardPPO(Algorithm):
 
     def __init__(self, policy: PolicyBase, cfg: PPOConfig, perf: PerfConfig, num_envs: int, critic_dim: int,
                  action_spec: ActionSpec, device: torch.device, dist: Collective | None = None,
-                 symmetry: Symmetry | None = None) -> None:
+                 symmetry: Symmetry | None = None, rnd: RND | None = None) -> None:
         self.policy, self.cfg, self.perf, self.device, self.dist = policy, cfg, perf, device, dist
         self.symmetry = symmetry
         """Mirror augmentation and/or the mirror loss in each minibatch (`syncfree.algo.symmetry`), if set."""
+        self.rnd = rnd
         self.phases = Phases()
         self.steps_per_env, self.num_envs = cfg.steps_per_env, num_envs
         self.params = [p for p in policy.parameters() if p.requires_grad]
@@ -85,7 +87,7 @@ class FeedForwardPPO(Algorithm):
         """With several processes the advantage statistics need a collective: GAE then stays eager."""
         self.losses = hot(self.minibatch_losses, perf, device)
         """`minibatch_losses`, or its compiled graph (`PerfConfig.compile`); its backward is compiled with it."""
-        self.whole_step: MinibatchStep | None = None
+        self.whole_step: MinibatchStep[Batch] | None = None
         """`compile=step`: the whole minibatch update as one function (`syncfree.algo.minibatch_step`)."""
         fallback = self.whole_step_fallback() if perf.compile == "step" else None
         if fallback is not None:
@@ -105,7 +107,7 @@ class FeedForwardPPO(Algorithm):
         policy = cls.build_policy(cfg, env).to(device)
         set_autocast(policy, cfg.perf.autocast, device)
         return cls(policy, cfg.ppo, cfg.perf, env.num_envs, obs_dim(env, "critic"), env.action_spec, device, dist=dist,
-                   symmetry=build_symmetry(cfg, env, policy))
+                   symmetry=build_symmetry(cfg, env, policy), rnd=build_rnd(cfg, env, device, dist is not None))
 
     @classmethod
     def build_policy(cls, cfg: TrainConfig, env: EnvShape) -> PolicyBase:
@@ -206,7 +208,7 @@ class FeedForwardPPO(Algorithm):
             self.update_normalizers(step.obs)
         with phase("store"):
             done = torch.logical_or(step.terminated, step.truncated, out=self._done)
-            store_env(row, self.learned_reward(step.reward, done), done, step.truncated, self.cfg.gamma,
+            store_env(row, self.learned_reward(self.rewarded(step), done), done, step.truncated, self.cfg.gamma,
                       bootstrap_values)
         observer = self.observer
         if observed is not None and observer is not None:
@@ -244,6 +246,10 @@ class FeedForwardPPO(Algorithm):
         if self.host_loss_sums is not None:
             self.host_loss_sums = [0.0] * RSL_RL_LOGGED
         self.optim.begin_update(progress)
+        rnd_obs = None
+        if self.rnd is not None:
+            self.rnd.begin_update()
+            rnd_obs = data.actor_obs if self.rnd.group == "policy" else data.critic_obs
         state = None
         if self.whole_step is not None:
             state = self.whole_step.state(self.optim.lr, self.stats, self.optim.skipped_steps)
@@ -259,16 +265,23 @@ class FeedForwardPPO(Algorithm):
                         self.optim.track_skips()
                 else:
                     self.minibatch_update(Batch(*(x[idx] for x in data)))
+                if rnd_obs is not None:
+                    with self.phases("update.optimizer"):  # the predictor's whole step
+                        cast(RND, self.rnd).update(rnd_obs, idx)
         if state is not None and self.optim.adaptive and not self.optim.adapt_per_minibatch:
             # the whole-step graph summed the minibatch KLs into the statistics
             self.optim.record_kl(self.stats[self.stat_names.index("approx_kl")], cfg.num_epochs * cfg.num_minibatches)
         self.optim.end_update()
+        if rnd_obs is not None:
+            cast(RND, self.rnd).module.update_normalizer(rnd_obs)
         if self.host_loss_sums is not None:  # the host's sums join the device statistics (no host read)
             self.stats[:RSL_RL_LOGGED].copy_(torch.tensor(self.host_loss_sums))
 
     def statistics(self) -> dict[str, Tensor]:
-        means = self.stats / (self.cfg.num_epochs * self.cfg.num_minibatches)
-        return {**dict(zip(self.stat_names, means.unbind(), strict=True)), **self.optim.statistics()}
+        minibatches = self.cfg.num_epochs * self.cfg.num_minibatches
+        means = self.stats / minibatches
+        return {**dict(zip(self.stat_names, means.unbind(), strict=True)), **self.optim.statistics(),
+                **self.rnd_statistics(minibatches)}
 
     def storage_tensors(self) -> list[Tensor]:
         return list(self.storage.state_tensors().values())

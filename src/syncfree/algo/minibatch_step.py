@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple, cast
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
 
 from syncfree.algo.storage import Batch
 
-LossFn = Callable[[Batch], tuple[Tensor, tuple[Tensor, ...], Tensor]]
+MB = TypeVar("MB")
+"""What one minibatch is to a loss function (PPO's: a `Batch`)."""
+
+LossFn = Callable[[MB], tuple[Tensor, tuple[Tensor, ...], Tensor]]
 
 
 class StepState(NamedTuple):
@@ -93,8 +96,9 @@ def adamw_update(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tenso
     return param, exp_avg, exp_avg_sq
 
 
-class MinibatchStep:
-    """`step(data, idx, state)`: one whole minibatch update on the rows `idx` of the flat rollout `data`.
+class MinibatchStep(Generic[MB]):
+    """`step(data, idx, state)`: one whole minibatch update on the rows `idx` of the flat rollout `data`
+    (`step.update(mb, state)`: on a minibatch already gathered, of whatever `losses` reads).
 
     `losses(mb) -> (loss, parts, kl_mean)` is PPO's pure loss function of the policy's parameters; `adapt(lr, kl)`
     returns the next learning rate (or None for a fixed schedule); `skip_nonfinite` (`grad_finite_from_norm`):
@@ -102,7 +106,7 @@ class MinibatchStep:
     taken as rsl_rl takes it. The state the step updates in place comes as arguments (`StepState`), not as
     attributes: a compiled graph updates its inputs."""
 
-    def __init__(self, policy: nn.Module, losses: LossFn, optimizer: torch.optim.AdamW, max_grad_norm: float,
+    def __init__(self, policy: nn.Module, losses: LossFn[MB], optimizer: torch.optim.AdamW, max_grad_norm: float,
                  adapt: Callable[[Tensor, Tensor], Tensor] | None, skip_nonfinite: bool = True,
                  clip_groups: list[list[nn.Parameter]] | None = None) -> None:
         self.loss_module = _LossModule(policy, losses)
@@ -139,13 +143,15 @@ class MinibatchStep:
             steps.append(state["step"].view(1))
         return StepState(self.params, moments, squares, steps, lr.view(1), stats, skipped.view(1))
 
-    def loss(self, params: dict[str, Tensor], mb: Batch) -> tuple[Tensor, tuple[tuple[Tensor, ...], Tensor]]:
+    def loss(self, params: dict[str, Tensor], mb: MB) -> tuple[Tensor, tuple[tuple[Tensor, ...], Tensor]]:
         # `functional_call` returns what the module's forward does (`_LossModule.forward`); torch types it as Any
         return cast("tuple[Tensor, tuple[tuple[Tensor, ...], Tensor]]",
                     torch.func.functional_call(self.loss_module, params, (mb,)))
 
     def __call__(self, data: Batch, idx: Tensor, state: StepState) -> None:
-        mb = Batch(*(x[idx] for x in data))
+        self.update(cast(MB, Batch(*(x[idx] for x in data))), state)
+
+    def update(self, mb: MB, state: StepState) -> None:
         detached = {name: p.detach() for name, p in zip(self.names, state.params, strict=True)}
         grads_by_name, (_, (parts, kl_mean)) = torch.func.grad_and_value(self.loss, has_aux=True)(detached, mb)
         grads = [grads_by_name[name] for name in self.names]
@@ -171,12 +177,12 @@ class MinibatchStep:
 class _LossModule(nn.Module):
     """The loss as a module call, so `torch.func.functional_call` can run it with parameters given as inputs."""
 
-    def __init__(self, policy: nn.Module, losses: LossFn) -> None:
+    def __init__(self, policy: nn.Module, losses: LossFn[Any]) -> None:
         super().__init__()
         self.policy = policy
         self.losses = losses
 
-    def forward(self, mb: Batch) -> tuple[Tensor, tuple[tuple[Tensor, ...], Tensor]]:
+    def forward(self, mb: Any) -> tuple[Tensor, tuple[tuple[Tensor, ...], Tensor]]:
         loss, parts, kl_mean = self.losses(mb)
         return loss, (parts, kl_mean)
 

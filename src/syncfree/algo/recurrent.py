@@ -26,6 +26,7 @@ from torch import Tensor
 from syncfree.algo.base import Algorithm, CheckpointReader, reward_scale
 from syncfree.algo.losses import LossInputs, build_losses, needed_fields, needs_full_log_probs, teacher_fields
 from syncfree.algo.optim import Collective, PolicyOptimizer
+from syncfree.algo.rnd import RND, build_rnd
 from syncfree.algo.segments import Minibatch, SegmentBuffer, prioritized_beta
 from syncfree.algo.vtrace import vtrace_advantages
 from syncfree.config import (
@@ -76,8 +77,9 @@ class RecurrentPPO(Algorithm):
     def __init__(self, policy: RecurrentPolicy, cfg: RecurrentPPOConfig, losses: LossesConfig, perf: PerfConfig,
                  num_agents: int, obs_shapes: dict[str, tuple[int, ...]], device: torch.device,
                  teacher: RecurrentTokenPolicy | None = None, env_teacher: Teacher | None = None,
-                 dist: Collective | None = None) -> None:
+                 dist: Collective | None = None, rnd: RND | None = None) -> None:
         self.policy, self.cfg, self.perf, self.device = policy, cfg, perf, device
+        self.rnd = rnd
         self.teacher, self.env_teacher = teacher, env_teacher
         self.phases = Phases()
         self.steps_per_env, self.num_envs = cfg.steps_per_env, num_agents
@@ -155,7 +157,8 @@ class RecurrentPPO(Algorithm):
                 raise UserError("losses.teacher: no way to read checkpoints was given")
             teacher = cls.load_teacher(cfg.losses.teacher, env, read_checkpoint).to(device)
         return cls(policy, cfg.ppo, cfg.losses, cfg.perf, env.num_envs, env.obs_shapes, device, teacher=teacher,
-                   env_teacher=scripted_teacher(env) if cfg.losses.supervised > 0 else None, dist=dist)
+                   env_teacher=scripted_teacher(env) if cfg.losses.supervised > 0 else None, dist=dist,
+                   rnd=build_rnd(cfg, env, device, dist is not None))
 
     @classmethod
     def build_policy(cls, cfg: RecurrentTrainConfig, env: EnvShape,
@@ -266,6 +269,7 @@ class RecurrentPPO(Algorithm):
     # -- rollout -------------------------------------------------------------------------------------------
 
     def begin_rollout(self) -> None:
+        super().begin_rollout()
         self.buffer.reset_for_rollout()
         self.reward_total.zero_()
         self.over_max_tokens.zero_()
@@ -298,7 +302,7 @@ class RecurrentPPO(Algorithm):
             # time-outs bootstrap from the value before the step (MettaGrid gives no final observation)
             torch.logical_or(step.terminated, step.truncated, out=self.done)
             torch.mul(self._values, step.truncated, out=self._bootstrap)
-            torch.add(self.learned_reward(step.reward, self.done), self._bootstrap, alpha=self.cfg.gamma,
+            torch.add(self.learned_reward(self.rewarded(step), self.done), self._bootstrap, alpha=self.cfg.gamma,
                       out=self.reward_in)
             self.reward_total.add_(step.reward.sum())
         with self.phases("normalizer"):
@@ -348,6 +352,8 @@ class RecurrentPPO(Algorithm):
         beta = prioritized_beta(p.prio_beta0, progress)
         self.stats.zero_()
         self.optim.begin_update(progress)
+        if self.rnd is not None:
+            self.rnd.begin_update()
         for epoch in range(p.num_epochs):
             if epoch > 0 and p.advantage == "vtrace":
                 with phase("advantages"), torch.no_grad():
@@ -357,7 +363,19 @@ class RecurrentPPO(Algorithm):
                     batch = self.minibatch(mb, count, beta)
                     loss, parts, kl_mean = self._loss(batch)
                 self.backward_and_step(loss, parts, kl_mean)
+                if self.rnd is not None:
+                    with phase("update.optimizer"):  # the predictor's whole step, on the rows' observations
+                        self.rnd.train(self.rnd_observations(batch.data))
         self.optim.end_update()
+        if self.rnd is not None:
+            self.rnd.module.update_normalizer(self.rnd_observations(self.buffer.data))
+
+    def rnd_observations(self, data: dict[str, Tensor]) -> Tensor:
+        """The RND group's observations of rows of the buffer (`data`: its fields, or a minibatch's), one per row
+        and step: `[rows * steps, width]`."""
+        group = cast(RND, self.rnd).group
+        rows = data["obs" if group == "policy" else "critic_obs"]
+        return rows.reshape(-1, rows.shape[-1])
 
     def minibatch_loss(self, batch: Minibatch) -> tuple[Tensor, list[Tensor], Tensor | None]:
         """The weighted sum of the enabled losses on a minibatch of rows, their statistics, and the approximate KL
@@ -394,7 +412,8 @@ class RecurrentPPO(Algorithm):
         steps = self.cfg.steps_per_env * self.num_envs
         return {**dict(zip(self.stat_names, means.unbind(), strict=True)), **self.optim.statistics(),
                 "reward_per_agent_step": self.reward_total.double() / steps,
-                "obs_over_max_tokens": self.over_max_tokens.double() / steps}
+                "obs_over_max_tokens": self.over_max_tokens.double() / steps,
+                **self.rnd_statistics(self.cfg.num_epochs * self.cfg.num_minibatches)}
 
 
 def scripted_teacher(env: VecEnv) -> Teacher:

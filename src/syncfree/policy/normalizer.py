@@ -9,15 +9,16 @@ from torch import Tensor, nn
 class RunningNorm(nn.Module):
     """Normalizes by the running mean and variance of every sample seen so far (parallel Welford merge):
     `(x - mean) / sqrt(var + eps)`, or with `std_offset` > 0 `(x - mean) / (sqrt(var) + std_offset)` (rsl_rl's
-    `EmpiricalNormalization`, whose offset is 0.01)."""
+    `EmpiricalNormalization`, whose offset is 0.01). With `until` > 0 the statistics stop changing once `until`
+    samples were counted (rsl_rl's `until`; decided on the device, with no host read)."""
 
     mean: Tensor
     var: Tensor
     count: Tensor
 
-    def __init__(self, dim: int, eps: float = 1e-8, std_offset: float = 0.0) -> None:
+    def __init__(self, dim: int, eps: float = 1e-8, std_offset: float = 0.0, until: int = 0) -> None:
         super().__init__()
-        self.eps, self.std_offset = eps, std_offset
+        self.eps, self.std_offset, self.until = eps, std_offset, until
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("var", torch.ones(dim))
         self.register_buffer("count", torch.zeros((), dtype=torch.int64))
@@ -29,8 +30,10 @@ class RunningNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: Tensor) -> None:
-        n = x.shape[0]
+        n: int | Tensor = x.shape[0]
         batch_var, batch_mean = torch.var_mean(x, dim=0, correction=0)
+        if self.until:  # a batch that arrives once `until` were counted changes nothing (rate 0)
+            n = torch.where(self.count < self.until, n, 0)
         self.count.add_(n)
         rate = n / self.count
         delta = batch_mean - self.mean

@@ -118,3 +118,56 @@ def load_optimizer_from_rsl_rl(optim: PolicyOptimizer, saved: Any, source: str) 
     optim.load_state_dict({"optimizer": {"state": saved.get("state", {})},
                            "lr": torch.tensor(learning_rate, dtype=torch.float64),
                            "skipped_steps": optim.skipped_steps.clone()})
+
+
+_RND_NORMS = {"state_norm.": "state_normalizer.", "reward_norm.stats.": "reward_normalizer.emp_norm."}
+"""syncfree's RND normalizers -> rsl_rl's (`_mean/_var/_std/count`; the state's statistics `[1, dim]`, the reward's
+`[1]`, as in syncfree)."""
+
+_RND_OWN = ("env_steps", "reward_norm.discounted")
+"""syncfree's RND state rsl_rl does not save (its step count and discounted sums restart with each process)."""
+
+
+def rnd_to_rsl_rl(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """syncfree's `RandomNetworkDistillation` state dict as rsl_rl's `rnd_state_dict`."""
+    out: dict[str, Tensor] = {}
+    for key, value in state.items():
+        if key in _RND_OWN:
+            continue
+        prefix = next((p for p in _RND_NORMS if key.startswith(p)), None)
+        if prefix is None:  # predictor.<i>, target.<i>: the same names
+            out[key] = value.clone()
+            continue
+        name, theirs = key.removeprefix(prefix), _RND_NORMS[prefix]
+        shaped = value.clone() if name == "count" else value.reshape(1, -1) if prefix == "state_norm." else value.clone()
+        out[f"{theirs}{_NORM_TO_RSL[name]}"] = shaped
+        if name == "var":
+            out[f"{theirs}_std"] = shaped.sqrt()
+    return out
+
+
+def rnd_from_rsl_rl(saved: Any, own: dict[str, Tensor], source: str) -> dict[str, Tensor]:
+    """rsl_rl's `rnd_state_dict` as syncfree's RND state (the step count and discounted sums kept from `own`); one
+    line naming the file when it does not fit this run's RND."""
+    if not isinstance(saved, dict):
+        raise UserError(f"{source}: rnd_state_dict is not a state dict")
+    expected = rnd_to_rsl_rl(own)
+    missing = sorted(set(expected) - set(saved))
+    extra = sorted(set(saved) - set(expected))
+    if missing or extra:
+        what = f"lacks {missing[0]}" if missing else f"has {extra[0]}, which this run's RND lacks"
+        raise UserError(f"{source}: rnd_state_dict {what} (the checkpoint's rnd_cfg differs from this config's)")
+    out = dict(own)
+    for key in own:
+        if key in _RND_OWN:
+            continue
+        prefix = next((p for p in _RND_NORMS if key.startswith(p)), None)
+        theirs = key if prefix is None else f"{_RND_NORMS[prefix]}{_NORM_TO_RSL[key.removeprefix(prefix)]}"
+        value = saved[theirs]
+        if not isinstance(value, Tensor) or value.numel() != own[key].numel() or value.dtype != own[key].dtype:
+            raise UserError(f"{source}: rnd_state_dict.{theirs} does not fit this run's RND (a "
+                            f"{str(own[key].dtype).removeprefix('torch.')} tensor of {own[key].numel()} values)")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise UserError(f"{source}: rnd_state_dict.{theirs} holds NaN or infinite values")
+        out[key] = value.reshape(own[key].shape).clone()
+    return out

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
+from syncfree.algo.feedforward import FeedForwardPPO
+from syncfree.algo.rnd import RND
 from syncfree.core.device import set_deterministic
 from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
 from syncfree.errors import UserError
@@ -25,11 +27,19 @@ from syncfree.policy.actor_critic import ActorCritic
 from syncfree.policy.heads import GaussianHead
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
-from syncfree.rsl_rl.checkpoint import from_rsl_rl, load_optimizer_from_rsl_rl, optimizer_to_rsl_rl, to_rsl_rl
+from syncfree.rsl_rl.checkpoint import (
+    from_rsl_rl,
+    load_optimizer_from_rsl_rl,
+    optimizer_to_rsl_rl,
+    rnd_from_rsl_rl,
+    rnd_to_rsl_rl,
+    to_rsl_rl,
+)
 from syncfree.tasks.rsl_rl_config import from_rsl_rl as config_from_rsl_rl
 from syncfree.train import checkpoint
 from syncfree.train.progress import Progress
 from syncfree.train.runner import Runner
+from syncfree.train.schema import check_optimizer_state
 
 
 class OnPolicyRunner:
@@ -46,7 +56,9 @@ class OnPolicyRunner:
         if int(os.getenv("WORLD_SIZE", "1")) > 1:
             raise UserError(f"rsl_rl runner: WORLD_SIZE={os.getenv('WORLD_SIZE')}: this runner trains in one "
                             "process; train on several with `torchrun ... syncfree train`")
-        mapped = config_from_rsl_rl(train_cfg, env.get_observations(), int(env.num_envs), device)
+        step_dt = getattr(getattr(env, "unwrapped", env), "step_dt", None)
+        mapped = config_from_rsl_rl(train_cfg, env.get_observations(), int(env.num_envs), device,
+                                    None if step_dt is None else float(step_dt))
         self.cfg["obs_groups"] = mapped.obs_groups
         self.cfg["multi_gpu"] = None
         self.save_interval = mapped.save_interval
@@ -150,12 +162,28 @@ class PPO:
         self.optim = runner.algorithm.optim
         self.optimizer = self.optim.optimizer
         self.inference = InferencePolicy(self.policy, actor_groups)
+        self.rnd = runner.algorithm.rnd if isinstance(runner.algorithm, FeedForwardPPO) else None
+        """Random network distillation (rsl_rl's `alg.rnd`), when the config has `rnd_cfg`."""
         self.source = "checkpoint"
         """Named in load errors (the runner sets the file's path)."""
 
     @property
     def learning_rate(self) -> float:
         return self.optim.current_learning_rate()
+
+    def load_rnd(self, loaded_dict: dict[str, Any]) -> None:
+        """rsl_rl's `rnd_state_dict` and `rnd_optimizer_state_dict` into this run's RND (checked first)."""
+        rnd = cast(RND, self.rnd)
+        if "rnd_state_dict" not in loaded_dict:
+            raise UserError(f"{self.source}: no rnd_state_dict (trained without RND; load it with "
+                            "load_cfg={..., 'rnd': False} to start the predictor new)")
+        state = rnd_from_rsl_rl(loaded_dict["rnd_state_dict"], rnd.module.state_dict(), self.source)
+        optimizer = loaded_dict.get("rnd_optimizer_state_dict")
+        try:
+            check_optimizer_state(optimizer, rnd.params, "rnd_optimizer_state_dict")
+        except UserError as e:
+            raise UserError(f"{self.source}: {e}") from None
+        rnd.load_state_dict({"module": state, "optimizer": optimizer})
 
     def train_mode(self) -> None:
         self.policy.train()
@@ -168,8 +196,12 @@ class PPO:
 
     def save(self) -> dict[str, Any]:
         actor, critic = to_rsl_rl(self.policy.state_dict())
-        return {"actor_state_dict": actor, "critic_state_dict": critic,
-                "optimizer_state_dict": optimizer_to_rsl_rl(self.optim)}
+        saved = {"actor_state_dict": actor, "critic_state_dict": critic,
+                 "optimizer_state_dict": optimizer_to_rsl_rl(self.optim)}
+        if self.rnd is not None:  # rsl_rl's names: its runner loads them into its RandomNetworkDistillation
+            saved["rnd_state_dict"] = rnd_to_rsl_rl(self.rnd.module.state_dict())
+            saved["rnd_optimizer_state_dict"] = self.rnd.optimizer.state_dict()
+        return saved
 
     def load(self, loaded_dict: dict[str, Any], load_cfg: dict[str, bool] | None = None, strict: bool = True) -> bool:
         """rsl_rl's `PPO.load`: the parts `load_cfg` names (all by default); returns whether the caller takes the
@@ -201,6 +233,8 @@ class PPO:
         self.policy.load_state_dict(own)
         if load_cfg.get("optimizer"):
             load_optimizer_from_rsl_rl(self.optim, loaded_dict.get("optimizer_state_dict"), self.source)
+        if load_cfg.get("rnd", True) and self.rnd is not None:
+            self.load_rnd(loaded_dict)
         return bool(load_cfg.get("iteration", False))
 
 

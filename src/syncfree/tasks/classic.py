@@ -13,7 +13,7 @@ from syncfree.algo.feedforward import FeedForwardPPO
 from syncfree.config import PPOConfig, TimeLimitEnvConfig, TrainConfig
 from syncfree.envs.api import VecEnv
 from syncfree.envs.builtin.classic import CartPole, Pendulum
-from syncfree.envs.builtin.point_mass import PointMass
+from syncfree.envs.builtin.point_mass import PointMass, PointMassGoal
 from syncfree.envs.render import draw_cartpole, draw_pendulum, draw_point_mass
 from syncfree.tasks.spec import Drawer, Preset, TaskSpec
 
@@ -58,11 +58,25 @@ def point_mass_preset(task: str) -> ClassicConfig:
     return cfg
 
 
+def point_mass_goal_preset(task: str) -> ClassicConfig:
+    """point-mass's settings at 1,024 envs and 32 steps, for exploration: PPO alone, or with random network
+    distillation (`--rnd.enabled true`; the weight, its schedule and the networks below are what the docs' figures
+    used: a bonus of weight 0.5 that fades to 0 by env step 1,500 of the run's 3,200)."""
+    cfg = point_mass_preset(task)
+    cfg.env.num_envs = 1024
+    cfg.ppo.steps_per_env = 32
+    cfg.iterations = 100
+    cfg.rnd.weight, cfg.rnd.weight_schedule, cfg.rnd.final_step, cfg.rnd.final_value = 0.5, "linear", 1500, 0.0
+    cfg.rnd.state_normalization = True
+    cfg.rnd.num_outputs, cfg.rnd.predictor_hidden, cfg.rnd.target_hidden = 16, [64, 64], [64, 64]
+    return cfg
+
+
 Picture = Callable[[list[float], int, int], np.ndarray]
 """Draws env 0's state at a width and height."""
 
 
-ClassicEnv = CartPole | Pendulum | PointMass
+ClassicEnv = CartPole | Pendulum | PointMass | PointMassGoal
 """An env of the classic tasks: its physical state is the tensor `state` ([num_envs, dims])."""
 
 
@@ -93,4 +107,7 @@ TASKS = (
                  pendulum_preset, draw_pendulum),
     classic_task("point-mass", "2-D point mass pushed to the origin, 2 continuous actions, 200-step limit (the "
                  "benchmark's toy task)", PointMass, point_mass_preset, draw_point_mass),
+    classic_task("point-mass-goal", "the point mass with drag, paid 1 per step inside a small goal 3.5 m away and 0 "
+                 "elsewhere, 200-step limit: an exploration task (try --rnd.enabled true)", PointMassGoal,
+                 point_mass_goal_preset, draw_point_mass),
 )

@@ -26,6 +26,7 @@ from syncfree.config import (
     PPOConfig,
     RecurrentCoreConfig,
     RecurrentMLPPolicyConfig,
+    RNDConfig,
     SymmetryConfig,
     TrainConfig,
     from_dict,
@@ -69,7 +70,11 @@ MAPPED: dict[str, str] = {
     "algorithm.normalize_advantage_per_mini_batch": "False only (advantages are normalized over the rollout)",
     "algorithm.optimizer": "adam (AdamW, no decay) or adamw (weight decay 0.01, torch's default)",
     "algorithm.use_mixed_precision": "perf.autocast=bf16",
-    "algorithm.rnd_cfg": "None only",
+    "algorithm.rnd_cfg": "rnd (MLPModel or RNNModel): weight x the env's step_dt -> rnd.weight (rsl_rl scales it so), "
+                         "weight_schedule {mode, initial_step, final_step, final_value} -> rnd.weight_schedule and its "
+                         "steps, num_outputs, predictor_hidden_dims, target_hidden_dims, activation, "
+                         "state_normalization, reward_normalization, learning_rate -> the rnd setting of that name",
+    "obs_groups.rnd_state": "rnd.state: the actor's groups (policy) or the critic's (critic)",
     "algorithm.symmetry_cfg": "symmetry (MLPModel only, as rsl_rl): use_data_augmentation -> symmetry.augment, "
                               "use_mirror_loss -> symmetry.mirror_loss, mirror_loss_coeff -> symmetry.mirror_loss_coef "
                               "(both off: symmetry.log_only); data_augmentation_func (a callable or 'module:name') "
@@ -115,8 +120,7 @@ _RSL_RL_PPO = dict(num_learning_epochs=5, num_mini_batches=4, clip_param=0.2, ga
                    use_clipped_value_loss=True, schedule="adaptive", desired_kl=0.01)
 """rsl_rl 5's `PPO` defaults, for the keys a config leaves out."""
 
-_OFF_ONLY = {"rnd_cfg": "random network distillation is not in syncfree",
-             "share_cnn_encoders": "syncfree's drop-in has no CNN models",
+_OFF_ONLY = {"share_cnn_encoders": "syncfree's drop-in has no CNN models",
              "normalize_advantage_per_mini_batch": "syncfree normalizes advantages over the whole rollout"}
 """PPO keys accepted only when off, and why."""
 
@@ -140,10 +144,12 @@ def refuse(key: str, why: str) -> UserError:
     return UserError(f"rsl_rl config: {key}: {why}")
 
 
-def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num_envs: int, device: str) -> Mapped:
+def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num_envs: int, device: str,
+                step_dt: float | None = None) -> Mapped:
     """`train_cfg` as a syncfree config for `num_envs` envs on `device`; `obs` is the env's first observation
     (its groups and their widths; None before the env exists: then `obs_groups` must name both sets and no layer
-    width may be -1). Raises `UserError` naming the first key refused."""
+    width may be -1); `step_dt` the env's control step in seconds (`env.unwrapped.step_dt`, which scales RND's
+    weight as rsl_rl scales it). Raises `UserError` naming the first key refused."""
     cfg = dict(train_cfg)
     for key in cfg:
         if key not in MAPPED and key not in READ_ELSEWHERE and key not in ("algorithm", "actor", "critic", "policy"):
@@ -155,10 +161,14 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
     out.env.num_envs = num_envs
     out.seed = int(cfg.get("seed", 42))
     out.iterations = int(cfg.get("max_iterations") or out.iterations)
-    obs_groups = resolve_obs_groups(cfg.get("obs_groups") or {}, obs)
+    algorithm = dict(cfg["algorithm"])
+    out.rnd = rnd_config(algorithm.pop("rnd_cfg", None), step_dt)
+    sets = ("actor", "critic", "rnd_state") if out.rnd.enabled else ("actor", "critic")
+    obs_groups = resolve_obs_groups(cfg.get("obs_groups") or {}, obs, sets)
+    if out.rnd.enabled:
+        out.rnd.state = rnd_state(obs_groups)
     widths = {name: sum(int(obs[g].shape[-1]) for g in groups) if obs is not None else -1
               for name, groups in obs_groups.items()}
-    algorithm = dict(cfg["algorithm"])
     symmetry, mirror_function = symmetry_config(algorithm.pop("symmetry_cfg", None))
     out.ppo = dataclasses.replace(ppo_config(algorithm), steps_per_env=int(cfg["num_steps_per_env"]))
     out.symmetry = symmetry
@@ -215,6 +225,63 @@ def symmetry_config(sym: Any) -> tuple[SymmetryConfig, Callable[..., Any] | None
                           log_only=not (augment or mirror_loss)), function
 
 
+_RND_KEYS = ("weight", "weight_schedule", "reward_normalization", "state_normalization", "learning_rate", "num_outputs",
+             "predictor_hidden_dims", "target_hidden_dims", "activation")
+"""The arguments of rsl_rl's `RandomNetworkDistillation` a config gives (the runner adds the others)."""
+
+_RND_SCHEDULE_KEYS = {"constant": (), "step": ("final_step", "final_value"),
+                      "linear": ("initial_step", "final_step", "final_value")}
+
+
+def rnd_config(rnd: Any, step_dt: float | None) -> RNDConfig:
+    """`algorithm.rnd_cfg` as the `rnd` section (None or empty: off, as rsl_rl reads it)."""
+    if not rnd:
+        return RNDConfig()
+    if not isinstance(rnd, Mapping):
+        raise refuse("algorithm.rnd_cfg", f"{rnd!r}: a dict of rsl_rl's RandomNetworkDistillation arguments, or None")
+    unknown = sorted(set(rnd) - set(_RND_KEYS))
+    if unknown:
+        raise refuse(f"algorithm.rnd_cfg.{unknown[0]}", f"not an argument of rsl_rl's RandomNetworkDistillation (has "
+                     f"{', '.join(_RND_KEYS)})")
+    for key in ("num_outputs", "predictor_hidden_dims", "target_hidden_dims"):
+        if key not in rnd:
+            raise refuse(f"algorithm.rnd_cfg.{key}", "missing (rsl_rl's RandomNetworkDistillation needs it)")
+    if step_dt is None:
+        raise refuse("algorithm.rnd_cfg.weight", "rsl_rl multiplies it by the env's step_dt (env.unwrapped.step_dt), "
+                     "which this env does not have")
+    schedule = rnd.get("weight_schedule") or {"mode": "constant"}
+    mode = schedule.get("mode") if isinstance(schedule, Mapping) else None
+    if mode not in _RND_SCHEDULE_KEYS:
+        raise refuse("algorithm.rnd_cfg.weight_schedule", f"{schedule!r}: a dict with mode constant, step or linear")
+    for key in _RND_SCHEDULE_KEYS[mode]:
+        if key not in schedule:
+            raise refuse(f"algorithm.rnd_cfg.weight_schedule.{key}", f"missing (the {mode} schedule reads it)")
+    out = RNDConfig(enabled=True, weight=float(rnd.get("weight", 0.0)) * float(step_dt), weight_schedule=mode,
+                    initial_step=int(schedule.get("initial_step", 0)), final_step=int(schedule.get("final_step", 0)),
+                    final_value=float(schedule.get("final_value", 0.0)),
+                    num_outputs=int(rnd["num_outputs"]),
+                    predictor_hidden=_hidden(rnd["predictor_hidden_dims"], "algorithm.rnd_cfg.predictor_hidden_dims"),
+                    target_hidden=_hidden(rnd["target_hidden_dims"], "algorithm.rnd_cfg.target_hidden_dims"),
+                    activation=_activation(rnd.get("activation", "elu"), "algorithm.rnd_cfg.activation"),
+                    state_normalization=bool(rnd.get("state_normalization", False)),
+                    reward_normalization=bool(rnd.get("reward_normalization", False)),
+                    learning_rate=float(rnd.get("learning_rate", 1e-3)))
+    try:
+        out.validate()
+    except UserError as e:
+        raise refuse("algorithm.rnd_cfg", str(e)) from None
+    return out
+
+
+def rnd_state(obs_groups: dict[str, list[str]]) -> Literal["policy", "critic"]:
+    """`obs_groups.rnd_state` as `rnd.state`: syncfree's networks read the actor's or the critic's observation."""
+    for state, name in (("policy", "actor"), ("critic", "critic")):
+        if obs_groups["rnd_state"] == obs_groups[name]:
+            return state  # type: ignore[return-value]
+    raise refuse("obs_groups.rnd_state", f"{obs_groups['rnd_state']!r}: syncfree's RND reads the actor's groups "
+                 f"({obs_groups['actor']!r}) or the critic's ({obs_groups['critic']!r})")
+
+
 def log_writer(logger: Any, wandb_project: Any) -> tuple[str, str | None]:
     """rsl_rl's `logger`, a name or (rsl_rl 5.5) `{"class_name": ..., "project_name": ...}`, as `tensorboard` or
     `wandb` and the W&B project."""
@@ -231,16 +298,17 @@ def log_writer(logger: Any, wandb_project: Any) -> tuple[str, str | None]:
     return str(logger), None if wandb_project is None else str(wandb_project)
 
 
-def resolve_obs_groups(obs_groups: Mapping[str, Sequence[str]], obs: Mapping[str, Any] | None
-                       ) -> dict[str, list[str]]:
+def resolve_obs_groups(obs_groups: Mapping[str, Sequence[str]], obs: Mapping[str, Any] | None,
+                       sets: Sequence[str] = ("actor", "critic")) -> dict[str, list[str]]:
     """rsl_rl's rules: a set the config names reads its groups (each must exist); a set it leaves out reads the
-    group of its own name if the env has one, else `policy`. `obs` None: the groups are not checked, and both
-    sets must be named."""
+    group of its own name if the env has one, else `policy`. `obs` None: the groups are not checked, and every
+    set must be named. `sets`: the sets the algorithm reads (`rnd_state` with RND)."""
     groups = _keys(obs) if obs is not None else None
     resolved: dict[str, list[str]] = {}
     for name, listed in obs_groups.items():
-        if name not in ("actor", "critic"):
-            raise refuse(f"obs_groups.{name}", "only the actor and critic sets are read (rnd_state needs RND)")
+        if name not in sets:
+            raise refuse(f"obs_groups.{name}", "only the actor and critic sets are read" + (
+                "" if name != "rnd_state" else " (rnd_state needs algorithm.rnd_cfg)"))
         if isinstance(listed, str) or not listed:
             raise refuse(f"obs_groups.{name}", f"{listed!r}: a non-empty list of observation groups")
         for group in listed:
@@ -248,7 +316,7 @@ def resolve_obs_groups(obs_groups: Mapping[str, Sequence[str]], obs: Mapping[str
                 raise refuse(f"obs_groups.{name}", f"the env has no observation group {group!r} (has "
                              f"{', '.join(groups)})")
         resolved[name] = list(listed)
-    for name in ("actor", "critic"):
+    for name in sets:
         if name not in resolved:
             if groups is None:
                 raise refuse("obs_groups", f"no {name!r} set (name both sets: the env is not built yet)")

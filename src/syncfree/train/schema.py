@@ -29,7 +29,7 @@ IGNORED = ("config",)
 ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
 """AdamW's moments (syncfree's AdamW has no `amsgrad`)."""
 
-NON_NEGATIVE = (".var", ".count", "ppo.skipped_steps", "exp_avg_sq")
+NON_NEGATIVE = (".var", ".count", "ppo.skipped_steps", "exp_avg_sq", ".env_steps")
 """Tensors (by the end of their path) whose values are never negative."""
 
 
@@ -169,6 +169,12 @@ def _optimizer(found: Any, path: str, params: Sequence[Tensor]) -> None:
             _tensor(entry[name], param.dtype, tuple(param.shape), f"{where}.{name}")
 
 
+def check_optimizer_state(found: Any, params: Sequence[Tensor], path: str) -> None:
+    """`found` is an Adam(W) state dict for `params` (moments shaped as each, step counts >= 0), or one line
+    (`UserError`) naming the first field that is not, under `path`."""
+    _optimizer(found, path, params)
+
+
 def _learning_rate(found: Any, path: str) -> None:
     value = _tensor(found, torch.float64, (), path)
     if not float(value) > 0:
@@ -183,8 +189,23 @@ def _ppo(found: Any, expected: Any, path: str, params: Sequence[Tensor]) -> None
             "reward_scale" in expected):
         found = {k: v for k, v in found.items() if k != "reward_scale"}
         expected = {k: v for k, v in expected.items() if k != "reward_scale"}
+    if isinstance(found, dict) and isinstance(expected, dict) and "rnd" in found and "rnd" in expected:
+        _rnd(found["rnd"], expected["rnd"], f"{path}.rnd")
+        found = {k: v for k, v in found.items() if k != "rnd"}
+        expected = {k: v for k, v in expected.items() if k != "rnd"}
     conform(found, expected, path, params)
     _learning_rate(found["lr"], f"{path}.lr")
+
+
+def _rnd(found: Any, expected: Any, path: str) -> None:
+    """Random network distillation's networks and statistics, and its predictor's Adam state (moments shaped as the
+    predictor's parameters, in their order)."""
+    if not isinstance(found, dict) or set(found) != set(expected):
+        raise Mismatch(f"{path}: expected the keys {sorted(expected)}, found "
+                       f"{sorted(found) if isinstance(found, dict) else describe(found)}")
+    conform(found["module"], expected["module"], f"{path}.module")
+    predictor = [t for name, t in expected["module"].items() if name.startswith("predictor.")]
+    _optimizer(found["optimizer"], f"{path}.optimizer", predictor)
 
 
 def _rng(found: Any, expected: Any, path: str, params: Sequence[Tensor]) -> None:

@@ -47,3 +47,31 @@ class PointMass(TorchVecEnv):
         on the distance and the force's size, are the same for the reflected state)."""
         state = SignedPermutation(range(4), [-1.0, 1.0, -1.0, 1.0], self.device)
         return Reflection({"policy": state, "critic": state}, SignedPermutation(range(2), [-1.0, 1.0], self.device))
+
+
+class PointMassGoal(PointMass):
+    """The point mass with drag and a sparse reward, for exploration: it starts at rest near the origin and earns 1
+    for each step it spends inside a goal disc of radius `goal_radius` centered `goal` away (3.5 m), 0 elsewhere;
+    leaving the 4 m box ends the episode. The drag (`velocity' = force - drag * velocity`) bounds the speed at
+    1 m/s, so the goal takes about 4.5 s of full thrust (90 steps) of the 200-step limit to reach, and random forces
+    (a policy's initial spread) keep the point within about 0.7 m of where it started: reaching the goal takes a
+    directed search. The goal lies off the diagonals, where forces clipped to [-1, 1] in both axes would carry a
+    policy whose mean has drifted to a corner of the action box."""
+
+    default_max_episode_length = 200
+    goal = (3.0, 1.8)
+    goal_radius = 0.3
+    drag = 1.0
+
+    def _initial_state(self) -> dict[str, Tensor]:
+        position = self._uniform(-0.1, 0.1, 2)
+        return {"state": torch.cat((position, torch.zeros_like(position)), dim=-1)}
+
+    def _advance(self, actions: Tensor) -> tuple[Tensor, Tensor]:
+        force = actions.clamp(-1.0, 1.0)
+        velocity = self.state[:, 2:] + self.dt * (force - self.drag * self.state[:, 2:])
+        position = self.state[:, :2] + self.dt * velocity
+        torch.cat((position, velocity), dim=-1, out=self.state)
+        goal = torch.tensor(self.goal, device=position.device)
+        inside = (position - goal).norm(dim=-1) < self.goal_radius
+        return inside.float(), position.norm(dim=-1) > self.box

@@ -1,0 +1,298 @@
+"""Random network distillation (`rnd` settings): the same intrinsic rewards, losses, gradients and predictor steps as
+rsl_rl 5.5.1's `RandomNetworkDistillation` on the same observations; the reward stored is the env's plus the intrinsic
+one, with feed-forward and recurrent policies; no host read in the rollout or the update; the whole-minibatch graph
+agreeing with the eager update; a resume continuing exactly (the weight schedule's step count included); one line for
+each configuration it cannot serve."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from conftest import (
+    grid_config,
+    recurrent_config,
+    refused_training,
+    small_config,
+    trained_host_reads,
+    update_on_one_rollout,
+)
+from syncfree.algo.rnd import RND
+from syncfree.config import RNDConfig
+from syncfree.core.switches import PerfConfig
+from syncfree.errors import UserError
+from syncfree.train import checkpoint
+from syncfree.train.runner import Runner
+
+STATE_DIM, ENVS = 4, 16
+SCHEDULES: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    # (syncfree's settings, rsl_rl's weight_schedule)
+    "constant": ({}, {}),
+    "step": ({"weight_schedule": "step", "final_step": 5, "final_value": 2.0},
+             {"mode": "step", "final_step": 5, "final_value": 2.0}),
+    "linear": ({"weight_schedule": "linear", "initial_step": 3, "final_step": 9, "final_value": 2.0},
+               {"mode": "linear", "initial_step": 3, "final_step": 9, "final_value": 2.0}),
+}
+
+
+def rsl_rl_and_ours(schedule: str, normalize: bool) -> tuple[Any, RND]:
+    """rsl_rl's module and syncfree's, with the same networks."""
+    from rsl_rl.extensions import RandomNetworkDistillation
+
+    ours_schedule, theirs_schedule = SCHEDULES[schedule]
+    theirs = RandomNetworkDistillation(
+        num_states=STATE_DIM, obs_groups={"rnd_state": ["policy"]}, num_outputs=3, predictor_hidden_dims=[8, -1],
+        target_hidden_dims=[-1], activation="elu", state_normalization=normalize, reward_normalization=normalize,
+        weight=0.5, weight_schedule=theirs_schedule or None, learning_rate=3e-3)
+    cfg = RNDConfig(enabled=True, weight=0.5, num_outputs=3, predictor_hidden=[8, -1], target_hidden=[-1],
+                    state_normalization=normalize, reward_normalization=normalize, learning_rate=3e-3, **ours_schedule)
+    ours = RND(cfg, STATE_DIM, ENVS, PerfConfig(compile="off"), torch.device("cpu"))
+    ours.module.predictor.load_state_dict(theirs.predictor.state_dict())
+    ours.module.target.load_state_dict(theirs.target.state_dict())
+    return theirs, ours
+
+
+def observations(seed: int, rows: int = ENVS) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return 3.0 * torch.randn(rows, STATE_DIM, generator=g) + 1.0
+
+
+def as_rsl_rl(obs: torch.Tensor) -> TensorDict:
+    return TensorDict({"policy": obs}, batch_size=[obs.shape[0]])
+
+
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "normalized"])
+@pytest.mark.parametrize("schedule", list(SCHEDULES))
+def test_intrinsic_rewards_are_rsl_rls(schedule: str, normalize: bool) -> None:
+    """Step after step (the schedule's weight moving, the reward's deviation and, between steps, the input statistics
+    learning), the weighted intrinsic rewards agree."""
+    theirs, ours = rsl_rl_and_ours(schedule, normalize)
+    total = torch.zeros(())
+    for t in range(12):
+        obs = observations(t)
+        expected = theirs.get_intrinsic_reward(as_rsl_rl(obs))
+        got = ours.module.intrinsic_reward(obs)
+        torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-7, msg=lambda m, t=t: f"step {t}: {m}")
+        total += got.sum()
+        if t % 4 == 3:  # as after an update: the input statistics learn a rollout
+            batch = observations(100 + t, rows=64)
+            theirs.update_normalization(as_rsl_rl(batch))
+            ours.module.update_normalizer(batch)
+    assert int(ours.module.env_steps) == theirs.update_counter == 12
+    torch.testing.assert_close(ours.module.reward_sum, total)
+    assert total > 0
+
+
+@pytest.mark.parametrize("normalize", [False, True], ids=["raw", "normalized"])
+def test_predictor_loss_gradients_and_steps_are_rsl_rls(normalize: bool) -> None:
+    theirs, ours = rsl_rl_and_ours("constant", normalize)
+    if normalize:
+        batch = observations(7, rows=64)
+        theirs.update_normalization(as_rsl_rl(batch))
+        ours.module.update_normalizer(batch)
+    rollout = observations(8, rows=48)
+    expected = theirs.compute_loss(as_rsl_rl(rollout[:16]))
+    expected.backward()
+    got = ours.module.loss(rollout[:16])
+    got.backward()
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-8)
+    for (name, a), b in zip(ours.module.predictor.named_parameters(), theirs.predictor.parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-7, msg=lambda m, name=name: f"{name}: {m}")
+    ours.module.zero_grad()
+    theirs.optimizer.zero_grad()
+
+    ours.begin_update()
+    for k in range(3):  # three minibatches of 16 rows: rsl_rl's Adam against syncfree's one-function step
+        idx = torch.arange(16 * k, 16 * (k + 1))
+        theirs.optimizer.zero_grad()
+        theirs.compute_loss(as_rsl_rl(rollout[idx])).backward()
+        theirs.optimizer.step()
+        ours.update(rollout, idx)
+    for (name, a), b in zip(ours.module.predictor.named_parameters(), theirs.predictor.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
+    assert not torch.equal(ours.module.predictor[0].weight, ours.module.target[0].weight)
+    assert ours.statistics(3, 1)["rnd_loss"] > 0
+    for p in ours.module.target.parameters():  # the target never learns
+        assert not p.requires_grad
+
+
+def rnd_config(compile: str = "off", **rnd: Any):
+    cfg = small_config("point-mass", compile=compile)
+    cfg.rnd = RNDConfig(enabled=True, **{"weight": 0.5, "state_normalization": True, "reward_normalization": True,
+                                         "weight_schedule": "linear", "initial_step": 2, "final_step": 20,
+                                         "final_value": 0.1, **rnd})
+    return cfg
+
+
+def test_the_reward_learned_from_is_the_envs_plus_the_intrinsic_one() -> None:
+    trainer = Runner(rnd_config())
+    rnd = trainer.algorithm.rnd
+    assert rnd is not None
+    replay = copy.deepcopy(rnd.module)
+    env_rewards, next_obs = [], []
+    step = trainer.env.step
+
+    def recorded(actions: torch.Tensor) -> Any:
+        result = step(actions)
+        env_rewards.append(result.reward.clone())
+        next_obs.append(result.obs["policy"].clone())
+        return result
+
+    trainer.env.step = recorded  # type: ignore[method-assign]
+    trainer.algorithm.begin_rollout()
+    with torch.inference_mode():
+        for t in range(trainer.cfg.ppo.steps_per_env):  # 8 steps: no time-out yet (the limit is 10)
+            trainer.rollout_step(t)
+    intrinsic = torch.stack([replay.intrinsic_reward(obs) for obs in next_obs])
+    stored = trainer.algorithm.storage.rewards
+    assert bool((intrinsic > 0).all())
+    torch.testing.assert_close(stored, torch.stack(env_rewards) + intrinsic, rtol=0, atol=0)
+    torch.testing.assert_close(trainer.algorithm.statistics()["rnd_reward"], intrinsic.mean())
+
+
+def test_rnd_reads_the_host_only_once_per_iteration() -> None:
+    trainer, reads = trained_host_reads(rnd_config())
+    assert reads == (0, 0, 1)
+    stats = trainer.algorithm.statistics()
+    assert stats["rnd_loss"] > 0 and stats["rnd_reward"] > 0
+
+
+def test_the_whole_minibatch_graph_with_rnd_matches_the_eager_update() -> None:
+    eager, whole = Runner(rnd_config()), Runner(rnd_config(compile="step"))
+    assert eager.algorithm.whole_step is None and whole.algorithm.whole_step is not None
+    update_on_one_rollout(eager, whole)
+    modules = [(t.policy, t.algorithm.rnd.module) for t in (eager, whole)]  # type: ignore[union-attr]
+    for a, b in zip(*modules, strict=True):
+        for (name, x), y in zip(a.state_dict().items(), b.state_dict().values(), strict=True):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6, msg=lambda m, name=name: f"{name}: {m}")
+    stats = [t.algorithm.statistics() for t in (eager, whole)]
+    for key in ("rnd_loss", "rnd_reward"):
+        torch.testing.assert_close(stats[0][key], stats[1][key], rtol=1e-5, atol=1e-7)
+
+
+def test_a_resume_continues_exactly(tmp_path: Path) -> None:
+    """The predictor, its Adam moments, both normalizers and the schedule's step count are saved: a run stopped and
+    resumed ends where an unbroken one does, bit for bit."""
+    cfg = rnd_config()
+    cfg.iterations = 4
+    straight = Runner(cfg, run_dir=tmp_path / "straight")
+    straight.learn()
+
+    cfg = rnd_config()
+    cfg.iterations, cfg.save_every = 2, 100
+    first = Runner(cfg, run_dir=tmp_path / "split")
+    first.learn()
+    first.close()
+    cfg.iterations = 4
+    second = Runner(cfg, run_dir=tmp_path / "split")
+    second.load_state_dict(checkpoint.load(tmp_path / "split" / "latest.pt"))
+    second.learn()
+    a, b = straight.algorithm.rnd, second.algorithm.rnd
+    assert a is not None and b is not None and int(a.module.env_steps) == 4 * cfg.ppo.steps_per_env
+    for (name, x), y in zip(a.module.state_dict().items(), b.module.state_dict().values(), strict=True):
+        assert torch.equal(x, y), name
+    for (name, x), y in zip(straight.policy.state_dict().items(), second.policy.state_dict().values(), strict=True):
+        assert torch.equal(x, y), name
+
+
+def test_a_checkpoints_rnd_state_is_checked_field_by_field(tmp_path: Path) -> None:
+    trainer = Runner(rnd_config(), run_dir=tmp_path)
+    trainer.learn()
+    state = checkpoint.load(tmp_path / "latest.pt")
+    moments = state["ppo"]["rnd"]["optimizer"]["state"][1]  # the first layer's bias
+    moments["exp_avg"] = moments["exp_avg"][:-1]
+    fresh = Runner(rnd_config(), run_dir=tmp_path / "again")
+    with pytest.raises(UserError, match=r"ppo\.rnd\.optimizer\.state\[1\]\.exp_avg: expected a float32 tensor "
+                       r"of shape \(4,\), found a float32 tensor of shape \(3,\)"):
+        fresh.load_state_dict(state)
+    state = checkpoint.load(tmp_path / "latest.pt")
+    state["ppo"]["rnd"]["module"]["env_steps"] = torch.tensor(-3)
+    with pytest.raises(UserError, match=r"ppo\.rnd\.module\.env_steps: holds negative values"):
+        fresh.load_state_dict(state)
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["--task", "point-mass", "--rnd.state", "actor"], "rnd.state"),
+    (["--task", "point-mass", "--rnd.weight_schedule", "linear", "--rnd.initial_step", "5", "--rnd.final_step", "5"],
+     "rnd.final_step"),
+    (["--task", "point-mass", "--rnd.predictor_hidden", "[0]"], "rnd.predictor_hidden"),
+    (["--task", "point-mass", "--rnd.learning_rate", "0"], "rnd.learning_rate"),
+])
+def test_what_rnd_cannot_serve_is_one_line(argv: list[str], expected: str, capsys, tmp_path) -> None:
+    assert expected in refused_training(argv, capsys, tmp_path)
+
+
+def test_a_recurrent_policy_learns_from_the_envs_reward_plus_the_intrinsic_one() -> None:
+    """`policy.kind=recurrent`: the reward stored with the next step is the env's plus the intrinsic one; the
+    predictor trains on the minibatch's rows; no host read per step or minibatch."""
+    cfg = recurrent_config("point-mass")
+    cfg.rnd = RNDConfig(enabled=True, weight=0.5, state_normalization=True, reward_normalization=True)
+    trainer = Runner(cfg)
+    rnd = trainer.algorithm.rnd
+    assert rnd is not None
+    replay = copy.deepcopy(rnd.module)
+    step = trainer.env.step
+    seen: list[Any] = []
+    trainer.env.step = lambda actions: seen.append(step(actions)) or seen[-1]  # type: ignore[method-assign]
+    trainer.algorithm.begin_rollout()
+    with torch.inference_mode():
+        trainer.rollout_step(0)  # the first step: no time-out
+    intrinsic = replay.intrinsic_reward(seen[0].obs["policy"])
+    assert bool((intrinsic > 0).all())
+    torch.testing.assert_close(trainer.algorithm.reward_in, seen[0].reward + intrinsic, rtol=0, atol=0)
+
+    trainer, reads = trained_host_reads(cfg)
+    before = {k: v.clone() for k, v in trainer.algorithm.rnd.module.predictor.state_dict().items()}  # type: ignore[union-attr]
+    trainer.cfg.iterations = trainer.iteration + 1
+    trainer.learn()  # one more iteration
+    assert reads == (0, 0, 1)
+    after = trainer.algorithm.rnd.module.predictor.state_dict()  # type: ignore[union-attr]
+    assert all(not torch.equal(before[k], after[k]) for k in before)  # the predictor trained
+    stats = trainer.algorithm.statistics()
+    assert stats["rnd_loss"] > 0 and stats["rnd_reward"] > 0
+
+
+def test_rnd_on_tokens_is_refused_by_name() -> None:
+    """grid-arena's recurrent token policy reads token observations, which the networks do not."""
+    pytest.importorskip("mettagrid")
+    cfg = grid_config()
+    cfg.rnd = RNDConfig(enabled=True, weight=1.0)
+    with pytest.raises(UserError, match=r"rnd.state=policy: the networks read flat observations; grid-arena's policy "
+                                        r"group has shape"):
+        Runner(cfg)
+
+
+def test_rnd_on_the_token_policy_is_refused_by_name() -> None:
+    cfg = small_config("g1-track")
+    cfg.policy.kind = "token"
+    cfg.rnd = RNDConfig(enabled=True, weight=1.0)
+    with pytest.raises(UserError, match=r"rnd: policy.kind=token is not covered"):
+        Runner(cfg)
+
+
+def test_the_exploration_task_pays_only_inside_its_goal() -> None:
+    """point-mass-goal: 1 per step inside the goal disc, 0 elsewhere; leaving the box ends the episode; drag slows
+    the point."""
+    from syncfree.envs.builtin.point_mass import PointMassGoal
+
+    env = PointMassGoal(3, seed=0)
+    env.reset()
+    env.state.copy_(torch.tensor([[2.9, 1.7, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [3.98, 0.0, 1.0, 0.0]]))
+    step = env.step(torch.zeros(3, 2))
+    assert step.reward.tolist() == [1.0, 0.0, 0.0]
+    assert step.terminated.tolist() == [False, False, True]
+    assert env.state[0, 2].item() == pytest.approx(1.0 - 0.05 * 1.0)  # the drag, with no force
+
+
+def test_the_documented_figures_are_the_benchmarks_results() -> None:
+    root = Path(__file__).resolve().parents[1]
+    docs = (root / "docs" / "rnd.md").read_text()
+    for folder in ("rnd-point-mass-cpu", "rnd-point-mass-60it-cpu"):
+        results = (root / "benchmarks" / "results" / folder / "results.md").read_text()
+        summary = [line for line in results.splitlines() if line.startswith("| ppo") and "±" in line]
+        assert len(summary) == 2 and all(line in docs for line in summary), (folder, summary)
