@@ -83,6 +83,8 @@ def test_a_gymnasium_mujoco_env_draws_itself(tmp_path: Path) -> None:
     (["--video", "out.avi"], {}, "unknown format '.avi'"),
     (["--steps", "0"], {}, "--steps=0 is invalid"),
     (["--video", "g1.mp4"], {"MUJOCO_GL": "bogus"}, "MUJOCO_GL='bogus'"),
+    (["--steps", "100000000"], {}, "play: --steps 100000000 at 640x480 keeps 85830.7 GiB of frames until the video is "
+     "written, more than the "),
 ])
 def test_bad_play_input_is_one_line(args: list[str], env: dict, message: str, tmp_path: Path, capsys,
                                     monkeypatch) -> None:

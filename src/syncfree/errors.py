@@ -1,6 +1,8 @@
 """Errors a user can cause. The CLI prints them as one line and exits with code 2."""
 
+import contextlib
 import re
+from collections.abc import Iterator
 
 INTERRUPTED = 130
 """Exit code of a run stopped by a signal without saving (128 + SIGINT)."""
@@ -26,12 +28,39 @@ def check(ok: bool, key: str, allowed: str, value: object) -> None:
         raise UserError(f"config: {key}={value!r} is invalid; allowed: {allowed}")
 
 
+DEFAULT_MEMORY_ADVICE = "lower env.num_envs (or ppo.steps_per_env)"
+"""What an out-of-memory line advises when no `allocating` block named the setting behind the allocation."""
+ENV_MEMORY = "lower env.num_envs (the envs; a task's env options, such as a map's size, count too)"
+POLICY_MEMORY = "lower the policy's layer sizes (policy.actor_hidden, policy.critic_hidden, or its token or recurrent sizes)"
+STORAGE_MEMORY = "lower env.num_envs or ppo.steps_per_env (the rollout storage holds steps x envs)"
+UPDATE_MEMORY = "raise ppo.num_minibatches (smaller minibatches), or lower env.num_envs or ppo.steps_per_env"
+
+
+def is_out_of_memory(error: BaseException) -> bool:
+    """A failed allocation: Python's `MemoryError`, torch's `OutOfMemoryError`, or the CPU allocator's error."""
+    return isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or \
+        "can't allocate memory" in str(error)
+
+
+@contextlib.contextmanager
+def allocating(advice: str) -> Iterator[None]:
+    """Work whose memory a setting drives: an out-of-memory error raised inside carries `advice` (what to lower,
+    by its setting's name) to the line `out_of_memory` makes of it; the innermost block names it."""
+    try:
+        yield
+    except (MemoryError, RuntimeError) as e:
+        if is_out_of_memory(e) and not hasattr(e, "memory_advice"):
+            e.memory_advice = advice  # type: ignore[union-attr]  # read by `out_of_memory`
+        raise
+
+
 def out_of_memory(error: BaseException) -> str | None:
-    """One line for an allocation that failed (the config asks for more memory than there is), else None."""
+    """One line for an allocation that failed (the config asks for more memory than there is), naming the setting
+    that drove it where an `allocating` block said so, else None."""
+    if not is_out_of_memory(error):
+        return None
     text = str(error)
     first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
-    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError" or "can't allocate memory" in text:
-        tried = re.search(r"tried to allocate (\d+) bytes", text)
-        what = f"an allocation of {int(tried.group(1)) / 2**30:.1f} GiB failed" if tried else first
-        return f"out of memory: {what}; lower env.num_envs (or ppo.steps_per_env)"
-    return None
+    tried = re.search(r"tried to allocate (\d+) bytes", text)
+    what = f"an allocation of {int(tried.group(1)) / 2**30:.1f} GiB failed" if tried else first
+    return f"out of memory: {what}; {getattr(error, 'memory_advice', DEFAULT_MEMORY_ADVICE)}"

@@ -18,7 +18,7 @@ import torch
 from PIL import Image
 
 from syncfree.envs import VecEnv
-from syncfree.errors import UserError
+from syncfree.errors import UserError, allocating
 from syncfree.outputs import check_output_file
 from syncfree.policy.actor_critic import PolicyBase
 from syncfree.tasks.spec import Drawer
@@ -99,6 +99,26 @@ def gif_frames(frames: list[np.ndarray], samples: int = 4) -> list[Image.Image]:
     return [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
 
 
+FRAMES_MEMORY = "lower --steps or --width/--height (play keeps every frame until it writes the video)"
+
+
+def available_memory() -> int | None:
+    """Bytes of physical memory free now (None where the system does not say)."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def check_frames_fit(steps: int, width: int, height: int) -> None:
+    """`play` holds every RGB frame until it writes the video: one line, before anything is built or drawn, when they
+    would not fit in the memory free now."""
+    needed, free = (steps + 1) * width * height * 3, available_memory()
+    if free is not None and needed > free:
+        raise UserError(f"play: --steps {steps} at {width}x{height} keeps {needed / 2**30:.1f} GiB of frames until the "
+                        f"video is written, more than the {free / 2**30:.1f} GiB of memory free; {FRAMES_MEMORY}")
+
+
 def record(checkpoint: str | Path, video: Path, steps: int, fps: float, width: int, height: int,
            device: str = "cpu", seed: int = 12345) -> str:
     """`syncfree play`: the checkpoint's policy acting in one env of its task for `steps` steps, drawn by the task's
@@ -109,6 +129,7 @@ def record(checkpoint: str | Path, video: Path, steps: int, fps: float, width: i
 
     check_output_file(video, "--video")  # before anything is built
     check_video_path(video)
+    check_frames_fit(steps, width, height)
     loaded = load_policy(checkpoint, device)
     task = loaded.task
     if not isinstance(loaded.policy, PolicyBase):
@@ -120,7 +141,8 @@ def record(checkpoint: str | Path, video: Path, steps: int, fps: float, width: i
     env, draw = task.render(loaded.cfg, loaded.device, seed, width, height)
     try:
         fps = fps or real_time_fps(env)
-        with tqdm(total=steps, desc="play", unit="step", disable=not sys.stderr.isatty()) as bar:
+        with tqdm(total=steps, desc="play", unit="step", disable=not sys.stderr.isatty()) as bar, \
+                allocating(FRAMES_MEMORY):
             frames = play(loaded.policy, env, steps, draw, lambda n: bar.update(n))
     finally:
         close = getattr(draw, "close", None)

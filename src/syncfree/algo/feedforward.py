@@ -29,7 +29,7 @@ from syncfree.core.compile import hot, mark_static, use_cuda_graphs
 from syncfree.core.phases import UNTIMED, Phases
 from syncfree.core.switches import PerfConfig, Scope
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
-from syncfree.errors import UserError
+from syncfree.errors import POLICY_MEMORY, STORAGE_MEMORY, UserError, allocating
 from syncfree.policy.actor_critic import ActorCritic, PolicyBase, set_autocast
 from syncfree.policy.build import EnvShape, obs_dim
 from syncfree.policy.token_encoder import TokenActorCritic, default_layout
@@ -62,8 +62,9 @@ class FeedForwardPPO(Algorithm):
         self.params = [p for p in policy.parameters() if p.requires_grad]
         clip_groups = policy.gradient_groups() if cfg.grad_clip == "per_network" else None
         self.optim = PolicyOptimizer(self.params, cfg, perf, device, dist, clip_groups)
-        self.storage = RolloutStorage(cfg.steps_per_env, num_envs, policy.actor_obs_dim, critic_dim, action_spec,
-                                      policy.head.num_params, device)
+        with allocating(STORAGE_MEMORY):
+            self.storage = RolloutStorage(cfg.steps_per_env, num_envs, policy.actor_obs_dim, critic_dim, action_spec,
+                                          policy.head.num_params, device)
         self._next_actor_obs = (torch.zeros(num_envs, policy.actor_obs_dim, device=device)
                                 if policy.assembles_actor_obs else None)
         """Where a policy that assembles its observation builds the next one for its normalizers."""
@@ -104,7 +105,8 @@ class FeedForwardPPO(Algorithm):
     @classmethod
     def build(cls, cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
               read_checkpoint: CheckpointReader | None = None) -> FeedForwardPPO:
-        policy = cls.build_policy(cfg, env).to(device)
+        with allocating(POLICY_MEMORY):
+            policy = cls.build_policy(cfg, env).to(device)
         set_autocast(policy, cfg.perf.autocast, device)
         return cls(policy, cfg.ppo, cfg.perf, env.num_envs, obs_dim(env, "critic"), env.action_spec, device, dist=dist,
                    symmetry=build_symmetry(cfg, env, policy), rnd=build_rnd(cfg, env, device, dist is not None))

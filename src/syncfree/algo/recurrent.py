@@ -42,7 +42,7 @@ from syncfree.core.fields import Field
 from syncfree.core.phases import Phases
 from syncfree.core.switches import PerfConfig, Scope
 from syncfree.envs.api import StepResult, VecEnv
-from syncfree.errors import UserError
+from syncfree.errors import POLICY_MEMORY, STORAGE_MEMORY, UserError, allocating
 from syncfree.policy.actor_critic import set_autocast
 from syncfree.policy.build import EnvShape, obs_dim
 from syncfree.policy.recurrent import EMPTY_TOKEN, RecurrentTokenPolicy, SequenceEvaluation, StepOutput
@@ -104,10 +104,11 @@ class RecurrentPPO(Algorithm):
             fields["full_log_probs"] = Field((num_actions,), torch.float32)
         fields.update({k: v for k, v in teacher_fields(num_actions).items() if k in needed_fields(self.losses)})
         segments = num_agents * (cfg.steps_per_env // cfg.horizon())
-        self.buffer = SegmentBuffer(fields, segments, cfg.horizon(), num_agents, [(policy.hidden,)] *
-                                    policy.state_size, device, cpu_time_index=perf.cpu_time_index,
-                                    preallocated_last_actions=perf.preallocated_last_actions,
-                                    cached_minibatch_indices=perf.cached_minibatch_indices)
+        with allocating(STORAGE_MEMORY):
+            self.buffer = SegmentBuffer(fields, segments, cfg.horizon(), num_agents, [(policy.hidden,)] *
+                                        policy.state_size, device, cpu_time_index=perf.cpu_time_index,
+                                        preallocated_last_actions=perf.preallocated_last_actions,
+                                        cached_minibatch_indices=perf.cached_minibatch_indices)
         self.returns = torch.zeros_like(self.buffer.advantages)
         self.reward_scale = reward_scale(cfg, num_agents, device)
         self.reward_total = torch.zeros((), device=device)
@@ -149,7 +150,8 @@ class RecurrentPPO(Algorithm):
               read_checkpoint: CheckpointReader | None = None) -> RecurrentPPO:
         """Also the teachers: a checkpoint's policy (`losses.teacher`, read with `read_checkpoint`) and the
         env's scripted one (`losses.supervised`)."""
-        policy = cls.build_policy(cfg, env).to(device)
+        with allocating(POLICY_MEMORY):
+            policy = cls.build_policy(cfg, env).to(device)
         set_autocast(policy, cfg.perf.autocast, device)
         teacher = None
         if cfg.losses.teacher:

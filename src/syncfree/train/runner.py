@@ -30,7 +30,7 @@ from syncfree.core.transfer import HostTransfer
 from syncfree.envs import VecEnv
 from syncfree.envs.check import check_env
 from syncfree.envs.managers.env import ManagerBasedEnv
-from syncfree.errors import NonFiniteError, UserError
+from syncfree.errors import ENV_MEMORY, UPDATE_MEMORY, NonFiniteError, UserError, allocating
 from syncfree.policy.actor_critic import describe_precision
 from syncfree.tasks import make_task_env, switch_scope
 from syncfree.train import checkpoint
@@ -99,7 +99,8 @@ class Runner:
             raise UserError(f"env: {type(env).__name__} has {env.num_envs} envs but the config has "
                             f"{cfg.env.describe(cfg.env.rows())} (env.num_envs={cfg.env.num_envs})")
         self._owns_env = env is None
-        self.env = env or make_task_env(cfg, cfg.env.num_envs, self.device, cfg.seed + self.rank)
+        with allocating(ENV_MEMORY):
+            self.env = env or make_task_env(cfg, cfg.env.num_envs, self.device, cfg.seed + self.rank)
         self.callbacks = Callbacks(cfg, on_iteration, None if env is not None else (
             lambda num_envs, seed: make_task_env(cfg, num_envs, self.device, seed)))
         """Evaluation, the best checkpoint, early stopping, the API's functions (`callbacks.*`); rank 0 asks."""
@@ -202,7 +203,8 @@ class Runner:
                 self.norm_sync.merge()
             algorithm.compute_returns(self.obs)
         self.end_env_iteration()
-        algorithm.update(progress=self.iteration / max(self.cfg.iterations, 1))
+        with allocating(UPDATE_MEMORY):
+            algorithm.update(progress=self.iteration / max(self.cfg.iterations, 1))
         with self.phases("logging"):
             host = self.read_iteration()  # the iteration's only host transfer
             self.iteration += 1
