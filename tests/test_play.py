@@ -83,8 +83,8 @@ def test_a_gymnasium_mujoco_env_draws_itself(tmp_path: Path) -> None:
     (["--video", "out.avi"], {}, "unknown format '.avi'"),
     (["--steps", "0"], {}, "--steps=0 is invalid"),
     (["--video", "g1.mp4"], {"MUJOCO_GL": "bogus"}, "MUJOCO_GL='bogus'"),
-    (["--steps", "100000000"], {}, "play: --steps 100000000 at 640x480 keeps 85830.7 GiB of frames until the video is "
-     "written, more than the "),
+    (["--steps", "100000000", "--video", "long.gif"], {}, "play: --steps 100000000 at 640x480 keeps 85830.7 GiB of "
+     "frames until the GIF is written, more than the "),
 ])
 def test_bad_play_input_is_one_line(args: list[str], env: dict, message: str, tmp_path: Path, capsys,
                                     monkeypatch) -> None:
@@ -113,3 +113,37 @@ def test_a_missing_renderer_package_is_one_line(tmp_path: Path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "play: gym:CartPole-v1: pygame is not installed" in err, err
     assert not (tmp_path / "run" / "play.mp4").exists()
+
+
+def test_an_mp4_is_written_frame_by_frame(tmp_path: Path, monkeypatch) -> None:
+    """Each frame is drawn when the MP4 writer asks for it: at most one frame is drawn and not yet written at any
+    time, however long the video (a GIF, whose palette comes from frames across the video, keeps them all)."""
+    from syncfree import play
+
+    ckpt = checkpoint("pendulum", tmp_path)
+    counts = {"drawn": 0, "written": 0, "most_pending": 0}
+    frames_of = play.play
+
+    def counted(*args, **kwargs):
+        for frame in frames_of(*args, **kwargs):
+            counts["drawn"] += 1
+            yield frame
+
+    class Writer:
+        def __init__(self, path: Path, **options) -> None:
+            self.path = Path(path)
+
+        def __enter__(self) -> Writer:
+            return self
+
+        def __exit__(self, *exc) -> None:
+            self.path.write_bytes(b"")
+
+        def append_data(self, frame: np.ndarray) -> None:
+            counts["most_pending"] = max(counts["most_pending"], counts["drawn"] - counts["written"])
+            counts["written"] += 1
+
+    monkeypatch.setattr(play, "play", counted)
+    monkeypatch.setattr(play, "mp4_writer_module", lambda: type("imageio", (), {"get_writer": Writer}))
+    assert main(["play", str(ckpt), "--steps", "30", "--video", str(tmp_path / "p.mp4")]) == 0
+    assert counts == {"drawn": 31, "written": 31, "most_pending": 1}

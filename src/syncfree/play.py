@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -26,18 +26,21 @@ from syncfree.tasks.spec import Drawer
 VIDEO_SUFFIXES = (".mp4", ".gif")
 
 
-@torch.inference_mode()
 def play(policy: PolicyBase, env: VecEnv, steps: int, draw: Drawer,
-         progress: Callable[[int], object] | None = None) -> list[np.ndarray]:
-    """The frames of `steps` env steps under the policy's deterministic action (the first frame: after reset)."""
-    obs = env.reset()
-    frames = [draw()]
+         progress: Callable[[int], object] | None = None) -> Iterator[np.ndarray]:
+    """The frames of `steps` env steps under the policy's deterministic action (the first frame: after reset), each
+    drawn when the reader asks for it (an MP4 writer keeps none of them)."""
+    with torch.inference_mode():
+        obs = env.reset()
+        frame = draw()
+    yield frame
     for _ in range(steps):
-        obs = env.step(policy.act_deterministic(policy.actor_input(obs))).obs
-        frames.append(draw())
+        with torch.inference_mode():
+            obs = env.step(policy.act_deterministic(policy.actor_input(obs))).obs
+            frame = draw()
         if progress is not None:
             progress(1)
-    return frames
+        yield frame
 
 
 def real_time_fps(env: VecEnv) -> float:
@@ -61,30 +64,42 @@ def check_video_path(path: Path) -> str:
     return suffix
 
 
-def write_video(frames: list[np.ndarray], path: Path, fps: float) -> Path:
-    """Write `frames` to `path` (`.mp4` or `.gif`, by its suffix), atomically (a temporary file, then a rename)."""
+def write_video(frames: Iterable[np.ndarray], path: Path, fps: float) -> tuple[int, tuple[int, int]]:
+    """Write `frames` to `path` (`.mp4` or `.gif`, by its suffix), atomically (a temporary file, then a rename):
+    an MP4 frame by frame as they come, a GIF once all are there (its palette is chosen from frames across the
+    video). Returns the number of frames and their (width, height)."""
     suffix = check_video_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp{suffix}")
+    count, size = 0, (0, 0)
     try:
         if suffix == ".gif":
-            images = gif_frames(frames)
+            kept = list(frames)
+            images = gif_frames(kept)
+            count, size = len(kept), images[0].size
             images[0].save(tmp, save_all=True, append_images=images[1:], duration=round(1000 / fps), loop=0,
                            optimize=True)
         else:
-            try:
-                import imageio.v2 as imageio
-            except ImportError:
-                raise UserError("--video: writing MP4 needs imageio and its ffmpeg (pip install 'syncfree[play]'); "
-                                "a .gif needs nothing more") from None
-            with cast(Any, imageio).get_writer(tmp, fps=fps, codec="libx264", macro_block_size=1, pixelformat="yuv420p",
+            imageio = mp4_writer_module()
+            with imageio.get_writer(tmp, fps=fps, codec="libx264", macro_block_size=1, pixelformat="yuv420p",
                                     ffmpeg_log_level="error") as writer:
                 for frame in frames:
                     writer.append_data(frame)
+                    count, size = count + 1, (frame.shape[1], frame.shape[0])
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return path
+    return count, size
+
+
+def mp4_writer_module() -> Any:
+    """`imageio.v2`, which writes MP4 through its ffmpeg; one line naming what to install where it is missing."""
+    try:
+        import imageio.v2 as imageio
+    except ImportError:
+        raise UserError("--video: writing MP4 needs imageio and its ffmpeg (pip install 'syncfree[play]'); "
+                        "a .gif needs nothing more") from None
+    return cast(Any, imageio)
 
 
 GIF_COLORS = 128
@@ -99,7 +114,7 @@ def gif_frames(frames: list[np.ndarray], samples: int = 4) -> list[Image.Image]:
     return [Image.fromarray(frame).quantize(palette=palette, dither=Image.Dither.NONE) for frame in frames]
 
 
-FRAMES_MEMORY = "lower --steps or --width/--height (play keeps every frame until it writes the video)"
+FRAMES_MEMORY = "lower --steps or --width/--height, or write an .mp4 (a .gif keeps every frame until it is written)"
 
 
 def available_memory() -> int | None:
@@ -111,12 +126,12 @@ def available_memory() -> int | None:
 
 
 def check_frames_fit(steps: int, width: int, height: int) -> None:
-    """`play` holds every RGB frame until it writes the video: one line, before anything is built or drawn, when they
-    would not fit in the memory free now."""
+    """A GIF holds every RGB frame until it is written: one line, before anything is built or drawn, when they would
+    not fit in the memory free now."""
     needed, free = (steps + 1) * width * height * 3, available_memory()
     if free is not None and needed > free:
         raise UserError(f"play: --steps {steps} at {width}x{height} keeps {needed / 2**30:.1f} GiB of frames until the "
-                        f"video is written, more than the {free / 2**30:.1f} GiB of memory free; {FRAMES_MEMORY}")
+                        f"GIF is written, more than the {free / 2**30:.1f} GiB of memory free; {FRAMES_MEMORY}")
 
 
 def record(checkpoint: str | Path, video: Path, steps: int, fps: float, width: int, height: int,
@@ -128,8 +143,10 @@ def record(checkpoint: str | Path, video: Path, steps: int, fps: float, width: i
     from syncfree.train.evaluate import load_policy
 
     check_output_file(video, "--video")  # before anything is built
-    check_video_path(video)
-    check_frames_fit(steps, width, height)
+    if check_video_path(video) == ".gif":  # an MP4 is written frame by frame; a GIF keeps them all
+        check_frames_fit(steps, width, height)
+    else:
+        mp4_writer_module()
     loaded = load_policy(checkpoint, device)
     task = loaded.task
     if not isinstance(loaded.policy, PolicyBase):
@@ -143,15 +160,14 @@ def record(checkpoint: str | Path, video: Path, steps: int, fps: float, width: i
         fps = fps or real_time_fps(env)
         with tqdm(total=steps, desc="play", unit="step", disable=not sys.stderr.isatty()) as bar, \
                 allocating(FRAMES_MEMORY):
-            frames = play(loaded.policy, env, steps, draw, lambda n: bar.update(n))
+            count, (frame_width, frame_height) = write_video(play(loaded.policy, env, steps, draw, bar.update),
+                                                             video, fps)
     finally:
         close = getattr(draw, "close", None)
         if close is not None:
             close()
         env.close()
-    write_video(frames, video, fps)
-    frame_height, frame_width = frames[0].shape[:2]
-    return (f"wrote {video} ({len(frames)} frames, {frame_width}x{frame_height}, {fps:g} fps; {loaded.cfg.task}, "
+    return (f"wrote {video} ({count} frames, {frame_width}x{frame_height}, {fps:g} fps; {loaded.cfg.task}, "
             f"checkpoint at iteration {loaded.iteration})")
 
 
