@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import math
@@ -22,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,7 +33,7 @@ from syncfree.bench.config import BenchConfig, train_config
 from syncfree.bench.floor import Floor
 from syncfree.bench.run import machine_info
 from syncfree.bench.timing import count_iteration, sync, time_iterations
-from syncfree.config import PerfConfig
+from syncfree.config import PerfConfig, RNDConfig
 from syncfree.core.compile import hot
 from syncfree.core.counters import Counts, count_syncs
 from syncfree.core.device import resolve_device
@@ -40,13 +42,14 @@ from syncfree.tasks import make_env
 from syncfree.train.runner import Runner
 
 SYNCFREE_VARIANTS = {
-    "syncfree optimized": PerfConfig(),
+    "syncfree optimized": PerfConfig(compile="step"),
     "syncfree optimized, compile=hot": PerfConfig(compile="hot"),
     "syncfree optimized, eager": PerfConfig(compile="off"),
     "syncfree optimized, float32": PerfConfig(autocast="off"),
     "syncfree baseline": PerfConfig.preset("baseline"),
 }
-"""The default (compiled, the minibatch update as one graph; bfloat16 hidden layers where they pay), the same with
+"""The optimized values (compiled, the minibatch update as one graph, as `perf.compile=auto` chooses for a run long
+enough to pay the compile back; bfloat16 hidden layers where they pay), the same with
 the update compiled as forward and losses only (`hot`), the same without compile, the same in float32,
 and every switch at its conventional value. `retain_host_memory` is process-wide: once the first syncfree trainer
 turned it on, every run of the process has it, rsl_rl's included."""
@@ -58,6 +61,19 @@ RSL_VARIANTS = {
     "rsl_rl no logger": dict(check_for_nan=False, compile=None, logger=False),
 }
 """The logger variants track episode returns and lengths as syncfree does; "no logger" does less work."""
+
+
+RND = RNDConfig(enabled=True, weight=0.5, num_outputs=16, predictor_hidden=[64, 64], target_hidden=[64, 64],
+                state_normalization=True, reward_normalization=True)
+"""`--rnd`: random network distillation on every trainer of both libraries, these settings (the policy group)."""
+
+
+def rsl_rl_rnd(rnd: RNDConfig) -> dict:
+    """`rnd` as rsl_rl's `rnd_cfg` (the env the runner sees has a step_dt of 1 s: the weight is taken as it is)."""
+    return {"weight": rnd.weight, "num_outputs": rnd.num_outputs, "predictor_hidden_dims": rnd.predictor_hidden,
+            "target_hidden_dims": rnd.target_hidden, "activation": rnd.activation,
+            "state_normalization": rnd.state_normalization, "reward_normalization": rnd.reward_normalization,
+            "learning_rate": rnd.learning_rate}
 
 
 def rsl_rl_config(cfg, check_for_nan: bool, compile_mode: str | None, rnn: bool = False) -> dict:
@@ -87,7 +103,8 @@ def rsl_rl_config(cfg, check_for_nan: bool, compile_mode: str | None, rnn: bool 
                       "schedule": "adaptive" if p.schedule == "adaptive" else "fixed",
                       "gamma": p.gamma, "lam": p.lam, "clip_param": p.clip_param, "value_loss_coef": p.value_loss_coef,
                       "use_clipped_value_loss": p.clipped_value_loss, "entropy_coef": p.entropy_coef,
-                      "max_grad_norm": p.max_grad_norm, "optimizer": "adam"},
+                      "max_grad_norm": p.max_grad_norm, "optimizer": "adam",
+                      "rnd_cfg": rsl_rl_rnd(cfg.rnd) if cfg.rnd.enabled else None},
         "actor": {**model(cfg.policy.actor_hidden),
                   "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": cfg.policy.init_std,
                                        "std_type": "log"}},
@@ -103,8 +120,9 @@ class RslRlRun:
 
         torch.manual_seed(cfg.seed)
         env = make_env(cfg.task, cfg.env.num_envs, resolve_device(cfg.device), cfg.seed)
-        env.compile_step(lambda fn: hot(fn, PerfConfig(), env.device))  # the env syncfree steps, too
+        env.compile_step(lambda fn: hot(fn, PerfConfig(compile="step"), env.device))  # the env syncfree steps, too
         self.env = SyncfreeToRslRl(env)
+        self.env.unwrapped = types.SimpleNamespace(step_dt=1.0)  # read by rsl_rl's RND: its weight as configured
         log_dir = str(log_root / f"rsl_rl-{len(list(log_root.iterdir()))}") if variant["logger"] else None
         with contextlib.redirect_stdout(io.StringIO()):
             self.runner = OnPolicyRunner(self.env, rsl_rl_config(cfg, variant["check_for_nan"], variant["compile"]),
@@ -183,9 +201,12 @@ class SyncfreeRun:
 def run_size(num_envs: int, args: argparse.Namespace, log_root: Path) -> dict:
     runs: dict[str, SyncfreeRun | RslRlRun] = {}
     bench = BenchConfig(task=args.task, device=args.device)
+    rnd = RND if args.rnd else RNDConfig()
     for name, perf in SYNCFREE_VARIANTS.items():
-        runs[name] = SyncfreeRun(train_config(bench, num_envs, perf))
-    cfg = train_config(BenchConfig(task=args.task, device=args.device), num_envs, PerfConfig())
+        if name in args.syncfree_variants:
+            runs[name] = SyncfreeRun(dataclasses.replace(train_config(bench, num_envs, perf), rnd=rnd))
+    cfg = dataclasses.replace(train_config(BenchConfig(task=args.task, device=args.device), num_envs, PerfConfig()),
+                              rnd=rnd)
     for name in args.rsl_variants:
         runs[name] = RslRlRun(cfg, RSL_VARIANTS[name], log_root)
     params = {name: run.parameter_count() for name, run in runs.items()}
@@ -199,7 +220,7 @@ def run_size(num_envs: int, args: argparse.Namespace, log_root: Path) -> dict:
         warm[name] = time.perf_counter() - start
         print(f"  {num_envs} envs: warmed up {name} ({warm[name]:.1f} s)", file=sys.stderr)
     floor = Floor(bench, num_envs)
-    iterations = max(args.iterations, math.ceil(args.min_seconds / runs["syncfree optimized"].learn(1)))
+    iterations = max(args.iterations, math.ceil(args.min_seconds / next(iter(runs.values())).learn(1)))
     times: dict[str, list[float]] = {name: [] for name in runs}
     floors = []
     for r in range(args.repeats):
@@ -225,7 +246,9 @@ def markdown(result: dict) -> str:
              f"cores, torch {m['torch']} with {m['torch_threads']} thread(s), Python {m['python']}; rsl-rl-lib "
              f"{result['rsl_rl_version']}. Task `{result['task']}`, {result['ppo']['steps_per_env']} steps x "
              f"{result['ppo']['num_epochs']} epochs x {result['ppo']['num_minibatches']} minibatches, "
-             f"{result['repeats']} interleaved repeats after warm-up.", "",
+             f"{result['repeats']} interleaved repeats after warm-up"
+             f"{'; random network distillation on every trainer: ' + str(result['rnd']) if result.get('rnd') else ''}.",
+             "",
              "Ops and syncs per step are the trainer's side of a rollout step (act, storage, normalizer, statistics, "
              "NaN check, logger), counted in one untimed iteration; the env's own ops are excluded. Compiled code is "
              "counted run eagerly (the counters cannot see inside a graph). Efficiency = compute floor time / "
@@ -267,6 +290,9 @@ def main() -> None:
                         help="each measurement runs at least this long, judged from syncfree optimized's speed")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first (compilation happens here)")
     parser.add_argument("--rsl_variants", nargs="+", default=list(RSL_VARIANTS), choices=list(RSL_VARIANTS))
+    parser.add_argument("--syncfree_variants", nargs="+", default=list(SYNCFREE_VARIANTS),
+                        choices=list(SYNCFREE_VARIANTS))
+    parser.add_argument("--rnd", action="store_true", help="random network distillation on every trainer (`RND`)")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     if args.threads:
@@ -279,7 +305,7 @@ def main() -> None:
         sizes = [run_size(n, args, Path(tmp)) for n in args.num_envs]
     cfg = train_config(BenchConfig(task=args.task), args.num_envs[0], PerfConfig())
     result = {"task": args.task, "machine": machine_info(device), "rsl_rl_version": importlib.metadata.version("rsl-rl-lib"),
-              "ppo": vars(cfg.ppo), "repeats": args.repeats, "iterations": args.iterations, "sizes": sizes,
+              "ppo": vars(cfg.ppo), "rnd": dataclasses.asdict(RND) if args.rnd else None, "repeats": args.repeats, "iterations": args.iterations, "sizes": sizes,
               "wall_seconds": time.time() - started}
     out = Path(args.out or f"benchmarks/results/side_by_side_rsl_rl-{device.replace(':', '')}")
     out.mkdir(parents=True, exist_ok=True)

@@ -22,13 +22,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def node(port: int, run_dir: Path, iterations: int, log: Path) -> subprocess.Popen:
-    """One node's launcher, in a process group of its own."""
+def node(port: int, run_dir: Path, iterations: int, log: Path, *extra: str) -> subprocess.Popen:
+    """One node's launcher, in a process group of its own; `extra`: more `syncfree train` options."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc_per_node", "1",
            "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}", "--rdzv_id", f"syncfree-{port}",
            "-m", "syncfree", "train", "--task", "pendulum", "--iterations", str(iterations), "--env.num_envs", "16",
            "--ppo.steps_per_env", "8", "--save_every", "1", "--distributed.timeout", "30",
-           "--log.dir", str(run_dir.parent), "--log.run_name", run_dir.name, "--log.progress", "false"]
+           "--log.dir", str(run_dir.parent), "--log.run_name", run_dir.name, "--log.progress", "false", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log.open("w"), env=env, start_new_session=True)
 
@@ -38,9 +38,11 @@ def records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
-def test_two_nodes_train_one_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["mlp", "recurrent"])
+def test_two_nodes_train_one_run(tmp_path: Path, kind: str) -> None:
+    """Both algorithms: PPO on flat rollouts, and on BPTT segments (`policy.kind=recurrent`)."""
     port, run = free_port(), tmp_path / "run"
-    nodes = [node(port, run, 2, tmp_path / f"node{i}.log") for i in range(2)]
+    nodes = [node(port, run, 2, tmp_path / f"node{i}.log", "--policy.kind", kind) for i in range(2)]
     try:
         codes = [n.wait(timeout=240) for n in nodes]
     finally:

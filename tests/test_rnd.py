@@ -7,6 +7,7 @@ each configuration it cannot serve."""
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
@@ -296,3 +297,15 @@ def test_the_documented_figures_are_the_benchmarks_results() -> None:
         results = (root / "benchmarks" / "results" / folder / "results.md").read_text()
         summary = [line for line in results.splitlines() if line.startswith("| ppo") and "±" in line]
         assert len(summary) == 2 and all(line in docs for line in summary), (folder, summary)
+
+
+def test_the_documented_cost_is_the_side_by_side_results() -> None:
+    root = Path(__file__).resolve().parents[1]
+    docs = (root / "docs" / "rnd.md").read_text()
+    medians = {}
+    for mode in ("ppo", "ppo-rnd"):
+        text = (root / "benchmarks" / "results" / "rnd-cost-cpu" / mode / "results.md").read_text()
+        medians[mode] = {m.group(1): m.group(2) for m in re.finditer(r"^\| (syncfree optimized(?:, eager)?|rsl_rl) \| "
+                                                                      r"([\d,]+) \(", text, flags=re.M)}
+    for trainer in ("syncfree optimized", "syncfree optimized, eager", "rsl_rl"):
+        assert f"| {medians['ppo'][trainer]} | {medians['ppo-rnd'][trainer]} |" in docs, trainer
