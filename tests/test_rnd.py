@@ -201,6 +201,22 @@ def test_a_resume_continues_exactly(tmp_path: Path) -> None:
         assert torch.equal(x, y), name
 
 
+def test_a_resume_may_turn_rnd_on_or_off(tmp_path: Path) -> None:
+    """Turned on at a resume, RND starts new; turned off, its saved state is dropped (as `ppo.normalize_rewards`)."""
+    plain = small_config("point-mass")
+    Runner(plain, run_dir=tmp_path / "plain").learn()
+    with_rnd = Runner(rnd_config(), run_dir=tmp_path / "with")
+    fresh = copy.deepcopy(with_rnd.algorithm.rnd.module.state_dict())  # type: ignore[union-attr]
+    with_rnd.load_state_dict(checkpoint.load(tmp_path / "plain" / "latest.pt"))
+    for key, value in with_rnd.algorithm.rnd.module.state_dict().items():  # type: ignore[union-attr]
+        assert torch.equal(value, fresh[key]), key
+    with_rnd.cfg.iterations = with_rnd.iteration + 1
+    with_rnd.learn()
+    without = Runner(small_config("point-mass"), run_dir=tmp_path / "without")
+    without.load_state_dict(checkpoint.load(tmp_path / "with" / "latest.pt"))
+    assert without.algorithm.rnd is None and without.iteration == with_rnd.iteration
+
+
 def test_a_checkpoints_rnd_state_is_checked_field_by_field(tmp_path: Path) -> None:
     trainer = Runner(rnd_config(), run_dir=tmp_path)
     trainer.learn()

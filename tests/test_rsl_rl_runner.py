@@ -472,6 +472,7 @@ def refused(change) -> str:
                                                                                "rnd_state": ["policy", "critic"]}),
      "obs_groups.rnd_state"),
     (lambda c: c.update(obs_groups={**c["obs_groups"], "rnd_state": ["policy"]}), "obs_groups.rnd_state"),
+    (lambda c: c["algorithm"].update(rnd_cfg={**RND_CFG, "num_outputs": "many"}), "algorithm.rnd_cfg"),
     (lambda c: c["algorithm"].update(symmetry_cfg={"use_data_augmentation": True}),
      "algorithm.symmetry_cfg.data_augmentation_func"),
     (lambda c: c["algorithm"].update(symmetry_cfg={"data_augmentation_func": pendulum_mirror, "num_aug": 2}),
@@ -583,6 +584,19 @@ def test_rnd_cfg_trains_through_the_drop_in_and_its_state_crosses_to_rsl_rl_both
     with pytest.raises(UserError, match="no rnd_state_dict"):
         plain.load(str(tmp_path / "without.pt"))
     plain.load(str(tmp_path / "without.pt"), load_cfg={"actor": True, "critic": True, "rnd": False})
+    plain.load(str(tmp_path / "without.pt"), load_cfg={"actor": True, "critic": True})  # rsl_rl: no key, not loaded
+
+
+def test_rnd_cfg_with_rnn_models_saves_its_state_for_rsl_rl(tmp_path: Path, one_thread) -> None:
+    cfg = rnn_cfg("gru", 1)
+    cfg["algorithm"]["rnd_cfg"] = copy.deepcopy(RND_CFG)
+    ours = OnPolicyRunner(rsl_env(step_dt=0.05), cfg, device="cpu")
+    assert ours.config.policy.kind == "recurrent" and ours.alg.rnd is ours.runner.algorithm.rnd is not None
+    ours.learn(1)
+    ours.save(str(tmp_path / "ours.pt"))
+    saved = torch.load(tmp_path / "ours.pt", weights_only=True)
+    assert torch.equal(saved["rnd_state_dict"]["predictor.0.weight"], ours.alg.rnd.module.predictor[0].weight)
+    assert saved["rnd_optimizer_state_dict"]["state"]
 
 
 def test_rnd_cfg_needs_the_envs_step_dt() -> None:

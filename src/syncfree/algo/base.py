@@ -209,12 +209,12 @@ class Algorithm(ABC):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """A checkpoint written without `ppo.normalize_rewards` leaves the reward scale's statistics new (the
-        checkpoint's schema has made sure RND's state is there when this run has RND)."""
+        """A checkpoint written without `ppo.normalize_rewards` (or `rnd`) leaves the reward scale's statistics (or
+        RND's networks) new."""
         self.optim.load_state_dict(state)
         if self.reward_scale is not None and "reward_scale" in state:
             self.reward_scale.load_state_dict(state["reward_scale"])
-        if self.rnd is not None:
+        if self.rnd is not None and "rnd" in state:
             self.rnd.load_state_dict(state["rnd"])
 
 

@@ -53,7 +53,7 @@ class DiscountedDeviation(nn.Module):
     def __init__(self, num_envs: int, gamma: float = REWARD_DISCOUNT) -> None:
         super().__init__()
         self.gamma = gamma
-        self.stats = RunningNorm(1, std_offset=STD_OFFSET, until=UNTIL)
+        self.stats = RunningNorm(1, until=UNTIL)  # its variance only: the sums are not normalized themselves
         self.register_buffer("discounted", torch.zeros(num_envs))
 
     def forward(self, reward: Tensor) -> Tensor:

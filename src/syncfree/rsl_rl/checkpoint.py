@@ -139,7 +139,7 @@ def rnd_to_rsl_rl(state: dict[str, Tensor]) -> dict[str, Tensor]:
             out[key] = value.clone()
             continue
         name, theirs = key.removeprefix(prefix), _RND_NORMS[prefix]
-        shaped = value.clone() if name == "count" else value.reshape(1, -1) if prefix == "state_norm." else value.clone()
+        shaped = value.reshape(1, -1).clone() if prefix == "state_norm." and name != "count" else value.clone()
         out[f"{theirs}{_NORM_TO_RSL[name]}"] = shaped
         if name == "var":
             out[f"{theirs}_std"] = shaped.sqrt()

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
-from syncfree.algo.feedforward import FeedForwardPPO
 from syncfree.algo.rnd import RND
 from syncfree.core.device import set_deterministic
 from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
@@ -162,7 +161,7 @@ class PPO:
         self.optim = runner.algorithm.optim
         self.optimizer = self.optim.optimizer
         self.inference = InferencePolicy(self.policy, actor_groups)
-        self.rnd = runner.algorithm.rnd if isinstance(runner.algorithm, FeedForwardPPO) else None
+        self.rnd = runner.algorithm.rnd
         """Random network distillation (rsl_rl's `alg.rnd`), when the config has `rnd_cfg`."""
         self.source = "checkpoint"
         """Named in load errors (the runner sets the file's path)."""
@@ -206,7 +205,7 @@ class PPO:
     def load(self, loaded_dict: dict[str, Any], load_cfg: dict[str, bool] | None = None, strict: bool = True) -> bool:
         """rsl_rl's `PPO.load`: the parts `load_cfg` names (all by default); returns whether the caller takes the
         checkpoint's iteration."""
-        load_cfg = load_cfg or {"actor": True, "critic": True, "optimizer": True, "iteration": True}
+        load_cfg = load_cfg or {"actor": True, "critic": True, "optimizer": True, "iteration": True, "rnd": True}
         nets = [net for net in ("actor", "critic") if load_cfg.get(net)]
         for net in nets:
             if f"{net}_state_dict" not in loaded_dict:
@@ -233,7 +232,7 @@ class PPO:
         self.policy.load_state_dict(own)
         if load_cfg.get("optimizer"):
             load_optimizer_from_rsl_rl(self.optim, loaded_dict.get("optimizer_state_dict"), self.source)
-        if load_cfg.get("rnd", True) and self.rnd is not None:
+        if load_cfg.get("rnd") and self.rnd is not None:  # as rsl_rl: a load_cfg without "rnd" leaves it new
             self.load_rnd(loaded_dict)
         return bool(load_cfg.get("iteration", False))
 

@@ -256,16 +256,22 @@ def rnd_config(rnd: Any, step_dt: float | None) -> RNDConfig:
     for key in _RND_SCHEDULE_KEYS[mode]:
         if key not in schedule:
             raise refuse(f"algorithm.rnd_cfg.weight_schedule.{key}", f"missing (the {mode} schedule reads it)")
-    out = RNDConfig(enabled=True, weight=float(rnd.get("weight", 0.0)) * float(step_dt), weight_schedule=mode,
-                    initial_step=int(schedule.get("initial_step", 0)), final_step=int(schedule.get("final_step", 0)),
-                    final_value=float(schedule.get("final_value", 0.0)),
-                    num_outputs=int(rnd["num_outputs"]),
+    try:
+        numbers = {"weight": float(rnd.get("weight", 0.0)) * float(step_dt),
+                   "initial_step": int(schedule.get("initial_step", 0)), "final_step": int(schedule.get("final_step", 0)),
+                   "final_value": float(schedule.get("final_value", 0.0)), "num_outputs": int(rnd["num_outputs"]),
+                   "learning_rate": float(rnd.get("learning_rate", 1e-3))}
+    except (TypeError, ValueError) as e:
+        raise refuse("algorithm.rnd_cfg", f"a number that is not one ({e})") from None
+    out = RNDConfig(enabled=True, weight=numbers["weight"], weight_schedule=mode,
+                    initial_step=int(numbers["initial_step"]), final_step=int(numbers["final_step"]),
+                    final_value=numbers["final_value"], num_outputs=int(numbers["num_outputs"]),
                     predictor_hidden=_hidden(rnd["predictor_hidden_dims"], "algorithm.rnd_cfg.predictor_hidden_dims"),
                     target_hidden=_hidden(rnd["target_hidden_dims"], "algorithm.rnd_cfg.target_hidden_dims"),
                     activation=_activation(rnd.get("activation", "elu"), "algorithm.rnd_cfg.activation"),
                     state_normalization=bool(rnd.get("state_normalization", False)),
                     reward_normalization=bool(rnd.get("reward_normalization", False)),
-                    learning_rate=float(rnd.get("learning_rate", 1e-3)))
+                    learning_rate=numbers["learning_rate"])
     try:
         out.validate()
     except UserError as e:

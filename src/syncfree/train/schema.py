@@ -182,17 +182,15 @@ def _learning_rate(found: Any, path: str) -> None:
 
 
 def _ppo(found: Any, expected: Any, path: str, params: Sequence[Tensor]) -> None:
-    """The optimizer, learning rate and skip count; the reward scale's statistics where both this run and the
-    checkpoint's keep them (a run without `ppo.normalize_rewards` saves none, and a run that starts normalizing
-    starts them new)."""
-    if isinstance(found, dict) and isinstance(expected, dict) and ("reward_scale" in found) != (
-            "reward_scale" in expected):
-        found = {k: v for k, v in found.items() if k != "reward_scale"}
-        expected = {k: v for k, v in expected.items() if k != "reward_scale"}
-    if isinstance(found, dict) and isinstance(expected, dict) and "rnd" in found and "rnd" in expected:
-        _rnd(found["rnd"], expected["rnd"], f"{path}.rnd")
-        found = {k: v for k, v in found.items() if k != "rnd"}
-        expected = {k: v for k, v in expected.items() if k != "rnd"}
+    """The optimizer, learning rate and skip count; the reward scale's statistics and RND's state where both this run
+    and the checkpoint's keep them (a run without `ppo.normalize_rewards` or `rnd` saves none; a run that turns one
+    on starts it new, one that turns it off drops it)."""
+    if isinstance(found, dict) and isinstance(expected, dict):
+        if "rnd" in found and "rnd" in expected:
+            _rnd(found["rnd"], expected["rnd"], f"{path}.rnd")
+        skip = {"rnd"} | ({"reward_scale"} if ("reward_scale" in found) != ("reward_scale" in expected) else set())
+        found = {k: v for k, v in found.items() if k not in skip}
+        expected = {k: v for k, v in expected.items() if k not in skip}
     conform(found, expected, path, params)
     _learning_rate(found["lr"], f"{path}.lr")
 
