@@ -4,9 +4,9 @@
     python benchmarks/compare_trees.py --baseline /tmp/before --task point-mass --num_envs 64 4096
 
 For each size, one long-lived worker process per tree builds the task's preset trainer (with `--num_envs` envs,
-all switches at their optimized defaults), warms it up, then times `--iterations` training iterations whenever the
-parent asks: the parent asks the two workers in turn (A B A B ...) for `--rounds` rounds, so only one of them runs
-at a time and both see the same drift of a shared machine. Reported: each tree's median steps/s, and the median,
+all switches at their optimized defaults; `--compile` sets `perf.compile` in both), warms it up, then times
+`--iterations` training iterations whenever the parent asks: the parent asks the two workers in turn (A B A B ...)
+for `--rounds` rounds, so only one of them runs at a time and both see the same drift of a shared machine. Reported: each tree's median steps/s, and the median,
 min and max of the per-round ratios (this tree / baseline). For grid-arena, sizes count simulations and steps are
 agent steps.
 
@@ -30,6 +30,7 @@ from tqdm import tqdm
 WORKER = r"""
 import json, sys, time, torch
 task, num_envs, threads, warmup, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), 0
+compile_mode = sys.argv[5]
 torch.set_num_threads(threads)
 try:  # the task registry; before it, the presets module; before that, the config module
     from syncfree.tasks import preset
@@ -44,6 +45,8 @@ except ImportError:
     from syncfree.train.trainer import make_trainer as make
 cfg = preset(task)
 cfg.env.num_envs, cfg.seed, cfg.log.progress = num_envs, seed, False
+if compile_mode:
+    cfg.perf.compile = compile_mode
 trainer = make(cfg)
 steps = cfg.ppo.steps_per_env * trainer.env.num_envs
 
@@ -64,7 +67,8 @@ class Worker:
     def __init__(self, tree: Path, args: argparse.Namespace, num_envs: int) -> None:
         env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": str(args.threads)}
         self.process = subprocess.Popen(
-            [sys.executable, "-c", WORKER, args.task, str(num_envs), str(args.threads), str(args.warmup)],
+            [sys.executable, "-c", WORKER, args.task, str(num_envs), str(args.threads), str(args.warmup),
+             args.compile],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env, cwd=tree)
         self.info = self.answer()
 
@@ -114,6 +118,7 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=3, help="timed iterations per round and tree")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first (compile included)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--compile", default="", help="perf.compile for both trees (default: each preset's)")
     parser.add_argument("--out", default="", help="JSON file for the results (default: print only)")
     args = parser.parse_args()
     results = {"task": args.task, "baseline": str(args.baseline), "threads": args.threads,

@@ -1,6 +1,7 @@
 """Check the switches' effect tests against planted cuts: for each switch, copy the package, cut its optimized path
-(the optimized value takes the baseline path), run the switch's effect test (`test_switch_effects.EFFECT_TESTS`)
-on the cut copy, and report whether it failed, as it must.
+(the optimized value takes the baseline path; for the switches in `WASTE_CUTS` also a second shape: the optimized
+path does the baseline's work as well and throws it away), run the switch's effect test
+(`test_switch_effects.EFFECT_TESTS`) on the cut copy, and report whether it failed, as it must.
 
     python tests/planted_cuts.py [SWITCH ...]
 
@@ -61,15 +62,30 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
     "cpu_time_index": [("algo/recurrent.py", "cpu_time_index=perf.cpu_time_index", "cpu_time_index=False")],
     "cached_minibatch_indices": [("algo/recurrent.py", "cached_minibatch_indices=perf.cached_minibatch_indices",
                                   "cached_minibatch_indices=False")],
+    "token_embedding_tables": [("algo/recurrent.py", "embedding_tables=cfg.perf.token_embedding_tables",
+                                "embedding_tables=False")],
+    "sparse_token_max": [("algo/recurrent.py", "sparse_max=cfg.perf.sparse_token_max", "sparse_max=False")],
 }
 """Switch -> (file under src/syncfree, text, replacement): the cut."""
 
+WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
+    # the embeddings and the first layer's product on every token computed beside the tables, and dropped
+    "token_embedding_tables": [("policy/recurrent.py", "            return torch.relu_(table_sum(index, tables))",
+                                "            first(self.coordinate(rows[..., 0].long()) + self.feature(rows[..., 1]"
+                                ".long()) + self.value(rows[..., 2:].float() / 255.0))\n"
+                                "            return torch.relu_(table_sum(index, tables))")],
+    # `max` with its indices taken beside `amax`, and dropped
+    "sparse_token_max": [("policy/token_pool.py", "        pooled = features.add_(padding).amax(1)\n",
+                          "        pooled = features.add_(padding).amax(1)\n        features.max(1)\n")],
+}
+"""Switch -> the second cut shape: the optimized path also does the baseline's work and throws it away."""
 
-def run_cut(switch: str, work: Path) -> tuple[bool, str]:
-    """(whether the effect test failed under the cut, the test's last output line)."""
-    cut = work / switch
+
+def run_cut(switch: str, edits: list[tuple[str, str, str]], work: Path) -> tuple[bool, str]:
+    """(whether the effect test failed under the cut `edits`, the test's last output line)."""
+    cut = Path(tempfile.mkdtemp(prefix=f"{switch}-", dir=work))
     shutil.copytree(ROOT / "src", cut / "src")
-    for relative, old, new in CUTS[switch]:
+    for relative, old, new in edits:
         path = cut / "src" / "syncfree" / relative
         text = path.read_text()
         if text.count(old) < 1:
@@ -88,15 +104,19 @@ def main(argv: list[str]) -> int:
     missing = set(EFFECT_TESTS) - set(CUTS)
     if missing:
         raise SystemExit(f"planted_cuts: no cut for {', '.join(sorted(missing))}")
-    blind = []
+    cuts = [(switch, "baseline path", CUTS[switch]) for switch in switches]
+    cuts += [(switch, "work thrown away", WASTE_CUTS[switch]) for switch in switches if switch in WASTE_CUTS]
+    blind, rows = [], []
     with tempfile.TemporaryDirectory() as work:
-        for switch in tqdm(switches, desc="planted cuts", unit="switch"):
-            failed, last = run_cut(switch, Path(work))
-            tqdm.write(f"{switch}: {'caught' if failed else 'NOT CAUGHT'} by {EFFECT_TESTS[switch]} ({last})")
+        for switch, shape, edits in tqdm(cuts, desc="planted cuts", unit="cut"):
+            failed, last = run_cut(switch, edits, Path(work))
+            verdict = "caught" if failed else "NOT CAUGHT"
+            tqdm.write(f"{switch} ({shape}): {verdict} by {EFFECT_TESTS[switch]} ({last})")
+            rows.append(f"| `{switch}` | {shape} | {verdict} by `{EFFECT_TESTS[switch].split('::')[1]}` |")
             if not failed:
-                blind.append(switch)
-    print(f"{len(switches) - len(blind)} of {len(switches)} cuts caught"
-          + (f"; not caught: {', '.join(blind)}" if blind else ""))
+                blind.append(f"{switch} ({shape})")
+    print("| switch | cut shape | effect test |\n|---|---|---|\n" + "\n".join(rows))
+    print(f"{len(cuts) - len(blind)} of {len(cuts)} cuts caught" + (f"; not caught: {', '.join(blind)}" if blind else ""))
     return 1 if blind else 0
 
 

@@ -19,7 +19,8 @@ from syncfree.tasks import preset
 
 SWITCHES_READ = ["deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm", "fused_adamw",
                  "zero_grad_set_to_none", "deterministic", "compile", "gate_full_log_probs",
-                 "preallocated_last_actions", "cpu_time_index", "cached_minibatch_indices"]
+                 "preallocated_last_actions", "cpu_time_index", "cached_minibatch_indices", "token_embedding_tables",
+                 "sparse_token_max"]
 """The ablated ones: those the recurrent algorithm reads on grid-arena's preset (its fixed learning-rate schedule
 leaves `device_adaptive_lr` inert, and `autocast=auto` keeps its token encoder in float32: only the `bf16` variant
 has a row), but the process-wide `retain_host_memory`, which one process cannot compare."""
@@ -84,5 +85,6 @@ def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
     report = (tmp_path / "results.md").read_text()
     assert "# syncfree bench: grid-arena" in report and "| optimized - cpu_time_index |" in report
     assert "1 simulations x 4 agents = 4 agents" in report and "MettaGrid raw" in report
+    assert "All configurations run eagerly (`--compile false`)." in report
     assert {p.name for p in tmp_path.iterdir()} >= {"results.json", "results.md", "steps_per_s.png", "phases.png",
                                                     "scaling.png"}

@@ -172,3 +172,109 @@ def test_encoder_equals_the_masked_copy_formulation_bitwise_forward_and_backward
     (reference, reference_grads), (out, grads) = results
     assert torch.equal(out, reference) and bool((out[1, 2] == 0).all())
     assert all(torch.equal(a, b) for a, b in zip(grads, reference_grads, strict=True))
+
+
+# ------------------------------------------------------------------ the encoder's exact arithmetic cuts (switches)
+
+def encoder_pass(encoder: TokenEncoder, tokens: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, dict]:
+    """The encoding of `tokens` and every parameter's gradient of `(encoding * weights).sum()`."""
+    encoder.zero_grad(set_to_none=True)
+    out = encoder(tokens)
+    (out * weights).sum().backward()
+    return out.detach(), {name: p.grad.clone() for name, p in encoder.named_parameters()}
+
+
+def cut_encoders(**cuts: bool) -> tuple[TokenEncoder, TokenEncoder]:
+    """The conventional encoder and one with `cuts`, with the same parameters."""
+    torch.manual_seed(3)
+    conventional = TokenEncoder(8, 16, 12, max_tokens=20)
+    cut = TokenEncoder(8, 16, 12, max_tokens=20, **cuts)
+    cut.load_state_dict(conventional.state_dict())
+    return conventional, cut
+
+
+@pytest.mark.parametrize("cuts", [{"embedding_tables": True}, {"sparse_max": True},
+                                  {"embedding_tables": True, "sparse_max": True}])
+def test_encoder_cuts_equal_the_conventional_encoder(cuts: dict) -> None:
+    """Tolerance: the folded tables reorder the first layer's sums (outputs within 1e-6, absolute, of values near
+    1); the sparse max takes the same maxima (outputs bitwise equal alone) and reorders the last layer's gradient
+    sums. Every gradient within 1e-5 of its largest entry. Two batch dimensions, tokens beyond `max_tokens` and an
+    observation without a valid token included."""
+    gen = torch.Generator().manual_seed(6)
+    tokens = random_tokens(3, 10, gen=gen)
+    tokens[1, 2] = EMPTY_TOKEN
+    weights = torch.randn(3, 10, 12, generator=gen)
+    conventional, cut = cut_encoders(**cuts)
+    (reference, reference_grads), (out, grads) = (encoder_pass(e, tokens, weights) for e in (conventional, cut))
+    if cuts.get("embedding_tables"):
+        torch.testing.assert_close(out, reference, rtol=0, atol=1e-6)
+    else:
+        assert torch.equal(out, reference)
+    assert bool((out[1, 2] == 0).all())
+    assert set(grads) == set(reference_grads)
+    for name, grad in grads.items():
+        scale = reference_grads[name].abs().max()
+        assert scale > 0, name  # every parameter learns here
+        torch.testing.assert_close(grad, reference_grads[name], rtol=0, atol=1e-5 * scale.item(), msg=name)
+
+
+def test_the_sparse_max_sends_a_tie_to_the_first_token_as_max_does() -> None:
+    """Two equal tokens in one observation tie at every output: `max` (on this CPU build) and the sparse
+    backward both send the gradient to the first of them, bit for bit."""
+    gen = torch.Generator().manual_seed(7)
+    tokens = random_tokens(4, gen=gen, tokens=20)
+    tokens[:, 1] = tokens[:, 0]
+    tokens[:, 0, 2], tokens[:, 1, 2] = 200, 200
+    weights = torch.rand(4, 12, generator=gen)
+    conventional, cut = cut_encoders(sparse_max=True)
+    (reference, reference_grads), (out, grads) = (encoder_pass(e, tokens, weights) for e in (conventional, cut))
+    assert torch.equal(out, reference)
+    for name in ("mlp.2.weight", "mlp.2.bias"):
+        torch.testing.assert_close(grads[name], reference_grads[name], rtol=0, atol=1e-6)
+
+
+def test_the_cuts_survive_non_finite_and_bfloat16_inputs() -> None:
+    """A NaN parameter gives NaN outputs and NaN gradients in the parameters where the conventional encoder has
+    them (which the trainer's finite check then skips), never an index error; under bfloat16 autocast the cut encoder returns float32, its gradients float32 like its
+    parameters, close to the conventional encoder's under the same autocast."""
+    gen = torch.Generator().manual_seed(8)
+    tokens = random_tokens(6, gen=gen)
+    weights = torch.randn(6, 12, generator=gen)
+    conventional, cut = cut_encoders(embedding_tables=True, sparse_max=True)
+    for encoder in (conventional, cut):
+        encoder.autocast_dtype = torch.bfloat16
+    (reference, _), (out, grads) = (encoder_pass(e, tokens, weights) for e in (conventional, cut))
+    assert out.dtype == torch.float32 and all(g.dtype == torch.float32 for g in grads.values())
+    torch.testing.assert_close(out, reference, rtol=0.05, atol=0.05)
+    for encoder in (conventional, cut):
+        encoder.autocast_dtype = None
+        with torch.no_grad():
+            encoder.mlp[2].weight[0, 0] = float("nan")
+    (reference, reference_grads), (out, grads) = (encoder_pass(e, tokens, weights) for e in (conventional, cut))
+    assert bool(out[:, 0].isnan().all()) and torch.equal(out.isnan(), reference.isnan())
+    # the same parameters get a NaN gradient (the conventional backward spreads NaN over more of their entries:
+    # its dense product multiplies NaN weights by the zeros of tokens that won nothing), the others equal ones
+    # (the NaN output's gradient, which the ReLU passes, reaches token 0 in both)
+    nan = {name for name, grad in grads.items() if grad.isnan().any()}
+    assert nan and nan == {name for name, grad in reference_grads.items() if grad.isnan().any()}
+    for name in set(grads) - nan:
+        scale = reference_grads[name].abs().max().item()
+        torch.testing.assert_close(grads[name], reference_grads[name], rtol=0, atol=1e-5 * scale, msg=name)
+
+
+@pytest.mark.usefixtures("compile_enabled")
+def test_the_cut_encoder_compiles_to_the_eager_gradients() -> None:
+    """One graph (`fullgraph`) with both cuts, forward and backward: the compiled gradients equal the eager ones
+    within 1e-5 of each gradient's largest entry."""
+    gen = torch.Generator().manual_seed(9)
+    tokens = random_tokens(2, 6, gen=gen)
+    weights = torch.randn(2, 6, 12, generator=gen)
+    _, cut = cut_encoders(embedding_tables=True, sparse_max=True)
+    eager, eager_grads = encoder_pass(cut, tokens, weights)
+    compiled = torch.compile(cut, fullgraph=True, backend="aot_eager")
+    cut.zero_grad(set_to_none=True)
+    out = compiled(tokens)
+    (out * weights).sum().backward()
+    torch.testing.assert_close(out.detach(), eager, rtol=0, atol=1e-6)
+    for name, p in cut.named_parameters():
+        torch.testing.assert_close(p.grad, eager_grads[name], rtol=0, atol=1e-5 * eager_grads[name].abs().max().item())

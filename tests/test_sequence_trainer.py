@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("mettagrid")
 
-from conftest import assert_same_state, grid_config
+from conftest import assert_same_state, grid_config, recurrent_config
 from syncfree.algo.recurrent import RecurrentPPO
 from syncfree.bench.timing import count_iteration
 from syncfree.cli import main
@@ -51,6 +51,60 @@ def test_each_grid_switch_changes_nothing_but_speed(switch: str) -> None:
     a, b = trained(grid_config(**{switch: off})), trained(grid_config())
     assert_same_state(snapshot(a), snapshot(b))
     assert len(b.monitors.episodes.recent_returns) > 0  # episodes ended (2 iterations x 8 steps, 16-step episodes)
+
+
+ENCODER_CUTS = ("token_embedding_tables", "sparse_token_max")
+"""The token encoder's exact arithmetic cuts: the same function, sums in another order."""
+
+
+def first_minibatch_gradients(trainer: Runner) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    algo = trainer.algorithm
+    algo.optim.optimizer.zero_grad(set_to_none=True)
+    loss = algo.minibatch_loss(algo.minibatch(0, algo.buffer.segments // 2, 1.0))[0]
+    loss.backward()
+    return loss.detach(), {name: p.grad.clone() for name, p in trainer.policy.named_parameters()}
+
+
+@pytest.mark.parametrize("switch", ENCODER_CUTS)
+def test_each_encoder_cut_computes_the_update_within_float_tolerance(switch: str) -> None:
+    """On the same stored rollout and parameters, a minibatch's loss is within 1e-6 (relative) and every gradient
+    within 1e-5 of its largest entry with the switch on and off. The sparse max takes the same maxima as `max`,
+    so its rollout (actions, values, log-probs, states) is bitwise the conventional one."""
+    off = trained(grid_config(iterations=1, **{switch: False}))
+    on = Runner(grid_config(iterations=1, **{switch: True}))
+    copy_trained_state(off, on)
+    (loss_off, grads_off), (loss_on, grads_on) = first_minibatch_gradients(off), first_minibatch_gradients(on)
+    torch.testing.assert_close(loss_on, loss_off, rtol=1e-6, atol=0)
+    for name, grad in grads_on.items():
+        scale = grads_off[name].abs().max().item()
+        torch.testing.assert_close(grad, grads_off[name], rtol=0, atol=1e-5 * scale, msg=name)
+    if switch == "sparse_token_max":  # the first iteration's rollout, from the same initial parameters
+        rollout_on = trained(grid_config(iterations=1, **{switch: True})).algorithm.buffer
+        assert_same_state({"data": rollout_on.data, "states": rollout_on.states, "advantages": rollout_on.advantages},
+                          {"data": off.algorithm.buffer.data, "states": off.algorithm.buffer.states,
+                           "advantages": off.algorithm.buffer.advantages})
+
+
+def test_encoder_cuts_act_on_the_token_policy_and_the_tables_in_float32_only() -> None:
+    grid = grid_config()
+    assert {name: grid.perf.inert_reason(name, switch_scope(grid)) for name in ENCODER_CUTS} == dict.fromkeys(
+        ENCODER_CUTS)
+    bf16 = grid_config(autocast="bf16")
+    assert "autocast=bf16" in bf16.perf.inert_reason("token_embedding_tables", switch_scope(bf16))
+    assert bf16.perf.inert_reason("sparse_token_max", switch_scope(bf16)) is None
+    flat = recurrent_config()  # the recurrent MLP policy on flat observations
+    assert all("recurrent token policy" in flat.perf.inert_reason(name, switch_scope(flat)) for name in ENCODER_CUTS)
+
+
+def copy_trained_state(source: Runner, target: Runner) -> None:
+    """`target` gets `source`'s trainer state and its stored rollout (segments, states, advantages)."""
+    target.load_state_dict(source.state_dict())
+    for name, x in source.algorithm.buffer.data.items():
+        target.algorithm.buffer.data[name].copy_(x)
+    for a, b in zip(source.algorithm.buffer.states, target.algorithm.buffer.states, strict=True):
+        b.copy_(a)
+    target.algorithm.buffer.advantages.copy_(source.algorithm.buffer.advantages)
+    target.algorithm.returns.copy_(source.algorithm.returns)
 
 
 def test_every_parameter_gets_a_gradient_every_minibatch() -> None:

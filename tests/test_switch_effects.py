@@ -55,6 +55,8 @@ EFFECT_TESTS = {
     "preallocated_last_actions": "test_switch_effects.py::test_preallocated_last_actions_never_regrow",
     "cpu_time_index": "test_switch_effects.py::test_cpu_time_index_reads_no_device_index_per_step",
     "cached_minibatch_indices": "test_switch_effects.py::test_cached_minibatch_indices_build_nothing_per_minibatch",
+    "token_embedding_tables": "test_switch_effects.py::test_token_embedding_tables_run_no_token_product_at_embedding_width",
+    "sparse_token_max": "test_switch_effects.py::test_sparse_token_max_runs_the_last_layer_backward_on_winners_only",
 }
 """Switch -> its effect test (`file::function` under tests/)."""
 
@@ -226,8 +228,8 @@ def test_autocast_runs_the_hidden_layers_in_bfloat16() -> None:
 
 
 def test_autocast_runs_the_recurrent_token_mlp_in_bfloat16() -> None:
-    """grid-arena: the token encoder's matrix products (the value embedding, the MLP's two layers) in bfloat16, the
-    core and heads in float32."""
+    """grid-arena: the token encoder's matrix products (the value embedding, the MLP's two layers: the folded
+    tables are float32 only) in bfloat16, the core and heads in float32."""
     pytest.importorskip("mettagrid")
 
     def matmul_dtypes(autocast: str) -> Counter:
@@ -373,3 +375,76 @@ def test_cached_minibatch_indices_build_nothing_per_minibatch() -> None:
     assert sum(second_minibatch_ops(True).values()) == 0
     rebuilt = second_minibatch_ops(False)
     assert rebuilt["aten::arange"] == 1 and rebuilt["aten::ones"] == 1
+
+
+class TokenWork(TorchDispatchMode):
+    """What one minibatch's forward and backward does over every token (`tokens` = rows x steps x tokens read):
+    its matrix products with an operand of that size (their shapes), the tensors it makes of `tokens` x `width`
+    elements, per width, its ops, and its matrix-product FLOPs."""
+
+    def __init__(self, tokens: int, widths: tuple[int, ...]) -> None:
+        super().__init__()
+        self.tokens, self.widths = tokens, widths
+        self.products: list[list[tuple[int, ...]]] = []
+        self.made: Counter = Counter()
+        self.ops: Counter = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        shapes = [tuple(a.shape) for a in args if isinstance(a, torch.Tensor)]
+        self.ops[func._schema.name] += 1
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm, torch.ops.aten.bmm) and any(
+                self.tokens in shape for shape in shapes):
+            self.products.append(shapes)
+        for o in out if isinstance(out, (tuple, list)) else (out,):
+            for width in self.widths:
+                if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel() == self.tokens * width:
+                    self.made[width] += 1
+        return out
+
+
+def minibatch_token_work(**perf) -> tuple[TokenWork, int, dict[str, int]]:
+    """The token work of the grid trainer's first minibatch (loss and backward, as `update` runs them), its
+    matrix-product FLOPs, and the sizes: tokens, rows (rows x steps), E (embedding), H (first layer), C (last)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    runner = warm(grid_config(**perf))
+    algo, encoder = runner.algorithm, runner.policy.encoder
+    minibatch = algo.minibatch(0, algo.buffer.segments // 2, 1.0)
+    rows = minibatch.data["obs"].shape[:2].numel()
+    sizes = {"tokens": minibatch.data["obs"].shape[:3].numel(), "rows": rows, "E": encoder.coordinate.embedding_dim,
+             "H": encoder.mlp[0].out_features, "C": encoder.mlp[2].out_features}
+    work = TokenWork(sizes["tokens"], (sizes["E"], sizes["C"]))
+    with FlopCounterMode(display=False) as flops, work:
+        algo.minibatch_loss(minibatch)[0].backward()
+    return work, flops.get_total_flops(), sizes
+
+
+def test_token_embedding_tables_run_no_token_product_at_embedding_width() -> None:
+    """Off, the first layer multiplies every token's embedding sum ([tokens, E] x [E, H]), forward and twice
+    backward, and the value embedding is a product too; on, no product reaches a token at width E and no
+    [tokens, E] tensor (an embedding per token) exists: three [256, E] x [E, H] tables, forward and backward,
+    replace them. The matrix-product FLOPs drop by exactly that difference."""
+    on, on_flops, n = minibatch_token_work(token_embedding_tables=True)
+    off, off_flops, _ = minibatch_token_work(token_embedding_tables=False)
+    E, H, tokens = n["E"], n["H"], n["tokens"]
+    at_embedding_width = lambda work: [s for s in work.products if any(E in shape for shape in s)]  # noqa: E731
+    assert at_embedding_width(on) == [] and on.made[E] == 0
+    assert len(at_embedding_width(off)) == 5 and off.made[E] >= 3  # first layer 3, value embedding 2
+    per_token = 6 * E * H + 4 * E  # first layer: forward, input and weight gradients; value: forward, weight
+    tables = 18 * 256 * E * H + 4 * 256 * E  # three tables: forward, and both gradients of each product
+    assert off_flops - on_flops == per_token * tokens - tables
+
+
+def test_sparse_token_max_runs_the_last_layer_backward_on_winners_only() -> None:
+    """Off, `max`'s backward writes the gradient into a zero [rows, tokens, C] tensor and the last layer's two
+    backward products run over every token; on, the only product over the tokens is the forward one, no `max`
+    (with indices) runs, and the weight gradient is one product over each output's winning token. The
+    matrix-product FLOPs drop by exactly that difference."""
+    on, on_flops, n = minibatch_token_work(sparse_token_max=True)
+    off, off_flops, _ = minibatch_token_work(sparse_token_max=False)
+    H, C, tokens, rows = n["H"], n["C"], n["tokens"], n["rows"]
+    assert len(on.products) == 1 and len(off.products) == 3, (on.products, off.products)
+    assert on.ops["aten::max"] == 0 and off.ops["aten::max"] == 1
+    assert on.ops["aten::amax"] >= 1
+    assert off_flops - on_flops == 4 * tokens * H * C - 2 * rows * C * H

@@ -179,7 +179,9 @@ class RecurrentPPO(Algorithm):
         return RecurrentTokenPolicy(env.action_spec.size, embed_dim=r.embed_dim, encoder_hidden=r.encoder_hidden,
                                     hidden=r.hidden, max_tokens=r.max_tokens or None,
                                     emit_full_log_probs=emit_full_log_probs, core=r.core,
-                                    last_action_input=r.last_action_input)
+                                    last_action_input=r.last_action_input,
+                                    embedding_tables=cfg.perf.token_embedding_tables,
+                                    sparse_max=cfg.perf.sparse_token_max)
 
     @classmethod
     def load_teacher(cls, path: str, env: EnvShape, read_checkpoint: CheckpointReader) -> RecurrentTokenPolicy:
@@ -230,6 +232,7 @@ class RecurrentPPO(Algorithm):
                      adaptive_lr=p.schedule == "adaptive", world_size=world_size, critic_rows=cfg.env.rows(),
                      full_log_probs_needed=needs_full_log_probs(build_losses(cfg.losses, p)),
                      sequential_minibatches=p.minibatch_sampler == "sequential" or p.prio_alpha <= 0,
+                     token_sets=not isinstance(cfg, RecurrentFlatTrainConfig),
                      auto_precision_modules=isinstance(cfg, RecurrentFlatTrainConfig))  # the token encoder: float32
 
     def obs_dims(self, env: EnvShape) -> dict[str, Any]:

@@ -104,7 +104,10 @@ def markdown(result: dict[str, Any]) -> str:
         g = recurrent["grid"]
         lines += ["", f"Recurrent trainer (grid-arena): sizes count MettaGrid simulations ({g['map']} map, "
                   f"{g['width']} x {g['height']}, {agents} agents each, {g['max_steps']}-step episodes); steps/s are "
-                  "agent steps/s. All configurations run eagerly."]
+                  "agent steps/s. "
+                  + ("Configurations with `compile` on (`optimized` and the rows that keep its `compile`) compile the "
+                     "policy's rollout step and each minibatch's losses; the others run eagerly." if b.get("compile", True)
+                     else "All configurations run eagerly (`--compile false`).")]
     skipped = result.get("skipped_rows") or {}
     if skipped:
         by_reason: dict[str, list[str]] = {}

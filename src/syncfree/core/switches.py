@@ -28,6 +28,8 @@ class Scope:
     """Its policy can emit full log-probabilities (the recurrent token policy)."""
     token_policy: bool = False
     """The policy is the token-encoder one (`policy.kind=token`)."""
+    token_sets: bool = False
+    """The policy max-pools embedded token sets (the recurrent token policy of grid-arena)."""
     env_layer: bool = False
     """The env is manager-based (g1-track): it reads the env-side switches."""
     isaaclab: bool = False
@@ -72,6 +74,13 @@ _RECURRENT = _only_for("in the recurrent algorithm's segment buffer (grid-arena)
 _ENV_LAYER = _only_for("in a manager-based env (g1-track)", env_layer=True)
 _ISAACLAB = _only_for("on Isaac Lab env configs (PhysX); syncfree's own physics has no partitions", isaaclab=True)
 _TOKEN_POLICY = _only_for("in the token-encoder policy (policy.kind=token)", token_policy=True)
+_TOKEN_SETS = _only_for("in the recurrent token policy's encoder (grid-arena)", token_sets=True)
+
+
+def _float32_token_sets(scope: Scope, perf: PerfConfig) -> str | None:
+    if perf.autocast == "bf16":
+        return "autocast=bf16 runs the token encoder's first layer conventionally, in bfloat16"
+    return _TOKEN_SETS(scope, perf)
 
 
 def _whole_step_graph(scope: Scope, perf: PerfConfig) -> str | None:
@@ -330,6 +339,25 @@ class PerfConfig:
                                             inert=_sequential_cache)
     """Compute sequential minibatch row indices once and reuse one all-ones priority-weight tensor. Off: both
     rebuilt for every minibatch (an `arange`, a modulo and a gather; a `ones`), as the gridworld sampler did."""
+
+    token_embedding_tables: bool = switch(baseline=False, optimized=True,
+                                          seed="exact: first encoder layer folded into per-field tables",
+                                          inert=_float32_token_sets)
+    """Recurrent token policy: the encoder's first layer folded into one `[256, hidden]` table per token field
+    (coordinate, feature, value byte), recomputed from the parameters at every call; a token's pre-activation is
+    the sum of its three rows, and the backward adds its gradient into them (`syncfree.policy.token_pool`). Equal
+    up to the order of floating-point sums. Float32 only: inert under `autocast=bf16`, which runs the first layer
+    conventionally in bfloat16 (`auto` keeps this encoder in float32). Off: the conventional encoder, embeddings
+    summed per token and then the layer's matrix product on every token (the gridworld seed's)."""
+
+    sparse_token_max: bool = switch(baseline=False, optimized=True,
+                                    seed="exact: max-pool backward through the winning tokens",
+                                    inert=_TOKEN_SETS)
+    """Recurrent token policy: the encoder's last layer and its max over tokens as one function whose forward
+    takes the values with `amax` and whose backward reaches each output's maximal token only, gathering and
+    scattering one row per output (`syncfree.policy.token_pool`). The same values bit for bit; gradients equal up
+    to the order of sums. Off: the layer on every token, then `max` with its indices, whose backward writes the
+    gradient into a zero tensor over every token and runs the layer's two backward products over all of them."""
 
     @classmethod
     def preset(cls, which: Literal["baseline", "optimized"]) -> PerfConfig:

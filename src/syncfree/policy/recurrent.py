@@ -20,6 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from syncfree.core.fields import Field
+from syncfree.policy.token_pool import field_tables, linear_max_pool, table_sum
 
 EMPTY_TOKEN = 0xFF
 """Byte value of every field of an empty (padding) token."""
@@ -107,19 +108,29 @@ class TokenEncoder(nn.Module):
     `autocast_min_work` (tokens x hidden width) runs the encoder (the value embedding and the token MLP) under
     `torch.autocast` in that dtype and returns float32, so the recurrent core and the heads stay in float32.
     `autocast=auto` leaves it in float32 (`autocast_auto`): bfloat16 has not been measured faster for it anywhere
-    (on a CPU without bfloat16 instructions it ran 9.8x slower, `benchmarks/recurrent_encoder_modes.py`)."""
+    (on a CPU without bfloat16 instructions it ran 9.8x slower, `benchmarks/recurrent_encoder_modes.py`).
+
+    `embedding_tables` folds the first layer into per-field tables (in float32; under autocast the first layer
+    stays conventional) and `sparse_max` takes the max over tokens with a backward through the winning tokens only
+    (`syncfree.policy.token_pool`); off, the conventional embeddings, layer and `max`. The parameters are the same
+    either way."""
 
     autocast_dtype: torch.dtype | None = None
     autocast_min_work: int = 0
     autocast_auto = False
+    _levels: Tensor
 
-    def __init__(self, embed_dim: int, hidden: int, out_dim: int, max_tokens: int | None = None) -> None:
+    def __init__(self, embed_dim: int, hidden: int, out_dim: int, max_tokens: int | None = None,
+                 embedding_tables: bool = False, sparse_max: bool = False) -> None:
         super().__init__()
         self.max_tokens = max_tokens
+        self.embedding_tables, self.sparse_max = embedding_tables, sparse_max
         self.coordinate = nn.Embedding(256, embed_dim)
         self.feature = nn.Embedding(256, embed_dim)
         self.value = nn.Linear(1, embed_dim)
         self.mlp = nn.Sequential(nn.Linear(embed_dim, hidden), nn.ReLU(), nn.Linear(hidden, out_dim), nn.ReLU())
+        self.register_buffer("_levels", torch.arange(256, dtype=torch.float32).unsqueeze(-1) / 255.0,
+                             persistent=False)
 
     def forward(self, tokens: Tensor) -> Tensor:
         """[..., tokens, 3] uint8 -> [..., out_dim] float32."""
@@ -127,29 +138,42 @@ class TokenEncoder(nn.Module):
             tokens = tokens[..., : self.max_tokens, :]
         work = tokens.shape[:-1].numel() * cast(nn.Linear, self.mlp[0]).out_features
         if self.autocast_dtype is None or work < self.autocast_min_work:
-            return self.encode(tokens)
+            return self.encode(tokens, self.embedding_tables)
         with torch.autocast(tokens.device.type, dtype=self.autocast_dtype):
-            return self.encode(tokens).float()
+            return self.encode(tokens, embedding_tables=False).float()  # the tables: float32 only
 
-    def encode(self, tokens: Tensor) -> Tensor:
-        """The encoder on the tokens it reads."""
-        index = tokens.long()
-        x = (self.coordinate(index[..., 0]) + self.feature(index[..., 1])
-             + self.value(tokens[..., 2:].float() / 255.0))
-        first, _, last, _ = self.mlp
-        # the MLP on 2-D rows: each layer's output is a tensor of its own, so the ReLUs and the padding run in place
-        # (on a view, autograd would copy the whole base back in the backward)
-        hidden = torch.relu_(first(x.flatten(0, -2)))
+    def encode(self, tokens: Tensor, embedding_tables: bool = False) -> Tensor:
+        """The encoder on the tokens it reads (the first layer as folded tables with `embedding_tables`)."""
+        rows = tokens.reshape(-1, *tokens.shape[-2:])
+        hidden = self._hidden(rows, embedding_tables)
         # padding goes to -inf, so it never wins the max over a valid token and an observation without one ends as
         # relu(-inf) = 0; the add's backward passes the gradient through, where a masked copy would cost a pass each
         # way
-        padding = torch.where(tokens[..., :1] == EMPTY_TOKEN, float("-inf"), 0.0)
-        features = last(hidden).add_(padding.flatten(0, -2)).view(*tokens.shape[:-1], -1)
+        padding = torch.where(rows[..., :1] == EMPTY_TOKEN, float("-inf"), 0.0)
+        last = cast(nn.Linear, self.mlp[2])
+        if self.sparse_max:
+            pooled = linear_max_pool(hidden.view(*rows.shape[:-1], -1), last, padding)
+        else:
+            # `max` sends each output's gradient to one token, `amax` shares it among equal maxima (a mask, a
+            # count and a product over the whole tensor); they differ only where two tokens tie at a positive
+            # value, and at or below 0 the ReLU passes no gradient
+            pooled = last(hidden).add_(padding.flatten(0, -2)).view(*rows.shape[:-1], -1).max(-2).values
         # the last ReLU after the max over tokens (relu(max) = max(relu), ReLU being monotonic): it runs on
-        # [..., out_dim] instead of [..., tokens, out_dim], forward and backward. `max` sends each output's gradient
-        # to one token, `amax` shares it among equal maxima (a mask, a count and a product over the whole tensor);
-        # they differ only where two tokens tie at a positive value, and at or below 0 the ReLU passes no gradient
-        return torch.relu_(features.max(-2).values)
+        # [..., out_dim] instead of [..., tokens, out_dim], forward and backward
+        return torch.relu_(pooled).view(*tokens.shape[:-2], -1)
+
+    def _hidden(self, rows: Tensor, embedding_tables: bool) -> Tensor:
+        """The first layer and its ReLU on every token, [rows x tokens, hidden]: on the embeddings' sum, or as the
+        sum of the folded tables' rows (`embedding_tables`). Each layer's output is a tensor of its own, so the
+        ReLU runs in place (on a view, autograd would copy the whole base back in the backward)."""
+        first = cast(nn.Linear, self.mlp[0])
+        if embedding_tables:
+            index = rows.reshape(-1, 3).t().long()
+            tables = field_tables(self.coordinate, self.feature, self.value, first, self._levels)
+            return torch.relu_(table_sum(index, tables))
+        index = rows.long()
+        x = self.coordinate(index[..., 0]) + self.feature(index[..., 1]) + self.value(rows[..., 2:].float() / 255.0)
+        return torch.relu_(first(x.flatten(0, -2)))
 
 
 class RecurrentTokenPolicy(nn.Module):
@@ -164,16 +188,18 @@ class RecurrentTokenPolicy(nn.Module):
         core: `lstm` or `gru`.
         last_action_input: add an embedding of the agent's previous action to the core's input (`step` and
             `evaluate_sequence` then need `last_actions`).
+        embedding_tables, sparse_max: the encoder's exact arithmetic cuts (`syncfree.policy.token_pool`;
+            `perf.token_embedding_tables`, `perf.sparse_token_max`).
     """
 
     def __init__(self, num_actions: int, embed_dim: int = 32, encoder_hidden: int = 64, hidden: int = 64,
                  max_tokens: int | None = None, emit_full_log_probs: bool = True, core: str = "lstm",
-                 last_action_input: bool = False) -> None:
+                 last_action_input: bool = False, embedding_tables: bool = False, sparse_max: bool = False) -> None:
         super().__init__()
         if core not in CORES:
             raise ValueError(f"core={core!r} is unknown; use one of {', '.join(CORES)}")
         self.num_actions, self.hidden = num_actions, hidden
-        self.encoder = TokenEncoder(embed_dim, encoder_hidden, hidden, max_tokens)
+        self.encoder = TokenEncoder(embed_dim, encoder_hidden, hidden, max_tokens, embedding_tables, sparse_max)
         cell, self._state_type = CORES[core]
         self.core = cell(hidden, hidden)
         self.last_action = nn.Embedding(num_actions, hidden) if last_action_input else None
