@@ -448,3 +448,7 @@ def test_sparse_token_max_runs_the_last_layer_backward_on_winners_only() -> None
     assert on.ops["aten::max"] == 0 and off.ops["aten::max"] == 1
     assert on.ops["aten::amax"] >= 1
     assert off_flops - on_flops == 4 * tokens * H * C - 2 * rows * C * H
+    # a rollout step takes no gradient: `amax` alone, no winning token looked for, and no index tensor made
+    steps = {optimized: count_steps(warm(grid_config(sparse_token_max=optimized)), 2) for optimized in (True, False)}
+    assert steps[True].ops["aten::max"] == 0 and steps[True].ops["aten::amin"] == 0 and steps[False].ops["aten::max"]
+    assert steps[False].allocations - steps[True].allocations == 2  # `max`'s indices, once per step

@@ -62,6 +62,13 @@ def table_sum(index: Tensor, tables: tuple[Tensor, ...]) -> Tensor:
     return _TableSum.apply(index, *tables)
 
 
+def _features_and_max(hidden: Tensor, weight: Tensor, bias: Tensor, padding: Tensor) -> tuple[Tensor, Tensor]:
+    """`hidden @ weight.T + bias + padding` ([rows, tokens, out]) and its max over the tokens ([rows, out])."""
+    rows, tokens, width = hidden.shape
+    features = torch.addmm(bias, hidden.reshape(rows * tokens, width), weight.t()).view(rows, tokens, -1)
+    return features, features.add_(padding).amax(1)
+
+
 class _LinearMaxPool(torch.autograd.Function):
     """`max over tokens of (hidden @ weight.T + bias + padding)`: hidden `[rows, tokens, width]`, padding
     `[rows, tokens, 1]` (0 or -inf, no gradient) -> `[rows, out]`. Each output's gradient goes to its first
@@ -69,18 +76,16 @@ class _LinearMaxPool(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, hidden: Tensor, weight: Tensor, bias: Tensor, padding: Tensor) -> Tensor:
-        rows, tokens, width = hidden.shape
-        features = torch.addmm(bias, hidden.reshape(rows * tokens, width), weight.t()).view(rows, tokens, -1)
-        pooled = features.add_(padding).amax(1)
-        if any(ctx.needs_input_grad[:3]):
-            # the first token holding each output's maximum; a NaN output equals none, and takes token 0 (`max`
-            # takes the first NaN, token 0 when the NaN comes from the weights). Positions as floats keep the
-            # reduction vectorized, exact below 2**24 tokens
-            positions = torch.arange(tokens, dtype=torch.float32, device=pooled.device).view(1, tokens, 1)
-            first = torch.where(features == pooled.unsqueeze(1), positions, float(tokens)).amin(1)
-            rows_start = torch.arange(0, rows * tokens, tokens, device=pooled.device).unsqueeze(1)
-            winners = (first.long().remainder_(tokens) + rows_start).view(-1)
-            ctx.save_for_backward(hidden, weight, winners)
+        features, pooled = _features_and_max(hidden, weight, bias, padding)
+        rows, tokens, _ = hidden.shape
+        # the first token holding each output's maximum; a NaN output equals none, and takes token 0 (`max` takes
+        # the first NaN, token 0 when the NaN comes from the weights). Positions as floats keep the reduction
+        # vectorized, exact below 2**24 tokens
+        positions = torch.arange(tokens, dtype=torch.float32, device=pooled.device).view(1, tokens, 1)
+        first = torch.where(features == pooled.unsqueeze(1), positions, float(tokens)).amin(1)
+        rows_start = torch.arange(0, rows * tokens, tokens, device=pooled.device).unsqueeze(1)
+        winners = (first.long().remainder_(tokens) + rows_start).view(-1)
+        ctx.save_for_backward(hidden, weight, winners)
         return pooled
 
     @staticmethod
@@ -102,5 +107,8 @@ class _LinearMaxPool(torch.autograd.Function):
 
 def linear_max_pool(hidden: Tensor, last: nn.Linear, padding: Tensor) -> Tensor:
     """`last` on every token of `hidden` ([rows, tokens, width]) plus `padding` ([rows, tokens, 1]), max over the
-    tokens -> [rows, out]; see the module docstring."""
-    return _LinearMaxPool.apply(hidden, last.weight, last.bias, padding)
+    tokens -> [rows, out]; see the module docstring. Where no gradient is taken (a rollout step) the winning tokens
+    are not looked for."""
+    if torch.is_grad_enabled() and (hidden.requires_grad or last.weight.requires_grad or last.bias.requires_grad):
+        return _LinearMaxPool.apply(hidden, last.weight, last.bias, padding)
+    return _features_and_max(hidden, last.weight, last.bias, padding)[1]
