@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 import torch._dynamo
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from syncfree.config import PerfConfig, PPOConfig, RecurrentCoreConfig, RecurrentFlatTrainConfig, TrainConfig
 from syncfree.tasks import config_class
@@ -166,3 +167,22 @@ def update_on_one_rollout(*trainers: Any) -> None:
             trainer.algorithm.compute_returns(trainer.obs)
         torch.manual_seed(5)
         trainer.algorithm.update()
+
+
+class StagingCopies(TorchDispatchMode):
+    """The copies a host simulator's adapter makes between its host buffers and the device, seen at the dispatcher:
+    `uploads` read its packed results buffer, `downloads` write its host action tensor (a staged adapter, whose
+    host and device buffers are apart)."""
+
+    def __init__(self, env: Any) -> None:
+        super().__init__()
+        self.results = env._pack.host_buffer.untyped_storage().data_ptr()
+        self.actions = env._act.host.untyped_storage().data_ptr()
+        self.uploads = self.downloads = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is torch.ops.aten.copy_.default:
+            dst, src = args[0], args[1]
+            self.uploads += src.untyped_storage().data_ptr() == self.results
+            self.downloads += dst.untyped_storage().data_ptr() == self.actions
+        return func(*args, **(kwargs or {}))

@@ -82,8 +82,9 @@ def test_load_policy_reads_a_checkpoint_without_an_env_or_a_trainer(tmp_path: Pa
 
 
 def test_learn_resumes_a_checkpoint_and_continues_exactly(tmp_path: Path) -> None:
-    """`syncfree.learn(resume=...)` continues the run in its folder from its checkpoint, as `syncfree train
-    --resume` does: the same weights as a run that never stopped, and one record per iteration."""
+    """`syncfree.learn(resume=...)` continues the run from its checkpoint, as `syncfree train --resume` does: the
+    same weights as a run that never stopped, and one record per iteration, in a new folder beside the run's (or
+    in the run's own with `resume_in_place=True`)."""
     import json
 
     import torch
@@ -93,11 +94,15 @@ def test_learn_resumes_a_checkpoint_and_continues_exactly(tmp_path: Path) -> Non
     straight = syncfree.learn("pendulum", run_dir=tmp_path / "straight", iterations=3, **settings)
     syncfree.learn("pendulum", run_dir=tmp_path / "split", iterations=2, **settings)
     torch.manual_seed(12345)  # whatever happened in between must not matter
-    resumed = syncfree.learn("cartpole", resume=tmp_path / "split" / "latest.pt", iterations=3)
-    assert resumed.run_dir == tmp_path / "split" and resumed.record["iteration"] == 3
-    for (name, a), b in zip(straight.policy.state_dict().items(), resumed.policy.state_dict().values(), strict=True):
-        assert torch.equal(a, b), name
-    lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+    for in_place in (False, True):
+        resumed = syncfree.learn("cartpole", resume=tmp_path / "split" / "latest.pt", iterations=3,
+                                 resume_in_place=in_place)
+        assert resumed.run_dir is not None and resumed.record["iteration"] == 3
+        assert (resumed.run_dir == tmp_path / "split") == in_place and resumed.run_dir.parent == tmp_path
+        for (name, a), b in zip(straight.policy.state_dict().items(), resumed.policy.state_dict().values(),
+                                strict=True):
+            assert torch.equal(a, b), name
+        lines = (resumed.run_dir / "metrics.jsonl").read_text().splitlines()
+        assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
     with pytest.raises(UserError, match=r"missing\.pt"):
         syncfree.learn(resume=tmp_path / "missing.pt")

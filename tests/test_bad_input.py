@@ -288,8 +288,9 @@ def test_a_runs_config_file_reruns_it_anew_even_after_a_resume(tmp_path: Path) -
     args = ["--task", "cartpole", "--env.num_envs", "16", "--ppo.steps_per_env", "8", "--log.dir", str(tmp_path),
             "--log.progress", "false"]
     assert main(["train", "--iterations", "1", *args, "--log.run_name", "run"]) == 0
-    assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--iterations", "2"]) == 0
-    assert "resume: ''" in (tmp_path / "run" / "config.yaml").read_text()
+    assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--resume_in_place", "true",
+                 "--iterations", "2"]) == 0
+    assert "resume: ''\nresume_in_place: false\n" in (tmp_path / "run" / "config.yaml").read_text()
     before = (tmp_path / "run" / "metrics.jsonl").read_text()
     assert main(["train", "--config", str(tmp_path / "run" / "config.yaml"), "--log.run_name", "rerun"]) == 0
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == before

@@ -93,7 +93,8 @@ def test_a_function_stops_training_and_the_best_survives_a_resume(tmp_path: Path
     assert seen == [1, 2] and result.record["iteration"] == 2
     best = result.runner.callbacks.best
     assert best == max(r["eval_return"] for r in records(tmp_path / "run"))
-    again = syncfree.learn("pendulum", resume=tmp_path / "run" / "latest.pt", iterations=3, run_dir=tmp_path / "run")
+    again = syncfree.learn("pendulum", resume=tmp_path / "run" / "latest.pt", iterations=3, run_dir=tmp_path / "run",
+                           resume_in_place=True)
     assert again.runner.callbacks.best == max(best, again.record["eval_return"])
 
 

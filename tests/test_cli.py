@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -60,13 +61,34 @@ def test_eval_samples_reproducibly_and_leaves_the_generator_alone(capsys, tmp_pa
     assert deterministic.split(" over ")[0] != sampled.split(" over ")[0]
 
 
-def test_resume_from_cli_continues_the_run(tmp_path: Path) -> None:
+def iterations_logged(run: Path) -> list[int]:
+    return [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_resume_from_cli_continues_the_run_in_a_new_folder_or_in_place(tmp_path: Path, caplog) -> None:
+    """A resume writes a new run folder beside the resumed one, which starts with that run's records up to the
+    checkpoint and leaves the resumed run as it was; a resume of it names the first run once; `resume_in_place`
+    writes on in the checkpoint's folder, dropping its records past the checkpoint."""
     args = ["--task", "cartpole", "--env.num_envs", "16", "--ppo.steps_per_env", "8", "--log.dir", str(tmp_path),
-            "--log.run_name", "run", "--log.progress", "false"]
-    assert main(["train", "--iterations", "2", *args]) == 0
-    assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--iterations", "4"]) == 0
-    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3, 4]
+            "--log.run_name", "run", "--log.progress", "false", "--save_every", "1"]
+    assert main(["train", "--iterations", "3", *args]) == 0
+    run = tmp_path / "run"
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    with caplog.at_level(logging.INFO, logger="syncfree"):
+        assert main(["train", "--resume", str(run / "checkpoint_000002.pt"), "--iterations", "4"]) == 0
+    assert f"--resume_in_place true writes on in {run} instead" in caplog.text
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    (forked,) = [p for p in tmp_path.iterdir() if p.name != "run"]
+    assert re.fullmatch(r"run-resumed-\d{8}-\d{6}", forked.name), forked.name
+    assert iterations_logged(forked) == [1, 2, 3, 4] and (forked / "checkpoint_000004.pt").is_file()
+    assert main(["train", "--resume", str(forked / "latest.pt"), "--iterations", "5"]) == 0
+    again = sorted(p.name for p in tmp_path.iterdir() if p not in (run, forked))
+    assert len(again) == 1 and re.fullmatch(r"run-resumed-\d{8}-\d{6}(-2)?", again[0]), again
+    assert iterations_logged(tmp_path / again[0]) == [1, 2, 3, 4, 5]
+    assert main(["train", "--resume", str(run / "checkpoint_000002.pt"), "--resume_in_place", "true",
+                 "--iterations", "4"]) == 0
+    assert iterations_logged(run) == [1, 2, 3, 4] and "resume_in_place: false" in (run / "config.yaml").read_text()
+    assert len(list(tmp_path.iterdir())) == 3
 
 
 def test_tasks_lists_every_task(capsys) -> None:
@@ -268,7 +290,8 @@ def test_tensorboard_counts_env_steps_and_a_resume_replaces_what_it_repeats(tmp_
             "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.tensorboard", "true", "--log.progress", "false"]
     assert main(["train", "--iterations", "3", *args]) == 0
     run = tmp_path / "run"
-    assert main(["train", "--resume", str(run / "checkpoint_000001.pt"), "--iterations", "2"]) == 0
+    assert main(["train", "--resume", str(run / "checkpoint_000001.pt"), "--resume_in_place", "true",
+                 "--iterations", "2"]) == 0
     events = EventAccumulator(str(run / "tensorboard"))
     events.Reload()
     iterations = events.Scalars("iteration")
@@ -280,8 +303,8 @@ def test_tensorboard_counts_env_steps_and_a_resume_replaces_what_it_repeats(tmp_
 def test_wandb_logs_to_the_configured_project_and_a_resume_continues_its_run(tmp_path: Path,
                                                                              monkeypatch) -> None:
     """In W&B's offline mode (files only): project, entity and group as configured; the run id is saved with the
-    checkpoints and a resume logs to the same run (W&B's sync merges the two offline folders); `log.wandb_id` names
-    the run."""
+    checkpoints and a resume in place logs to the same run (W&B's sync merges the two offline folders), a resume
+    into a new folder to a new run; `log.wandb_id` names the run."""
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -292,7 +315,7 @@ def test_wandb_logs_to_the_configured_project_and_a_resume_continues_its_run(tmp
     run = tmp_path / "run"
     wandb_id = checkpoint.load(run / "latest.pt")["wandb_id"]
     assert wandb_id
-    assert main(["train", "--resume", str(run / "latest.pt"), "--iterations", "3"]) == 0
+    assert main(["train", "--resume", str(run / "latest.pt"), "--resume_in_place", "true", "--iterations", "3"]) == 0
     assert checkpoint.load(run / "latest.pt")["wandb_id"] == wandb_id
     folders = sorted((run / "wandb").glob("offline-run-*"))
     assert len(folders) == 2 and all(f"-{wandb_id}" in f.name for f in folders), [f.name for f in folders]
@@ -300,6 +323,10 @@ def test_wandb_logs_to_the_configured_project_and_a_resume_continues_its_run(tmp
     assert all(text in first for text in (b"proj-x", b"team-y", b"group-z", b"value_loss", b"env_steps"))
     assert main(["train", "--iterations", "1", "--log.run_name", "named", "--log.wandb_id", "chosen1", *args]) == 0
     assert list((tmp_path / "named" / "wandb").glob("offline-run-*-chosen1"))
+    assert main(["train", "--resume", str(run / "latest.pt"), "--log.run_name", "fork", "--iterations", "4"]) == 0
+    forked_id = checkpoint.load(tmp_path / "fork" / "latest.pt")["wandb_id"]
+    assert forked_id and forked_id != wandb_id
+    assert [f.name.endswith(forked_id) for f in (tmp_path / "fork" / "wandb").glob("offline-run-*")] == [True]
 
 
 def test_a_compiled_run_says_its_first_iteration_compiles(tmp_path: Path, caplog) -> None:

@@ -221,14 +221,16 @@ def test_torchrun_trains_and_resumes_across_world_sizes(tmp_path: Path,
     # 2 -> 1: the trainer state continues in one process, an iteration now collects 16 x 8 env steps
     latest = tmp_path / "run" / "latest.pt"
     saved = checkpoint.load(latest)
-    assert main(["train", "--resume", str(latest), "--iterations", "3", "--log.progress", "false"]) == 0
+    assert main(["train", "--resume", str(latest), "--resume_in_place", "true", "--iterations", "3",
+                 "--log.progress", "false"]) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [(r["iteration"], r["env_steps"]) for r in records] == [(1, 256), (2, 512), (3, 640)]
     one = checkpoint.load(latest)
     assert one["world_size"] == 1 and not torch.equal(one["policy"]["actor.0.weight"], saved["policy"]["actor.0.weight"])
 
     # 1 -> 2: the single process's checkpoint goes on under torchrun
-    resume = [*cmd[: cmd.index("train") + 1], "--resume", str(latest), "--iterations", "4", "--log.progress", "false"]
+    resume = [*cmd[: cmd.index("train") + 1], "--resume", str(latest), "--resume_in_place", "true", "--iterations", "4",
+              "--log.progress", "false"]
     result = subprocess.run(resume, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "written by 1 process, resumed by 2" in result.stderr
@@ -251,8 +253,8 @@ def test_torchrun_trains_grid_arena(tmp_path: Path) -> None:
     assert [r["env_steps"] for r in records] == [128, 256]
     assert all(math.isfinite(r["surrogate_loss"]) for r in records)
     # 2 -> 1 with the recurrent algorithm: its trainer state continues in one process (4 agents x 16 steps more)
-    assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--iterations", "3",
-                 "--log.progress", "false"]) == 0
+    assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--resume_in_place", "true",
+                 "--iterations", "3", "--log.progress", "false"]) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["env_steps"] for r in records] == [128, 256, 320] and math.isfinite(records[-1]["surrogate_loss"])
 

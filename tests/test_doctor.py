@@ -177,3 +177,21 @@ def test_switch_settings_are_parsed_and_checked() -> None:
         doctor.with_switches(PerfConfig(), ["fast_histories=false"])
     with pytest.raises(UserError, match="fast_history is true or false"):
         doctor.with_switches(PerfConfig(), ["fast_history=maybe"])
+
+
+def test_a_host_simulators_report_says_where_its_host_time_goes() -> None:
+    """An adapter of a host simulator: microseconds per step by part of its step, and its copies per step (one
+    each way when staged, none when its buffers are the trainer's tensors)."""
+    from syncfree.envs.adapters.gymnasium import make_gymnasium
+
+    for staged, copies in ((True, 1.0), (False, 0.0)):
+        report = doctor.examine_env(make_gymnasium("Pendulum-v1", 4, seed=0, staged=staged), steps=6, warmup=2)
+        assert list(report.host_time_us) == ["actions", "simulator", "packing", "device"]
+        assert all(us > 0 for us in report.host_time_us.values())
+        assert report.transfers == {"uploads": copies, "downloads": copies}
+        assert report.per_step()["syncs"] == 0 and report.per_step()["allocs"] == 0
+        text = doctor.table(report)
+        assert "host time per env step (uncounted window): " in text
+        assert f"host<->device copies per env step: {copies:g} uploads, {copies:g} downloads" in text
+        assert report.to_json()["transfers"] == report.transfers
+    assert doctor.examine_env(doctor.task_env("cartpole", 8, PerfConfig())).host_time_us == {}

@@ -60,7 +60,8 @@ def test_train_eval_export_and_resume_need_only_the_factory_once(user_folder, ca
     assert capsys.readouterr().out.startswith(f"{task}: mean return")
     assert main(["export", str(run / "latest.pt"), "--out", str(folder / "exported")]) == 0
     assert (folder / "exported").is_dir() and any((folder / "exported").iterdir())
-    assert main(["train", "--resume", str(run / "latest.pt"), "--iterations", "3", "--log.progress", "false"]) == 0
+    assert main(["train", "--resume", str(run / "latest.pt"), "--resume_in_place", "true", "--iterations", "3",
+                 "--log.progress", "false"]) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [1, 2, 3]
 

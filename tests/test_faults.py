@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import logging
 import os
 import re
@@ -168,7 +169,21 @@ def resume_where_no_new_file_can_be_made(ctx: Ctx) -> list[str]:
     latest = ctx.run_copy()
     ctx.notes["before"] = digest(latest.parent)
     ctx.unwritable(latest.parent)
-    return ["train", "--resume", str(latest), "--iterations", "4"]
+    return ["train", "--resume", str(latest), "--resume_in_place", "true", "--iterations", "4"]
+
+
+def resume_of_a_read_only_run(ctx: Ctx) -> list[str]:
+    """A resume writes its own folder: the resumed run's may be read-only."""
+    latest = ctx.run_copy()
+    ctx.notes["before"] = digest(latest.parent)
+    ctx.unwritable(latest.parent)
+    return ["train", "--resume", str(latest), "--iterations", "3"]
+
+
+def forked_beside_it(ctx: Ctx) -> None:
+    unchanged(ctx)
+    (forked,) = [p for p in ctx.tmp.iterdir() if p.name.startswith("run-resumed-")]
+    assert iterations_logged(forked) == [1, 2, 3] and checkpoint.load(forked / "latest.pt")["iteration"] == 3
 
 
 def unchanged(ctx: Ctx) -> None:
@@ -206,7 +221,7 @@ def stale_tmp_files(ctx: Ctx) -> list[str]:
     latest = ctx.run_copy()
     for iteration in (7, 8):  # saves this run does not make: their names are not written again
         (latest.parent / f".checkpoint_{iteration:06d}.pt.tmp").write_bytes(b"half a checkpoint")
-    return ["train", "--resume", str(latest), "--iterations", "3"]
+    return ["train", "--resume", str(latest), "--resume_in_place", "true", "--iterations", "3"]
 
 
 def no_tmp_left(ctx: Ctx) -> None:
@@ -214,13 +229,22 @@ def no_tmp_left(ctx: Ctx) -> None:
     assert checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == 3
 
 
-def resume_from_an_earlier_checkpoint(ctx: Ctx) -> list[str]:
-    latest = ctx.run_copy()
-    return ["train", "--resume", str(latest.parent / "checkpoint_000001.pt"), "--iterations", "2"]
+def resume_from_an_earlier_checkpoint(*flags: str) -> Callable[[Ctx], list[str]]:
+    def arrange(ctx: Ctx) -> list[str]:
+        latest = ctx.run_copy()
+        (latest.parent / "metrics.jsonl").write_text("".join(json.dumps({"iteration": i}) + "\n" for i in (1, 2, 3)))
+        ctx.notes["before"] = digest(latest.parent)
+        return ["train", "--resume", str(latest.parent / "checkpoint_000001.pt"), "--iterations", "2", *flags]
+    return arrange
 
 
 def metrics_read_as_one_run(ctx: Ctx) -> None:
     assert iterations_logged(ctx.tmp / "run") == [1, 2]
+
+
+def metrics_read_as_two_runs(ctx: Ctx) -> None:
+    unchanged(ctx)
+    assert iterations_logged(ctx.tmp / "fork") == [1, 2]
 
 
 def robot_file(edit: Callable[[str], str]) -> Callable[[Ctx], list[str]]:
@@ -269,6 +293,15 @@ def latest_at(iteration: int) -> Callable[[Ctx], None]:
     def after(ctx: Ctx) -> None:
         assert checkpoint.load(ctx.tmp / "run" / "latest.pt")["iteration"] == iteration
     return after
+
+
+def only_the_run(ctx: Ctx) -> None:
+    assert files(ctx.tmp) == ["run"]
+
+
+def files_of_the_run(ctx: Ctx) -> None:
+    """A refused resume leaves no lock (nor anything else) behind."""
+    assert files(ctx.tmp / "run") == files(ctx.trained.parent)
 
 
 def stays_empty(name: str) -> Callable[[Ctx], None]:
@@ -320,10 +353,20 @@ FAULTS = [
           r"iteration 3: checkpoint not saved: cannot write .*No space left on device.*newest checkpoint "
           r".*run/latest\.pt", first_checkpoint_kept),
     Fault("run name reused", reused_run_name, 2, r"run folder .*run already holds a run \(latest\.pt\); choose another "
-          r"log\.run_name, or continue that run with --resume .*run/latest\.pt", unchanged),
+          r"log\.run_name, or continue that run with --resume .*run/latest\.pt --resume_in_place true", unchanged),
     Fault("stale .tmp files of a killed save", stale_tmp_files, 0, r"removed 2 temporary file\(s\)", no_tmp_left),
-    Fault("resume from an earlier checkpoint", resume_from_an_earlier_checkpoint, 0, r"resumed .*checkpoint_000001",
-          metrics_read_as_one_run),
+    Fault("resume in place from an earlier checkpoint", resume_from_an_earlier_checkpoint("--resume_in_place", "true"),
+          0, r"(?m)resumed .*checkpoint_000001\.pt at iteration 1$", metrics_read_as_one_run),
+    Fault("resume from an earlier checkpoint into a named folder",
+          resume_from_an_earlier_checkpoint("--log.run_name", "fork"), 0,
+          r"resumed .*checkpoint_000001\.pt at iteration 1 as a new run", metrics_read_as_two_runs),
+    Fault("resume of a run whose folder is read-only", resume_of_a_read_only_run, 0, r"done at iteration 3",
+          forked_beside_it),
+    Fault("resume_in_place without a checkpoint", lambda ctx: ["train", *SMALL, "--resume_in_place", "true",
+          "--log.dir", str(ctx.tmp)], 2, r"resume_in_place=True is invalid; allowed: false unless resume names a "
+          r"checkpoint", stays_empty(".")),
+    Fault("resume_in_place with another run name", resume_with("--resume_in_place", "true", "--log.run_name", "b"), 2,
+          r"log\.run_name='b' with resume_in_place: the run continues in .*run; drop one of the two", only_the_run),
     Fault("robot with zero armature", robot_file(lambda xml: re.sub(r' armature="[^"]*"', "", xml)), 0,
           r"done at iteration 1", trained_one_iteration),
     Fault("robot with an unlimited hinge", robot_file(lambda xml: xml.replace(
@@ -347,7 +390,7 @@ FAULTS = [
           r"rollout storage", no_checkpoint_file),
     Fault("resume with another policy.activation", resume_with("--policy.activation", "tanh"), 2,
           r"trained with policy\.activation='elu' but this run has policy\.activation='tanh'",
-          latest_at(2)),
+          lambda ctx: (latest_at(2)(ctx), only_the_run(ctx), files_of_the_run(ctx))),
 ]
 
 

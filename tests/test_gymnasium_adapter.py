@@ -9,7 +9,7 @@ import torch
 from gymnasium.spaces import Box, Dict, Discrete, MultiBinary
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
-from conftest import TEST_DEVICE, small_config
+from conftest import TEST_DEVICE, StagingCopies, small_config
 from syncfree.algo.storage import RolloutStorage
 from syncfree.envs.adapters.gymnasium import GymnasiumVecEnv, make_gymnasium
 from syncfree.errors import UserError
@@ -208,3 +208,33 @@ def test_bad_gym_task_is_one_line(tmp_path, capsys, argv, culprit) -> None:
     code = main(["train", *argv, "--iterations", "1", "--log.dir", str(tmp_path), "--log.progress", "false"])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert code == 2 and len(lines) == 1 and culprit in lines[0]
+
+
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "CartPole-v1"])
+def test_a_staged_step_is_one_copy_each_way_and_matches_the_unstaged_one(env_id: str) -> None:
+    """With host buffers apart from the device tensors (the CUDA path, here on the CPU), a step's observation,
+    final observation, reward and episode ends reach the device in one copy and the actions the host in one; every
+    output equals the unstaged adapter's, through time-outs (Pendulum's 200 steps) and terminations."""
+    direct, staged = make_gymnasium(env_id, 4, seed=3), make_gymnasium(env_id, 4, seed=3, staged=True)
+    assert not direct._pack.staged and staged._pack.staged
+    assert torch.equal(direct.reset()["policy"], staged.reset()["policy"])
+    n, steps, ended = direct.action_spec.size, 210, 0
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(steps):
+        a = (torch.randn(4, n, generator=gen) if direct.action_spec.kind == "continuous"
+             else torch.randint(n, (4,), generator=gen))
+        x = direct.step(a)
+        with StagingCopies(staged) as copies:
+            y = staged.step(a)
+        assert (copies.uploads, copies.downloads) == (1, 1)
+        for u, v in ((x.obs["policy"], y.obs["policy"]), (x.reward, y.reward), (x.terminated, y.terminated),
+                     (x.truncated, y.truncated), (x.info["final_obs"]["critic"], y.info["final_obs"]["critic"]),
+                     (x.info["episode_return"], y.info["episode_return"]),
+                     (x.info["episode_length"], y.info["episode_length"])):
+            assert torch.equal(u, v)
+        ended += int((x.terminated | x.truncated).sum())
+    assert ended >= 4
+    assert staged.transfers() == {"uploads": steps + 1, "downloads": steps}  # the reset's upload too
+    assert direct.transfers() == {"uploads": 0, "downloads": 0}
+    direct.close()
+    staged.close()

@@ -11,6 +11,7 @@ pytest.importorskip("mettagrid")
 import pydantic
 from mettagrid import MettaGridConfig
 
+from conftest import StagingCopies
 from syncfree.envs.adapters import mettagrid as adapter
 from syncfree.envs.adapters.mettagrid import (
     MettaGridSpec,
@@ -94,6 +95,33 @@ def test_finished_simulations_restart_on_their_slice_only() -> None:
     assert [s.seed for s in env.simulations] == [16, 14, 15]  # seed + the count of simulations started before
     assert float(env.pop_log()["mettagrid/restarts"]) == 4 and float(env.pop_log()["mettagrid/restarts"]) == 0
     env.close()
+
+
+def test_a_staged_step_is_one_copy_each_way_and_matches_the_unstaged_one() -> None:
+    """With host buffers apart from the device tensors (the CUDA path, here on the CPU), a step's observations,
+    rewards and episode ends reach the device in one copy of the shared buffer MettaGrid writes into, and the
+    actions MettaGrid's action array in one; every output equals the unstaged adapter's, through restarts."""
+    spec = learnable_spec(max_steps=20)
+    direct, staged = MettaGridVecEnv(spec, 3, seed=5), MettaGridVecEnv(spec, 3, seed=5, staged=True)
+    assert torch.equal(direct.reset()["policy"], staged.reset()["policy"])
+    assert np.shares_memory(staged.simulations[0]._c_sim.observations(), staged._pack.array("obs"))
+    gen = torch.Generator().manual_seed(1)
+    rewarded = 0.0
+    for _ in range(45):
+        a = torch.randint(0, direct.action_spec.size, (12,), generator=gen)
+        x = direct.step(a)
+        with StagingCopies(staged) as copies:
+            y = staged.step(a)
+        assert (copies.uploads, copies.downloads) == (1, 1)
+        for u, v in ((x.obs["policy"], y.obs["policy"]), (x.reward, y.reward), (x.terminated, y.terminated),
+                     (x.truncated, y.truncated), (x.info["episode_return"], y.info["episode_return"]),
+                     (x.info["episode_length"], y.info["episode_length"])):
+            assert torch.equal(u, v)
+        rewarded += float(x.reward.abs().sum())
+    assert float(staged.pop_log()["mettagrid/restarts"]) == 6 and rewarded > 0
+    assert staged.transfers() == {"uploads": 47, "downloads": 45}  # and at construction and reset
+    direct.close()
+    staged.close()
 
 
 def test_actions_land_in_their_simulations_slice() -> None:

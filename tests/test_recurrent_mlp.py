@@ -137,7 +137,8 @@ def test_cli_trains_evaluates_reruns_and_resumes_a_recurrent_policy_on_cartpole(
     assert len(first) == len(again) == 2
     for key in ("reward_per_agent_step", "value_loss", "surrogate_loss"):
         assert [r[key] for r in first] == [r[key] for r in again]
-    assert main(["train", "--resume", str(run / "latest.pt"), "--iterations", "3", "--log.progress", "false"]) == 0
+    assert main(["train", "--resume", str(run / "latest.pt"), "--resume_in_place", "true", "--iterations", "3",
+                 "--log.progress", "false"]) == 0
     assert json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["iteration"] == 3
 
 

@@ -244,6 +244,28 @@ def test_what_rnd_cannot_serve_is_one_line(argv: list[str], expected: str, capsy
     assert expected in refused_training(argv, capsys, tmp_path)
 
 
+@pytest.mark.parametrize(("argv", "warned"), [
+    (["--task", "point-mass", "--rnd.weight", "2", "--symmetry.mirror_loss_coef", "0.5"],
+     ["rnd.weight=2.0 changes nothing: rnd.enabled is false",
+      "symmetry.mirror_loss_coef=0.5 changes nothing: symmetry.mirror_loss is false"]),
+    (["--task", "point-mass", "--rnd.weight", "2", "--rnd.enabled", "true"], []),
+    (["--task", "point-mass-goal"], []),  # its preset's RND settings wait for rnd.enabled
+    (["--task", "point-mass-goal", "--rnd.num_outputs", "8"], ["rnd.num_outputs=8 changes nothing"]),
+])
+def test_settings_of_a_feature_that_is_off_are_one_warning_each(argv: list[str], warned: list[str], tmp_path: Path,
+                                                                caplog) -> None:
+    import logging
+
+    from syncfree.cli import main
+
+    with caplog.at_level(logging.WARNING, logger="syncfree"):
+        assert main(["train", *argv, "--iterations", "1", "--env.num_envs", "8", "--ppo.steps_per_env", "4",
+                     "--ppo.num_minibatches", "1", "--log.dir", str(tmp_path), "--log.progress", "false"]) == 0
+    said = [r.getMessage() for r in caplog.records if "changes nothing:" in r.getMessage()
+            and r.getMessage().startswith(("rnd.", "symmetry."))]
+    assert len(said) == len(warned) and all(w in line for w, line in zip(warned, said, strict=True)), said
+
+
 def test_a_recurrent_policy_learns_from_the_envs_reward_plus_the_intrinsic_one() -> None:
     """`policy.kind=recurrent`: the reward stored with the next step is the env's plus the intrinsic one; the
     predictor trains on the minibatch's rows; no host read per step or minibatch."""

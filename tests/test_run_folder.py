@@ -58,7 +58,7 @@ def test_a_folder_another_live_process_writes_is_refused_and_a_stale_lock_taken_
         lock = {"pid": other.pid, "host": socket.gethostname(), "since": 0.0}
         (tmp_path / "run" / ".lock").write_text(json.dumps(lock))
         capsys.readouterr()
-        assert main(["train", "--resume", str(latest), "--iterations", "2", "--log.progress", "false"]) == 2
+        assert main(["train", "--resume", str(latest), "--resume_in_place", "true", "--iterations", "2", "--log.progress", "false"]) == 2
         err = capsys.readouterr().err.strip()
         assert err.count("\n") == 0 and f"in use by process {other.pid}" in err, err
         records = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
@@ -67,13 +67,13 @@ def test_a_folder_another_live_process_writes_is_refused_and_a_stale_lock_taken_
         other.kill()
         other.wait()
     with caplog.at_level(logging.INFO, logger="syncfree"):  # the holder is gone: its lock is stale
-        assert main(["train", "--resume", str(latest), "--iterations", "2", "--log.progress", "false"]) == 0
+        assert main(["train", "--resume", str(latest), "--resume_in_place", "true", "--iterations", "2", "--log.progress", "false"]) == 0
     assert f"taking over the lock of process {other.pid}, which is gone" in caplog.text
     assert not (tmp_path / "run" / ".lock").exists()
 
     (tmp_path / "run" / ".lock").write_text(json.dumps({**lock, "host": "elsewhere"}))
     capsys.readouterr()
-    assert main(["train", "--resume", str(latest), "--iterations", "3", "--log.progress", "false"]) == 2
+    assert main(["train", "--resume", str(latest), "--resume_in_place", "true", "--iterations", "3", "--log.progress", "false"]) == 2
     err = capsys.readouterr().err.strip()
     assert "on host elsewhere" in err and f"delete {tmp_path / 'run' / '.lock'}" in err
 

@@ -230,7 +230,8 @@ def test_cli_trains_grid_arena_and_resumes(tmp_path: Path, capsys) -> None:
             "--ppo.num_minibatches", "2", "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress",
             "false"]
     assert main(["train", "--iterations", "2", *args]) == 0
-    assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--iterations", "3"]) == 0
+    assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--resume_in_place", "true",
+                 "--iterations", "3"]) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [1, 2, 3]
     assert records[-1]["env_steps"] == 3 * 8 * 8 and 0 <= records[-1]["reward_per_agent_step"] <= 1

@@ -16,12 +16,13 @@ from syncfree.algo.scope import warn_inert_switches
 from syncfree.config import TrainConfig, from_dict, merge, to_dict, validate
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError
-from syncfree.tasks import preset, with_policy_kind
+from syncfree.tasks import preset, preset_or_none, with_policy_kind
 from syncfree.train import checkpoint
 from syncfree.train.callbacks import IterationCallback
 from syncfree.train.evaluate import LoadedPolicy, evaluate_task, load_policy
 from syncfree.train.runner import Runner
-from syncfree.train.session import run_dir_of
+from syncfree.train.session import resume as resume_run
+from syncfree.train.session import resume_config, run_dir_of
 
 __all__ = ["LoadedPolicy", "TrainResult", "evaluate", "learn", "load", "load_policy"]
 
@@ -67,12 +68,13 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
 
     `resume=<checkpoint>` continues that run as `syncfree train --resume` does: the config is the checkpoint's
     (`config` and a task name are not read; pass your env again if the run trained on yours), `overrides` change
-    it (`iterations=` is the total to reach), and the run writes on in the checkpoint's folder.
+    it (`iterations=` is the total to reach), and the run writes a new run folder that starts with the metrics up to
+    the checkpoint (`resume_in_place=True`: on in the checkpoint's folder).
     """
     env = task if isinstance(task, VecEnv) else None
     resume = str(overrides.pop("resume", "") or (config.resume if config is not None else ""))
     if resume:
-        start = checkpoint.read(resume)[0]
+        start = resume_config(resume)
     elif config is not None:
         start = config
     elif isinstance(task, str):
@@ -91,11 +93,12 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     if run_dir:
         folder = run_dir_of(cfg) if run_dir is True else Path(run_dir)
         print(f"syncfree: training {cfg.task} -> {folder}")
+    if folder is not None and not cfg.resume_in_place:
+        checkpoint.check_run_dir_unused(folder)
     runner = Runner(cfg, run_dir=folder, env=env, on_iteration=on_iteration)
     if resume:
-        runner.load_state_dict(checkpoint.load(resume), source=f"checkpoint {resume}")
-        runner.last_saved = Path(resume)
-    warn_inert_switches(runner.cfg, runner.switch_scope())
+        resume_run(runner, resume)
+    warn_inert_switches(runner.cfg, runner.switch_scope(), preset_or_none(runner.cfg.task))
     try:
         record = runner.learn()
     finally:

@@ -125,7 +125,7 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
     from syncfree.config import from_dict, read_config_file, unknown_key_hint, validate, value_error_line
     from syncfree.core.device import resolve_device
     from syncfree.tasks import config_file_arguments, preset, switch_scope, with_policy_kind
-    from syncfree.train import checkpoint
+    from syncfree.train.session import resume_config
 
     pre = argparse.ArgumentParser(add_help=False)
     for name in ("--task", "--resume", "--policy.kind"):
@@ -135,8 +135,7 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
     files = [read_config_file(path) for path in known.config]  # each checked (size, no aliases) before the parser
     config_path, from_config = (known.config[-1], files[-1]) if files else (None, {})
     if known.resume:
-        base = checkpoint.read(known.resume)[0]
-        base.resume = known.resume
+        base = resume_config(known.resume)
     else:
         base = preset(known.task or from_config.get("task") or "cartpole")
         policy = from_config.get("policy")

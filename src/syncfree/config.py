@@ -556,7 +556,12 @@ class TrainConfig:
     save_every: int = 50
     """Checkpoint every K iterations (and always at the end)."""
     resume: str = ""
-    """Checkpoint to continue from; the run continues exactly where it stopped."""
+    """Checkpoint to continue from; the run continues exactly where it stopped, in a new run folder beside the
+    resumed run's (`log.run_name`, else `<its run>-resumed-<time>`) that starts with its metrics up to the
+    checkpoint."""
+    resume_in_place: bool = False
+    """With `resume`: write on in the checkpoint's own folder (its metrics past the checkpoint are dropped; refused
+    while another process trains there), e.g. a job that requeues itself with the same `--resume`."""
     env: EnvConfig = field(default_factory=EnvConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -572,6 +577,24 @@ class TrainConfig:
         made."""
         return self.env.rows() * self.ppo.steps_per_env, "env.num_envs * ppo.steps_per_env"
 
+    def unused_settings(self, defaults: TrainConfig | None = None) -> list[tuple[str, str]]:
+        """Settings of a feature that is off, set away from `defaults` (the task's preset; else the config type's
+        own): (`key=value`, why it changes nothing). A user who set `rnd.weight` without `rnd.enabled` is told
+        rather than left to wonder."""
+        unused = []
+        base = defaults if defaults is not None else type(self)()
+        if not self.rnd.enabled:
+            default = base.rnd
+            unused += [(f"rnd.{f.name}={getattr(self.rnd, f.name)!r}", "rnd.enabled is false")
+                       for f in dataclasses.fields(RNDConfig) if getattr(self.rnd, f.name) != getattr(default, f.name)]
+        if not self.symmetry.active() and self.symmetry.mirror != base.symmetry.mirror:
+            unused.append((f"symmetry.mirror={self.symmetry.mirror!r}",
+                           "symmetry.augment, symmetry.mirror_loss and symmetry.log_only are all false"))
+        if not self.symmetry.mirror_loss and self.symmetry.mirror_loss_coef != base.symmetry.mirror_loss_coef:
+            unused.append((f"symmetry.mirror_loss_coef={self.symmetry.mirror_loss_coef!r}",
+                           "symmetry.mirror_loss is false"))
+        return unused
+
     def validate(self) -> None:
         """Reject values that parse but make no sense, naming the key (the task name is checked by
         `syncfree.tasks.check_task`)."""
@@ -582,6 +605,8 @@ class TrainConfig:
         check(self.iterations >= 0, "iterations", "an integer >= 0", self.iterations)
         check(self.threads >= 0, "threads", "an integer >= 0 (0: chosen)", self.threads)
         check(self.save_every >= 1, "save_every", "an integer >= 1", self.save_every)
+        check(bool(self.resume) or not self.resume_in_place, "resume_in_place", "false unless resume names a checkpoint",
+              self.resume_in_place)
         self.env.validate()
         self.policy.validate(self.POLICY_KINDS, self.task)
         self.ppo.validate()

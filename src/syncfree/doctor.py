@@ -32,6 +32,7 @@ from syncfree.core import phases as phases_module
 from syncfree.core.counters import Counts, caller_site, tensors_in
 from syncfree.core.phases import ROLLOUT_PHASES, UPDATE_PHASES, PhaseCounter, Phases
 from syncfree.core.switches import PerfConfig
+from syncfree.envs.adapters.staging import HostStaging
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError
 from syncfree.tasks import factory, make_task_env, preset
@@ -144,6 +145,12 @@ class Report:
     """Phase -> what it is counted per (`step`, `minibatch`, `iteration`)."""
     repeats: dict[str, Counter] = field(default_factory=dict)
     """Phase -> `file:line` -> ops that repeated an identical earlier call within the same run of the phase."""
+    host_time_us: dict[str, float] = field(default_factory=dict)
+    """An adapter of a host simulator (`HostProfile`): microseconds of host time per env step by part of its
+    `step`, over a window of its own without the counters."""
+    transfers: dict[str, float] = field(default_factory=dict)
+    """An adapter of a host simulator: copies per env step to the device (`uploads`) and to the host
+    (`downloads`); none on the CPU, where its buffers are the trainer's tensors."""
 
     def per_step(self) -> dict[str, float]:
         """Syncs, allocations, ops and repeated ops per env step over the phases that run once per step."""
@@ -180,7 +187,8 @@ class Report:
                          "bytes": c.allocated_bytes / self.per[name], "ops": c.num_ops / self.per[name],
                          "sync_kinds": {k: v / self.per[name] for k, v in (c.host_reads + c.sync_ops).items()}}
                   for name, c in self.phases.items()}
-        return {"target": self.target, "per_step": self.per_step(), "phases": phases, "sites": self.sites()}
+        return {"target": self.target, "per_step": self.per_step(), "phases": phases, "sites": self.sites(),
+                "host_time_us": self.host_time_us, "transfers": self.transfers}
 
 
 def _short(where: str) -> str:
@@ -217,18 +225,28 @@ def random_actions(env: VecEnv, steps: int, seed: int = 0) -> list[torch.Tensor]
 
 
 def examine_env(env: VecEnv, steps: int = 32, warmup: int = 8, target: str = "env") -> Report:
-    """`warmup` steps, then `steps` counted ones, every `env.step` in phase `env`."""
-    actions = random_actions(env, warmup + steps)
+    """`warmup` steps, then `steps` counted ones, every `env.step` in phase `env`; for an adapter of a host
+    simulator (`HostStaging`), then `steps` more uncounted ones timed by part, and its copies per step."""
+    profiled = isinstance(env, HostStaging)
+    actions = random_actions(env, warmup + steps * (2 if profiled else 1))
     env.reset()
     with torch.inference_mode():
         for a in actions[:warmup]:
             env.step(a)
         phases, counter = Phases(), DoctorRecorder()
         with phases.attached(counter):
-            for a in actions[warmup:]:
+            for a in actions[warmup:warmup + steps]:
                 with phases(ENV_PHASE):
                     env.step(a)
-    return Report(target, counter.counts, {ENV_PHASE: steps}, {ENV_PHASE: "step"}, counter.repeats)
+        report = Report(target, counter.counts, {ENV_PHASE: steps}, {ENV_PHASE: "step"}, counter.repeats)
+        if isinstance(env, HostStaging):
+            env.host_profile.reset()
+            before = env.transfers()
+            for a in actions[warmup + steps:]:
+                env.step(a)
+            report.host_time_us = {part: seconds / steps * 1e6 for part, seconds in env.host_profile.seconds.items()}
+            report.transfers = {k: (v - before[k]) / steps for k, v in env.transfers().items()}
+    return report
 
 
 def examine_training(cfg: TrainConfig, warmup_iterations: int = 1, target: str = "train") -> Report:
@@ -315,7 +333,14 @@ def table(report: Report, top: int = 15) -> str:
                      + ", ".join(f"{k} {v:g}" for k, v in kinds.most_common()))
     total = report.per_step()
     lines += ["", f"per env step: {total['syncs']:g} host syncs, {total['allocs']:g} new storages, "
-              f"{total['ops']:g} ops, {total['repeats']:g} repeated on the same inputs", "", f"worst lines (of {len(report.sites())}; per run of their phase):", ""]
+              f"{total['ops']:g} ops, {total['repeats']:g} repeated on the same inputs"]
+    if report.host_time_us:
+        spent = max(sum(report.host_time_us.values()), 1e-9)
+        parts = ", ".join(f"{part} {us:.1f} ({us / spent:.0%})" for part, us in report.host_time_us.items())
+        copies = ", ".join(f"{v:g} {k}" for k, v in report.transfers.items())
+        lines += [f"host time per env step (uncounted window): {spent:.1f} us: {parts}",
+                  f"host<->device copies per env step: {copies}"]
+    lines += ["", f"worst lines (of {len(report.sites())}; per run of their phase):", ""]
     for row in report.sites()[:top]:
         sync_kinds = ", ".join(f"{k} {v:g}" for k, v in row["sync_kinds"].items())
         ops = ", ".join(f"{k.removeprefix('aten::')} {v:g}" for k, v in row["top_ops"].items())

@@ -104,6 +104,14 @@ def preset(task: str, size: str = "default") -> TrainConfig:
     return get_task(task).preset(size, task)
 
 
+def preset_or_none(task: str) -> TrainConfig | None:
+    """The task's preset, or None for a name no task has (a user's own env) or one that cannot be built here."""
+    try:
+        return preset(task) if find_task(task) is not None else None
+    except UserError:
+        return None
+
+
 def config_class(task: str, kind: str = "") -> type[TrainConfig]:
     """The task's config type (`TrainConfig` for a name no task has: a user's own env); with `kind="recurrent"` on
     a task whose type trains no recurrent policy, its recurrent variant (`recurrent_variant`)."""

@@ -109,12 +109,20 @@ def write_config(config: dict[str, Any], run_dir: Path, resolved: str = "") -> P
 
     path = run_dir / "config.yaml"
     header = f"# ran on {resolved}\n" if resolved else ""
-    _write_replace((header + yaml.safe_dump({**config, "resume": ""}, sort_keys=False)).encode(), path)
+    text = yaml.safe_dump({**config, "resume": "", "resume_in_place": False}, sort_keys=False)
+    _write_replace((header + text).encode(), path)
     return path
 
 
 RUN_FILES = ("latest.pt", "metrics.jsonl")
 """A folder holding either (or a numbered checkpoint) holds a run."""
+
+
+def run_folder_of(path: str | Path) -> Path | None:
+    """The run folder that holds the checkpoint at `path` (one with a config, metrics or `latest.pt`), or None for
+    a checkpoint kept elsewhere."""
+    folder = Path(path).parent
+    return folder if any((folder / name).is_file() for name in ("config.yaml", *RUN_FILES)) else None
 
 
 def check_run_dir_unused(run_dir: Path) -> None:
@@ -125,7 +133,7 @@ def check_run_dir_unused(run_dir: Path) -> None:
         p.name for p in run_dir.glob("checkpoint_*.pt"))[:1]
     if held:
         raise UserError(f"run folder {run_dir} already holds a run ({held[0]}); choose another log.run_name, or "
-                        f"continue that run with --resume {run_dir / 'latest.pt'}")
+                        f"continue that run with --resume {run_dir / 'latest.pt'} --resume_in_place true")
 
 
 def first_missing(path: Path) -> Path | None:

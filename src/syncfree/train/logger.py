@@ -82,12 +82,33 @@ def truncate_records(path: Path, last_iteration: int) -> int:
     if not path.is_file():
         return 0
     lines = path.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if _iteration(line) <= last_iteration]
+    kept = _records_until(lines, last_iteration)
     if len(kept) < len(lines):
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text("".join(kept))
-        os.replace(tmp, path)
+        _write_lines(kept, path)
     return len(lines) - len(kept)
+
+
+def copy_records(source: Path, path: Path, last_iteration: int) -> int:
+    """Start the JSONL file at `path` with the records of `source` up to `last_iteration` (a resume in a new run
+    folder reads as the whole run); returns how many. A source that is missing or unreadable gives none."""
+    try:
+        lines = source.read_text().splitlines(keepends=True)
+    except (OSError, UnicodeDecodeError):
+        return 0
+    kept = _records_until(lines, last_iteration)
+    _write_lines(kept, path)
+    return len(kept)
+
+
+def _records_until(lines: list[str], last_iteration: int) -> list[str]:
+    return [line for line in lines if _iteration(line) <= last_iteration]
+
+
+def _write_lines(lines: list[str], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(lines))
+    os.replace(tmp, path)
 
 
 def _iteration(line: str) -> float:

@@ -37,7 +37,7 @@ from syncfree.train import checkpoint
 from syncfree.train.callbacks import Callbacks, IterationCallback
 from syncfree.train.compile_choice import resolve_compile
 from syncfree.train.distributed import Distributed, NormalizerSync, running_norms
-from syncfree.train.logger import RunLogger, WandbRun
+from syncfree.train.logger import RunLogger, WandbRun, copy_records
 from syncfree.train.monitors import StepMonitors
 from syncfree.train.progress import Progress
 from syncfree.train.run_lock import RunLock
@@ -64,9 +64,10 @@ class Runner:
         self.run_dir = run_dir if self.is_main else None
         """Only rank 0 writes metrics and checkpoints."""
         self._lock: RunLock | None = None
-        created = None
+        created = self._created = None
+        """The outermost folder of `run_dir` this runner created (removed again if it never trains)."""
         if self.run_dir is not None:
-            created = checkpoint.first_missing(self.run_dir)
+            created = self._created = checkpoint.first_missing(self.run_dir)
             removed = checkpoint.prepare_run_dir(self.run_dir)
             if removed:
                 log.info("removed %d temporary file(s) an interrupted save left in %s", len(removed), self.run_dir)
@@ -149,6 +150,9 @@ class Runner:
         """Iterations this runner has run (not counting those of a checkpoint it resumed)."""
         self.last_saved: Path | None = None
         """The run's newest checkpoint: `latest.pt` once this runner saved, else the one it resumed, if any."""
+        self.resumed_from: Path | None = None
+        """The checkpoint this run continues (`syncfree.train.session.resume`): a run folder of its own starts with
+        that run's metrics up to it."""
         self.stop_requested = False
         """Set from a signal handler: the loop finishes the current iteration, saves, and returns (with several
         processes: once any rank asked, all stop after the same iteration)."""
@@ -427,6 +431,9 @@ class Runner:
             return
         if self.iteration == 0:
             checkpoint.check_run_dir_unused(self.run_dir)
+        source = self.resumed_from.parent / "metrics.jsonl" if self.resumed_from is not None else None
+        if source is not None and source.resolve() != (self.run_dir / "metrics.jsonl").resolve():
+            copy_records(source, self.run_dir / "metrics.jsonl", self.iteration)
         checkpoint.write_config(to_dict(self.cfg), self.run_dir, resolved=self.execution())
         log_cfg = self.cfg.log
         wandb = WandbRun(log_cfg.wandb_project, log_cfg.wandb_entity, log_cfg.wandb_group,
@@ -451,6 +458,13 @@ class Runner:
                 raise UserError(f"iteration {self.iteration}: checkpoint not saved: {reason}; {kept}") from None
             log.warning("iteration %d: checkpoint not saved: %s; %s; training goes on", self.iteration, reason, kept)
         return self.last_saved
+
+    def abandon(self) -> None:
+        """Close a runner that will not train (a checkpoint it was to resume was refused): the folder it created is
+        removed again, as when building it fails."""
+        self.close()
+        if self._created is not None and self.run_dir is not None:
+            checkpoint.remove_unused(self.run_dir, self._created)
 
     def close(self) -> None:
         self.callbacks.close()

@@ -6,8 +6,10 @@ the reset one, which is what syncfree's trainer expects. Gymnasium 1.x defaults 
 the env with `make_gymnasium`, or pass `vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP}`
 to `gymnasium.make_vec`.
 
-Gymnasium envs run on the host: every step moves the actions to the host and the results to `device`, through
-preallocated pinned buffers and non-blocking copies on CUDA, plain copies on the CPU. Gymnasium envs cannot be
+Gymnasium envs run on the host: every step moves the actions to the host in one copy and the results (observation,
+final observation, reward, terminated, truncated) to `device` in one copy of one packed buffer (`HostPack`):
+preallocated pinned buffers and non-blocking copies on CUDA; on the CPU the buffers are the tensors the trainer
+reads and nothing is copied. Gymnasium envs cannot be
 saved (`saveable = False`): a resumed run restores the trainer state exactly and starts new episodes.
 """
 
@@ -20,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from syncfree.envs.adapters.staging import HostStaging
+from syncfree.envs.adapters.staging import ActionStaging, HostPack, HostProfile, HostStaging
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.errors import UserError
 
@@ -52,12 +54,14 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
     and `info["episode_length"]` hold the finished episode's totals, kept in device tensors.
 
     `seed` seeds the first `reset()` only; later resets (e.g. on resume) continue the envs' random streams.
+    `staged`: host buffers apart from the device tensors (default: on CUDA only; see `HostPack`).
     """
 
     saveable = False
     host_threads = True
 
-    def __init__(self, vector_env: Any, device: torch.device | str = "cpu", seed: int | None = None) -> None:
+    def __init__(self, vector_env: Any, device: torch.device | str = "cpu", seed: int | None = None,
+                 staged: bool | None = None) -> None:
         if not isinstance(vector_env, gymnasium.vector.VectorEnv):
             raise UserError(f"Gymnasium adapter: {type(vector_env).__name__} is not a gymnasium.vector.VectorEnv")
         mode = vector_env.metadata.get("autoreset_mode")
@@ -90,17 +94,13 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
         self._act_shape = (n, *cast("tuple[int, ...]", act_space.shape))  # a Discrete's is ()
         cuda = self.device.type == "cuda"
         self._event = torch.cuda.Event() if cuda else None
-
-        def buffers(*shape: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-            """A device tensor and its host staging tensor (pinned on CUDA, the same tensor on the CPU)."""
-            dev = torch.zeros(*shape, dtype=dtype, device=self.device)
-            return dev, (torch.zeros(*shape, dtype=dtype, pin_memory=True) if cuda else dev)
-
-        self._obs, self._obs_host = buffers(n, dim, dtype=torch.float32)
-        self._final_obs, self._final_obs_host = buffers(n, dim, dtype=torch.float32)
-        self._reward, self._reward_host = buffers(n, dtype=torch.float32)
-        self._terminated, self._terminated_host = buffers(n, dtype=torch.bool)
-        self._truncated, self._truncated_host = buffers(n, dtype=torch.bool)
+        self._pack = pack = HostPack({"obs": ((n, dim), torch.float32), "final_obs": ((n, dim), torch.float32),
+                                      "reward": ((n,), torch.float32), "terminated": ((n,), torch.bool),
+                                      "truncated": ((n,), torch.bool)}, self.device, staged)
+        self._obs, self._final_obs, self._reward, self._terminated, self._truncated = (
+            pack.dev[name] for name in ("obs", "final_obs", "reward", "terminated", "truncated"))
+        self._obs_np, self._final_obs_np, self._reward_np, self._terminated_np, self._truncated_np = (
+            pack.array(name) for name in ("obs", "final_obs", "reward", "terminated", "truncated"))
         if self.action_spec.kind == "continuous":
             box = cast(Box, act_space)
             low, high = (np.broadcast_to(b, box.shape).reshape(-1).astype(np.float64) for b in (box.low, box.high))
@@ -112,15 +112,17 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
             self._scale = as_tensor(np.where(finite, (high - low) / 2, 1.0))
             self._offset = as_tensor(np.where(finite, (high + low) / 2, 0.0))
             act_dtype = torch.from_numpy(np.zeros(0, dtype=act_space.dtype)).dtype
-            self._actions, self._actions_host = buffers(n, self.action_spec.size, dtype=act_dtype)
+            self._act = ActionStaging((n, self.action_spec.size), act_dtype, self.device, pack.staged)
         else:
             self._start = int(cast(Discrete, act_space).start)
-            self._actions, self._actions_host = buffers(n, dtype=torch.int64)
-        self._obs_np, self._final_obs_np = self._obs_host.numpy(), self._final_obs_host.numpy()
-        self._actions_np = self._actions_host.numpy().reshape(self._act_shape)
+            self._act = ActionStaging((n,), torch.int64, self.device, pack.staged)
+        self._actions = self._act.dev
+        self._actions_np = self._act.host.numpy().reshape(self._act_shape)
+        self.host_profile = HostProfile(("actions", "simulator", "packing", "device"))
         zeros = lambda dtype: torch.zeros(n, dtype=dtype, device=self.device)  # noqa: E731
         self.episode_return, self.episode_length = zeros(torch.float32), zeros(torch.int64)
         self._final_return, self._final_length = zeros(torch.float32), zeros(torch.int64)
+        self._done = zeros(torch.bool)
         self._obs_groups = {"policy": self._obs, "critic": self._obs}
         self._info = {"episode_return": self._final_return, "episode_length": self._final_length,
                       "final_obs": {"critic": self._final_obs}}
@@ -130,42 +132,44 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
         obs, _ = self.vector_env.reset(seed=self._seed)
         self._seed = None
         self._obs_np[...] = np.asarray(obs).reshape(self.num_envs, -1)
-        self._upload(self._obs_host, self._obs)
+        self._pack.upload()
         self.episode_return.zero_()
         self.episode_length.zero_()
         return self._obs_groups
 
     def step(self, actions: Tensor) -> StepResult:
+        profile = self.host_profile
+        profile.start()
         if self.action_spec.kind == "continuous":
             torch.clamp(actions, self._clip_low, self._clip_high, out=self._actions)
             self._actions.mul_(self._scale).add_(self._offset)
         else:
             torch.add(actions, self._start, out=self._actions)
-        if self._actions_host is not self._actions:
-            self._actions_host.copy_(self._actions, non_blocking=True)
-        self._wait_for_copies()  # the actions are on the host and the previous step's uploads are done
+        self._act.download()
+        self._wait_for_copies()  # the actions are on the host and the previous step's upload is done
+        profile.lap("actions")
         obs, reward, terminated, truncated, infos = self.vector_env.step(self._actions_np)
+        profile.lap("simulator")
         self._obs_np[...] = np.asarray(obs).reshape(self.num_envs, -1)
-        self._reward_host.numpy()[...] = reward
-        self._terminated_host.numpy()[...] = terminated
-        self._truncated_host.numpy()[...] = truncated
+        self._reward_np[...] = reward
+        self._terminated_np[...] = terminated
+        np.greater(truncated, self._terminated_np, out=self._truncated_np)  # a time-out only where not terminal
         self._final_obs_np[...] = self._obs_np
-        if "_final_obs" in infos:
-            final = infos["final_obs"]
-            for i in np.flatnonzero(infos["_final_obs"]):
-                self._final_obs_np[i] = np.asarray(final[i]).reshape(-1)
-        for host, dev in ((self._obs_host, self._obs), (self._final_obs_host, self._final_obs),
-                          (self._reward_host, self._reward), (self._terminated_host, self._terminated),
-                          (self._truncated_host, self._truncated)):
-            self._upload(host, dev)
+        ended = infos.get("_final_obs")
+        if ended is not None and ended.any():  # one stack of the finished envs' last observations
+            rows = np.flatnonzero(ended)
+            self._final_obs_np[rows] = np.stack(infos["final_obs"][rows]).reshape(len(rows), -1)
+        self._pack.upload()
+        profile.lap("packing")
         self.episode_return.add_(self._reward)
         self.episode_length.add_(1)
-        self._truncated.logical_and_(~self._terminated)
-        done = self._terminated | self._truncated
+        done = torch.logical_or(self._terminated, self._truncated, out=self._done)
         self._final_return.copy_(self.episode_return)
         self._final_length.copy_(self.episode_length)
         self.episode_return.masked_fill_(done, 0.0)
         self.episode_length.masked_fill_(done, 0)
+        profile.lap("device")
+        profile.steps += 1
         return StepResult(self._obs_groups, self._reward, self._terminated, self._truncated, self._info)
 
     def close(self) -> None:
@@ -173,7 +177,7 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
 
 
 def make_gymnasium(env_id: str, num_envs: int, device: torch.device | str = "cpu", seed: int = 0,
-                   vectorization: str = "sync", **kwargs: Any) -> GymnasiumVecEnv:
+                   vectorization: str = "sync", staged: bool | None = None, **kwargs: Any) -> GymnasiumVecEnv:
     """`gymnasium.make_vec(env_id, num_envs, ...)` with same-step autoreset, wrapped; `kwargs` go to `make_vec`
     (the env's constructor arguments, or `wrappers`). `seed` seeds the first reset (env i gets `seed + i`)."""
     if vectorization not in ("sync", "async"):
@@ -187,7 +191,7 @@ def make_gymnasium(env_id: str, num_envs: int, device: torch.device | str = "cpu
     except ImportError as e:
         raise UserError(f"make_gymnasium: {env_id!r} needs a package that is not installed ({_one_line(e)}; "
                         "MuJoCo envs: pip install 'gymnasium[mujoco]')") from None
-    return GymnasiumVecEnv(vector_env, device, seed)
+    return GymnasiumVecEnv(vector_env, device, seed, staged)
 
 
 def _max_episode_steps(vector_env: Any) -> int:

@@ -4,7 +4,9 @@
 `num_envs = num_simulations * agents_per_env` rows (the trainer's "envs"). All simulations write into one set of
 host arrays (token observations `[num_envs, tokens, 3]` uint8, rewards, terminals, truncations, actions): each
 simulation is given a contiguous slice of them as its MettaGrid `Buffers`, so stepping copies nothing. The torch
-tensors are views of these arrays, made once; on CUDA the arrays are pinned and copied each way without blocking.
+tensors are views of these arrays, made once. The observations share one host buffer (`HostPack`) with the step's
+rewards and episode ends, so on CUDA (pinned) a step's results reach the device in one non-blocking copy and the
+actions reach the host in one.
 
 A simulation whose episode ended (all its agents terminal or truncated) is closed and a new one is started on the
 same slice, with seed `seed + k` (k counts the simulations started), in the same `step()`: the returned
@@ -29,7 +31,7 @@ import torch
 from torch import Tensor
 
 from syncfree.envs.adapters.mettagrid_map import ARENA_BORDER, ARENA_WALLS, MAPS, MettaGridMap
-from syncfree.envs.adapters.staging import HostStaging
+from syncfree.envs.adapters.staging import ActionStaging, HostPack, HostProfile, HostStaging
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.errors import UserError
 
@@ -145,12 +147,16 @@ class _Simulations:
     """`num_simulations` MettaGrid simulations stepping into slices of shared host arrays."""
 
     def __init__(self, config: MettaGridConfig, num_simulations: int, seed: int,
-                 alloc: Callable[[tuple[int, ...], np.dtype], np.ndarray]) -> None:
+                 alloc: Callable[[tuple[int, ...], np.dtype], np.ndarray], obs: np.ndarray | None = None) -> None:
         self.config, self.seed = config, seed
         self.num_simulations = e = num_simulations
         self.agents = a = config.game.num_agents
         n = e * a
-        self.obs = alloc((n, config.game.obs.num_tokens, config.game.obs.token_dim), dtype_observations)
+        shape = (n, config.game.obs.num_tokens, config.game.obs.token_dim)
+        self.obs = alloc(shape, dtype_observations) if obs is None else obs
+        if self.obs.shape != shape or self.obs.dtype != dtype_observations:
+            raise ValueError(f"observation array of shape {self.obs.shape} and {self.obs.dtype}: needs {shape}, "
+                             f"{np.dtype(dtype_observations)}")
         self.rewards = alloc((n,), dtype_rewards)
         self.terminals = alloc((n,), dtype_terminals)
         self.truncations = alloc((n,), dtype_truncations)
@@ -222,7 +228,7 @@ class MettaGridVecEnv(HostStaging, VecEnv):
     host_threads = True
 
     def __init__(self, spec: MettaGridSpec, num_simulations: int, device: torch.device | str = "cpu",
-                 seed: int = 0) -> None:
+                 seed: int = 0, staged: bool | None = None) -> None:
         if not isinstance(spec, MettaGridSpec):
             raise UserError(f"MettaGrid adapter: spec is a {type(spec).__name__}, not a MettaGridSpec")
         if not isinstance(num_simulations, int) or isinstance(num_simulations, bool) or num_simulations < 1:
@@ -234,42 +240,40 @@ class MettaGridVecEnv(HostStaging, VecEnv):
         if cuda and not torch.cuda.is_available():
             raise UserError(f"MettaGrid adapter: device {self.device} requested but CUDA is not available")
         self._event = torch.cuda.Event() if cuda else None
+        self.num_simulations, self.agents_per_env = num_simulations, spec.agents_per_env
+        self.num_envs = self.num_agents_total = n = num_simulations * spec.agents_per_env
+        obs_game = self.config.game.obs
+        tokens = (obs_game.num_tokens, obs_game.token_dim)
+        self._pack = pack = HostPack({"obs": ((n, *tokens), _torch_dtype(dtype_observations)),
+                                      "reward": ((n,), _torch_dtype(dtype_rewards)),
+                                      "terminated": ((n,), _torch_dtype(dtype_terminals)),
+                                      "truncated": ((n,), _torch_dtype(dtype_truncations))}, self.device, staged)
 
         def host(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
             if not cuda:
                 return np.zeros(shape, dtype)
             return torch.zeros(shape, dtype=_torch_dtype(dtype), pin_memory=True).numpy()
 
-        self._sims = sims = _Simulations(self.config, num_simulations, seed, host)
-        self.num_simulations, self.agents_per_env = num_simulations, spec.agents_per_env
-        self.num_envs = self.num_agents_total = n = num_simulations * spec.agents_per_env
+        self._sims = sims = _Simulations(self.config, num_simulations, seed, host, obs=pack.array("obs"))
         self.max_episode_length = spec.max_steps
         self.action_names: list[str] = sims.action_names
         self.action_spec = ActionSpec("discrete", len(self.action_names))
-        tokens = sims.obs.shape[1:]
         self.obs_shapes = {"policy": tokens, "critic": tokens}
 
-        # Host views of MettaGrid's arrays, and the step's outputs (copied before finished simulations restart).
-        self._obs_host = torch.from_numpy(sims.obs)
-        self._actions_host = torch.from_numpy(sims.actions)
+        # The step's outputs, in the pack (copied from MettaGrid's before finished simulations restart).
         self.masks = torch.from_numpy(sims.masks)
         self.teacher_actions: Tensor | None = None
         self._reward_np, self._terminated_np, self._truncated_np = (
-            host((n,), dtype) for dtype in (dtype_rewards, dtype_terminals, dtype_truncations))
+            pack.array(name) for name in ("reward", "terminated", "truncated"))
         self._terminated_2d = self._terminated_np.reshape(num_simulations, spec.agents_per_env)
         self._truncated_2d = self._truncated_np.reshape(num_simulations, spec.agents_per_env)
-        self._reward_host, self._terminated_host, self._truncated_host = (
-            torch.from_numpy(a) for a in (self._reward_np, self._terminated_np, self._truncated_np))
-        if cuda:
-            self._obs = torch.zeros(sims.obs.shape, dtype=torch.uint8, device=self.device)
-            self._reward, self._terminated, self._truncated = (
-                torch.zeros(n, dtype=t.dtype, device=self.device)
-                for t in (self._reward_host, self._terminated_host, self._truncated_host))
-            self._actions = torch.zeros(n, dtype=self._actions_host.dtype, device=self.device)
-        else:
-            self._obs, self._reward, self._terminated, self._truncated = (
-                self._obs_host, self._reward_host, self._terminated_host, self._truncated_host)
-            self._actions = self._actions_host
+        self._obs, self._reward, self._terminated, self._truncated = (
+            pack.dev[name] for name in ("obs", "reward", "terminated", "truncated"))
+        host_actions = torch.from_numpy(sims.actions)
+        self._act = ActionStaging(tuple(host_actions.shape), host_actions.dtype, self.device, pack.staged,
+                                  host=host_actions)
+        self._actions = self._act.dev
+        self.host_profile = HostProfile(("actions", "simulator", "outputs", "restarts", "device"))
         zeros = lambda dtype: torch.zeros(n, dtype=dtype, device=self.device)  # noqa: E731
         self.episode_return, self.episode_length = zeros(torch.float32), zeros(torch.int64)
         self._final_return, self._final_length = zeros(torch.float32), zeros(torch.int64)
@@ -278,7 +282,7 @@ class MettaGridVecEnv(HostStaging, VecEnv):
         self._info = {"episode_return": self._final_return, "episode_length": self._final_length}
         self._stepped = False  # whether the simulations moved since they started (reset() restarts them then)
         self._restarts, self._restart_s = 0, 0.0
-        self._upload(self._obs_host, self._obs)
+        pack.upload()
 
     @property
     def simulations(self) -> list[Simulation]:
@@ -290,33 +294,36 @@ class MettaGridVecEnv(HostStaging, VecEnv):
         if self._stepped:
             self._sims.restart(range(self.num_simulations))
             self._stepped = False
-        self._upload(self._obs_host, self._obs)
+        self._pack.upload()
         self.episode_return.zero_()
         self.episode_length.zero_()
         return self._obs_groups
 
     def step(self, actions: Tensor) -> StepResult:
+        profile = self.host_profile
+        profile.start()
         self._actions.copy_(actions.reshape(-1))
-        if self._actions is not self._actions_host:
-            self._actions_host.copy_(self._actions, non_blocking=True)
-        self._wait_for_copies()  # the actions are on the host and the previous step's uploads are done
+        self._act.download()
+        self._wait_for_copies()  # the actions are on the host and the previous step's upload is done
+        profile.lap("actions")
         sims = self._sims
         sims.step()
         self._stepped = True
+        profile.lap("simulator")
         finished = sims.finished()
         np.copyto(self._reward_np, sims.rewards)
         np.logical_and(sims.terminals_2d, finished[:, None], out=self._terminated_2d)
         np.logical_and(sims.truncations_2d, finished[:, None], out=self._truncated_2d)
         np.logical_and(self._truncated_np, ~self._terminated_np, out=self._truncated_np)
+        profile.lap("outputs")
         if finished.any():
             start = time.perf_counter()
             ended = np.flatnonzero(finished).tolist()
             sims.restart(ended)
             self._restarts += len(ended)
             self._restart_s += time.perf_counter() - start
-        for host, dev in ((self._obs_host, self._obs), (self._reward_host, self._reward),
-                          (self._terminated_host, self._terminated), (self._truncated_host, self._truncated)):
-            self._upload(host, dev)
+        profile.lap("restarts")
+        self._pack.upload()
         self.episode_return.add_(self._reward)
         self.episode_length.add_(1)
         done = torch.logical_or(self._terminated, self._truncated, out=self._done)
@@ -324,6 +331,8 @@ class MettaGridVecEnv(HostStaging, VecEnv):
         self._final_length.copy_(self.episode_length)
         self.episode_return.masked_fill_(done, 0.0)
         self.episode_length.masked_fill_(done, 0)
+        profile.lap("device")
+        profile.steps += 1
         return StepResult(self._obs_groups, self._reward, self._terminated, self._truncated, self._info)
 
     def pop_log(self) -> dict[str, Tensor]:
