@@ -10,6 +10,7 @@ Exits 1 when an effect test passes under its cut (it cannot see the switch)."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,16 +70,98 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
 """Switch -> (file under src/syncfree, text, replacement): the cut."""
 
 WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
+    # the finished episodes picked and copied to the host as the baseline does, and dropped
+    "deferred_episode_stats": [("train/monitors.py",
+                                '        record_row(episode_row, done, step.info["episode_return"], '
+                                'step.info["episode_length"])\n',
+                                '        record_row(episode_row, done, step.info["episode_return"], '
+                                'step.info["episode_length"])\n'
+                                '        step.info["episode_return"][done.nonzero().squeeze(-1)].cpu()\n')],
+    # the baseline's host check of the rewards beside the deferred one, its answer dropped
+    "deferred_nonfinite_check": [("train/monitors.py", "        nonfinite.check_row(step_value, step.obs, step.reward)\n",
+                                  "        nonfinite.check_row(step_value, step.obs, step.reward)\n"
+                                  "        bool(torch.isfinite(step.reward).all())\n")],
+    # the flag read on the host although the fused kernel skips on the device
+    "grad_finite_from_norm": [("algo/optim.py", "            self.optimizer.step()  # the fused kernel leaves",
+                               "            bool(self.found_inf)\n            self.optimizer.step()  # the fused kernel leaves")],
+    # rsl_rl's `.item()` of each logged loss beside the device sums, dropped
+    "device_loss_stats": [("algo/feedforward.py",
+                           "        if self.host_loss_sums is None:\n            super().add_statistics(parts, grad_norm)\n",
+                           "        if self.host_loss_sums is None:\n            [part.item() for part in parts[:RSL_RL_LOGGED]]\n"
+                           "            super().add_statistics(parts, grad_norm)\n")],
+    # the KL compared on the host as well, the comparison dropped
+    "device_adaptive_lr": [("algo/optim.py", "        self.lr.copy_(self.next_learning_rate(self.lr, kl_mean))\n",
+                            "        self.lr.copy_(self.next_learning_rate(self.lr, kl_mean))\n"
+                            "        bool(kl_mean > target * 2.0)\n")],
+    # the gradients zero-filled before they are dropped
+    "zero_grad_set_to_none": [("algo/optim.py",
+                               "        self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)",
+                               "        self.optimizer.zero_grad(set_to_none=False)\n"
+                               "        self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)")],
+    # the baseline's 1,024-row chunks evaluated beside the one call, dropped
+    "critic_chunk_size": [("policy/actor_critic.py",
+                           "        return chunked_value(self.critic, self.critic_norm, critic_obs, self.critic_chunk_size)",
+                           "        chunked_value(self.critic, self.critic_norm, critic_obs, 1024)\n"
+                           "        return chunked_value(self.critic, self.critic_norm, critic_obs, self.critic_chunk_size)")],
+    # each shared term computed again for every group, the shared value still used
+    "shared_obs_terms": [("envs/managers/observations.py", "        if spec.func not in self._shared:\n",
+                          "        spec.func(self.env)\n        if spec.func not in self._shared:\n")],
+    # g1-track's env switches: the baseline's host reads done beside the optimized path, their answers dropped
+    "log_env_actions": [("envs/managers/env.py", "        self.action.process(actions)\n",
+                         "        actions.detach().cpu()\n        self.action.process(actions)\n")],
+    "sampling_diagnostics": [("envs/builtin/g1_track/env.py",
+                              "        if self.perf.sampling_diagnostics:\n            self.log.add_host(self.command."
+                              "sampler.diagnostics())\n",
+                              "        diagnostics = self.command.sampler.diagnostics()\n        if self.perf."
+                              "sampling_diagnostics:\n            self.log.add_host(diagnostics)\n")],
+    "reset_without_sync": [("envs/managers/env.py", "            self.reset_envs(done)\n",
+                            "            done.nonzero(as_tuple=False)\n            self.reset_envs(done)\n")],
+    "fast_history": [("envs/managers/history.py", "        torch.where(first_push, data.unsqueeze(1), self._buffer, "
+                      "out=self._buffer)\n",
+                      "        torch.where(first_push, data.unsqueeze(1), self._buffer, out=self._buffer)\n"
+                      "        bool(torch.any(self._num_pushes == 0))\n")],
+    "batched_command_metrics": [("envs/managers/commands.py",
+                                 "            log.add_device(self.log_names, means, count > 0 if is_mask(selection) "
+                                 "else True)\n",
+                                 "            log.add_device(self.log_names, means, count > 0 if is_mask(selection) "
+                                 "else True)\n            [means[i].item() for i in range(len(self.log_names))]\n")],
+    # the argument checks run on a distribution built beside the optimized sampling, and dropped
+    "validate_distributions": [("policy/heads.py", "        actions = mean + std * torch.randn_like(mean)\n",
+                                "        Normal(finite_rows(mean), std, validate_args=True)\n"
+                                "        actions = mean + std * torch.randn_like(mean)\n")],
+    # the token policy's diagnostics copies made on every call, only keeping them gated
+    "cache_encoded_outputs": [("policy/token_encoder.py",
+                               "        if self.cache_encoded_outputs:\n            self.encoded_outputs = {\"tokens\": "
+                               "tokens.detach().cpu(), \"latents\": latent.detach().cpu()}\n",
+                               "        copies = {\"tokens\": tokens.detach().cpu(), \"latents\": latent.detach().cpu()}\n"
+                               "        if self.cache_encoded_outputs:\n            self.encoded_outputs = copies\n")],
+    "cache_full_latent": [("policy/token_encoder.py",
+                           "        if self.cache_full_latent:\n            self.full_latent = full_latent.detach().clone()\n",
+                           "        kept = full_latent.detach().clone()\n        if self.cache_full_latent:\n"
+                           "            self.full_latent = kept\n")],
+    # the device's time index read beside the host mirror
+    "cpu_time_index": [("algo/segments.py", "            return int(self.t_in_row_cpu[env.start])\n",
+                        "            self.t_in_row[env.start].item()\n            return int(self.t_in_row_cpu[env.start])\n")],
+    # the minibatch indices built again before the cache answers
+    "cached_minibatch_indices": [("algo/segments.py", "            key = (mb_idx, count)\n",
+                                  "            _sequential(self._all_segments, mb_idx, count)\n            key = (mb_idx, count)\n")],
+    # a buffer of the grown size allocated beside the preallocated one, dropped
+    "preallocated_last_actions": [("algo/segments.py", "        return self.last_actions[env]\n",
+                                   "        torch.zeros(env.stop, *self.last_actions.shape[1:], dtype=self.last_actions.dtype, "
+                                   "device=self.device)\n        return self.last_actions[env]\n")],
     # the embeddings and the first layer's product on every token computed beside the tables, and dropped
     "token_embedding_tables": [("policy/recurrent.py", "            return torch.relu_(table_sum(index, tables))",
                                 "            first(self.coordinate(rows[..., 0].long()) + self.feature(rows[..., 1]"
                                 ".long()) + self.value(rows[..., 2:].float() / 255.0))\n"
                                 "            return torch.relu_(table_sum(index, tables))")],
     # `max` with its indices taken beside `amax`, and dropped
-    "sparse_token_max": [("policy/token_pool.py", "        pooled = features.add_(padding).amax(1)\n",
-                          "        pooled = features.add_(padding).amax(1)\n        features.max(1)\n")],
+    "sparse_token_max": [("policy/token_pool.py", "    return features, features.add_(padding).amax(1)\n",
+                          "    features.add_(padding).max(1)\n    return features, features.amax(1)\n")],
 }
 """Switch -> the second cut shape: the optimized path also does the baseline's work and throws it away."""
+
+ASSERTION = re.compile(r"^E\s+(AssertionError|assert )", re.MULTILINE)
+"""How a failing effect test's output shows an assertion that failed (rather than an error the cut caused)."""
 
 
 def run_cut(switch: str, edits: list[tuple[str, str, str]], work: Path) -> tuple[bool, str]:
@@ -96,6 +179,9 @@ def run_cut(switch: str, edits: list[tuple[str, str, str]], work: Path) -> tuple
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test], cwd=ROOT,
                          env=env, capture_output=True, text=True)
     last = (run.stdout.strip().splitlines() or [""])[-1]
+    if run.returncode == 1 and not ASSERTION.search(run.stdout):  # the cut broke the code: it proves nothing
+        raise SystemExit(f"planted_cuts: {switch}: the cut makes {test} fail with an error, not an assertion; "
+                         f"fix the cut\n{run.stdout[-3000:]}")
     return run.returncode == 1, last
 
 

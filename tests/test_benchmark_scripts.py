@@ -126,3 +126,17 @@ def test_learning_seeds_reports_the_final_eval_and_the_rate_at_a_bound(
     assert result["eval_return"] < 0 and result["eval_return_sampled"] < 0  # pendulum's rewards are costs
     assert result["eval_return_sampled"] != result["eval_return"]  # std about 1: sampling changes the returns
     assert result.get("share_at_bound") == (pytest.approx(share) if share is not None else None)
+
+
+def test_grid_scale_measures_agent_steps_and_refuses_uneven_splits(tmp_path: Path) -> None:
+    pytest.importorskip("mettagrid")
+    spec = importlib.util.spec_from_file_location("benchmark_grid_scale", BENCHMARKS / "grid_scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--sims", "1", "--ranks", "1", "--iterations", "2", "--out", str(tmp_path)]) == 0
+    (row,) = json.loads((tmp_path / "results.json").read_text())["rows"]
+    assert row["agents"] == 4 and row["agent_steps_per_iteration"] == 4 * 32 and row["iterations"] == 2
+    assert row["agent_steps_per_s"] > 0 and row["losses_finite"]
+    assert "| 1 (4) | 1 | 128 |" in (tmp_path / "results.md").read_text()
+    with pytest.raises(SystemExit, match="3 simulations on 2 processes"):
+        module.main(["--sims", "3", "--ranks", "2", "--out", str(tmp_path)])

@@ -303,22 +303,30 @@ def test_critic_chunk_size_sets_the_critic_calls_per_evaluation() -> None:
 
 
 def test_token_policy_caches_are_kept_only_at_baseline() -> None:
-    def token_runner(**perf) -> Runner:
+    """The caches exist at their baseline values only, and cost only there: the optimized policy's act reads the
+    host no time (the encoded outputs' cache copies tokens and latents to the host) and allocates one tensor fewer
+    than with the decoder input's cache (its clone)."""
+    def token_runner(**perf) -> tuple[Runner, Counts]:
         cfg = small_config("g1-track", **perf)
         cfg.policy.kind = "token"
         cfg.policy.token = TokenEncoderConfig(encoder_hidden=[32], decoder_hidden=[32, 32], critic_hidden=[32],
                                               reconstruction_hidden=[32])
         runner = Runner(cfg)
+        actor_obs = runner.policy.actor_input(runner.obs)
         with torch.inference_mode():
-            runner.rollout_step(0)
-        return runner
+            runner.policy.act(actor_obs, runner.obs["critic"])  # warm
+            with count_syncs() as counts:
+                runner.policy.act(actor_obs, runner.obs["critic"])
+        return runner, counts
 
-    optimized = token_runner().policy
-    assert optimized.encoded_outputs == {} and optimized.full_latent is None
-    encoded = token_runner(cache_encoded_outputs=True).policy
-    assert encoded.encoded_outputs["tokens"].device.type == "cpu" and encoded.full_latent is None
-    latent = token_runner(cache_full_latent=True).policy
-    assert latent.full_latent is not None and latent.encoded_outputs == {}
+    optimized, plain = token_runner()
+    assert optimized.policy.encoded_outputs == {} and optimized.policy.full_latent is None
+    encoded, copying = token_runner(cache_encoded_outputs=True)
+    assert encoded.policy.encoded_outputs["tokens"].device.type == "cpu" and encoded.policy.full_latent is None
+    latent, cloning = token_runner(cache_full_latent=True)
+    assert latent.policy.full_latent is not None and latent.policy.encoded_outputs == {}
+    assert plain.syncs == 0 and copying.host_reads["cpu"] == 2, reads(copying)
+    assert plain.allocations == cloning.allocations - 1, (plain.allocations, cloning.allocations)
 
 
 # ------------------------------------------------------------------------------------- recurrent algorithm
