@@ -178,6 +178,7 @@ def test_non_finite_env_output_stops_at_iteration_end_naming_envs(tmp_path: Path
     with pytest.raises(NonFiniteError) as info:
         trainer.learn()
     assert str(info.value).startswith("iteration 3: non-finite observation or reward from env ids [3, 5]")
+    assert str(info.value).endswith(f"stopped; last good checkpoint {tmp_path / 'latest.pt'}")
     assert checkpoint.load(tmp_path / "latest.pt")["iteration"] == 2  # the last good checkpoint is kept
     assert not (tmp_path / "checkpoint_000003.pt").exists()
 
@@ -189,6 +190,15 @@ def test_non_finite_via_cli_is_one_line_exit_2(capsys, monkeypatch, tmp_path: Pa
                         "--ppo.steps_per_env", "8", "--log.dir", str(tmp_path), "--log.progress", "false")
     assert code == 2
     assert "iteration 3: non-finite observation or reward from env ids [3, 5]" in one_line(err)
+    assert one_line(err).endswith("stopped; no checkpoint written yet")  # none is saved before the run's end
+
+
+def test_the_closing_line_says_whether_iterations_finished_unsaved() -> None:
+    from syncfree.train.session import saved_line
+
+    assert saved_line(None) == "no checkpoint written (no iteration finished)"
+    assert saved_line(None, 3) == "no checkpoint written (3 iterations finished, none saved)"
+    assert saved_line(Path("runs/a/latest.pt"), 3) == "checkpoint runs/a/latest.pt"
 
 
 def test_cuda_requested_without_cuda(capsys) -> None:

@@ -237,6 +237,11 @@ class Runner:
         chosen = f" ({self.compile_choice.reason})" if self.compile_choice.reason else ""
         return f"{self.device}, {threads}, perf.compile={self.cfg.perf.compile}{chosen}, {self.precision}"
 
+    @property
+    def iterations_run(self) -> int:
+        """Iterations this runner has run (not counting those of a checkpoint it resumed)."""
+        return self._iterations_run
+
     def compiles_first_iteration(self) -> bool:
         """The next iteration is this runner's first with `perf.compile` on: it builds the graphs (seconds to
         minutes on a CPU; torch keeps them in its on-disk caches for the next run of the same config)."""
@@ -292,10 +297,10 @@ class Runner:
             step, envs = first_bad
             shown = ", ".join(map(str, envs[:8])) + (f", ... ({len(envs)} envs)" if len(envs) > 8 else "")
             raise NonFiniteError(f"{where}iteration {self.iteration}: non-finite observation or reward from env ids "
-                                 f"[{shown}] at rollout step {step}; stopped, last good checkpoint kept")
+                                 f"[{shown}] at rollout step {step}; stopped; {self.kept()}")
         if shared is not None and shared[len(names)] > 0:
             raise NonFiniteError(f"{where}iteration {self.iteration}: another rank's envs produced a non-finite "
-                                 "observation or reward (its error names them); stopped, last good checkpoint kept")
+                                 f"observation or reward (its error names them); stopped; {self.kept()}")
         self.check_divergence(stats, where)
         episodes = self.monitors.episodes
         episodes.end_iteration(host.get("episodes"))
@@ -334,14 +339,18 @@ class Runner:
         `ppo.max_skipped_updates` minibatch updates in a row for non-finite gradients."""
         if stats["non_finite_parameters"] > 0:
             raise NonFiniteError(f"{where}iteration {self.iteration}: the update left non-finite parameters (the run "
-                                 "diverged: try a smaller ppo.learning_rate); stopped, last good checkpoint kept")
+                                 f"diverged: try a smaller ppo.learning_rate); stopped; {self.kept()}")
         limit = self.cfg.ppo.max_skipped_updates
         if limit and stats["longest_skip_run"] >= limit:
             raise NonFiniteError(f"{where}iteration {self.iteration}: {int(stats['longest_skip_run'])} minibatch "
                                  "updates in a row skipped for non-finite gradients (ppo.max_skipped_updates="
-                                 f"{limit}): the run diverged; stopped, last good checkpoint kept")
+                                 f"{limit}): the run diverged; stopped; {self.kept()}")
 
     # -- checkpoints -------------------------------------------------------------------------------------
+
+    def kept(self) -> str:
+        """What a run that stops on bad output keeps: its newest checkpoint, or that it has none."""
+        return f"last good checkpoint {self.last_saved}" if self.last_saved else "no checkpoint written yet"
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -119,14 +119,14 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
     try:
         record = trainer.learn()
     except KeyboardInterrupt:
-        info("aborted; %s", saved_line(trainer.last_saved))
+        info("aborted; %s", saved_line(trainer.last_saved, trainer.iterations_run))
         return INTERRUPTED
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         trainer.close()
     info("%s at iteration %d (%d env steps): %s; %s", "stopped" if trainer.stopping() else "done", trainer.iteration,
-         trainer.env_steps, summary(record), saved_line(trainer.last_saved))
+         trainer.env_steps, summary(record), saved_line(trainer.last_saved, trainer.iterations_run))
     return 0
 
 
@@ -137,6 +137,10 @@ def summary(record: dict[str, Any]) -> str:
     return figures or "no episode finished yet"
 
 
-def saved_line(path: Path | None) -> str:
-    """Where the run's newest checkpoint is, or that there is none."""
-    return f"checkpoint {path}" if path is not None else "no checkpoint written (no iteration finished)"
+def saved_line(path: Path | None, iterations_run: int = 0) -> str:
+    """Where the run's newest checkpoint is, or that there is none (and whether iterations finished unsaved)."""
+    if path is not None:
+        return f"checkpoint {path}"
+    if iterations_run:
+        return f"no checkpoint written ({iterations_run} iteration{'s' if iterations_run > 1 else ''} finished, none saved)"
+    return "no checkpoint written (no iteration finished)"
