@@ -213,3 +213,58 @@ def _two_rank_grid_worker(rank: int, tmp: str) -> None:
     finally:
         torch.save(out, Path(tmp) / f"grid_rank{rank}.pt")
         dist.destroy_process_group()
+
+
+def rnd_config(iterations: int):
+    """point-mass-goal with RND (state and reward normalization on, the weight annealed), 16 envs a rank."""
+    import dataclasses
+
+    cfg = small_config("point-mass-goal")
+    cfg.iterations, cfg.env.num_envs = iterations, 16
+    cfg.rnd = dataclasses.replace(cfg.rnd, enabled=True, weight=0.5, weight_schedule="linear", final_step=1000,
+                                  num_outputs=8, predictor_hidden=[16], target_hidden=[16], state_normalization=True,
+                                  reward_normalization=True)
+    return cfg
+
+
+def _rnd_vector(trainer: Runner) -> torch.Tensor:
+    """The RND networks, normalizers (not the per-env discounted sums: each rank's own envs) and Adam moments."""
+    rnd = trainer.algorithm.rnd
+    tensors = [t for name, t in rnd.module.state_dict().items() if not name.endswith("discounted")]
+    for state in rnd.optimizer.state.values():
+        tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    return torch.cat([t.detach().reshape(-1).double() for t in tensors])
+
+
+def _two_rank_rnd_worker(rank: int, tmp: str) -> None:
+    """RND on 2 ranks: 2 iterations, a resume of the 2-process checkpoint and one more; then one predictor step on
+    each rank's half of a minibatch (gradients averaged over ranks)."""
+    from syncfree.algo.rnd import RND
+    from syncfree.config import PerfConfig, RNDConfig
+
+    _join(tmp, rank, timeout=60)
+    out: dict = {}
+    try:
+        trainer = Runner(rnd_config(2), run_dir=Path(tmp) / f"rnd{rank}")
+        out["record"] = trainer.learn()
+        out["rnd"] = _gather(_rnd_vector(trainer))
+        out["policy"] = _gather(_policy_vector(trainer))
+        trainer.close()
+        resumed = Runner(rnd_config(3))
+        resumed.load_state_dict(checkpoint.load(Path(tmp) / "rnd0" / "latest.pt"))
+        out["resumed_record"] = resumed.learn()
+        out["resumed_rnd"] = _gather(_rnd_vector(resumed))
+        resumed.close()
+
+        torch.manual_seed(0)  # the same networks on both ranks
+        rnd = RND(RNDConfig(enabled=True, weight=1.0, state_normalization=False), 4, 8, PerfConfig(compile="off"),
+                  torch.device("cpu"), Distributed.current())
+        obs = torch.load(Path(tmp) / "rnd_obs.pt")
+        rnd.begin_update()
+        with count_syncs() as counts:
+            rnd.train(obs[4 * rank : 4 * rank + 4])
+        out["step"] = ([p.detach().clone() for p in rnd.module.predictor.parameters()], rnd.stats.clone())
+        out["step_counts"] = (counts.syncs, dict(counts.host_reads), counts.ops["c10d::allreduce_"])
+    finally:
+        torch.save(out, Path(tmp) / f"rnd_rank{rank}.pt")
+        dist.destroy_process_group()

@@ -24,6 +24,7 @@ from distributed_workers import (
     _dead_rank_worker,
     _disagreeing_worker,
     _two_rank_grid_worker,
+    _two_rank_rnd_worker,
     _two_rank_worker,
     equivalence_config,
     identity_order,
@@ -161,6 +162,37 @@ def test_two_rank_update_equals_single_process_update_on_the_combined_rollout(tw
     moved = max((a - b).abs().max().item() for a, b in zip(ref["updated"], ref["before"], strict=True))
     assert moved > 100 * TOLERANCE  # the update did move the parameters
     torch.testing.assert_close(r0["update_stats"]["learning_rate"], ref["update_stats"]["learning_rate"])
+
+
+def test_rnd_trains_on_two_ranks_with_its_gradients_averaged(tmp_path: Path) -> None:
+    """RND with several processes: the random target, the predictor, its normalizers and Adam moments stay equal
+    across ranks through training and a resume; one predictor step on each rank's half of a minibatch equals one
+    step on the whole minibatch in one process (its gradients averaged over ranks)."""
+    from syncfree.algo.rnd import RND
+    from syncfree.config import PerfConfig, RNDConfig
+
+    obs = torch.randn(8, 4, generator=torch.Generator().manual_seed(3))
+    torch.save(obs, tmp_path / "rnd_obs.pt")
+    mp.start_processes(_two_rank_rnd_worker, args=(str(tmp_path),), nprocs=WORLD, start_method="spawn")
+    r0, r1 = (torch.load(tmp_path / f"rnd_rank{r}.pt", weights_only=False) for r in range(WORLD))
+    for key in ("rnd", "policy", "resumed_rnd"):
+        v0, v1 = r0[key]
+        assert v0.numel() > 100 and torch.equal(v0, v1), key
+    for record in (r0["record"], r0["resumed_record"]):
+        assert math.isfinite(record["rnd_loss"]) and record["rnd_reward"] > 0
+    assert r0["resumed_record"]["iteration"] == 3 and not (tmp_path / "rnd1").exists()
+
+    torch.manual_seed(0)
+    single = RND(RNDConfig(enabled=True, weight=1.0, state_normalization=False), 4, 8, PerfConfig(compile="off"),
+                 torch.device("cpu"))
+    single.begin_update()
+    single.train(obs)
+    for rank in (r0, r1):
+        assert rank["step_counts"] == (0, {}, 1), rank["step_counts"]  # one collective, no host read
+        params, stats = rank["step"]
+        for a, b in zip(params, single.module.predictor.parameters(), strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(stats, single.stats, rtol=1e-5, atol=1e-6)
 
 
 def test_the_recurrent_algorithm_trains_on_two_ranks(tmp_path: Path) -> None:

@@ -109,7 +109,7 @@ class FeedForwardPPO(Algorithm):
             policy = cls.build_policy(cfg, env).to(device)
         set_autocast(policy, cfg.perf.autocast, device)
         return cls(policy, cfg.ppo, cfg.perf, env.num_envs, obs_dim(env, "critic"), env.action_spec, device, dist=dist,
-                   symmetry=build_symmetry(cfg, env, policy), rnd=build_rnd(cfg, env, device, dist is not None))
+                   symmetry=build_symmetry(cfg, env, policy), rnd=build_rnd(cfg, env, device, dist))
 
     @classmethod
     def build_policy(cls, cfg: TrainConfig, env: EnvShape) -> PolicyBase:

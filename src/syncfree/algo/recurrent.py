@@ -160,7 +160,7 @@ class RecurrentPPO(Algorithm):
             teacher = cls.load_teacher(cfg.losses.teacher, env, read_checkpoint).to(device)
         return cls(policy, cfg.ppo, cfg.losses, cfg.perf, env.num_envs, env.obs_shapes, device, teacher=teacher,
                    env_teacher=scripted_teacher(env) if cfg.losses.supervised > 0 else None, dist=dist,
-                   rnd=build_rnd(cfg, env, device, dist is not None))
+                   rnd=build_rnd(cfg, env, device, dist))
 
     @classmethod
     def build_policy(cls, cfg: RecurrentTrainConfig, env: EnvShape,

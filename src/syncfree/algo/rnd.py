@@ -25,6 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from syncfree.algo.minibatch_step import MinibatchStep, StepState
+from syncfree.algo.optim import Collective, GradientAllReduce
 from syncfree.config import RNDConfig, TrainConfig
 from syncfree.core.compile import hot
 from syncfree.core.switches import PerfConfig
@@ -138,17 +139,22 @@ class RND:
     the mean weighted intrinsic reward per env step of the rollout)."""
 
     def __init__(self, cfg: RNDConfig, state_dim: int, num_envs: int, perf: PerfConfig,
-                 device: torch.device) -> None:
+                 device: torch.device, dist: Collective | None = None) -> None:
         self.module = RandomNetworkDistillation(cfg, state_dim, num_envs).to(device)
         self.group = cfg.state
         self.params = [p for p in self.module.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=0.0)
-        """Adam (AdamW without decay takes the same steps); stepped by `step`, holding its moments for checkpoints."""
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=0.0,
+                                           fused=(perf.fused_adamw and dist is not None) or None)
+        """Adam (AdamW without decay takes the same steps); stepped by `step`, holding its moments for checkpoints.
+        With several processes it steps itself, fused (`perf.fused_adamw`: no host read of its step counts)."""
         self.step = MinibatchStep(self.module, self._losses, self.optimizer, max_grad_norm=float("inf"), adapt=None,
                                   skip_nonfinite=False)
         perf = dataclasses.replace(perf, cuda_graphs="off")  # graphs of their own, not replayed as CUDA graphs
-        self._update = hot(self.update_rows, perf, device)
-        self._train = hot(self.step.update, perf, device)
+        self.grad_all_reduce = GradientAllReduce(self.params, dist) if dist is not None else None
+        """With several processes: the predictor's gradients (and its loss) averaged over ranks between the
+        backward and Adam's step, as rsl_rl reduces them; the step then runs eagerly, as the policy's does."""
+        self._update = hot(self.update_rows, perf, device) if dist is None else self.update_rows
+        self._train = hot(self.step.update, perf, device) if dist is None else self.averaged_step
         self.lr = torch.tensor(cfg.learning_rate, dtype=torch.float64, device=device)
         self.stats = torch.zeros(2, device=device)
         """(the predictor's loss, its gradient norm), summed over the update's minibatches."""
@@ -168,7 +174,24 @@ class RND:
 
     def update_rows(self, rollout_obs: Tensor, idx: Tensor, state: StepState) -> None:
         """One Adam step of the predictor on the rows `idx` of the rollout's observations of the group."""
-        self.step.update(rollout_obs[idx], state)
+        if self.grad_all_reduce is not None:
+            self.averaged_step(rollout_obs[idx], state)
+        else:
+            self.step.update(rollout_obs[idx], state)
+
+    def averaged_step(self, obs: Tensor, state: StepState) -> None:
+        """One Adam step of the predictor with its gradients averaged over ranks (several processes): backward,
+        one all-reduce of the gradients and the loss, `torch.optim.AdamW`'s step; (the rank-mean loss, the
+        gradient norm) added to the statistics."""
+        assert self.grad_all_reduce is not None  # with several processes only
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.module.loss(obs)
+        loss.backward()  # type: ignore[no-untyped-call]  # torch leaves Tensor.backward unannotated
+        mean_loss = self.grad_all_reduce(loss.detach())
+        grads = [p.grad for p in self.params if p.grad is not None]
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        self.optimizer.step()
+        state.stats.add_(torch.stack((mean_loss.reshape(()), norm)))
 
     def update(self, rollout_obs: Tensor, idx: Tensor) -> None:
         """One step on the rows `idx` of the rollout's observations (gathered inside the compiled step)."""
@@ -191,17 +214,15 @@ class RND:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-def build_rnd(cfg: TrainConfig, env: VecEnv, device: torch.device, distributed: bool) -> RND | None:
+def build_rnd(cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Collective | None) -> RND | None:
     """The run's `RND`, or None with `rnd.enabled` off; one line naming what stands in the way when it cannot apply."""
     rnd = cfg.rnd
     if not rnd.enabled:
         return None
     if cfg.policy.kind not in ("mlp", "recurrent"):
         raise UserError(f"rnd: policy.kind={cfg.policy.kind} is not covered (MLP policies, feed-forward or recurrent)")
-    if distributed:
-        raise UserError("rnd: training with several processes is not covered yet (one process)")
     shape = env.obs_shapes[rnd.state]
     if len(shape) != 1:
         raise UserError(f"rnd.state={rnd.state}: the networks read flat observations; {cfg.task}'s {rnd.state} group "
                         f"has shape {tuple(shape)}")
-    return RND(rnd, shape[0], env.num_envs, cfg.perf, device)
+    return RND(rnd, shape[0], env.num_envs, cfg.perf, device, dist)

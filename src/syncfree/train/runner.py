@@ -129,11 +129,16 @@ class Runner:
         self.transfer.register("nonfinite", self.monitors.nonfinite.device_payload)
         self.transfer.register("env", self.env.pop_log)
         self.norm_sync: NormalizerSync | None = None
+        self.rnd_norm_sync: NormalizerSync | None = None
+        """With several processes and RND: its input and reward normalizers, merged after each update."""
         self._env_takes_reduce = False
         if self.dist is not None:
             self.dist.check_agreement(self.agreed_facts())
-            self.dist.broadcast_module(self.policy)
+            self.broadcast_modules()
             self.norm_sync = NormalizerSync(running_norms(self.policy), self.dist)
+            rnd = self.algorithm.rnd
+            if rnd is not None:
+                self.rnd_norm_sync = NormalizerSync(running_norms(rnd.module), self.dist)
             self._env_takes_reduce = "reduce" in inspect.signature(self.env.end_iteration).parameters
             self._rank_means = [name for name in self.algorithm.statistics() if name not in RANK_SHARED]
             """Statistics averaged over ranks (the others, the skip count and the learning rate, are equal on all)."""
@@ -209,6 +214,8 @@ class Runner:
         self.end_env_iteration()
         with allocating(UPDATE_MEMORY):
             algorithm.update(progress=self.iteration / max(self.cfg.iterations, 1))
+        if self.rnd_norm_sync is not None:
+            self.rnd_norm_sync.merge()
         with self.phases("logging"):
             host = self.read_iteration()  # the iteration's only host transfer
             self.iteration += 1
@@ -424,8 +431,17 @@ class Runner:
                 self.reset_env()  # external envs cannot be saved: they start new episodes
             checkpoint.set_rng_state(state["rng"])
         if self.dist is not None and self.norm_sync is not None:
-            self.dist.broadcast_module(self.policy)
+            self.broadcast_modules()
             self.norm_sync.snapshot()
+            if self.rnd_norm_sync is not None:
+                self.rnd_norm_sync.snapshot()
+
+    def broadcast_modules(self) -> None:
+        """Rank 0's policy, and its RND networks and normalizers (the random target too), on every rank."""
+        assert self.dist is not None  # with several processes only
+        self.dist.broadcast_module(self.policy)
+        if self.algorithm.rnd is not None:
+            self.dist.broadcast_module(self.algorithm.rnd.module)
 
     def reset_env(self) -> None:
         """New episodes everywhere."""
