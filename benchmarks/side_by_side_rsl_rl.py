@@ -33,11 +33,11 @@ from syncfree.bench.config import BenchConfig, train_config
 from syncfree.bench.floor import Floor
 from syncfree.bench.run import machine_info
 from syncfree.bench.timing import count_iteration, sync, time_iterations
-from syncfree.config import PerfConfig, RNDConfig
+from syncfree.config import PerfConfig, RNDConfig, SymmetryConfig
 from syncfree.core.compile import hot
 from syncfree.core.counters import Counts, count_syncs
 from syncfree.core.device import resolve_device
-from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
+from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl, rsl_rl_augmentation
 from syncfree.tasks import make_env
 from syncfree.train.runner import Runner
 
@@ -66,6 +66,16 @@ RSL_VARIANTS = {
 RND = RNDConfig(enabled=True, weight=0.5, num_outputs=16, predictor_hidden=[64, 64], target_hidden=[64, 64],
                 state_normalization=True, reward_normalization=True)
 """`--rnd`: random network distillation on every trainer of both libraries, these settings (the policy group)."""
+
+
+SYMMETRY = SymmetryConfig(augment=True, mirror_loss=True, mirror_loss_coef=0.5)
+"""`--symmetry`: rsl_rl's symmetry augmentation with its mirror loss on every trainer, the task's own mirror."""
+
+
+def rsl_rl_symmetry(sym: SymmetryConfig, env: SyncfreeToRslRl) -> dict:
+    """`symmetry` as rsl_rl's `symmetry_cfg`, with the env's mirror as its augmentation function."""
+    return {"use_data_augmentation": sym.augment, "use_mirror_loss": sym.mirror_loss,
+            "mirror_loss_coeff": sym.mirror_loss_coef, "data_augmentation_func": rsl_rl_augmentation(env.env.mirror())}
 
 
 def rsl_rl_rnd(rnd: RNDConfig) -> dict:
@@ -124,9 +134,11 @@ class RslRlRun:
         self.env = SyncfreeToRslRl(env)
         self.env.unwrapped = types.SimpleNamespace(step_dt=1.0)  # read by rsl_rl's RND: its weight as configured
         log_dir = str(log_root / f"rsl_rl-{len(list(log_root.iterdir()))}") if variant["logger"] else None
+        train_cfg = rsl_rl_config(cfg, variant["check_for_nan"], variant["compile"])
+        if cfg.symmetry.active():
+            train_cfg["algorithm"]["symmetry_cfg"] = rsl_rl_symmetry(cfg.symmetry, self.env)
         with contextlib.redirect_stdout(io.StringIO()):
-            self.runner = OnPolicyRunner(self.env, rsl_rl_config(cfg, variant["check_for_nan"], variant["compile"]),
-                                         log_dir=log_dir, device=str(env.device))
+            self.runner = OnPolicyRunner(self.env, train_cfg, log_dir=log_dir, device=str(env.device))
         self.runner.save = lambda *args, **kwargs: None  # no checkpoint files inside the timed region
         self.steps_per_iteration = cfg.ppo.steps_per_env * cfg.env.num_envs
 
@@ -202,11 +214,13 @@ def run_size(num_envs: int, args: argparse.Namespace, log_root: Path) -> dict:
     runs: dict[str, SyncfreeRun | RslRlRun] = {}
     bench = BenchConfig(task=args.task, device=args.device)
     rnd = RND if args.rnd else RNDConfig()
+    symmetry = SYMMETRY if args.symmetry else SymmetryConfig()
     for name, perf in SYNCFREE_VARIANTS.items():
         if name in args.syncfree_variants:
-            runs[name] = SyncfreeRun(dataclasses.replace(train_config(bench, num_envs, perf), rnd=rnd))
+            runs[name] = SyncfreeRun(dataclasses.replace(train_config(bench, num_envs, perf), rnd=rnd,
+                                                         symmetry=symmetry))
     cfg = dataclasses.replace(train_config(BenchConfig(task=args.task, device=args.device), num_envs, PerfConfig()),
-                              rnd=rnd)
+                              rnd=rnd, symmetry=symmetry)
     for name in args.rsl_variants:
         runs[name] = RslRlRun(cfg, RSL_VARIANTS[name], log_root)
     params = {name: run.parameter_count() for name, run in runs.items()}
@@ -247,7 +261,8 @@ def markdown(result: dict) -> str:
              f"{result['rsl_rl_version']}. Task `{result['task']}`, {result['ppo']['steps_per_env']} steps x "
              f"{result['ppo']['num_epochs']} epochs x {result['ppo']['num_minibatches']} minibatches, "
              f"{result['repeats']} interleaved repeats after warm-up"
-             f"{'; random network distillation on every trainer: ' + str(result['rnd']) if result.get('rnd') else ''}.",
+             f"{'; random network distillation on every trainer: ' + str(result['rnd']) if result.get('rnd') else ''}"
+             f"{'; symmetry on every trainer: ' + str(result['symmetry']) if result.get('symmetry') else ''}.",
              "",
              "Ops and syncs per step are the trainer's side of a rollout step (act, storage, normalizer, statistics, "
              "NaN check, logger), counted in one untimed iteration; the env's own ops are excluded. Compiled code is "
@@ -293,6 +308,8 @@ def main() -> None:
     parser.add_argument("--syncfree_variants", nargs="+", default=list(SYNCFREE_VARIANTS),
                         choices=list(SYNCFREE_VARIANTS))
     parser.add_argument("--rnd", action="store_true", help="random network distillation on every trainer (`RND`)")
+    parser.add_argument("--symmetry", action="store_true",
+                        help="symmetry augmentation and mirror loss on every trainer (`SYMMETRY`)")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     if args.threads:
@@ -305,7 +322,8 @@ def main() -> None:
         sizes = [run_size(n, args, Path(tmp)) for n in args.num_envs]
     cfg = train_config(BenchConfig(task=args.task), args.num_envs[0], PerfConfig())
     result = {"task": args.task, "machine": machine_info(device), "rsl_rl_version": importlib.metadata.version("rsl-rl-lib"),
-              "ppo": vars(cfg.ppo), "rnd": dataclasses.asdict(RND) if args.rnd else None, "repeats": args.repeats, "iterations": args.iterations, "sizes": sizes,
+              "ppo": vars(cfg.ppo), "rnd": dataclasses.asdict(RND) if args.rnd else None,
+              "symmetry": dataclasses.asdict(SYMMETRY) if args.symmetry else None, "repeats": args.repeats, "iterations": args.iterations, "sizes": sizes,
               "wall_seconds": time.time() - started}
     out = Path(args.out or f"benchmarks/results/side_by_side_rsl_rl-{device.replace(':', '')}")
     out.mkdir(parents=True, exist_ok=True)

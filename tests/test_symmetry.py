@@ -18,7 +18,7 @@ from syncfree.config import PolicyConfig, PPOConfig, SymmetryConfig
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import ActionSpec
 from syncfree.envs.builtin.point_mass import PointMass
-from syncfree.envs.mirror import Mirror, Reflection, SignedPermutation
+from syncfree.envs.mirror import Reflection, SignedPermutation
 from syncfree.errors import UserError
 from syncfree.policy.actor_critic import ActorCritic
 from syncfree.rsl_rl.checkpoint import to_rsl_rl
@@ -98,20 +98,6 @@ def minibatch(policy: ActorCritic, seed: int = 1) -> Batch:
                  act.value + torch.randn(ROWS, generator=g))
 
 
-def rsl_rl_mirror(mirror: Mirror):
-    """`mirror` as an rsl_rl `data_augmentation_func`: the originals followed by their reflection."""
-    from tensordict import TensorDict
-
-    def augment(env: Any, obs: Any = None, actions: torch.Tensor | None = None) -> tuple[Any, Any]:
-        groups = list(obs.keys()) if obs is not None else []  # iterating a TensorDict walks its rows, not its keys
-        out_obs = None if obs is None else torch.cat([obs, TensorDict(
-            {g: mirror.observations(g, obs[g]) for g in groups}, batch_size=obs.batch_size)])
-        out_actions = None if actions is None else torch.cat([actions, mirror.actions(actions)])
-        return out_obs, out_actions
-
-    return augment
-
-
 def rsl_rl_update(actor: Any, critic: Any, mb: Batch, sym: SymmetryConfig) -> tuple[dict[str, float], dict]:
     """One rsl_rl 5.5.1 `PPO.update()` over `mb` as its only minibatch: its logged losses and the gradients at its
     optimizer step (the step itself is skipped; the clip is too loose to act)."""
@@ -119,9 +105,11 @@ def rsl_rl_update(actor: Any, critic: Any, mb: Batch, sym: SymmetryConfig) -> tu
     from rsl_rl.storage import RolloutStorage
     from tensordict import TensorDict
 
+    from syncfree.envs.adapters.rsl_rl import rsl_rl_augmentation
+
     obs = TensorDict({"policy": mb.actor_obs, "critic": mb.critic_obs}, batch_size=[ROWS])
     storage = RolloutStorage("rl", ROWS, 1, obs, [2], "cpu")
-    symmetry_cfg = {"env": None, "data_augmentation_func": rsl_rl_mirror(PointMass(1).mirror()),
+    symmetry_cfg = {"env": None, "data_augmentation_func": rsl_rl_augmentation(PointMass(1).mirror()),
                     "use_data_augmentation": sym.augment, "use_mirror_loss": sym.mirror_loss,
                     "mirror_loss_coeff": sym.mirror_loss_coef}
     ppo = PPO(actor, critic, storage, num_learning_epochs=1, num_mini_batches=1, max_grad_norm=1e9,

@@ -28,4 +28,3 @@ def warn_inert_switches(cfg: TrainConfig, scope: Scope, defaults: TrainConfig | 
         log.warning("%s changes nothing: %s", setting, reason)
         named.append(setting.split("=")[0])
     return named
-

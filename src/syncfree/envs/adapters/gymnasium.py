@@ -9,8 +9,8 @@ to `gymnasium.make_vec`.
 Gymnasium envs run on the host: every step moves the actions to the host in one copy and the results (observation,
 final observation, reward, terminated, truncated) to `device` in one copy of one packed buffer (`HostPack`):
 preallocated pinned buffers and non-blocking copies on CUDA; on the CPU the buffers are the tensors the trainer
-reads and nothing is copied. Gymnasium envs cannot be
-saved (`saveable = False`): a resumed run restores the trainer state exactly and starts new episodes.
+reads and nothing is copied. Gymnasium envs cannot be saved (`saveable = False`): a resumed run restores the
+trainer state exactly and starts new episodes.
 """
 
 from __future__ import annotations

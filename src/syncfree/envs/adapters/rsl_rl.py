@@ -5,10 +5,14 @@ Needs the `bench` extra (`pip install 'syncfree[bench]'`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from torch import Tensor
 
 from syncfree.envs.api import VecEnv
+from syncfree.envs.mirror import Mirror
 from syncfree.errors import UserError
 
 try:
@@ -51,3 +55,17 @@ class SyncfreeToRslRl(RslRlVecEnv):
         self._obs = result.obs
         dones = result.terminated | result.truncated
         return self.get_observations(), result.reward, dones, {"time_outs": result.truncated}
+
+
+def rsl_rl_augmentation(mirror: Mirror) -> Callable[..., tuple[Any, Any]]:
+    """A syncfree `Mirror` as rsl_rl's symmetry `data_augmentation_func(env=, obs=, actions=)`: the originals
+    followed by their reflection (every observation group, and the actions)."""
+
+    def augment(env: Any = None, obs: Any = None, actions: Tensor | None = None) -> tuple[Any, Any]:
+        groups = list(obs.keys()) if obs is not None else []  # iterating a TensorDict walks its rows, not its keys
+        out_obs = None if obs is None else torch.cat([obs, TensorDict(
+            {g: mirror.observations(g, obs[g]) for g in groups}, batch_size=obs.batch_size)])
+        out_actions = None if actions is None else torch.cat([actions, mirror.actions(actions)])
+        return out_obs, out_actions
+
+    return augment
