@@ -1,6 +1,7 @@
 """Check the switches' effect tests against planted cuts: for each switch, copy the package, cut its optimized path
 (the optimized value takes the baseline path; for the switches in `WASTE_CUTS` also a second shape: the optimized
-path does the baseline's work as well and throws it away), run the switch's effect test
+path does the baseline's work as well and throws it away; for those in `STEP_CUTS` a cut of the `compile=step`
+path's own code), run the switch's effect test
 (`test_switch_effects.EFFECT_TESTS`) on the cut copy, and report whether it failed, as it must.
 
     python tests/planted_cuts.py [SWITCH ...]
@@ -160,6 +161,18 @@ WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
 }
 """Switch -> the second cut shape: the optimized path also does the baseline's work and throws it away."""
 
+STEP_CUTS: dict[str, list[tuple[str, str, str]]] = {
+    # the whole-minibatch function of `compile=step` (a path of its own) reading each logged loss
+    "device_loss_stats": [("algo/minibatch_step.py", "            state.stats.add_(torch.stack((*parts, grad_norm)))\n",
+                           "            state.stats.add_(torch.stack((*parts, grad_norm)))\n"
+                           "            [part.item() for part in parts[:3]]\n")],
+    # ... and comparing the KL on the host beside its device schedule
+    "device_adaptive_lr": [("algo/minibatch_step.py", "                lr.copy_(self.adapt(lr, kl_mean))\n",
+                            "                lr.copy_(self.adapt(lr, kl_mean))\n                float(kl_mean)\n")],
+}
+"""Switch -> a cut of the default `compile=step` path only, where the update runs code of its own: caught by the
+effect test's `compile=step` case (the compiled functions run eagerly under the counters)."""
+
 ASSERTION = re.compile(r"^E\s+(AssertionError|assert )", re.MULTILINE)
 """How a failing effect test's output shows an assertion that failed (rather than an error the cut caused)."""
 
@@ -192,6 +205,7 @@ def main(argv: list[str]) -> int:
         raise SystemExit(f"planted_cuts: no cut for {', '.join(sorted(missing))}")
     cuts = [(switch, "baseline path", CUTS[switch]) for switch in switches]
     cuts += [(switch, "work thrown away", WASTE_CUTS[switch]) for switch in switches if switch in WASTE_CUTS]
+    cuts += [(switch, "compile=step path", STEP_CUTS[switch]) for switch in switches if switch in STEP_CUTS]
     blind, rows = [], []
     with tempfile.TemporaryDirectory() as work:
         for switch, shape, edits in tqdm(cuts, desc="planted cuts", unit="cut"):

@@ -31,16 +31,18 @@ def warm(task: str, iterations: int = 2, **perf) -> Runner:
     return trainer
 
 
+@pytest.mark.parametrize("compile", ["off", "step"])  # `step`: the default path's functions, run eagerly here
 @pytest.mark.parametrize("task", sorted(BUDGETS))
-def test_sync_budget(task: str) -> None:
-    counts = count_iteration(warm(task))
+def test_sync_budget(task: str, compile: str) -> None:
+    counts = count_iteration(warm(task, compile=compile))
     assert counts["syncs_per_step"] == 0
     assert counts["syncs_per_minibatch"] == 0
     assert counts["syncs_per_iteration"] == 1
 
 
-def small_task_config(task: str):
-    """A few envs and steps of every built-in task, all switches optimized (compile off: counters see eager code)."""
+def small_task_config(task: str, compile: str = "off"):
+    """A few envs and steps of every built-in task, all switches optimized (the counters see eager code: `step`
+    runs the functions it would compile, the record step and the whole-minibatch update, eagerly)."""
     if task == "g1-track":
         cfg = preset(task, "small")
         cfg.env.max_episode_length = 6  # episodes end inside every iteration: the env logs its reset statistics
@@ -51,16 +53,18 @@ def small_task_config(task: str):
         cfg.ppo = dataclasses.replace(cfg.ppo, steps_per_env=8, bptt_horizon=4, num_epochs=2, num_minibatches=2)
     else:
         cfg = small_config(task)
-    cfg.seed, cfg.device, cfg.log.progress, cfg.perf.compile = 1, TEST_DEVICE, False, "off"
+    cfg.seed, cfg.device, cfg.log.progress, cfg.perf.compile = 1, TEST_DEVICE, False, compile
     return cfg
 
 
 @pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("compile", ["off", "step"])
 @pytest.mark.parametrize("task", sorted(TASKS))
-def test_every_built_in_task_reads_the_host_once_per_iteration(task: str) -> None:
+def test_every_built_in_task_reads_the_host_once_per_iteration(task: str, compile: str) -> None:
     """The named host transfer carries the algorithm's statistics, the monitors' buffers and the env's own log
-    (g1-track's reset statistics included): one read per iteration, none per rollout step or minibatch."""
-    runner = Runner(small_task_config(task))
+    (g1-track's reset statistics included): one read per iteration, none per rollout step or minibatch, on the
+    eager path and on `compile=step`'s."""
+    runner = Runner(small_task_config(task, compile))
     runner.cfg.iterations = 2
     runner.learn()
     counts = count_iteration(runner)

@@ -150,11 +150,21 @@ def test_grad_finite_from_norm_skips_a_non_finite_step_unread() -> None:
     assert not torch.isfinite(off.policy.critic[0].weight).all()
 
 
-def test_device_loss_stats_reads_no_loss_per_minibatch() -> None:
-    on = count_minibatch(warm(one_switch("pendulum", "device_loss_stats", True)))
-    off = count_minibatch(warm(one_switch("pendulum", "device_loss_stats", False)))
-    assert on.syncs == 0
-    assert off.host_reads == {"item": 3}, reads(off)  # surrogate, value and entropy, as rsl_rl logs them
+def count_update(runner: Runner) -> Counts:
+    """A whole update on the last rollout (its minibatches as the run's `perf.compile` runs them: with `step`, the
+    whole-minibatch function, here eagerly)."""
+    with count_syncs() as counts:
+        runner.algorithm.update(progress=0.0)
+    return counts
+
+
+@pytest.mark.parametrize("compile", ["off", "step"])
+def test_device_loss_stats_reads_no_loss_per_minibatch(compile: str) -> None:
+    """On either path a whole update (4 minibatches) reads no loss; off, each minibatch reads rsl_rl's three."""
+    on = count_update(warm(one_switch("pendulum", "device_loss_stats", True, perf__compile=compile)))
+    off = count_update(warm(one_switch("pendulum", "device_loss_stats", False, perf__compile=compile)))
+    assert on.syncs == 0, reads(on)
+    assert off.host_reads == {"item": 3 * 4}, reads(off)  # surrogate, value and entropy, as rsl_rl logs them
 
 
 def test_fused_adamw_runs_one_fused_kernel_per_step() -> None:
@@ -164,12 +174,13 @@ def test_fused_adamw_runs_one_fused_kernel_per_step() -> None:
     assert off.num_ops > on.num_ops  # the foreach implementation: a kernel per step of the formula
 
 
-def test_device_adaptive_lr_reads_no_kl_per_minibatch() -> None:
-    on = warm(one_switch("pendulum", "device_adaptive_lr", True))
-    off = warm(one_switch("pendulum", "device_adaptive_lr", False))
+@pytest.mark.parametrize("compile", ["off", "step"])
+def test_device_adaptive_lr_reads_no_kl_per_minibatch(compile: str) -> None:
+    on = warm(one_switch("pendulum", "device_adaptive_lr", True, perf__compile=compile))
+    off = warm(one_switch("pendulum", "device_adaptive_lr", False, perf__compile=compile))
     assert on.cfg.ppo.schedule == "adaptive"
-    assert count_minibatch(on).syncs == 0
-    assert count_minibatch(off).syncs >= 1  # the KL compared on the host, a Python float written back
+    assert count_update(on).syncs == 0
+    assert count_update(off).syncs >= 4  # each minibatch's KL compared on the host, a Python float written back
 
 
 def test_validate_distributions_reads_the_host_per_step() -> None:
