@@ -166,6 +166,11 @@ STEP_CUTS: dict[str, list[tuple[str, str, str]]] = {
     "device_loss_stats": [("algo/minibatch_step.py", "            state.stats.add_(torch.stack((*parts, grad_norm)))\n",
                            "            state.stats.add_(torch.stack((*parts, grad_norm)))\n"
                            "            [part.item() for part in parts[:3]]\n")],
+    # ... reading whether the gradient was finite, although the step skips on the device
+    "grad_finite_from_norm": [("algo/minibatch_step.py",
+                               "            finite = torch.isfinite(grad_norm) if self.skip_nonfinite else None\n",
+                               "            finite = torch.isfinite(grad_norm) if self.skip_nonfinite else None\n"
+                               "            bool(finite) if finite is not None else None\n")],
     # ... and comparing the KL on the host beside its device schedule
     "device_adaptive_lr": [("algo/minibatch_step.py", "                lr.copy_(self.adapt(lr, kl_mean))\n",
                             "                lr.copy_(self.adapt(lr, kl_mean))\n                float(kl_mean)\n")],

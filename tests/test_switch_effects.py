@@ -132,19 +132,20 @@ def test_deferred_nonfinite_check_reads_nothing_per_step() -> None:
     assert off.host_reads["__bool__"] >= 2 * 4, reads(off)  # observations and rewards, every step
 
 
-def test_grad_finite_from_norm_skips_a_non_finite_step_unread() -> None:
-    """On, a NaN gradient leaves the parameters alone and is counted, without a host read; off (rsl_rl, which
-    checks nothing) it reaches AdamW and the parameters."""
-    def nan_step(optimized: bool) -> tuple[Runner, Counts, int]:
-        runner = warm(one_switch("pendulum", "grad_finite_from_norm", optimized))
+@pytest.mark.parametrize("compile", ["off", "step"])
+def test_grad_finite_from_norm_skips_a_non_finite_step_unread(compile: str) -> None:
+    """NaN returns make every minibatch's value loss, and so its gradient, NaN. On, each of the update's 4 steps is
+    skipped and counted, the parameters untouched, without a host read, on the eager path and on `compile=step`'s
+    whole-minibatch function; off (rsl_rl, which checks nothing) the NaN reaches AdamW and the critic."""
+    def nan_update(optimized: bool) -> tuple[Runner, Counts, int]:
+        runner = warm(one_switch("pendulum", "grad_finite_from_norm", optimized, perf__compile=compile))
         skipped = int(runner.algorithm.optim.skipped_steps)
-        hook = runner.policy.critic[0].weight.register_hook(lambda g: torch.full_like(g, float("nan")))
-        counts = count_minibatch(runner)
-        hook.remove()
+        runner.algorithm.storage.returns.fill_(float("nan"))
+        counts = count_update(runner)
         return runner, counts, int(runner.algorithm.optim.skipped_steps) - skipped
 
-    (on, on_counts, on_skipped), (off, off_counts, off_skipped) = nan_step(True), nan_step(False)
-    assert on_counts.syncs == 0 and on_skipped == 1
+    (on, on_counts, on_skipped), (off, off_counts, off_skipped) = nan_update(True), nan_update(False)
+    assert on_counts.syncs == 0 and on_skipped == 4, (reads(on_counts), on_skipped)
     assert all(torch.isfinite(p).all() for p in on.policy.parameters())
     assert off_counts.syncs == 0 and off_skipped == 0
     assert not torch.isfinite(off.policy.critic[0].weight).all()
