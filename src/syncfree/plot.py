@@ -42,15 +42,23 @@ def read_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None
 
 
 def group_runs(runs: dict[Path, tuple[list[dict], dict | None]]) -> dict[str, list[Path]]:
-    """Runs that differ only in seed (and name) share a group, labelled by the first run's name."""
+    """Runs that differ only in seed (and name) share a group, labelled by the first run's name. Runs of one config
+    and one seed are one experiment more than once (a resume in a folder of its own continues its run): each is a
+    curve of its own, not averaged with the others as if it were another seed."""
     groups: dict[str, list[Path]] = {}
     keys: dict[str, str] = {}
+    seeds: dict[str, set] = {}
     for run_dir, (_, config) in runs.items():
         if config is None:
             key = str(run_dir)
         else:
-            config = {**config, "seed": None, "resume": None, "log": {**config.get("log", {}), "run_name": None}}
+            seed = config.get("seed")
+            config = {**config, "seed": None, "resume": None, "resume_in_place": None,
+                      "log": {**config.get("log", {}), "run_name": None}}
             key = json.dumps(config, sort_keys=True)
+            if seed in seeds.setdefault(key, set()):
+                key = str(run_dir)
+            seeds[key] = seeds.get(key, set()) | {seed}
         label = keys.setdefault(key, run_dir.name)
         groups.setdefault(label, []).append(run_dir)
     return groups
