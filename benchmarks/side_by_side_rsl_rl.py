@@ -46,12 +46,13 @@ SYNCFREE_VARIANTS = {
     "syncfree optimized, compile=hot": PerfConfig(compile="hot"),
     "syncfree optimized, eager": PerfConfig(compile="off"),
     "syncfree optimized, float32": PerfConfig(autocast="off"),
+    "syncfree optimized, bf16": PerfConfig(autocast="bf16"),
     "syncfree baseline": PerfConfig.preset("baseline"),
 }
 """The optimized values (compiled, the minibatch update as one graph, as `perf.compile=auto` chooses for a run long
 enough to pay the compile back; bfloat16 hidden layers where they pay), the same with
-the update compiled as forward and losses only (`hot`), the same without compile, the same in float32,
-and every switch at its conventional value. `retain_host_memory` is process-wide: once the first syncfree trainer
+the update compiled as forward and losses only (`hot`, replayed as CUDA graphs on a GPU), the same without compile,
+the same in float32 and in bfloat16 wherever `autocast=bf16` lowers, and every switch at its conventional value. `retain_host_memory` is process-wide: once the first syncfree trainer
 turned it on, every run of the process has it, rsl_rl's included."""
 
 RSL_VARIANTS = {
@@ -304,7 +305,7 @@ def main() -> None:
     parser.add_argument("--min_seconds", type=float, default=1.0,
                         help="each measurement runs at least this long, judged from syncfree optimized's speed")
     parser.add_argument("--warmup", type=int, default=2, help="untimed iterations first (compilation happens here)")
-    parser.add_argument("--rsl_variants", nargs="+", default=list(RSL_VARIANTS), choices=list(RSL_VARIANTS))
+    parser.add_argument("--rsl_variants", nargs="*", default=list(RSL_VARIANTS), choices=list(RSL_VARIANTS))
     parser.add_argument("--syncfree_variants", nargs="+", default=list(SYNCFREE_VARIANTS),
                         choices=list(SYNCFREE_VARIANTS))
     parser.add_argument("--rnd", action="store_true", help="random network distillation on every trainer (`RND`)")

@@ -254,10 +254,16 @@ def test_cuda_graphs_on_a_cpu_is_refused_in_one_line(capsys) -> None:
 
 
 @pytest.mark.skipif(TEST_DEVICE != "cuda", reason="CUDA graphs need a GPU")
-def test_cuda_graph_replays_draw_new_noise() -> None:
+def test_cuda_graph_replays_draw_new_noise(compile_enabled) -> None:
+    """The rollout step is replayed as a CUDA graph (inductor skipped none of the trainer's graphs: a graph that
+    mutates an input whose address is not static is run without one), and each replay draws new noise."""
+    from torch._dynamo.utils import counters
+
+    skipped = counters["inductor"]["cudagraph_skips"]
     trainer = Runner(small_config("pendulum", compile="hot", cuda_graphs="on"))
     trainer.cfg.iterations = 2
     trainer.learn()  # warm-up and capture
+    assert counters["inductor"]["cudagraph_skips"] == skipped
     row = trainer.algorithm.storage.rows[0]
     with torch.inference_mode():
         first = trainer.algorithm._act_step(trainer.obs, row).clone()

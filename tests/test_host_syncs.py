@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import small_config
+from conftest import TEST_DEVICE, small_config
 from syncfree.algo.storage import Batch
 from syncfree.config import PerfConfig
 from syncfree.core.counters import count_syncs, cuda_sync_errors
@@ -96,8 +96,8 @@ def test_baseline_reads_match_rsl_rl_side_by_side(tmp_path) -> None:
         cfg = rsl_rl_config([32, 32])
         cfg["num_steps_per_env"] = steps
         cfg["algorithm"].update(num_learning_epochs=1, num_mini_batches=minibatches, desired_kl=KL_TARGET)
-        env = SyncfreeToRslRl(make_env("point-mass", 32, seed=0, max_episode_length=10))
-        runner = OnPolicyRunner(env, cfg, log_dir=str(tmp_path / f"rsl_rl_{steps}_{minibatches}"), device="cpu")
+        env = SyncfreeToRslRl(make_env("point-mass", 32, TEST_DEVICE, seed=0, max_episode_length=10))
+        runner = OnPolicyRunner(env, cfg, log_dir=str(tmp_path / f"rsl_rl_{steps}_{minibatches}"), device=TEST_DEVICE)
         runner.learn(1)
         with count_syncs() as counts:
             runner.learn(1)

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from conftest import copy_trained_state, small_config, update_stats
+from conftest import TEST_DEVICE, copy_trained_state, small_config, update_stats
 from syncfree.algo.minibatch_step import (
     adamw_factors,
     adamw_update,
@@ -241,6 +241,7 @@ def test_memory_count_skips_torch_func_wrappers() -> None:
     assert count >= 1
 
 
+@pytest.mark.skipif(TEST_DEVICE != "cpu", reason="reads the C++ that torch.compile generates for a CPU")
 def test_the_compiled_step_takes_adamws_scalars_from_a_table_not_per_element(compile_enabled) -> None:
     """torch.compile's CPU code recomputes a value inside each reader's per-element loop unless it keeps it in
     memory (`adamw_factors`): the compiled step must compute the bias corrections in one loop, over the parameters

@@ -7,13 +7,17 @@ import copy
 import pytest
 import torch
 
-from conftest import small_config, train_iterations
+from conftest import TEST_DEVICE, small_config, train_iterations
 from syncfree.algo.storage import Batch
 from syncfree.config import PerfConfig
 from syncfree.train.runner import Runner
 
 SAME_ARITHMETIC = ["deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm",
                    "device_adaptive_lr", "validate_distributions", "zero_grad_set_to_none"]
+RATE_ROUNDED = TEST_DEVICE == "cuda"
+"""CUDA's fused AdamW reads a learning-rate tensor as float32, and a Python-float rate as a double: there
+`device_adaptive_lr` steps with the rate rounded to float32, and agrees with the host schedule within that rounding
+(`test_device_adaptive_lr_agrees_within_the_float32_rounding_of_the_rate`), not bit for bit."""
 
 
 def train(task: str, **perf: bool) -> tuple[Runner, list[tuple[float, float]], list[dict]]:
@@ -46,6 +50,8 @@ def test_switch_catalogue_declares_both_polarities() -> None:
 @pytest.mark.parametrize("task", ["cartpole", "pendulum"])
 @pytest.mark.parametrize("switch", SAME_ARITHMETIC)
 def test_switch_is_bitwise_equivalent(task: str, switch: str) -> None:
+    if RATE_ROUNDED and switch == "device_adaptive_lr":
+        pytest.skip("the rate is rounded to float32 on this device: compared within that rounding below")
     f = PerfConfig.switches_by_name()[switch]
     other = not f.metadata["optimized"] if f.metadata["check"] else f.metadata["baseline"]
     assert_same_run(train(task), train(task, **{switch: other}))
@@ -59,7 +65,21 @@ def test_all_baseline_equals_all_optimized_except_the_fused_kernel() -> None:
     perf.fused_adamw = True
     perf.device_loss_stats = True
     perf.deterministic = False
+    perf.device_adaptive_lr = perf.device_adaptive_lr or RATE_ROUNDED
     assert_same_run(train("pendulum"), train("pendulum", **vars(perf)))
+
+
+@pytest.mark.parametrize("task", ["cartpole", "pendulum"])
+def test_device_adaptive_lr_agrees_within_the_float32_rounding_of_the_rate(task: str) -> None:
+    """On every device: the rate kept on the device and the host schedule's agree over a short run, parameters and
+    stored rollouts within 1e-5 (bit for bit on a CPU, `test_switch_is_bitwise_equivalent`)."""
+    (ta, ea, ra), (tb, eb, rb) = train(task), train(task, device_adaptive_lr=False)
+    for (name, pa), pb in zip(ta.policy.state_dict().items(), tb.policy.state_dict().values(), strict=True):
+        torch.testing.assert_close(pa, pb, rtol=1e-5, atol=1e-5, msg=name)
+    for name, x in ta.algorithm.storage.state_tensors().items():
+        torch.testing.assert_close(x, getattr(tb.algorithm.storage, name), rtol=1e-5, atol=1e-5, msg=name)
+    assert len(ea) == len(eb) > 0  # the same episodes ended
+    assert [r["learning_rate"] for r in ra] == pytest.approx([r["learning_rate"] for r in rb], rel=1e-6)
 
 
 @pytest.mark.parametrize("lr_on_device", [False, True])

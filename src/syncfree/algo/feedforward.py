@@ -167,7 +167,8 @@ class FeedForwardPPO(Algorithm):
     def forward_only(self, obs: dict[str, Tensor]) -> Callable[[], list[Tensor]]:
         act = hot(self.policy.act, self.perf, self.device)
         actor_obs, critic_obs = obs["policy"].clone(), obs["critic"].clone()
-        return lambda: [act(actor_obs, critic_obs).actions for _ in range(self.steps_per_env)]
+        # each step's actions are copied out, as `act` stores them: a CUDA graph replay overwrites its outputs
+        return lambda: [act(actor_obs, critic_obs).actions.clone() for _ in range(self.steps_per_env)]
 
     # -- rollout -------------------------------------------------------------------------------------------
 
