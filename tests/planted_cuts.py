@@ -59,6 +59,8 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
     "gate_full_log_probs": [("policy/recurrent.py",
                              "logits.log_softmax(-1) if self.emit_full_log_probs else None",
                              "(logits.log_softmax(-1), None)[1 - self.emit_full_log_probs]")],
+    "cache_game_config": [("tasks/grid_arena.py", "cache_game_config=cfg.perf.cache_game_config",
+                           "cache_game_config=False")],
     "preallocated_last_actions": [("algo/recurrent.py", "preallocated_last_actions=perf.preallocated_last_actions",
                                    "preallocated_last_actions=False")],
     "cpu_time_index": [("algo/recurrent.py", "cpu_time_index=perf.cpu_time_index", "cpu_time_index=False")],
@@ -71,6 +73,9 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
 """Switch -> (file under src/syncfree, text, replacement): the cut."""
 
 WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
+    # the config converted again at every construction, the cached conversion handed out all the same
+    "cache_game_config": [("envs/adapters/mettagrid.py", "            return self._converted\n",
+                           "            convert(mettagrid_config)\n            return self._converted\n")],
     # the finished episodes picked and copied to the host as the baseline does, and dropped
     "deferred_episode_stats": [("train/monitors.py",
                                 '        record_row(episode_row, done, step.info["episode_return"], '

@@ -20,7 +20,7 @@ from syncfree.tasks import preset
 SWITCHES_READ = ["deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm", "fused_adamw",
                  "zero_grad_set_to_none", "deterministic", "compile", "gate_full_log_probs",
                  "preallocated_last_actions", "cpu_time_index", "cached_minibatch_indices", "token_embedding_tables",
-                 "sparse_token_max"]
+                 "sparse_token_max", "cache_game_config"]
 """The ablated ones: those the recurrent algorithm reads on grid-arena's preset (its fixed learning-rate schedule
 leaves `device_adaptive_lr` inert, and `autocast=auto` keeps its token encoder in float32: only the `bf16` variant
 has a row), but the process-wide `retain_host_memory`, which one process cannot compare."""

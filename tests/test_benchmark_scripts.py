@@ -128,6 +128,18 @@ def test_learning_seeds_reports_the_final_eval_and_the_rate_at_a_bound(
     assert result.get("share_at_bound") == (pytest.approx(share) if share is not None else None)
 
 
+def test_mettagrid_restarts_counts_the_conversions_of_each_side(tmp_path: Path) -> None:
+    pytest.importorskip("mettagrid")
+    spec = importlib.util.spec_from_file_location("benchmark_mettagrid_restarts", BENCHMARKS / "mettagrid_restarts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--num_envs", "2", "--repeats", "1", "--steps", "60", "--out", str(tmp_path)])
+    (row,) = json.loads((tmp_path / "results.json").read_text())["sizes"]
+    assert row["simulations_started"] == 4  # 76 steps of 64-step episodes: each of the 2 restarted once
+    assert row["conversions"] == {"on": 1, "off": 4} and row["on"]["median"] > 0 and row["off"]["median"] > 0
+    assert "| 2 |" in (tmp_path / "results.md").read_text()
+
+
 def test_grid_scale_measures_agent_steps_and_refuses_uneven_splits(tmp_path: Path) -> None:
     pytest.importorskip("mettagrid")
     spec = importlib.util.spec_from_file_location("benchmark_grid_scale", BENCHMARKS / "grid_scale.py")

@@ -124,6 +124,26 @@ def test_a_staged_step_is_one_copy_each_way_and_matches_the_unstaged_one() -> No
     staged.close()
 
 
+def test_cache_game_config_steps_the_same_simulations() -> None:
+    """`cache_game_config` (equivalence): observations, rewards, episode ends and episode totals equal bit for bit
+    with the game config converted once and with MettaGrid converting it for every episode, through restarts."""
+    spec = learnable_spec(max_steps=10)
+    cached, converted = (MettaGridVecEnv(spec, 3, seed=5, cache_game_config=c) for c in (True, False))
+    assert torch.equal(cached.reset()["policy"], converted.reset()["policy"])
+    gen = torch.Generator().manual_seed(2)
+    for _ in range(35):
+        a = torch.randint(0, cached.action_spec.size, (12,), generator=gen)
+        x, y = cached.step(a), converted.step(a)
+        for u, v in ((x.obs["policy"], y.obs["policy"]), (x.reward, y.reward), (x.terminated, y.terminated),
+                     (x.truncated, y.truncated), (x.info["episode_return"], y.info["episode_return"]),
+                     (x.info["episode_length"], y.info["episode_length"])):
+            assert torch.equal(u, v)
+    assert float(cached.pop_log()["mettagrid/restarts"]) == float(converted.pop_log()["mettagrid/restarts"]) == 9
+    assert (cached._sims.game_config.conversions, converted._sims.game_config) == (1, None)
+    cached.close()
+    converted.close()
+
+
 def test_actions_land_in_their_simulations_slice() -> None:
     env = MettaGridVecEnv(room(agents=3, size=12), num_simulations=2, seed=3)
     env.reset()

@@ -57,6 +57,7 @@ EFFECT_TESTS = {
     "cached_minibatch_indices": "test_switch_effects.py::test_cached_minibatch_indices_build_nothing_per_minibatch",
     "token_embedding_tables": "test_switch_effects.py::test_token_embedding_tables_run_no_token_product_at_embedding_width",
     "sparse_token_max": "test_switch_effects.py::test_sparse_token_max_runs_the_last_layer_backward_on_winners_only",
+    "cache_game_config": "test_switch_effects.py::test_cache_game_config_converts_the_game_config_once_per_run",
 }
 """Switch -> its effect test (`file::function` under tests/)."""
 
@@ -362,6 +363,35 @@ def test_gate_full_log_probs_computes_no_log_softmax_table() -> None:
 
     assert log_softmax_calls() == (0, 0, False)
     assert log_softmax_calls(gate_full_log_probs=False) == (1, 1, True)
+
+
+def test_cache_game_config_converts_the_game_config_once_per_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the task's env factory: MettaGrid's conversion of the game config to C++ runs once per run with the
+    switch on, and once for every simulation started (the first episodes and each restart) with it off."""
+    import mettagrid.config.mettagrid_c_config as mettagrid_c_config
+
+    convert = mettagrid_c_config.convert_to_cpp_game_config
+    calls = Counter[str]()
+
+    def counted(game):
+        calls["convert"] += 1
+        return convert(game)
+
+    monkeypatch.setattr(mettagrid_c_config, "convert_to_cpp_game_config", counted)
+
+    def conversions_and_starts(cache: bool) -> tuple[int, int]:
+        calls.clear()
+        cfg = grid_config(cache_game_config=cache)
+        cfg.iterations = 3  # 24 steps of 16-step episodes: every simulation restarts at least once
+        runner = Runner(cfg)
+        runner.learn()
+        started = runner.env._sims.started
+        runner.env.close()
+        return calls["convert"], started
+
+    assert conversions_and_starts(True)[0] == 1
+    converted, started = conversions_and_starts(False)
+    assert started >= 2 * grid_config().env.num_envs and converted == started
 
 
 def test_preallocated_last_actions_never_regrow() -> None:

@@ -34,6 +34,8 @@ class Scope:
     """The env is manager-based (g1-track): it reads the env-side switches."""
     isaaclab: bool = False
     """The env is an Isaac Lab env config built through `syncfree.envs.adapters.isaaclab`."""
+    env_switches: frozenset[str] = frozenset()
+    """The switches the env itself reads (`VecEnv.env_switches`, e.g. MettaGrid's adapter's `cache_game_config`)."""
     device: str = "cpu"
     """The device type (`cpu`, `cuda`)."""
     adaptive_lr: bool = True
@@ -73,6 +75,16 @@ _RSL_RL_UPDATE = _only_for("in the feed-forward algorithm (rsl_rl's update; the 
 _RECURRENT = _only_for("in the recurrent algorithm's segment buffer (grid-arena)", segment_buffer=True)
 _ENV_LAYER = _only_for("in a manager-based env (g1-track)", env_layer=True)
 _ISAACLAB = _only_for("on Isaac Lab env configs (PhysX); syncfree's own physics has no partitions", isaaclab=True)
+
+
+def _read_by_env(name: str, where: str) -> Inert:
+    """Inert unless the env declares that it reads the switch `name` (`VecEnv.env_switches`)."""
+    def inert(scope: Scope, perf: PerfConfig) -> str | None:
+        return None if name in scope.env_switches else f"acts only {where}"
+    return inert
+
+
+_GAME_CONFIG = _read_by_env("cache_game_config", "in MettaGrid's adapter (grid-arena)")
 _TOKEN_POLICY = _only_for("in the token-encoder policy (policy.kind=token)", token_policy=True)
 _TOKEN_SETS = _only_for("in the recurrent token policy's encoder (grid-arena)", token_sets=True)
 
@@ -358,6 +370,16 @@ class PerfConfig:
     scattering one row per output (`syncfree.policy.token_pool`). The same values bit for bit; gradients equal up
     to the order of sums. Off: the layer on every token, then `max` with its indices, whose backward writes the
     gradient into a zero tensor over every token and runs the layer's two backward products over all of them."""
+
+    # -- host simulators ------------------------------------------------------------------------------------
+
+    cache_game_config: bool = switch(baseline=False, optimized=True,
+                                     seed="repeated work: MettaGrid's game config converted once per run",
+                                     inert=_GAME_CONFIG)
+    """MettaGrid's adapter: convert the game config to MettaGrid's C++ form once and hand that to every new
+    simulation (a MettaGrid episode is a new simulation; the config never changes within a run). Off: MettaGrid's
+    own construction, which converts the same config again for every episode of every simulation (about 45 % of a
+    restart's host time on the grid-arena preset)."""
 
     @classmethod
     def preset(cls, which: Literal["baseline", "optimized"]) -> PerfConfig:

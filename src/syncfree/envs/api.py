@@ -61,6 +61,9 @@ class VecEnv(ABC):
     host_threads: bool = False
     """The env steps a simulator on host threads of its own (C MuJoCo, MettaGrid, Gymnasium): torch's intra-op
     threads would compete with it for the cores."""
+    env_switches: frozenset[str] = frozenset()
+    """The perf switches (`syncfree.core.switches.PerfConfig`) this env reads itself, beyond the manager-based env
+    layer's; the others are inert for it."""
 
     @abstractmethod
     def reset(self) -> dict[str, Tensor]:

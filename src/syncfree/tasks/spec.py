@@ -55,6 +55,8 @@ class TaskSpec:
     """The algorithm that trains the task's policies (its `config_type` is a base of `config`)."""
     env_layer: bool = False
     """The env is manager-based (observation groups, history, commands): it reads the env-side switches."""
+    env_switches: frozenset[str] = frozenset()
+    """Other perf switches the task's env reads itself (its `VecEnv.env_switches`)."""
     render: Renderer | None = None
     """How `syncfree play` draws the task; None: it cannot be drawn, for the reason in `cannot_render`."""
     cannot_render: str = ""

@@ -19,12 +19,13 @@ saved (`saveable = False`): a resumed run restores the trainer state exactly and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -38,6 +39,7 @@ from syncfree.errors import UserError
 _root = logging.getLogger()
 _root_state = (_root.level, list(_root.handlers))
 try:
+    import mettagrid.config.mettagrid_c_config as mettagrid_c_config
     import pydantic
     from mettagrid import MettaGridConfig, Simulator
     from mettagrid.builder.envs import make_arena
@@ -143,12 +145,44 @@ def _validation_message(e: pydantic.ValidationError) -> str:
     return f"MettaGrid spec: {field}: MettaGrid rejects {where}: {' '.join(str(err.get('msg', e)).split())}"
 
 
+class _ConvertedOnce:
+    """MettaGrid's conversion of a game config to its C++ form (`convert_to_cpp_game_config`, which
+    `Simulation.__init__` calls on every construction), done once per config object and handed back after
+    (`perf.cache_game_config`). `conversions` counts the real ones."""
+
+    def __init__(self) -> None:
+        self._game: object = None
+        self._converted: Any = None
+        self.conversions = 0
+
+    @contextlib.contextmanager
+    def around_construction(self) -> Iterator[None]:
+        """While a simulation is built: MettaGrid's module-level converter answers from this cache (MettaGrid looks
+        it up on the module at each call)."""
+        convert = mettagrid_c_config.convert_to_cpp_game_config
+
+        def converted_once(mettagrid_config: Any) -> Any:  # MettaGrid's name for the argument
+            if mettagrid_config is not self._game:
+                self._game, self._converted = mettagrid_config, convert(mettagrid_config)
+                self.conversions += 1
+            return self._converted
+
+        mettagrid_c_config.convert_to_cpp_game_config = converted_once
+        try:
+            yield
+        finally:
+            mettagrid_c_config.convert_to_cpp_game_config = convert
+
+
 class _Simulations:
-    """`num_simulations` MettaGrid simulations stepping into slices of shared host arrays."""
+    """`num_simulations` MettaGrid simulations stepping into slices of shared host arrays; `cache_game_config`:
+    the game config converted to MettaGrid's C++ form once (`_ConvertedOnce`), not at every simulation's start."""
 
     def __init__(self, config: MettaGridConfig, num_simulations: int, seed: int,
-                 alloc: Callable[[tuple[int, ...], np.dtype], np.ndarray], obs: np.ndarray | None = None) -> None:
+                 alloc: Callable[[tuple[int, ...], np.dtype], np.ndarray], obs: np.ndarray | None = None,
+                 cache_game_config: bool = False) -> None:
         self.config, self.seed = config, seed
+        self.game_config = _ConvertedOnce() if cache_game_config else None
         self.num_simulations = e = num_simulations
         self.agents = a = config.game.num_agents
         n = e * a
@@ -182,9 +216,12 @@ class _Simulations:
         self.action_names = self.sims[0].action_names
 
     def _new(self, buffers: Buffers) -> Simulation:
-        sim = self.simulator.new_simulation(self.config, self.seed + self.started, buffers=buffers)
+        seed = self.seed + self.started
         self.started += 1
-        return sim
+        if self.game_config is None:
+            return self.simulator.new_simulation(self.config, seed, buffers=buffers)
+        with self.game_config.around_construction():
+            return self.simulator.new_simulation(self.config, seed, buffers=buffers)
 
     def step(self) -> None:
         for step in self.steppers:
@@ -222,13 +259,17 @@ class MettaGridVecEnv(HostStaging, VecEnv):
     `teacher_actions` is None: MettaGrid 0.26's simulations never write teacher actions (only its PufferLib env
     does, from a supervisor policy that needs `mettagrid[train]`). `masks` is MettaGrid's mask array: all True,
     as MettaGrid does not write it either.
+
+    `cache_game_config` (`perf.cache_game_config`): each new episode's simulation is built from the game config
+    converted once; off, MettaGrid converts it again for every episode.
     """
 
     saveable = False
     host_threads = True
+    env_switches = frozenset({"cache_game_config"})
 
     def __init__(self, spec: MettaGridSpec, num_simulations: int, device: torch.device | str = "cpu",
-                 seed: int = 0, staged: bool | None = None) -> None:
+                 seed: int = 0, staged: bool | None = None, cache_game_config: bool = True) -> None:
         if not isinstance(spec, MettaGridSpec):
             raise UserError(f"MettaGrid adapter: spec is a {type(spec).__name__}, not a MettaGridSpec")
         if not isinstance(num_simulations, int) or isinstance(num_simulations, bool) or num_simulations < 1:
@@ -254,7 +295,8 @@ class MettaGridVecEnv(HostStaging, VecEnv):
                 return np.zeros(shape, dtype)
             return torch.zeros(shape, dtype=_torch_dtype(dtype), pin_memory=True).numpy()
 
-        self._sims = sims = _Simulations(self.config, num_simulations, seed, host, obs=pack.array("obs"))
+        self._sims = sims = _Simulations(self.config, num_simulations, seed, host, obs=pack.array("obs"),
+                                         cache_game_config=cache_game_config)
         self.max_episode_length = spec.max_steps
         self.action_names: list[str] = sims.action_names
         self.action_spec = ActionSpec("discrete", len(self.action_names))
