@@ -1,6 +1,8 @@
 """Mirror symmetry on point-mass: how far trained policies are from mirror-symmetric, with and without `symmetry`.
 
     python benchmarks/symmetry_point_mass.py [--seeds 0 1 2] [--iterations 50] [--num_envs 1024]
+    python benchmarks/symmetry_point_mass.py --task g1-track --num_envs 256 --iterations 100 \
+        --settings plain "augment + mirror loss"
 
 Each run is the point-mass preset (24 steps per env and iteration; 1,024 envs by default, the preset's 4,096 with
 `--num_envs 4096`; its own process, one thread) with one of:
@@ -12,7 +14,12 @@ velocities in [-1, 1]^2, the same states for every run):
   y axis), the policy's mean actions;
 - the evaluation return: `syncfree.evaluate` (the most likely actions, 64 envs, each's first episode).
 
-Writes benchmarks/results/symmetry-point-mass-cpu/results.json and results.md (mean and standard deviation over
+`--task g1-track`: the task's preset at `--num_envs`; the held-out states are the `policy` observations of 256
+fresh envs (seed 12345, random clips and frames) over their first 8 steps with zero actions (the default pose's
+targets), 2,048 states, the same for every run; M is the task's left/right reflection
+(`syncfree.envs.builtin.g1_track.mirror`).
+
+Writes benchmarks/results/symmetry-<task>-cpu/results.json and results.md (mean and standard deviation over
 the seeds, and each seed's figures)."""
 
 from __future__ import annotations
@@ -33,10 +40,10 @@ SETTINGS = {"plain": [], "augment": ["--symmetry.augment", "true"],
                                       "--symmetry.mirror_loss_coef", "1.0"]}
 
 
-def train(setting: str, seed: int, iterations: int, num_envs: int, runs: Path) -> Path:
+def train(task: str, setting: str, seed: int, iterations: int, num_envs: int, runs: Path) -> Path:
     folder = runs / f"{setting.replace(' ', '').replace('+', '-')}-{num_envs}envs-seed{seed}"
     if not (folder / "latest.pt").is_file():
-        command = [sys.executable, "-m", "syncfree", "train", "--task", "point-mass", "--seed", str(seed),
+        command = [sys.executable, "-m", "syncfree", "train", "--task", task, "--seed", str(seed),
                    "--iterations", str(iterations), "--env.num_envs", str(num_envs), "--log.dir", str(runs),
                    "--log.run_name", folder.name,
                    "--log.progress", "false", *SETTINGS[setting]]
@@ -44,16 +51,34 @@ def train(setting: str, seed: int, iterations: int, num_envs: int, runs: Path) -
     return folder / "latest.pt"
 
 
-def measure(checkpoint: Path) -> dict[str, float]:
+def held_out_states(task: str):
+    """The states every run's mirror error is measured on, and the task's reflection."""
+    import torch
+
+    if task == "point-mass":
+        from syncfree.envs.builtin.point_mass import PointMass
+
+        g = torch.Generator().manual_seed(12345)
+        return torch.cat((4 * torch.rand(4096, 2, generator=g) - 2, 2 * torch.rand(4096, 2, generator=g) - 1),
+                         dim=-1), PointMass(1).mirror()
+    from syncfree.tasks import make_env
+
+    env = make_env(task, 256, seed=12345)
+    states = [env.reset()["policy"]]
+    zeros = torch.zeros(env.num_envs, env.action_spec.size)
+    with torch.no_grad():
+        for _ in range(7):
+            states.append(env.step(zeros).obs["policy"])
+    return torch.cat(states), env.mirror()
+
+
+def measure(task: str, checkpoint: Path) -> dict[str, float]:
     import torch
 
     import syncfree
-    from syncfree.envs.builtin.point_mass import PointMass
 
     loaded = syncfree.load(checkpoint)
-    mirror = PointMass(1).mirror()
-    g = torch.Generator().manual_seed(12345)
-    states = torch.cat((4 * torch.rand(4096, 2, generator=g) - 2, 2 * torch.rand(4096, 2, generator=g) - 1), dim=-1)
+    states, mirror = held_out_states(task)
     with torch.no_grad():
         policy = loaded.policy
         means = policy.act_deterministic(states)
@@ -70,31 +95,36 @@ def summary(values: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--task", default="point-mass", choices=["point-mass", "g1-track"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--iterations", type=int, default=50)
     parser.add_argument("--num_envs", type=int, default=1024)
-    parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "symmetry-point-mass")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "symmetry-point-mass-cpu")
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--runs", type=Path, default=None, help="default: runs/symmetry-<task>")
+    parser.add_argument("--out", type=Path, default=None, help="default: benchmarks/results/symmetry-<task>-cpu")
     args = parser.parse_args()
+    runs = args.runs or ROOT / "runs" / f"symmetry-{args.task}"
+    out = args.out or ROOT / "benchmarks" / "results" / f"symmetry-{args.task}-cpu"
     results = []
-    jobs = [(setting, seed) for seed in args.seeds for setting in SETTINGS]
+    jobs = [(setting, seed) for seed in args.seeds for setting in args.settings]
     for setting, seed in tqdm(jobs, desc="symmetry", unit="run"):
-        results.append({"setting": setting, "seed": seed,
-                        **measure(train(setting, seed, args.iterations, args.num_envs, args.runs))})
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps({"iterations": args.iterations, "num_envs": args.num_envs,
-                                                       "results": results}, indent=1))
-    lines = [f"# Mirror symmetry on point-mass ({args.num_envs} envs, {args.iterations} iterations, seeds "
+        results.append({"setting": setting, "seed": seed, **measure(
+            args.task, train(args.task, setting, seed, args.iterations, args.num_envs, runs))})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps({"task": args.task, "iterations": args.iterations,
+                                                  "num_envs": args.num_envs, "results": results}, indent=1))
+    rerun = " ".join(["python benchmarks/symmetry_point_mass.py", *sys.argv[1:]])
+    lines = [f"# Mirror symmetry on {args.task} ({args.num_envs} envs, {args.iterations} iterations, seeds "
              f"{args.seeds})", "",
-             "Rerun: `python benchmarks/symmetry_point_mass.py`. Mean ± standard deviation over the seeds.", "",
+             f"Rerun: `{rerun}`. Mean ± standard deviation over the seeds.", "",
              "| setting | mirror error | evaluation return |", "|---|---|---|"]
-    for setting in SETTINGS:
+    for setting in args.settings:
         rows = [r for r in results if r["setting"] == setting]
         lines.append(f"| {setting} | {summary([r['mirror_error'] for r in rows])} | "
                      f"{summary([r['eval_return'] for r in rows])} |")
     lines += ["", "| setting | seed | mirror error | evaluation return |", "|---|---|---|---|"]
     lines += [f"| {r['setting']} | {r['seed']} | {r['mirror_error']:.4g} | {r['eval_return']:.4g} |" for r in results]
-    (args.out / "results.md").write_text("\n".join(lines) + "\n")
+    (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

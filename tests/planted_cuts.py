@@ -73,6 +73,17 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
 """Switch -> (file under src/syncfree, text, replacement): the cut."""
 
 WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
+    # the default kernels' host reads of the step counts, made beside the fused step
+    "fused_adamw": [("algo/optim.py", "            self.optimizer.step()  # the fused kernel leaves",
+                     "            [float(s['step']) for s in self.optimizer.state.values()]\n"
+                     "            self.optimizer.step()  # the fused kernel leaves")],
+    # the hidden layers run in float32 as well, that result dropped
+    "autocast": [("policy/actor_critic.py", "        *hidden, output = self\n",
+                  "        super().forward(x)\n        *hidden, output = self\n")],
+    # the retained memory handed back to the system after every iteration, as the C library's defaults do
+    "retain_host_memory": [("train/runner.py", "            self.iteration += 1\n",
+                            "            self.iteration += 1\n            __import__('ctypes').CDLL('libc.so.6')"
+                            ".malloc_trim(0)\n")],
     # the config converted again at every construction, the cached conversion handed out all the same
     "cache_game_config": [("envs/adapters/mettagrid.py", "            return self._converted\n",
                            "            convert(mettagrid_config)\n            return self._converted\n")],

@@ -45,8 +45,9 @@ def test_retained_memory_is_reused_without_page_faults() -> None:
     glibc starts its threshold at 128 KiB and raises it, up to 32 MiB, to the size of each mapped block it frees,
     so with its defaults the count depends on the order of frees and varies from run to run (measured 3,914 to
     64,161 over 20 runs). Both runs therefore start from the threshold pinned at its initial 128 KiB
-    (`MALLOC_MMAP_THRESHOLD_`; about 540,000 faults without retaining); `retain_host_memory` raises it as in any
-    run."""
+    (`MALLOC_MMAP_THRESHOLD_`; about 390,000 to 540,000 faults without retaining); `retain_host_memory` raises it
+    as in any run. Retained memory handed back to the system once per iteration (`malloc_trim`) and faulted in again
+    costs about 11,800 (measured): hence a bound of 1 % of the default's, not 10 %."""
 
     def faults(mode: str) -> int:
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "131072"}
@@ -55,7 +56,7 @@ def test_retained_memory_is_reused_without_page_faults() -> None:
         return int(run.stdout.split()[-1])
 
     default, retained = faults("default"), faults("retain")
-    assert retained * 10 < default, (retained, default)
+    assert retained * 100 < default, (retained, default)
 
 
 def test_retain_host_memory_changes_no_result() -> None:

@@ -207,6 +207,14 @@ def test_optimized_store_and_minibatches_read_nothing_on_the_host_and_store_allo
     assert sampling.syncs == 0
 
 
+@pytest.mark.parametrize("cached", [True, False])
+def test_sequential_minibatches_take_consecutive_rows_and_wrap_past_the_last(cached: bool) -> None:
+    buf = buffer(cached_minibatch_indices=cached)
+    assert buf.sequential_indices(1, 4).tolist() == [4, 5, 6, 7]
+    assert buf.sequential_indices(2, 4).tolist() == [8, 9, 0, 1]  # 10 segments: the third minibatch wraps
+    assert buf.sequential_indices(3, 4).tolist() == [2, 3, 4, 5]
+
+
 def test_too_few_segments_for_the_agents_is_a_user_error() -> None:
     with pytest.raises(UserError, match="segments=4 is fewer than total_agents=5"):
         SegmentBuffer(FIELDS, 4, HORIZON, AGENTS)

@@ -236,8 +236,12 @@ class SegmentBuffer:
 
 
 def _sequential(order: Tensor, mb_idx: int, count: int) -> Tensor:
-    """`count` entries of `order` from `mb_idx * count`, wrapping (the seed's sequential sampler)."""
+    """`count` consecutive rows from `mb_idx * count`, wrapping past the last: `order` holds the rows in order
+    (`arange(segments)`). One `arange` where the minibatch does not wrap, as the gridworld seed's sequential sampler
+    built it; a wrapping one takes the rows modulo their count."""
     total = order.shape[0]
     start = (mb_idx * count) % total
+    if start + count <= total:
+        return torch.arange(start, start + count, dtype=torch.int64, device=order.device)
     pick = (start + torch.arange(count, dtype=torch.int64, device=order.device)) % total
     return order[pick]

@@ -350,7 +350,8 @@ class PerfConfig:
                                             seed="gridworld: cached sequential indices and unit weights",
                                             inert=_sequential_cache)
     """Compute sequential minibatch row indices once and reuse one all-ones priority-weight tensor. Off: both
-    rebuilt for every minibatch (an `arange`, a modulo and a gather; a `ones`), as the gridworld sampler did."""
+    rebuilt for every minibatch, as the gridworld seed's sampler did before its change: an `arange` and a `ones`
+    (a minibatch that wraps past the last row also takes a modulo and a gather)."""
 
     token_embedding_tables: bool = switch(baseline=False, optimized=True,
                                           seed="exact: first encoder layer folded into per-field tables",
