@@ -10,6 +10,7 @@ import torch
 
 from conftest import TEST_DEVICE, copy_trained_state, small_config, update_stats
 from syncfree.policy.actor_critic import AUTO_MIN_WORK, mlp, native_bf16, set_autocast
+from syncfree.tasks import TASKS
 from syncfree.train.runner import Runner
 
 TOLERANCE = dict(rtol=2e-2, atol=2e-2)
@@ -162,35 +163,53 @@ def test_one_recurrent_minibatch_under_bf16_is_close_to_float32() -> None:
             assert cosine > 0.95, (name, cosine)
 
 
-@pytest.mark.parametrize("task", ["cartpole", "pendulum", "point-mass", "g1-track", "g1-track:token", "grid-arena",
-                                  "pendulum:recurrent"])
-def test_the_autocast_report_matches_a_probe_of_the_built_policy(task: str, monkeypatch) -> None:
-    """`syncfree switches` calls autocast live exactly where `auto` lowers a module of the task's built policy:
-    per device (the CPU with and without bfloat16 instructions, simulated; CUDA), asked of the policy itself."""
-    from syncfree.algo import algorithm_for
-    from syncfree.policy import actor_critic
-    from syncfree.tasks import make_task_env, preset, switch_scope, with_policy_kind
-    from syncfree.train.evaluate import CheckpointShape
+PROBED_TASKS = [*sorted(TASKS), "gym:Hopper-v5", "pendulum/recurrent", "g1-track/token"]
+"""Every built-in task's preset, a Gymnasium task, and the other policy kinds (`task/kind`)."""
 
-    name, _, kind = task.partition(":")
-    if name == "grid-arena":
+
+@pytest.mark.parametrize(("device", "fast_bf16"), [("cpu", True), ("cpu", False), ("cuda", False)],
+                         ids=["cpu-with-bf16", "cpu-without-bf16", "cuda"])
+@pytest.mark.parametrize("task_kind", PROBED_TASKS)
+def test_what_switches_report_for_autocast_is_what_runs(task_kind: str, device: str, fast_bf16: bool,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`syncfree switches` calls `autocast` live or inert from the config (before a policy exists) and from the
+    built policy (a run's warning); a probe builds the task's policy, sets `autocast=auto` as a run does for the
+    device (the device check simulated: a CPU with or without bfloat16 instructions, a CUDA device, where `auto`
+    stays float32), and runs each of its networks at the run's largest call: the switch is live exactly when some
+    matrix product then runs in bfloat16, and all three agree. `bf16` is live everywhere."""
+    from test_switch_effects import DtypesOfMatmuls
+
+    from syncfree.policy import actor_critic
+    from syncfree.policy.actor_critic import MLP
+    from syncfree.tasks import algorithm_for, make_task_env, preset, switch_scope, with_policy_kind
+
+    task, _, kind = task_kind.partition("/")
+    if task == "grid-arena":
         pytest.importorskip("mettagrid")
-    cfg = preset(name) if kind != "token" else small_config(name)
-    if kind == "recurrent":
+    if task.startswith("gym:"):
+        pytest.importorskip("gymnasium")
+    cfg = preset(task)
+    if kind:
         cfg = with_policy_kind(cfg, kind)
-    elif kind == "token":
-        cfg.policy.kind = kind
-    env = make_task_env(cfg, 2, torch.device("cpu"), 0)
-    shape = CheckpointShape(dict(env.obs_shapes), env.action_spec)
-    env.close()
-    for device, native in (("cpu", False), ("cpu", True), ("cuda", False)):
-        monkeypatch.setattr(actor_critic, "native_bf16", lambda d, native=native: native and d.type == "cpu")
-        policy = algorithm_for(cfg).build_policy(cfg, shape)
-        actor_critic.set_autocast(policy, "auto", torch.device(device))
-        lowered = any(getattr(m, "autocast_dtype", None) is not None for m in policy.modules())
-        reported_live = cfg.perf.inert_reason("autocast", switch_scope(cfg, device)) is None
-        assert reported_live == lowered, (task, device, native)
-        actor_critic.set_autocast(policy, "bf16", torch.device(device))
-        assert any(getattr(m, "autocast_dtype", None) is not None for m in policy.modules())
-        bf16 = dataclasses.replace(cfg.perf, autocast="bf16")
-        assert bf16.inert_reason("autocast", switch_scope(cfg, device)) is None
+    monkeypatch.setattr(actor_critic, "native_bf16", lambda d: fast_bf16 and d.type == "cpu")
+    env = make_task_env(cfg, 1, torch.device("cpu"), 0)  # the task's env as its runs build it, one of them
+    torch.manual_seed(0)
+    policy = algorithm_for(cfg).build_policy(cfg, env)
+    close = getattr(env, "close", None)
+    if close is not None:
+        close()
+    set_autocast(policy, "auto", torch.device(device))
+    declared, computed = (switch_scope(cfg, device, policy=p) for p in (None, policy))
+    rows = declared.policy_rows
+    assert rows == computed.policy_rows > 0
+    networks = [m for m in policy.modules() if isinstance(m, MLP)]
+    assert not [m for m in policy.modules() if hasattr(type(m), "autocast_dtype") and not isinstance(m, MLP)
+                and getattr(type(m), "autocast_auto", True)], "a network `auto` lowers that the probe does not run"
+    with torch.no_grad(), DtypesOfMatmuls() as mode:
+        for net in networks:
+            net(torch.randn(rows, net[0].in_features))
+    probed_live = mode.dtypes[torch.bfloat16] > 0
+    assert (cfg.perf.inert_reason("autocast", declared) is None) == probed_live, (rows, dict(mode.dtypes))
+    assert (cfg.perf.inert_reason("autocast", computed) is None) == probed_live
+    bf16 = dataclasses.replace(cfg.perf, autocast="bf16")
+    assert bf16.inert_reason("autocast", declared) is None and bf16.inert_reason("autocast", computed) is None

@@ -30,7 +30,7 @@ from syncfree.core.phases import UNTIMED, Phases
 from syncfree.core.switches import PerfConfig, Scope
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.errors import POLICY_MEMORY, STORAGE_MEMORY, UserError, allocating
-from syncfree.policy.actor_critic import ActorCritic, PolicyBase, set_autocast
+from syncfree.policy.actor_critic import ActorCritic, PolicyBase, auto_lowers_mlps, set_autocast
 from syncfree.policy.build import EnvShape, obs_dim
 from syncfree.policy.token_encoder import TokenActorCritic, default_layout
 
@@ -157,9 +157,11 @@ class FeedForwardPPO(Algorithm):
     @classmethod
     def scope(cls, cfg: TrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
         p, rows = cfg.ppo, cfg.env.rows()
+        largest = max(rows, rows * p.steps_per_env // max(p.num_minibatches, 1))  # a rollout step, a minibatch
         return Scope(token_policy=cfg.policy.kind == "token", env_layer=env_layer, device=device_type,
-                     adaptive_lr=p.schedule == "adaptive", world_size=world_size,
-                     critic_rows=max(rows, rows * p.steps_per_env // max(p.num_minibatches, 1)))
+                     adaptive_lr=p.schedule == "adaptive", world_size=world_size, critic_rows=largest,
+                     policy_rows=largest, auto_precision_modules=cfg.policy.kind == "token" or auto_lowers_mlps(
+                         [*cfg.policy.actor_hidden, *cfg.policy.critic_hidden], largest))
 
     def obs_dims(self, env: EnvShape) -> dict[str, int]:
         return {"policy": self.policy.actor_obs_dim, "critic": obs_dim(env, "critic")}

@@ -43,7 +43,7 @@ from syncfree.core.phases import Phases
 from syncfree.core.switches import PerfConfig, Scope
 from syncfree.envs.api import StepResult, VecEnv
 from syncfree.errors import POLICY_MEMORY, STORAGE_MEMORY, UserError, allocating
-from syncfree.policy.actor_critic import set_autocast
+from syncfree.policy.actor_critic import auto_lowers_mlps, set_autocast
 from syncfree.policy.build import EnvShape, obs_dim
 from syncfree.policy.recurrent import EMPTY_TOKEN, RecurrentTokenPolicy, SequenceEvaluation, StepOutput
 from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
@@ -226,6 +226,9 @@ class RecurrentPPO(Algorithm):
     @classmethod
     def scope(cls, cfg: RecurrentTrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
         p = cfg.ppo  # rows are agents; the critic is not chunked here anyway
+        flat = isinstance(cfg, RecurrentFlatTrainConfig)
+        agents = cfg.env.rows()
+        largest = max(agents, agents * p.steps_per_env // max(p.num_minibatches, 1))  # a step, a minibatch's rows
         return Scope(flat_rollouts=False, whole_step_update=False, chunked_critic=False, cuda_graph_replay=False,
                      segment_buffer=True, full_log_probs=not isinstance(cfg, RecurrentFlatTrainConfig),
                      env_layer=env_layer, device=device_type,
@@ -233,7 +236,9 @@ class RecurrentPPO(Algorithm):
                      full_log_probs_needed=needs_full_log_probs(build_losses(cfg.losses, p)),
                      sequential_minibatches=p.minibatch_sampler == "sequential" or p.prio_alpha <= 0,
                      token_sets=not isinstance(cfg, RecurrentFlatTrainConfig),
-                     auto_precision_modules=isinstance(cfg, RecurrentFlatTrainConfig))  # the token encoder: float32
+                     policy_rows=largest,  # the token encoder stays float32 under `auto`
+                     auto_precision_modules=flat and auto_lowers_mlps(
+                         [*cfg.policy.actor_hidden, *cfg.policy.critic_hidden], largest))
 
     def obs_dims(self, env: EnvShape) -> dict[str, Any]:
         if isinstance(self.policy, RecurrentMLPPolicy):

@@ -48,8 +48,12 @@ class Scope:
     sequential_minibatches: bool = True
     """Minibatches are sequential rows (the prioritized sampler with `prio_alpha > 0` draws its own)."""
     auto_precision_modules: bool = True
-    """The policy has layers `autocast=auto` may run in bfloat16 (MLPs; the recurrent token encoder stays float32
-    under `auto`)."""
+    """The policy has layers `autocast=auto` runs in bfloat16 on a device with fast bfloat16 at this run's sizes:
+    MLPs whose widest hidden layer times the rows of their largest call (`policy_rows`) reaches
+    `syncfree.policy.actor_critic.AUTO_MIN_WORK` (the recurrent token encoder stays float32 under `auto`).
+    Computed from the built policy where there is one (`syncfree.tasks.switch_scope`), else from the config."""
+    policy_rows: int = 0
+    """The most rows one call of the policy's networks sees (a rollout step's envs, a minibatch's rows)."""
     native_bf16: bool = False
     """The device has fast bfloat16 matrix products, which `autocast=auto` asks for (CPUs with AVX512-BF16 or AMX;
     CUDA devices are not counted until measured there)."""
@@ -139,6 +143,9 @@ def _autocast(scope: Scope, perf: PerfConfig) -> str | None:
     if perf.autocast == "bf16":
         return None
     if not scope.auto_precision_modules:
+        if not scope.token_sets:
+            return (f"autocast=auto keeps this policy in float32: no call reaches its bfloat16 threshold (at most "
+                    f"{scope.policy_rows:,} rows; bf16 lowers it anyway)")
         return "autocast=auto keeps this policy in float32 (its token encoder was slower in bfloat16; bf16 lowers it)"
     if not scope.native_bf16:
         where = ("on CUDA devices, until measured there" if scope.device == "cuda"

@@ -109,6 +109,19 @@ def set_autocast(module: nn.Module, precision: str, device: torch.device | None 
             settable.autocast_dtype, settable.autocast_min_work = (None if auto_off else dtype), min_work
 
 
+def auto_lowers(module: nn.Module, rows: int) -> bool:
+    """Whether `autocast=auto`, on a device with fast bfloat16 (`native_bf16`), runs some layer of `module` in
+    bfloat16 in a call of `rows` rows: a module that declares `autocast_dtype`, does not opt out of `auto`
+    (`autocast_auto`) and whose widest hidden layer times `rows` reaches `AUTO_MIN_WORK`."""
+    return any(hasattr(type(sub), "autocast_dtype") and getattr(type(sub), "autocast_auto", True)
+               and rows * getattr(sub, "width", 0) >= AUTO_MIN_WORK for sub in module.modules())
+
+
+def auto_lowers_mlps(widths: list[int], rows: int) -> bool:
+    """`auto_lowers` for MLPs of these hidden layer sizes, before they are built."""
+    return rows * max(widths, default=0) >= AUTO_MIN_WORK
+
+
 def describe_precision(module: nn.Module, precision: str, device: torch.device) -> str:
     """What `set_autocast(module, precision, device)` resolved to, in words (the start line, `config.yaml`)."""
     lowered = [cast("_Autocast", sub) for sub in module.modules() if getattr(sub, "autocast_dtype", None) is not None]

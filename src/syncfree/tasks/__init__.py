@@ -195,16 +195,20 @@ def make_env(task: str, num_envs: int, device: torch.device | str = "cpu", seed:
 
 
 def switch_scope(cfg: TrainConfig, device: torch.device | str = "cpu", world_size: int = 1,
-                 env_layer: bool | None = None, env_switches: frozenset[str] | None = None) -> Scope:
+                 env_layer: bool | None = None, env_switches: frozenset[str] | None = None,
+                 policy: torch.nn.Module | None = None) -> Scope:
     """Where a run of `cfg` on `device` with `world_size` processes stands for the perf switches (`env_layer`: the
     env is manager-based; `env_switches`: the switches the env reads itself; by default, as the task's spec
-    says)."""
+    says; `policy`: the run's built policy, which then decides what `autocast=auto` lowers, else the config
+    does)."""
     spec = find_task(cfg.task)
     if env_layer is None:
         env_layer = spec is not None and spec.env_layer
     if env_switches is None:
         env_switches = spec.env_switches if spec is not None else frozenset()
     scope = algorithm_for(cfg).scope(cfg, torch.device(device).type, world_size, env_layer)
+    if policy is not None:
+        scope = dataclasses.replace(scope, auto_precision_modules=actor_critic.auto_lowers(policy, scope.policy_rows))
     return dataclasses.replace(scope, native_bf16=actor_critic.native_bf16(torch.device(device)),
                                env_switches=env_switches)
 

@@ -227,7 +227,7 @@ class Runner:
     def switch_scope(self) -> Scope:
         """Where this run stands for the perf switches (`PerfConfig.inert_switches` says which change nothing)."""
         return switch_scope(self.cfg, self.device, self.world_size, env_layer=isinstance(self.env, ManagerBasedEnv),
-                            env_switches=self.env.env_switches)
+                            env_switches=self.env.env_switches, policy=self.policy)
 
     def agreed_facts(self) -> dict[str, Any]:
         """What every rank must share: the config (flattened), the policy's tensor shapes and dtypes, the env's
