@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -113,7 +114,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps({"task": args.task, "iterations": args.iterations,
                                                   "num_envs": args.num_envs, "results": results}, indent=1))
-    rerun = " ".join(["python benchmarks/symmetry_point_mass.py", *sys.argv[1:]])
+    rerun = shlex.join(["python", "benchmarks/symmetry_point_mass.py", *sys.argv[1:]])
     lines = [f"# Mirror symmetry on {args.task} ({args.num_envs} envs, {args.iterations} iterations, seeds "
              f"{args.seeds})", "",
              f"Rerun: `{rerun}`. Mean ± standard deviation over the seeds.", "",
