@@ -11,12 +11,12 @@ import dataclasses
 
 import pytest
 import torch
+from test_budgets import small_task_config
 
 from syncfree.bench.timing import count_iteration
 from syncfree.config import PerfConfig
 from syncfree.tasks import TASKS
 from syncfree.train.runner import Runner
-from test_budgets import small_task_config
 
 
 def trained(cfg) -> tuple[dict[str, torch.Tensor], dict[str, float], Runner]:
