@@ -15,6 +15,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from syncfree.bench.report import save_results
+
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -70,10 +72,7 @@ def main() -> None:
                                                   for m in args.modes) + " |")
     print("\n".join(lines))
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps({"args": vars(args), "runs": results}, indent=1))
-        (out / "results.md").write_text("\n".join(lines) + "\n")
+        save_results(Path(args.out), {"args": vars(args), "runs": results}, "\n".join(lines))
 
 
 if __name__ == "__main__":

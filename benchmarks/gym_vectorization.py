@@ -11,7 +11,6 @@ Zero actions, 20 warm-up steps, then `--steps` timed steps per repeat; one torch
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from syncfree.bench.report import save_results
 from syncfree.envs.adapters.gymnasium import make_gymnasium
 
 MODES = ("sync", "async")
@@ -68,11 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         sync, asyn = (statistics.median(row[m]) for m in MODES)
         lines.append(f"| {row['num_envs']} | {sync:,.0f} ({min(row['sync']):,.0f}-{max(row['sync']):,.0f}) | "
                      f"{asyn:,.0f} ({min(row['async']):,.0f}-{max(row['async']):,.0f}) | {asyn / sync:.2f} |")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps({"env_id": args.env_id, "machine": machine, "rows": rows},
-                                                      indent=1))
-    (args.out / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save_results(args.out, {"env_id": args.env_id, "machine": machine, "rows": rows}, "\n".join(lines), show=True)
     return 0
 
 

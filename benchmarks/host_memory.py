@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from syncfree.bench.report import save_results
+
 CHILD = """
 import json, resource, sys, torch
 torch.set_num_threads({threads})
@@ -73,10 +75,7 @@ def main() -> None:
                  f"({result['ratio_on_to_off']['min']:.3f}-{result['ratio_on_to_off']['max']:.3f})")
     print("\n".join(lines))
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "results.json").write_text(json.dumps(result, indent=1))
-        (out / "results.md").write_text("\n".join(lines) + "\n")
+        save_results(Path(args.out), result, "\n".join(lines))
 
 
 if __name__ == "__main__":

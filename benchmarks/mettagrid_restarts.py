@@ -9,7 +9,6 @@ every 64 steps, and off, each restart converts the unchanged game config to C++ 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 import mettagrid.config.mettagrid_c_config as mettagrid_c_config
 import torch
 
+from syncfree.bench.report import save_results
 from syncfree.bench.run import machine_info
 from syncfree.envs.adapters.mettagrid import MettaGridSpec, MettaGridVecEnv
 from syncfree.tasks import preset
@@ -108,11 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(1)
     result = {"machine": machine_info("cpu"), "repeats": args.repeats, "steps": args.steps,
               "sizes": [measure(n, args.repeats, args.steps) for n in args.num_envs]}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(result, indent=1))
-    (out / "results.md").write_text(markdown(result))
-    print(markdown(result))
+    save_results(Path(args.out), result, markdown(result), show=True)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from syncfree.bench.report import save_results
+
 
 def run(task: str, seed: int, runs: Path, processes: int = 1) -> dict:
     folder = runs / (f"{task}-seed{seed}" if processes == 1 else f"{task}-{processes}proc-seed{seed}")
@@ -85,9 +87,7 @@ def main() -> None:
         lines.append(f"| {label} | {rows[0]['env_steps']:,} | {spread([r['wall_seconds'] for r in rows])} | "
                      f"{spread([r['train_return'] for r in rows])} | {spread([r['eval_return'] for r in rows])} | "
                      + ", ".join(f"{r['eval_return']:.1f}" for r in rows) + " |")
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save_results(out, results, "\n".join(lines), show=True)
 
 
 if __name__ == "__main__":

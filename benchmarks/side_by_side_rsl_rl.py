@@ -17,7 +17,6 @@ import argparse
 import contextlib
 import dataclasses
 import io
-import json
 import math
 import statistics
 import sys
@@ -31,6 +30,7 @@ import torch
 
 from syncfree.bench.config import BenchConfig, train_config
 from syncfree.bench.floor import Floor
+from syncfree.bench.report import save_results
 from syncfree.bench.run import machine_info
 from syncfree.bench.timing import count_iteration, sync, time_iterations
 from syncfree.config import PerfConfig, RNDConfig, SymmetryConfig
@@ -327,10 +327,7 @@ def main() -> None:
               "symmetry": dataclasses.asdict(SYMMETRY) if args.symmetry else None, "repeats": args.repeats, "iterations": args.iterations, "sizes": sizes,
               "wall_seconds": time.time() - started}
     out = Path(args.out or f"benchmarks/results/side_by_side_rsl_rl-{device.replace(':', '')}")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(result, indent=1))
-    (out / "results.md").write_text(markdown(result))
-    print(markdown(result))
+    save_results(out, result, markdown(result), show=True)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ the seeds, and each seed's figures)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import statistics
@@ -34,6 +33,8 @@ import sys
 from pathlib import Path
 
 from tqdm import tqdm
+
+from syncfree.bench.report import save_results
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = {"plain": [], "augment": ["--symmetry.augment", "true"],
@@ -111,9 +112,6 @@ def main() -> None:
     for setting, seed in tqdm(jobs, desc="symmetry", unit="run"):
         results.append({"setting": setting, "seed": seed, **measure(
             args.task, train(args.task, setting, seed, args.iterations, args.num_envs, runs))})
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps({"task": args.task, "iterations": args.iterations,
-                                                  "num_envs": args.num_envs, "results": results}, indent=1))
     rerun = shlex.join(["python", "benchmarks/symmetry_point_mass.py", *sys.argv[1:]])
     lines = [f"# Mirror symmetry on {args.task} ({args.num_envs} envs, {args.iterations} iterations, seeds "
              f"{args.seeds})", "",
@@ -125,8 +123,8 @@ def main() -> None:
                      f"{summary([r['eval_return'] for r in rows])} |")
     lines += ["", "| setting | seed | mirror error | evaluation return |", "|---|---|---|---|"]
     lines += [f"| {r['setting']} | {r['seed']} | {r['mirror_error']:.4g} | {r['eval_return']:.4g} |" for r in results]
-    (out / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save_results(out, {"task": args.task, "iterations": args.iterations, "num_envs": args.num_envs,
+                       "results": results}, "\n".join(lines), show=True)
 
 
 if __name__ == "__main__":

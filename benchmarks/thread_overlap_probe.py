@@ -12,7 +12,6 @@ One torch thread. Writes `results.json` and `results.md` in `--out`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -24,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from syncfree.bench.report import save_results
 from syncfree.envs.api import VecEnv
 from syncfree.tasks import preset
 from syncfree.train.runner import Runner
@@ -101,10 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         med = {k: statistics.median(x[k] for x in r["repeats"]) for k in ("env_s", "policy_s", "both_s")}
         lines.append(f"| {name} | {med['env_s']:.3f} | {med['policy_s']:.3f} | {med['both_s']:.3f} | "
                      f"{r['speedup']:.2f} |")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "results.json").write_text(json.dumps({"machine": machine, "results": results}, indent=1))
-    (args.out / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save_results(args.out, {"machine": machine, "results": results}, "\n".join(lines), show=True)
     return 0
 
 

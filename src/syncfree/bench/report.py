@@ -16,13 +16,20 @@ ITERATIONS = 100_000
 """Iteration count for the seeds' view (projected time to reach it)."""
 
 
-def write(result: dict[str, Any], out_dir: Path) -> list[Path]:
+def save_results(out_dir: Path, result: Any, report: str, show: bool = False) -> list[Path]:
+    """`result` as `out_dir/results.json` and the markdown `report` as `out_dir/results.md` (the folder made if
+    needed), and the report printed when `show`: how the bench and the scripts in `benchmarks/` leave a run."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / "results.json", out_dir / "results.md"]
     paths[0].write_text(json.dumps(result, indent=1))
-    paths[1].write_text(markdown(result))
-    paths += plot(result, out_dir)
+    paths[1].write_text(report.rstrip("\n") + "\n")
+    if show:
+        print(report)
     return paths
+
+
+def write(result: dict[str, Any], out_dir: Path) -> list[Path]:
+    return save_results(out_dir, result, markdown(result)) + plot(result, out_dir)
 
 
 def _fmt(x: float) -> str:
