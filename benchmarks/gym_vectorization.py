@@ -1,5 +1,7 @@
-"""Env steps/s of a Gymnasium task through syncfree's adapter with Gymnasium's two vector envs: `sync` (every env
-stepped in this process, one after another) and `async` (one worker process per env), timed interleaved.
+"""Env steps/s of a Gymnasium task through syncfree's adapter with Gymnasium's two vector envs, `sync` (every env
+stepped in this process, one after another) and `async` (one worker process per env), and with syncfree's split
+(`worker`: half of the envs in this process, half in one worker process, `perf.host_env_worker`), timed
+interleaved.
 
     python benchmarks/gym_vectorization.py --env_id Hopper-v5 --num_envs 16 --repeats 3 \
         --out benchmarks/results/gym-vectorization-hopper-cpu
@@ -23,11 +25,12 @@ import torch
 from syncfree.bench.report import save_results
 from syncfree.envs.adapters.gymnasium import make_gymnasium
 
-MODES = ("sync", "async")
+MODES = ("sync", "async", "worker")
 
 
 def steps_per_s(env_id: str, num_envs: int, mode: str, steps: int) -> float:
-    env = make_gymnasium(env_id, num_envs, seed=0, vectorization=mode)
+    env = make_gymnasium(env_id, num_envs, seed=0, vectorization="sync" if mode == "worker" else mode,
+                         worker=mode == "worker")
     try:
         env.reset()
         actions = torch.zeros(num_envs, env.action_spec.size) if env.action_spec.kind == "continuous" else \
@@ -59,15 +62,17 @@ def main(argv: list[str] | None = None) -> int:
                 runs[mode].append(steps_per_s(args.env_id, n, mode, args.steps))
         rows.append({"num_envs": n, **{mode: runs[mode] for mode in MODES}})
     machine = f"{platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}"
-    lines = [f"# {args.env_id}: Gymnasium's sync and async vector envs through the adapter", "",
+    lines = [f"# {args.env_id}: Gymnasium's sync and async vector envs, and the split into a worker process, "
+             "through the adapter", "",
              f"`python benchmarks/gym_vectorization.py --env_id {args.env_id} --num_envs "
              f"{' '.join(map(str, args.num_envs))} --steps {args.steps} --repeats {args.repeats}` on {machine}; env "
              "steps/s, median (min-max) over the repeats, timed interleaved.", "",
-             "| envs | sync | async | async / sync |", "|---|---|---|---|"]
+             "| envs | sync | async | worker | async / sync | worker / sync |", "|---|---|---|---|---|---|"]
     for row in rows:
-        sync, asyn = (statistics.median(row[m]) for m in MODES)
-        lines.append(f"| {row['num_envs']} | {sync:,.0f} ({min(row['sync']):,.0f}-{max(row['sync']):,.0f}) | "
-                     f"{asyn:,.0f} ({min(row['async']):,.0f}-{max(row['async']):,.0f}) | {asyn / sync:.2f} |")
+        median = {m: statistics.median(row[m]) for m in MODES}
+        cells = [f"{median[m]:,.0f} ({min(row[m]):,.0f}-{max(row[m]):,.0f})" for m in MODES]
+        lines.append(f"| {row['num_envs']} | {' | '.join(cells)} | {median['async'] / median['sync']:.2f} | "
+                     f"{median['worker'] / median['sync']:.2f} |")
     save_results(args.out, {"env_id": args.env_id, "machine": machine, "rows": rows}, "\n".join(lines), show=True)
     return 0
 

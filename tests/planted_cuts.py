@@ -69,10 +69,14 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
     "token_embedding_tables": [("algo/recurrent.py", "embedding_tables=cfg.perf.token_embedding_tables",
                                 "embedding_tables=False")],
     "sparse_token_max": [("algo/recurrent.py", "sparse_max=cfg.perf.sparse_token_max", "sparse_max=False")],
+    "host_env_worker": [("tasks/gym.py", "worker=cfg.perf.host_env_worker and num_envs > 1", "worker=False")],
 }
 """Switch -> (file under src/syncfree, text, replacement): the cut."""
 
 WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
+    # the worker's half stepped first and waited for, as one process steps them in turn; then this process's half
+    "host_env_worker": [("envs/adapters/gymnasium.py", "        getattr(self.local, method)(*args)\n        worker.wait()\n",
+                         "        worker.wait()\n        getattr(self.local, method)(*args)\n")],
     # the default kernels' host reads of the step counts, made beside the fused step
     "fused_adamw": [("algo/optim.py", "            self.optimizer.step()  # the fused kernel leaves",
                      "            [float(s['step']) for s in self.optimizer.state.values()]\n"

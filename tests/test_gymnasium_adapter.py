@@ -238,3 +238,63 @@ def test_a_staged_step_is_one_copy_each_way_and_matches_the_unstaged_one(env_id:
     assert direct.transfers() == {"uploads": 0, "downloads": 0}
     direct.close()
     staged.close()
+
+
+def _rollout(env_id: str, num_envs: int, worker: bool, steps: int) -> list[torch.Tensor]:
+    """Every output of `steps` seeded random steps (the actions drawn from one generator, as the policy would)."""
+    env = make_gymnasium(env_id, num_envs, seed=3, worker=worker)
+    gen = torch.Generator().manual_seed(0)
+    out = [env.reset()["policy"].clone()]
+    try:
+        for _ in range(steps):
+            if env.action_spec.kind == "continuous":
+                actions = 2 * torch.randn(num_envs, env.action_spec.size, generator=gen)
+            else:
+                actions = torch.randint(0, env.action_spec.size, (num_envs,), generator=gen)
+            step = env.step(actions)
+            out += [step.obs["policy"].clone(), step.reward.clone(), step.terminated.clone(), step.truncated.clone(),
+                    step.info["final_obs"]["critic"].clone(), step.info["episode_return"].clone(),
+                    step.info["episode_length"].clone()]
+    finally:
+        env.close()
+    return out
+
+
+@pytest.mark.parametrize(("env_id", "num_envs", "steps"), [("CartPole-v1", 5, 120), ("Hopper-v5", 4, 150)])
+def test_host_env_worker_steps_the_same_episodes_as_one_process(env_id: str, num_envs: int, steps: int) -> None:
+    """`perf.host_env_worker` (equivalence): the envs split between this process and a worker process (an odd
+    count splits unevenly) give every output bit for bit as one sync vector env, episode ends and final
+    observations included."""
+    if env_id.startswith("Hopper"):
+        pytest.importorskip("mujoco")
+    split, whole = (_rollout(env_id, num_envs, worker, steps) for worker in (True, False))
+    assert len(split) == len(whole) == 1 + 7 * steps
+    assert all(torch.equal(a, b) for a, b in zip(split, whole, strict=True))
+    ended = sum(int(torch.logical_or(t, u).sum()) for t, u in zip(whole[3::7], whole[4::7], strict=True))
+    assert ended >= num_envs  # the comparison covered restarts and final observations
+
+
+def test_host_env_worker_closes_its_process_and_names_a_dead_one() -> None:
+    env = make_gymnasium("CartPole-v1", 4, seed=0, worker=True)
+    split = env.vector_env
+    assert split.local_envs == 2 and split.worker.alive
+    env.reset()
+    split.worker.process.kill()
+    split.worker.process.wait()
+    with pytest.raises(UserError, match=r"CartPole-v1 envs 2-3: its worker process exited \(code -9\)"):
+        env.step(torch.zeros(4, dtype=torch.int64))
+    env.close()
+
+    env = make_gymnasium("CartPole-v1", 2, seed=0, worker=True)
+    process = env.vector_env.worker.process
+    env.close()
+    assert process.returncode == 0
+
+
+def test_host_env_worker_refuses_what_it_cannot_split() -> None:
+    with pytest.raises(UserError, match="splitting needs at least 2 envs"):
+        make_gymnasium("CartPole-v1", 1, worker=True)
+    with pytest.raises(UserError, match="worker=True splits a sync vector env"):
+        make_gymnasium("CartPole-v1", 2, vectorization="async", worker=True)
+    with pytest.raises(UserError, match="make_gymnasium: 'NoSuchEnv-v0'"):
+        make_gymnasium("NoSuchEnv-v0", 2, worker=True)

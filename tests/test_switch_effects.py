@@ -59,6 +59,7 @@ EFFECT_TESTS = {
     "token_embedding_tables": "test_switch_effects.py::test_token_embedding_tables_run_no_token_product_at_embedding_width",
     "sparse_token_max": "test_switch_effects.py::test_sparse_token_max_runs_the_last_layer_backward_on_winners_only",
     "cache_game_config": "test_switch_effects.py::test_cache_game_config_converts_the_game_config_once_per_run",
+    "host_env_worker": "test_switch_effects.py::test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps",
 }
 """Switch -> its effect test (`file::function` under tests/)."""
 
@@ -402,6 +403,60 @@ def test_cache_game_config_converts_the_game_config_once_per_run(monkeypatch: py
     assert conversions_and_starts(True)[0] == 1
     converted, started = conversions_and_starts(False)
     assert started >= 2 * grid_config().env.num_envs and converted == started
+
+
+def test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the `gym:<id>` task's env factory and a training run: with the switch on, the trainer's process
+    steps half of the envs (counted at the env's own `step`, which the worker's fresh interpreter does not see
+    patched), every one of its steps runs while the worker's call is in flight, and the worker stepped the other
+    half as often; off, this process steps every env and no worker exists."""
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    from syncfree.envs.adapters import gymnasium as adapter
+    from syncfree.tasks import preset
+
+    env_steps = Counter[str]()
+    step = CartPoleEnv.step
+
+    def counted(self, action):
+        env_steps["here"] += 1
+        return step(self, action)
+
+    monkeypatch.setattr(CartPoleEnv, "step", counted)
+    rows_step = adapter._GymnasiumRows.step
+
+    def rows_counted(self):  # this process's rows only: the worker runs the class unpatched
+        worker = getattr(split, "worker", None)
+        env_steps["overlapped"] += self.env.num_envs if worker is not None and worker._pending else 0
+        return rows_step(self)
+
+    monkeypatch.setattr(adapter._GymnasiumRows, "step", rows_counted)
+
+    def run(worker: bool) -> tuple[Runner, int]:
+        env_steps.clear()
+        cfg = preset("gym:CartPole-v1")
+        cfg.env.num_envs, cfg.iterations, cfg.seed, cfg.log.progress = 4, 2, 0, False
+        cfg.ppo.steps_per_env, cfg.ppo.num_epochs, cfg.ppo.num_minibatches = 8, 1, 2
+        cfg.perf = PerfConfig(compile="off", host_env_worker=worker)
+        runner = Runner(cfg)
+        return runner, cfg.iterations * cfg.ppo.steps_per_env
+
+    split = None
+    runner, steps = run(True)
+    split = runner.env.vector_env
+    assert isinstance(split, adapter.SplitVectorEnv) and split.local_envs == 2
+    runner.learn()
+    split.worker.call("__getattribute__", "steps")
+    worker_steps = split.worker.wait()
+    runner.env.close()
+    assert env_steps == {"here": 2 * steps, "overlapped": 2 * steps} and worker_steps == steps
+
+    runner, steps = run(False)
+    split = runner.env.vector_env
+    runner.learn()
+    runner.env.close()
+    assert not isinstance(split, adapter.SplitVectorEnv)
+    assert env_steps["here"] == 4 * steps and env_steps["overlapped"] == 0
 
 
 def test_preallocated_last_actions_never_regrow() -> None:

@@ -54,7 +54,7 @@ def resolve(task: str) -> TaskSpec:
     def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
         from syncfree.envs.adapters.gymnasium import make_gymnasium  # imports gymnasium: only when asked for
 
-        return make_gymnasium(env_id, num_envs, device, seed)
+        return make_gymnasium(env_id, num_envs, device, seed, worker=cfg.perf.host_env_worker and num_envs > 1)
 
     def render(cfg: TrainConfig, device: torch.device, seed: int, width: int, height: int) -> tuple[VecEnv, Drawer]:
         from gymnasium.error import DependencyNotInstalled
@@ -73,7 +73,7 @@ def resolve(task: str) -> TaskSpec:
         return env, draw
 
     return TaskSpec(task, f"the Gymnasium env {env_id}", TrainConfig, {"default": preset}, make_env, FeedForwardPPO,
-                    render=render, bench_profiles=BENCH_PROFILES)
+                    render=render, bench_profiles=BENCH_PROFILES, env_switches=frozenset({"host_env_worker"}))
 
 
 SOURCES = (TaskSource(PREFIX, f"{PREFIX}<id>", "any registered Gymnasium env (e.g. gym:Humanoid-v5), as CPU vector "

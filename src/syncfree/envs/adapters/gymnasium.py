@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from syncfree.envs.adapters.host_worker import HostWorker, SharedArrays
 from syncfree.envs.adapters.staging import ActionStaging, HostPack, HostProfile, HostStaging
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.errors import UserError
@@ -30,6 +31,7 @@ try:
     import gymnasium
     from gymnasium.spaces import Box, Discrete
     from gymnasium.vector import AutoresetMode
+    from gymnasium.vector.utils import batch_space
 except ImportError as e:  # pragma: no cover - exercised only without gymnasium
     raise ImportError("the Gymnasium adapter needs gymnasium >= 1.0: pip install gymnasium") from e
 
@@ -176,16 +178,143 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
         self.vector_env.close()
 
 
+def _make_sync(env_id: str, num_envs: int, **kwargs: Any) -> Any:
+    """Gymnasium's sync vector env of `num_envs` envs with same-step autoreset."""
+    return gymnasium.make_vec(env_id, num_envs, vectorization_mode="sync",
+                              vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kwargs)
+
+
+class _GymnasiumRows:
+    """Envs `first` to `first + count - 1` of a `SplitVectorEnv`: a sync vector env of its own that reads its
+    rows of the shared action array and writes its rows of the shared results, in whichever process it lives."""
+
+    def __init__(self, arrays: SharedArrays, env_id: str, first: int, count: int, kwargs: dict[str, Any]) -> None:
+        self.env = _make_sync(env_id, count, **kwargs)
+        self.first = first
+        self.steps = 0
+        """Vector steps taken (each steps all `count` envs)."""
+        rows = slice(first, first + count)
+        self.obs, self.final_obs, self.reward, self.terminated, self.truncated, self.ended, self.actions = (
+            arrays[name][rows] for name in SPLIT_FIELDS)
+
+    def reset(self, seed: int | None) -> None:
+        obs, _ = self.env.reset(seed=None if seed is None else seed + self.first)  # env i: seed + i, as unsplit
+        self.obs[...] = obs
+
+    def step(self) -> None:
+        self.steps += 1
+        obs, reward, terminated, truncated, infos = self.env.step(self.actions)
+        self.obs[...], self.reward[...], self.terminated[...], self.truncated[...] = obs, reward, terminated, truncated
+        ended = infos.get("_final_obs")
+        if ended is not None and ended.any():
+            self.ended[...] = ended
+            rows = np.flatnonzero(ended)
+            self.final_obs[rows] = np.stack(infos["final_obs"][rows])
+        else:
+            self.ended[...] = False
+
+    def close(self) -> None:
+        self.env.close()
+
+
+SPLIT_FIELDS = ("obs", "final_obs", "reward", "terminated", "truncated", "ended", "actions")
+
+
+class SplitVectorEnv(gymnasium.vector.VectorEnv):
+    """`num_envs` Gymnasium envs of `env_id` in two processes (`perf.host_env_worker`): the first `num_envs // 2`
+    step in this process while the others step in a worker process (`HostWorker`), each part a sync vector env
+    with same-step autoreset; results and actions live in shared memory, so a step moves no array through a pipe.
+    Env i is seeded `seed + i` as in one sync vector env of `num_envs`, so both step the same episodes bit for bit.
+
+    A `gymnasium.vector.VectorEnv` for the adapter: `step` returns the shared arrays themselves (overwritten by the
+    next step, as Gymnasium's `copy=False`), and `infos` holds only `final_obs` (an array with a row per env)
+    and its mask `_final_obs`, where an episode ended; the envs' own info keys are dropped."""
+
+    def __init__(self, env_id: str, num_envs: int, **kwargs: Any) -> None:
+        if num_envs < 2:
+            raise UserError(f"SplitVectorEnv: num_envs={num_envs}; splitting needs at least 2 envs")
+        probe = _make_sync(env_id, 1, **kwargs)
+        self.single_observation_space = probe.single_observation_space
+        self.single_action_space = probe.single_action_space
+        self.spec = getattr(probe.envs[0], "spec", None)
+        probe.close()
+        self.num_envs = num_envs
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        def layout(space: Any) -> tuple[tuple[int, ...], str]:
+            return (num_envs, *space.shape), np.dtype(space.dtype).str
+
+        obs, flag = layout(self.single_observation_space), ((num_envs,), "|b1")
+        self.arrays: SharedArrays | None = SharedArrays({
+            "obs": obs, "final_obs": obs, "reward": ((num_envs,), "<f8"), "terminated": flag, "truncated": flag,
+            "ended": flag, "actions": layout(self.single_action_space)})
+        self.local_envs = local = num_envs // 2
+        self.local: _GymnasiumRows | None = None
+        self.worker: HostWorker | None = None
+        try:
+            self.local = _GymnasiumRows(self.arrays, env_id, 0, local, kwargs)
+            self.worker = HostWorker(f"{env_id} envs {local}-{num_envs - 1}", self.arrays, _GymnasiumRows, env_id,
+                                     local, num_envs - local, kwargs)
+        except BaseException:
+            self.close()
+            raise
+        self._views = dict(self.arrays.arrays)
+        """The shared arrays this process reads and writes (dropped at `close`, before the block is unmapped)."""
+
+    def _both(self, method: str, *args: Any) -> None:
+        """`method` on the worker's rows and on this process's at the same time."""
+        worker = cast(HostWorker, self.worker)
+        worker.call(method, *args)
+        getattr(self.local, method)(*args)
+        worker.wait()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        if options:
+            raise UserError("SplitVectorEnv: reset options are not supported")
+        self._both("reset", seed)
+        return self._views["obs"], {}
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        views = self._views
+        np.copyto(views["actions"], np.asarray(actions).reshape(views["actions"].shape), casting="same_kind")
+        self._both("step")
+        ended = views["ended"]
+        infos = {"final_obs": views["final_obs"], "_final_obs": ended} if ended.any() else {}
+        return views["obs"], views["reward"], views["terminated"], views["truncated"], infos
+
+    def close(self, **kwargs: Any) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+        if self.local is not None:
+            self.local.close()
+            self.local = None
+        if self.arrays is not None:
+            self._views = {}
+            self.arrays.close()
+            self.arrays = None
+
+
 def make_gymnasium(env_id: str, num_envs: int, device: torch.device | str = "cpu", seed: int = 0,
-                   vectorization: str = "sync", staged: bool | None = None, **kwargs: Any) -> GymnasiumVecEnv:
+                   vectorization: str = "sync", staged: bool | None = None, worker: bool = False,
+                   **kwargs: Any) -> GymnasiumVecEnv:
     """`gymnasium.make_vec(env_id, num_envs, ...)` with same-step autoreset, wrapped; `kwargs` go to `make_vec`
-    (the env's constructor arguments, or `wrappers`). `seed` seeds the first reset (env i gets `seed + i`)."""
+    (the env's constructor arguments, or `wrappers`). `seed` seeds the first reset (env i gets `seed + i`).
+    `worker` (`perf.host_env_worker`, sync only, 2 envs or more): half of the envs step in a worker process while
+    this process steps the other half (`SplitVectorEnv`), the same steps as unsplit."""
     if vectorization not in ("sync", "async"):
         raise UserError(f"make_gymnasium: vectorization={vectorization!r}; use 'sync' or 'async' (an env's own "
                         "vector entry point cannot be asked for same-step autoreset)")
+    if worker and vectorization != "sync":
+        raise UserError(f"make_gymnasium: worker=True splits a sync vector env; vectorization={vectorization!r}")
+    vector_env: Any
     try:
-        vector_env = gymnasium.make_vec(env_id, num_envs, vectorization_mode=vectorization,
-                                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kwargs)
+        if worker:
+            vector_env = SplitVectorEnv(env_id, num_envs, **kwargs)
+        else:
+            vector_env = gymnasium.make_vec(env_id, num_envs, vectorization_mode=vectorization,
+                                            vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kwargs)
     except gymnasium.error.Error as e:
         raise UserError(f"make_gymnasium: {env_id!r}: {_one_line(e)}") from None
     except ImportError as e:

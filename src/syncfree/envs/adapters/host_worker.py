@@ -1,0 +1,198 @@
+"""A host simulator's envs in a worker process: shared arrays, and a process that steps what it owns into them.
+
+`SharedArrays` lays named numpy arrays out in one block of shared memory (`multiprocessing.shared_memory`), which a
+child process attaches by name: what the worker's simulator writes there is what this process reads, nothing is
+pickled or copied. `HostWorker` starts one such process (a fresh interpreter: no state of this process is
+inherited, so a torch or compiler thread here cannot deadlock it), builds the simulator's part there from a picklable factory, and
+sends it one method call at a time over a pipe (`call` then `wait`, so this process can work in between). An
+exception in the worker comes back as one `UserError` line naming the call; a worker that died is named with its
+exit code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing.connection
+import socket
+import subprocess
+import sys
+import traceback
+import weakref
+from collections.abc import Callable
+from multiprocessing import resource_tracker
+from multiprocessing.shared_memory import SharedMemory
+from typing import Any
+
+import numpy as np
+
+from syncfree.errors import UserError
+
+ALIGN = 64
+"""Each array starts at a multiple of this many bytes."""
+
+Layout = dict[str, tuple[tuple[int, ...], str]]
+"""Array name -> (shape, numpy dtype string)."""
+
+
+class SharedArrays:
+    """Named arrays in one shared-memory block. `SharedArrays(layout)` creates the block (this process owns it and
+    `close()` frees it); `SharedArrays.attach(handle)` maps the same block in another process. The block is freed at `close()`, when the
+object is collected, or at the latest when this process exits."""
+
+    def __init__(self, layout: Layout, _name: str | None = None) -> None:
+        self.layout = layout
+        offsets, end = {}, 0
+        for key, (shape, dtype) in layout.items():
+            offsets[key] = end
+            end += -(-math.prod(shape) * np.dtype(dtype).itemsize // ALIGN) * ALIGN
+        self.owner = _name is None
+        self._shm = SharedMemory(create=True, size=max(end, 1)) if self.owner else SharedMemory(name=_name)
+        if not self.owner:  # the creator frees the block; an attached process must not have it freed at its exit
+            resource_tracker.unregister(self._shm._name, "shared_memory")  # type: ignore[attr-defined]
+        self.arrays = {key: np.ndarray(shape, np.dtype(dtype), self._shm.buf, offsets[key])
+                       for key, (shape, dtype) in layout.items()}
+        self._release = weakref.finalize(self, _release, self._shm, self.owner)  # at close, collection or exit
+        if self.owner:
+            for array in self.arrays.values():
+                array.fill(0)
+
+    @property
+    def handle(self) -> tuple[Layout, str]:
+        """What another process needs to attach the block (picklable)."""
+        return self.layout, self._shm.name
+
+    @classmethod
+    def attach(cls, handle: tuple[Layout, str]) -> SharedArrays:
+        layout, name = handle
+        return cls(layout, _name=name)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.arrays[key]
+
+    def close(self) -> None:
+        self.arrays = {}
+        self._release()
+
+
+def _release(shm: SharedMemory, owner: bool) -> None:
+    """Unmap the block (unless an array view is still alive: then the mapping goes with the process) and, in the
+    process that created it, free it."""
+    with contextlib.suppress(BufferError):
+        shm.close()
+    if owner:
+        shm.unlink()
+
+
+def _serve(conn: multiprocessing.connection.Connection) -> None:
+    """The worker process: build the part from the shared arrays, then answer calls until told to stop."""
+    handle, factory, args = conn.recv()
+    arrays = SharedArrays.attach(handle)
+    try:
+        part = factory(arrays, *args)
+        conn.send(("ok", None))
+    except BaseException as e:  # reported to the parent, which raises it as one line
+        conn.send(("error", f"building it: {_one_line(e)}"))
+        return
+    try:
+        while True:
+            message = conn.recv()
+            if message is None:
+                break
+            method, call_args = message
+            try:
+                conn.send(("ok", getattr(part, method)(*call_args)))
+            except BaseException as e:
+                conn.send(("error", f"{method}: {_one_line(e)}"))
+    except (EOFError, KeyboardInterrupt):  # the parent went away, or the terminal interrupted both
+        pass
+    finally:
+        close = getattr(part, "close", None)
+        if close is not None:
+            close()
+        arrays.close()
+
+
+def _one_line(e: BaseException) -> str:
+    where = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ else []
+    at = f" (at {where[0].filename.rsplit('/', 1)[-1]}:{where[0].lineno})" if where else ""
+    return f"{type(e).__name__}: {' '.join(str(e).split())}{at}"
+
+
+class HostWorker:
+    """One worker process owning part of a host simulator. `factory(arrays, *args)` builds that part in the worker
+    from the attached `SharedArrays` (`factory` and `args` are pickled: a class or function importable by name);
+    `call(method, *args)` runs `part.method(*args)` there while this process goes on, `wait()` returns its result.
+    `name` says what the worker holds in error messages.
+
+    The worker is a fresh interpreter (`python -m syncfree.envs.adapters.host_worker`) joined to this one by a
+    socket pair: it inherits no thread or lock of this process (as `spawn` would not), and, unlike
+    multiprocessing's `spawn`, it does not import the caller's main script again, so a script without an
+    `if __name__ == "__main__":` guard starts it safely. It exits when told to, or when this process goes away."""
+
+    def __init__(self, name: str, arrays: SharedArrays, factory: Callable[..., Any], *args: Any) -> None:
+        self.name = name
+        ours, theirs = socket.socketpair()
+        with theirs:
+            self.process = subprocess.Popen([sys.executable, "-m", __name__, str(theirs.fileno())],
+                                            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
+        self._conn = multiprocessing.connection.Connection(ours.detach())
+        self._pending = False
+        self._send((arrays.handle, factory, args))
+        self.wait()  # built, or the builder's error
+
+    def _send(self, message: Any) -> None:
+        if self._pending:
+            raise RuntimeError(f"{self.name}: a call is already running (wait() for it first)")
+        try:
+            self._conn.send(message)
+        except OSError:  # BrokenPipeError and ConnectionResetError among them
+            raise UserError(self._died()) from None
+        self._pending = True
+
+    def call(self, method: str, *args: Any) -> None:
+        self._send((method, args))
+
+    def wait(self) -> Any:
+        try:
+            status, value = self._conn.recv()
+        except (EOFError, OSError):
+            self._pending = False
+            raise UserError(self._died()) from None
+        self._pending = False
+        if status == "error":
+            raise UserError(f"{self.name} (worker process): {value}")
+        return value
+
+    def _died(self) -> str:
+        try:
+            code = self.process.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            code = None
+        return f"{self.name}: its worker process exited (code {code})"
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def close(self) -> None:
+        if self.alive:
+            try:
+                if self._pending:
+                    self._conn.recv()
+                self._conn.send(None)
+            except (EOFError, OSError):
+                pass
+            try:
+                self.process.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._conn.close()
+
+
+if __name__ == "__main__":
+    _serve(multiprocessing.connection.Connection(int(sys.argv[1])))
+
+
+__all__ = ["HostWorker", "SharedArrays"]
