@@ -57,7 +57,9 @@ def recurrent_config(task: str = "pendulum", **perf) -> RecurrentFlatTrainConfig
 
 
 def grid_config(iterations: int = 2, **perf) -> TrainConfig:
-    """2 simulations x 4 agents, 8 steps in rows of 4 (16 segments), 2 epochs x 2 minibatches, a small policy."""
+    """2 simulations x 4 agents, 8 steps in rows of 4 (16 segments), 2 epochs x 2 minibatches, a small policy. The
+    simulations step in this process unless `host_env_worker=True` is given (the worker's start costs a second or
+    two per runner; it steps the same episodes, `test_mettagrid_adapter.py` pins that)."""
     from syncfree.tasks import preset
 
     cfg = preset("grid-arena")
@@ -67,7 +69,7 @@ def grid_config(iterations: int = 2, **perf) -> TrainConfig:
     cfg.policy.recurrent = dataclasses.replace(cfg.policy.recurrent, hidden=16, embed_dim=8, encoder_hidden=16)
     cfg.ppo = dataclasses.replace(cfg.ppo, steps_per_env=8, bptt_horizon=4, num_epochs=2, num_minibatches=2)
     cfg.log.progress = False
-    cfg.perf = dataclasses.replace(cfg.perf, **perf)
+    cfg.perf = dataclasses.replace(cfg.perf, **{"host_env_worker": False, **perf})
     return cfg
 
 

@@ -1,8 +1,9 @@
 """Check the switches' effect tests against planted cuts: for each switch, copy the package, cut its optimized path
 (the optimized value takes the baseline path; for the switches in `WASTE_CUTS` also a second shape: the optimized
 path does the baseline's work as well and throws it away; for those in `STEP_CUTS` a cut of the `compile=step`
-path's own code), run the switch's effect test
-(`test_switch_effects.EFFECT_TESTS`) on the cut copy, and report whether it failed, as it must.
+path's own code; for those in `PATH_CUTS` the same shapes on a further path the switch acts on), run the
+switch's effect test (`test_switch_effects.EFFECT_TESTS`) on the cut copy, and report whether it failed, as it
+must.
 
     python tests/planted_cuts.py [SWITCH ...]
 
@@ -70,7 +71,7 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
                                 "embedding_tables=False")],
     "sparse_token_max": [("algo/recurrent.py", "sparse_max=cfg.perf.sparse_token_max", "sparse_max=False")],
     "host_env_worker": [("tasks/gym.py", "worker=cfg.perf.host_env_worker and num_envs > 1", "worker=False")],
-}
+}  # each a switch's first path (host_env_worker: Gymnasium's); `PATH_CUTS` has the others
 """Switch -> (file under src/syncfree, text, replacement): the cut."""
 
 WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
@@ -202,6 +203,19 @@ ASSERTION = re.compile(r"^E\s+(AssertionError|assert )", re.MULTILINE)
 """How a failing effect test's output shows an assertion that failed (rather than an error the cut caused)."""
 
 
+PATH_CUTS: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
+    # the second adapter the switch acts in, each shape cut there alone
+    "host_env_worker": [
+        ("baseline path, MettaGrid", [("tasks/grid_arena.py", "worker=cfg.perf.host_env_worker and num_envs > 1",
+                                       "worker=False")]),
+        ("work thrown away, MettaGrid", [("envs/adapters/mettagrid.py",
+                                          "        self.local.step()\n        self.worker.wait()\n",
+                                          "        self.worker.wait()\n        self.local.step()\n")]),
+    ],
+}
+"""Switch -> (shape, cut) for the further paths a switch acts on, each planted on its own."""
+
+
 def run_cut(switch: str, edits: list[tuple[str, str, str]], work: Path) -> tuple[bool, str]:
     """(whether the effect test failed under the cut `edits`, the test's last output line)."""
     cut = Path(tempfile.mkdtemp(prefix=f"{switch}-", dir=work))
@@ -231,6 +245,7 @@ def main(argv: list[str]) -> int:
     cuts = [(switch, "baseline path", CUTS[switch]) for switch in switches]
     cuts += [(switch, "work thrown away", WASTE_CUTS[switch]) for switch in switches if switch in WASTE_CUTS]
     cuts += [(switch, "compile=step path", STEP_CUTS[switch]) for switch in switches if switch in STEP_CUTS]
+    cuts += [(switch, shape, edits) for switch in switches for shape, edits in PATH_CUTS.get(switch, [])]
     blind, rows = [], []
     with tempfile.TemporaryDirectory() as work:
         for switch, shape, edits in tqdm(cuts, desc="planted cuts", unit="cut"):

@@ -138,6 +138,12 @@ def test_mettagrid_restarts_counts_the_conversions_of_each_side(tmp_path: Path) 
     assert row["simulations_started"] == 4  # 76 steps of 64-step episodes: each of the 2 restarted once
     assert row["conversions"] == {"on": 1, "off": 4} and row["on"]["median"] > 0 and row["off"]["median"] > 0
     assert "| 2 |" in (tmp_path / "results.md").read_text()
+    module.main(["--switch", "host_env_worker", "--num_envs", "2", "--repeats", "1", "--steps", "60", "--out",
+                 str(tmp_path)])
+    (row,) = json.loads((tmp_path / "results.json").read_text())["sizes"]
+    assert row["simulations_started"] == 4 and row["on"]["median"] > 0 and row["off"]["median"] > 0
+    text = (tmp_path / "results.md").read_text()
+    assert "`host_env_worker` on and off" in text and "conversions" not in text
 
 
 def test_grid_scale_measures_agent_steps_and_refuses_uneven_splits(tmp_path: Path) -> None:

@@ -144,6 +144,47 @@ def test_cache_game_config_steps_the_same_simulations() -> None:
     converted.close()
 
 
+def test_host_env_worker_steps_the_same_simulations() -> None:
+    """`perf.host_env_worker` (equivalence): 5 simulations split 2 here and 3 in a worker process step the same
+    episodes bit for bit as one set of 5, through restarts (each new episode seeded by its place in the run's
+    order, map seeds included) and a reset of every simulation mid-run; the worker's simulations are the ones that
+    get rewarded too."""
+    spec = learnable_spec(max_steps=12)
+    split, whole = (MettaGridVecEnv(spec, 5, seed=5, worker=w) for w in (True, False))
+    assert split._sims.local_simulations == 2 and split._sims.worker.alive
+    assert torch.equal(split.reset()["policy"], whole.reset()["policy"])
+    gen = torch.Generator().manual_seed(2)
+    rewarded = torch.zeros(20)
+    for t in range(40):
+        if t == 30:
+            assert torch.equal(split.reset()["policy"], whole.reset()["policy"])
+        a = torch.randint(0, split.action_spec.size, (20,), generator=gen)
+        x, y = split.step(a), whole.step(a)
+        for u, v in ((x.obs["policy"], y.obs["policy"]), (x.reward, y.reward), (x.terminated, y.terminated),
+                     (x.truncated, y.truncated), (x.info["episode_return"], y.info["episode_return"]),
+                     (x.info["episode_length"], y.info["episode_length"])):
+            assert torch.equal(u, v)
+        rewarded += y.reward
+    assert float(split.pop_log()["mettagrid/restarts"]) == float(whole.pop_log()["mettagrid/restarts"]) == 10
+    assert split._sims.started == whole._sims.started == 5 + 10 + 5  # the reset restarts all 5
+    assert float(rewarded[8:].sum()) > 0  # the worker's rows
+    process = split._sims.worker.process
+    split.close()
+    whole.close()
+    assert process.returncode == 0
+
+
+def test_host_env_worker_names_a_dead_worker_and_refuses_one_simulation() -> None:
+    env = MettaGridVecEnv(learnable_spec(), 2, seed=0, worker=True)
+    env.reset()
+    env._sims.worker.process.kill()
+    env._sims.worker.process.wait()
+    with pytest.raises(UserError, match=r"MettaGrid simulations 1-1: its worker process exited \(code -9\)"):
+        env.step(torch.zeros(env.num_envs, dtype=torch.int64))
+    with pytest.raises(UserError, match="splitting needs at least 2 simulations"):
+        MettaGridVecEnv(learnable_spec(), 1, worker=True)
+
+
 def test_actions_land_in_their_simulations_slice() -> None:
     env = MettaGridVecEnv(room(agents=3, size=12), num_simulations=2, seed=3)
     env.reset()

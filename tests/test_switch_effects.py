@@ -9,6 +9,7 @@ measures the effect), and the switch catalogue (docs/switches.md) lists them.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections import Counter
 from pathlib import Path
@@ -406,57 +407,60 @@ def test_cache_game_config_converts_the_game_config_once_per_run(monkeypatch: py
 
 
 def test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Through the `gym:<id>` task's env factory and a training run: with the switch on, the trainer's process
-    steps half of the envs (counted at the env's own `step`, which the worker's fresh interpreter does not see
-    patched), every one of its steps runs while the worker's call is in flight, and the worker stepped the other
-    half as often; off, this process steps every env and no worker exists."""
-    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
-
-    from syncfree.envs.adapters import gymnasium as adapter
+    """Through each task family's env factory and a training run (`gym:CartPole-v1`, 4 envs; grid-arena, 2
+    simulations): with the switch on, the trainer's process steps half of the envs, every one of its steps runs
+    while the worker's call is in flight, and the worker stepped the other half as often; off, this process steps
+    every env and no worker exists. Counted at the part that steps here (the worker's fresh interpreter runs the
+    same classes unpatched)."""
+    pytest.importorskip("mettagrid")
+    from syncfree.envs.adapters import gymnasium as gym_adapter
+    from syncfree.envs.adapters import mettagrid as grid_adapter
     from syncfree.tasks import preset
 
-    env_steps = Counter[str]()
-    step = CartPoleEnv.step
+    stepped = Counter[str]()
+    split: object = None
 
-    def counted(self, action):
-        env_steps["here"] += 1
-        return step(self, action)
+    def count(cls: type, size) -> None:
+        step = cls.step
 
-    monkeypatch.setattr(CartPoleEnv, "step", counted)
-    rows_step = adapter._GymnasiumRows.step
+        def counted(self, *args):
+            worker = getattr(split, "worker", None)
+            stepped["here"] += size(self)
+            stepped["overlapped"] += size(self) if worker is not None and worker._pending else 0
+            return step(self, *args)
 
-    def rows_counted(self):  # this process's rows only: the worker runs the class unpatched
-        worker = getattr(split, "worker", None)
-        env_steps["overlapped"] += self.env.num_envs if worker is not None and worker._pending else 0
-        return rows_step(self)
+        monkeypatch.setattr(cls, "step", counted)
 
-    monkeypatch.setattr(adapter._GymnasiumRows, "step", rows_counted)
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-    def run(worker: bool) -> tuple[Runner, int]:
-        env_steps.clear()
-        cfg = preset("gym:CartPole-v1")
-        cfg.env.num_envs, cfg.iterations, cfg.seed, cfg.log.progress = 4, 2, 0, False
-        cfg.ppo.steps_per_env, cfg.ppo.num_epochs, cfg.ppo.num_minibatches = 8, 1, 2
-        cfg.perf = PerfConfig(compile="off", host_env_worker=worker)
+    count(CartPoleEnv, lambda env: 1)
+    count(grid_adapter._Simulations, lambda sims: sims.num_simulations)
+    gym_cfg = preset("gym:CartPole-v1")
+    gym_cfg.env.num_envs, gym_cfg.seed, gym_cfg.log.progress = 4, 0, False
+    gym_cfg.ppo.steps_per_env, gym_cfg.ppo.num_epochs, gym_cfg.ppo.num_minibatches = 8, 1, 2
+    grid_cfg = grid_config()
+
+    def run(cfg: TrainConfig, worker: bool) -> tuple[Runner, object]:
+        nonlocal split
+        cfg.perf = dataclasses.replace(cfg.perf, compile="off", host_env_worker=worker)
         runner = Runner(cfg)
-        return runner, cfg.iterations * cfg.ppo.steps_per_env
+        env = runner.env
+        split = env.vector_env if isinstance(env, gym_adapter.GymnasiumVecEnv) else env._sims
+        stepped.clear()  # what building and the first reset did
+        runner.learn()
+        return runner, split
 
-    split = None
-    runner, steps = run(True)
-    split = runner.env.vector_env
-    assert isinstance(split, adapter.SplitVectorEnv) and split.local_envs == 2
-    runner.learn()
-    split.worker.call("__getattribute__", "steps")
-    worker_steps = split.worker.wait()
-    runner.env.close()
-    assert env_steps == {"here": 2 * steps, "overlapped": 2 * steps} and worker_steps == steps
-
-    runner, steps = run(False)
-    split = runner.env.vector_env
-    runner.learn()
-    runner.env.close()
-    assert not isinstance(split, adapter.SplitVectorEnv)
-    assert env_steps["here"] == 4 * steps and env_steps["overlapped"] == 0
+    for cfg, parts in ((gym_cfg, gym_adapter.SplitVectorEnv), (grid_cfg, grid_adapter._SplitSimulations)):
+        cfg.iterations = 2
+        steps, envs = cfg.iterations * cfg.ppo.steps_per_env, cfg.env.num_envs
+        runner, on = run(cfg, True)
+        assert isinstance(on, parts) and stepped == {"here": envs // 2 * steps, "overlapped": envs // 2 * steps}
+        on.worker.call("__getattribute__", "steps")
+        assert on.worker.wait() == steps
+        runner.env.close()
+        runner, off = run(cfg, False)
+        runner.env.close()
+        assert not isinstance(off, parts) and stepped == {"here": envs * steps, "overlapped": 0}
 
 
 def test_preallocated_last_actions_never_regrow() -> None:

@@ -89,7 +89,8 @@ def _read_by_env(name: str, where: str) -> Inert:
 
 
 _GAME_CONFIG = _read_by_env("cache_game_config", "in MettaGrid's adapter (grid-arena)")
-_ENV_WORKER = _read_by_env("host_env_worker", "in Gymnasium's adapter (gym:<id>, 2 envs or more)")
+_ENV_WORKER = _read_by_env("host_env_worker", "in the Gymnasium and MettaGrid adapters (gym:<id>, grid-arena; 2 envs "
+                           "or more)")
 _TOKEN_POLICY = _only_for("in the token-encoder policy (policy.kind=token)", token_policy=True)
 _TOKEN_SETS = _only_for("in the recurrent token policy's encoder (grid-arena)", token_sets=True)
 
@@ -393,10 +394,11 @@ class PerfConfig:
     host_env_worker: bool = switch(baseline=False, optimized=True,
                                    seed="host time: a host simulator's envs stepped in two processes",
                                    inert=_ENV_WORKER)
-    """A host simulator's adapter (Gymnasium's, `gym:<id>` with 2 envs or more): the second half of the envs step
-    in a worker process while the trainer's process steps the first half, results and actions in shared memory;
-    the same episodes bit for bit. Off: every env steps in the trainer's process, one after another (Gymnasium's
-    sync vector env). It needs a second core to gain anything; the policy still waits for both halves."""
+    """A host simulator's adapter (Gymnasium's, `gym:<id>`, and MettaGrid's, grid-arena; 2 envs or more): the
+    second half of the envs (MettaGrid: simulations) step in a worker process while the trainer's process steps the
+    first half, results and actions in shared memory; the same episodes bit for bit. Off: every env steps in the
+    trainer's process, one after another (Gymnasium's sync vector env; MettaGrid's simulations in a loop). It needs
+    a second core to gain anything; the policy still waits for both halves."""
 
     @classmethod
     def preset(cls, which: Literal["baseline", "optimized"]) -> PerfConfig:

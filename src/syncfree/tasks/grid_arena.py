@@ -64,7 +64,8 @@ def make_env(cfg: GridArenaConfig, num_envs: int, device: torch.device, seed: in
     except ImportError:
         raise UserError("task grid-arena needs MettaGrid: pip install 'syncfree[grid]'") from None
     return MettaGridVecEnv(MettaGridSpec.of(cfg.env), num_envs, device, seed,
-                           cache_game_config=cfg.perf.cache_game_config)
+                           cache_game_config=cfg.perf.cache_game_config,
+                           worker=cfg.perf.host_env_worker and num_envs > 1)
 
 
 def env_only(cfg: GridArenaConfig, num_envs: int, repeats: int) -> dict[str, Any]:
@@ -107,5 +108,5 @@ TASKS = (
              "discrete actions; map from env.map (default: mines, which pay a heart per push); recurrent policy",
              GridArenaConfig, {"default": preset}, make_env, RecurrentPPO,
              cannot_render="its MettaGrid simulations have no renderer here; `syncfree eval` measures its return",
-             bench_profiles=BENCH_PROFILES, env_only=env_only, env_switches=frozenset({"cache_game_config"})),
+             bench_profiles=BENCH_PROFILES, env_only=env_only, env_switches=frozenset({"cache_game_config", "host_env_worker"})),
 )

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from syncfree.envs.adapters.host_worker import HostWorker, SharedArrays
 from syncfree.envs.adapters.mettagrid_map import ARENA_BORDER, ARENA_WALLS, MAPS, MettaGridMap
 from syncfree.envs.adapters.staging import ActionStaging, HostPack, HostProfile, HostStaging
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
@@ -174,31 +175,49 @@ class _ConvertedOnce:
             mettagrid_c_config.convert_to_cpp_game_config = convert
 
 
+Alloc = Callable[[str, tuple[int, ...], np.dtype], np.ndarray]
+"""Where a simulation set's host arrays come from: (name, shape, dtype) -> array."""
+
+
+def _array_layout(config: MettaGridConfig, num_simulations: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """The host arrays `num_simulations` simulations of `config` step into, by name."""
+    n = num_simulations * config.game.num_agents
+    tokens = (config.game.obs.num_tokens, config.game.obs.token_dim)
+    return {"obs": ((n, *tokens), np.dtype(dtype_observations)), "rewards": ((n,), np.dtype(dtype_rewards)),
+            "terminals": ((n,), np.dtype(dtype_terminals)), "truncations": ((n,), np.dtype(dtype_truncations)),
+            "masks": ((n,), np.dtype(dtype_masks)), "actions": ((n,), np.dtype(dtype_actions)),
+            "teacher_actions": ((n,), np.dtype(dtype_actions)), "vibe_actions": ((n,), np.dtype(dtype_actions))}
+
+
+def _finished(terminals_2d: np.ndarray, truncations_2d: np.ndarray) -> np.ndarray:
+    """[simulations] bool: the simulations whose episode ended (MettaGrid's `Simulation.is_done`)."""
+    # numpy's stubs allow a scalar for `all(axis=1)` (a 1-D array's); these arrays are 2-D
+    return cast(np.ndarray, terminals_2d.all(axis=1) | truncations_2d.all(axis=1))
+
+
 class _Simulations:
     """`num_simulations` MettaGrid simulations stepping into slices of shared host arrays; `cache_game_config`:
-    the game config converted to MettaGrid's C++ form once (`_ConvertedOnce`), not at every simulation's start."""
+    the game config converted to MettaGrid's C++ form once (`_ConvertedOnce`), not at every simulation's start.
+    `first`: the index of the first of them among all the run's simulations (a split's second part), which seeds
+    the first episodes as one set of all of them would (simulation i: `seed + i`)."""
 
-    def __init__(self, config: MettaGridConfig, num_simulations: int, seed: int,
-                 alloc: Callable[[tuple[int, ...], np.dtype], np.ndarray], obs: np.ndarray | None = None,
-                 cache_game_config: bool = False) -> None:
+    def __init__(self, config: MettaGridConfig, num_simulations: int, seed: int, alloc: Alloc,
+                 obs: np.ndarray | None = None, cache_game_config: bool = False, first: int = 0) -> None:
         self.config, self.seed = config, seed
         self.game_config = _ConvertedOnce() if cache_game_config else None
         self.num_simulations = e = num_simulations
         self.agents = a = config.game.num_agents
-        n = e * a
-        shape = (n, config.game.obs.num_tokens, config.game.obs.token_dim)
-        self.obs = alloc(shape, dtype_observations) if obs is None else obs
+        layout = _array_layout(config, e)
+        shape = layout["obs"][0]
+        self.obs = alloc("obs", *layout["obs"]) if obs is None else obs
         if self.obs.shape != shape or self.obs.dtype != dtype_observations:
             raise ValueError(f"observation array of shape {self.obs.shape} and {self.obs.dtype}: needs {shape}, "
                              f"{np.dtype(dtype_observations)}")
-        self.rewards = alloc((n,), dtype_rewards)
-        self.terminals = alloc((n,), dtype_terminals)
-        self.truncations = alloc((n,), dtype_truncations)
-        self.masks = alloc((n,), dtype_masks)
+        self.rewards, self.terminals, self.truncations, self.masks, self.actions, self.teacher_actions = (
+            alloc(name, *layout[name]) for name in ("rewards", "terminals", "truncations", "masks", "actions",
+                                                    "teacher_actions"))
         self.masks.fill(True)
-        self.actions = alloc((n,), dtype_actions)
-        self.teacher_actions = alloc((n,), dtype_actions)
-        self.vibe_actions = alloc((n,), dtype_actions)  # stays 0: no vibe change
+        self.vibe_actions = alloc("vibe_actions", *layout["vibe_actions"])  # stays 0: no vibe change
         self.terminals_2d = self.terminals.reshape(e, a)
         self.truncations_2d = self.truncations.reshape(e, a)
         self.buffers = [Buffers(observations=self.obs[s], terminals=self.terminals[s], truncations=self.truncations[s],
@@ -206,7 +225,10 @@ class _Simulations:
                                 teacher_actions=self.teacher_actions[s], vibe_actions=self.vibe_actions[s])
                         for s in (slice(i * a, (i + 1) * a) for i in range(e))]
         self.simulator = Simulator()
-        self.started = 0
+        self.steps = 0
+        """Steps taken (each steps every simulation here)."""
+        self.started = first
+        """The run order (seed offset) of the next simulation started without an explicit order."""
         self.sims: list[Simulation] = []
         self.steppers: list[Callable[[], None]] = []
         for buffers in self.buffers:
@@ -215,34 +237,130 @@ class _Simulations:
             self.steppers.append(sim.step)
         self.action_names = self.sims[0].action_names
 
-    def _new(self, buffers: Buffers) -> Simulation:
-        seed = self.seed + self.started
-        self.started += 1
+    def _new(self, buffers: Buffers, order: int | None = None) -> Simulation:
+        """The `order`-th simulation of the run (default: the next one here), seeded as one `Simulator` starting
+        every simulation of the run in order would seed it: simulation seed `seed + order`, and map seed from
+        MettaGrid's own count of simulations started (`Simulator._map_seed_offset`, which a part of a split run
+        would otherwise count from 0)."""
+        if order is None:
+            order = self.started
+            self.started += 1
+        self.simulator._map_seed_offset = order
         if self.game_config is None:
-            return self.simulator.new_simulation(self.config, seed, buffers=buffers)
+            return self.simulator.new_simulation(self.config, self.seed + order, buffers=buffers)
         with self.game_config.around_construction():
-            return self.simulator.new_simulation(self.config, seed, buffers=buffers)
+            return self.simulator.new_simulation(self.config, self.seed + order, buffers=buffers)
 
     def step(self) -> None:
+        self.steps += 1
         for step in self.steppers:
             step()
 
     def finished(self) -> np.ndarray:
         """[num_simulations] bool: the simulations whose episode ended (MettaGrid's `Simulation.is_done`)."""
-        # numpy's stubs allow a scalar for `all(axis=1)` (a 1-D array's); these arrays are 2-D
-        return cast(np.ndarray, self.terminals_2d.all(axis=1) | self.truncations_2d.all(axis=1))
+        return _finished(self.terminals_2d, self.truncations_2d)
 
-    def restart(self, indices: np.ndarray | Sequence[int]) -> None:
-        """New episodes on the given simulations' slices (rewards, terminals and truncations there are reset)."""
-        for i in indices:
+    def restart(self, indices: np.ndarray | Sequence[int], orders: Sequence[int] | None = None) -> None:
+        """New episodes on the given simulations' slices (rewards, terminals and truncations there are reset),
+        started as the run's `orders`-th simulations (default: the next ones here)."""
+        for k, i in enumerate(indices):
             self.sims[i].close()
-            sim = self.sims[i] = self._new(self.buffers[i])
+            sim = self.sims[i] = self._new(self.buffers[i], None if orders is None else orders[k])
             self.steppers[i] = sim.step
 
     def close(self) -> None:
         for sim in self.sims:
             sim.close()
         self.sims, self.steppers = [], []
+
+
+def _rows(arrays: SharedArrays, first: int, count: int) -> Alloc:
+    """An `Alloc` handing out rows `first` to `first + count - 1` of the shared arrays."""
+    def alloc(name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        rows = arrays[name][first:first + count]
+        assert rows.shape == shape and rows.dtype == dtype, (name, rows.shape, shape)
+        return rows
+    return alloc
+
+
+class _SimulationRows(_Simulations):
+    """The worker process's part of a `_SplitSimulations`: simulations `first` onwards, on their rows of the
+    shared arrays (built from the picklable spec there)."""
+
+    def __init__(self, arrays: SharedArrays, spec: MettaGridSpec, seed: int, first: int, count: int,
+                 cache_game_config: bool) -> None:
+        config = spec.to_config(seed)
+        a = config.game.num_agents
+        super().__init__(config, count, seed, _rows(arrays, first * a, count * a), cache_game_config=cache_game_config,
+                         first=first)
+
+
+class _SplitSimulations:
+    """`num_simulations` simulations in two processes (`perf.host_env_worker`): the first half here, the second
+    half in a worker process (`HostWorker`), all stepping into one set of shared arrays at the same time. The
+    same interface as `_Simulations` for the adapter, and the same episodes bit for bit: every new episode is seeded
+    by its place in the order one set of all the simulations would start them (`restart` numbers them here and
+    hands the worker its numbers). Observations are copied into `obs` (the adapter's buffer) after every step and
+    restart."""
+
+    def __init__(self, spec: MettaGridSpec, config: MettaGridConfig, num_simulations: int, seed: int,
+                 obs: np.ndarray, cache_game_config: bool) -> None:
+        self.config, self.seed, self.num_simulations = config, seed, num_simulations
+        self.agents = a = config.game.num_agents
+        self.arrays = SharedArrays({name: (shape, dtype.str)
+                                    for name, (shape, dtype) in _array_layout(config, num_simulations).items()})
+        self.local_simulations = h = num_simulations // 2
+        self.local = _Simulations(config, h, seed, _rows(self.arrays, 0, h * a), cache_game_config=cache_game_config)
+        try:
+            self.worker = HostWorker(f"MettaGrid simulations {h}-{num_simulations - 1}", self.arrays,
+                                     _SimulationRows, spec, seed, h, num_simulations - h, cache_game_config)
+        except BaseException:
+            self.local.close()
+            self.arrays.close()
+            raise
+        self.out_obs = obs
+        self.obs = self.arrays["obs"]
+        self.rewards, self.terminals, self.truncations, self.masks, self.actions = (
+            self.arrays[name] for name in ("rewards", "terminals", "truncations", "masks", "actions"))
+        self.terminals_2d = self.terminals.reshape(num_simulations, a)
+        self.truncations_2d = self.truncations.reshape(num_simulations, a)
+        self.started = num_simulations
+        self.action_names = self.local.action_names
+        np.copyto(self.out_obs, self.obs)
+
+    @property
+    def sims(self) -> list[Simulation]:
+        """The simulations of this process (the first half)."""
+        return self.local.sims
+
+    def step(self) -> None:
+        self.worker.call("step")
+        self.local.step()
+        self.worker.wait()
+        np.copyto(self.out_obs, self.obs)
+
+    def finished(self) -> np.ndarray:
+        return _finished(self.terminals_2d, self.truncations_2d)
+
+    def restart(self, indices: np.ndarray | Sequence[int]) -> None:
+        indices = list(indices)
+        orders = range(self.started, self.started + len(indices))  # as one set restarts them, in index order
+        self.started += len(indices)
+        h = self.local_simulations
+        theirs = [(i - h, k) for i, k in zip(indices, orders, strict=True) if i >= h]
+        if theirs:
+            self.worker.call("restart", [i for i, _ in theirs], [k for _, k in theirs])
+        mine = [(i, k) for i, k in zip(indices, orders, strict=True) if i < h]
+        if mine:
+            self.local.restart([i for i, _ in mine], [k for _, k in mine])
+        if theirs:
+            self.worker.wait()
+        np.copyto(self.out_obs, self.obs)
+
+    def close(self) -> None:
+        self.worker.close()
+        self.local.close()
+        self.arrays.close()  # the block is freed now; its mapping here goes with the last view of it
 
 
 class MettaGridVecEnv(HostStaging, VecEnv):
@@ -262,18 +380,26 @@ class MettaGridVecEnv(HostStaging, VecEnv):
 
     `cache_game_config` (`perf.cache_game_config`): each new episode's simulation is built from the game config
     converted once; off, MettaGrid converts it again for every episode.
+
+    `worker` (`perf.host_env_worker`, 2 simulations or more): the second half of the simulations steps in a worker
+    process while this process steps the first half (`_SplitSimulations`); the same episodes bit for bit, the
+    observations then copied once per step into the adapter's buffer. `simulations` lists this process's only.
     """
 
     saveable = False
     host_threads = True
-    env_switches = frozenset({"cache_game_config"})
+    env_switches = frozenset({"cache_game_config", "host_env_worker"})
 
     def __init__(self, spec: MettaGridSpec, num_simulations: int, device: torch.device | str = "cpu",
-                 seed: int = 0, staged: bool | None = None, cache_game_config: bool = True) -> None:
+                 seed: int = 0, staged: bool | None = None, cache_game_config: bool = True,
+                 worker: bool = False) -> None:
         if not isinstance(spec, MettaGridSpec):
             raise UserError(f"MettaGrid adapter: spec is a {type(spec).__name__}, not a MettaGridSpec")
         if not isinstance(num_simulations, int) or isinstance(num_simulations, bool) or num_simulations < 1:
             raise UserError(f"MettaGrid adapter: num_simulations={num_simulations!r} must be an integer >= 1")
+        if worker and num_simulations < 2:
+            raise UserError(f"MettaGrid adapter: worker=True with num_simulations={num_simulations}; splitting needs "
+                            "at least 2 simulations")
         self.spec = spec
         self.config = spec.to_config(seed)
         self.device = torch.device(device)
@@ -290,13 +416,18 @@ class MettaGridVecEnv(HostStaging, VecEnv):
                                       "terminated": ((n,), _torch_dtype(dtype_terminals)),
                                       "truncated": ((n,), _torch_dtype(dtype_truncations))}, self.device, staged)
 
-        def host(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        def host(name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
             if not cuda:
                 return np.zeros(shape, dtype)
             return torch.zeros(shape, dtype=_torch_dtype(dtype), pin_memory=True).numpy()
 
-        self._sims = sims = _Simulations(self.config, num_simulations, seed, host, obs=pack.array("obs"),
-                                         cache_game_config=cache_game_config)
+        sims: _Simulations | _SplitSimulations
+        if worker:
+            sims = _SplitSimulations(spec, self.config, num_simulations, seed, pack.array("obs"), cache_game_config)
+        else:
+            sims = _Simulations(self.config, num_simulations, seed, host, obs=pack.array("obs"),
+                                cache_game_config=cache_game_config)
+        self._sims = sims
         self.max_episode_length = spec.max_steps
         self.action_names: list[str] = sims.action_names
         self.action_spec = ActionSpec("discrete", len(self.action_names))
@@ -417,7 +548,7 @@ def mettagrid_raw_throughput(spec: MettaGridSpec, num_simulations: int, steps: i
     `sim.step()` loop, finished simulations restarted. The gap to `syncfree.envs.throughput.env_only_throughput` is the adapter's cost."""
     if steps < 1:
         raise UserError(f"mettagrid_raw_throughput: steps={steps} must be >= 1")
-    sims = _Simulations(spec.to_config(seed), num_simulations, seed, lambda shape, dtype: np.zeros(shape, dtype))
+    sims = _Simulations(spec.to_config(seed), num_simulations, seed, lambda name, shape, dtype: np.zeros(shape, dtype))
     rng = np.random.default_rng(seed)
     actions = rng.integers(0, len(sims.action_names), (min(steps, 16), sims.actions.size)).astype(dtype_actions)
     try:
