@@ -20,10 +20,11 @@ from syncfree.tasks import preset
 SWITCHES_READ = ["deferred_episode_stats", "deferred_nonfinite_check", "grad_finite_from_norm", "fused_adamw",
                  "zero_grad_set_to_none", "deterministic", "compile", "gate_full_log_probs",
                  "preallocated_last_actions", "cpu_time_index", "cached_minibatch_indices", "token_embedding_tables",
-                 "sparse_token_max", "cache_game_config"]
+                 "sparse_token_max", "cache_game_config", "host_env_worker"]
 """The ablated ones: those the recurrent algorithm reads on grid-arena's preset (its fixed learning-rate schedule
 leaves `device_adaptive_lr` inert, and `autocast=auto` keeps its token encoder in float32: only the `bf16` variant
-has a row), but the process-wide `retain_host_memory`, which one process cannot compare."""
+has a row), but the process-wide `retain_host_memory`, which one process cannot compare. `host_env_worker` acts
+with 2 simulations or more only."""
 
 
 def test_grid_arena_rows_cover_the_switches_the_recurrent_trainer_reads() -> None:
@@ -68,7 +69,8 @@ def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
     assert size["num_envs"] == 1 and size["num_agents"] == agents
     assert size["steps_per_iteration"] == agents * result["train"]["steps_per_env"]  # agent steps
     assert set(size["configs"]) == {"baseline", "optimized", "optimized, autocast=bf16"} | {
-        f"optimized - {s}" for s in SWITCHES_READ if s != "compile"}
+        f"optimized - {s}" for s in SWITCHES_READ if s not in ("compile", "host_env_worker")}
+    assert "one env" in result["skipped_rows"]["optimized - host_env_worker"]
     base, opt = size["configs"]["baseline"], size["configs"]["optimized"]
     assert opt["counts"]["syncs_per_step"] == 0 and opt["counts"]["syncs_per_minibatch"] == 0
     assert base["counts"]["syncs_per_step"] > 0 and base["counts"]["syncs_per_minibatch"] > 0

@@ -36,6 +36,8 @@ class Scope:
     """The env is an Isaac Lab env config built through `syncfree.envs.adapters.isaaclab`."""
     env_switches: frozenset[str] = frozenset()
     """The switches the env itself reads (`VecEnv.env_switches`, e.g. MettaGrid's adapter's `cache_game_config`)."""
+    num_envs: int = 0
+    """The envs the task's factory is asked for (grid-arena: simulations); 0 where not known."""
     device: str = "cpu"
     """The device type (`cpu`, `cuda`)."""
     adaptive_lr: bool = True
@@ -89,8 +91,14 @@ def _read_by_env(name: str, where: str) -> Inert:
 
 
 _GAME_CONFIG = _read_by_env("cache_game_config", "in MettaGrid's adapter (grid-arena)")
-_ENV_WORKER = _read_by_env("host_env_worker", "in the Gymnasium and MettaGrid adapters (gym:<id>, grid-arena; 2 envs "
-                           "or more)")
+_HOST_ADAPTERS = _read_by_env("host_env_worker", "in the Gymnasium and MettaGrid adapters (gym:<id>, grid-arena)")
+
+
+def _env_worker(scope: Scope, perf: PerfConfig) -> str | None:
+    if scope.num_envs == 1:
+        return "one env (a MettaGrid simulation) cannot be split between two processes"
+    return _HOST_ADAPTERS(scope, perf)
+
 _TOKEN_POLICY = _only_for("in the token-encoder policy (policy.kind=token)", token_policy=True)
 _TOKEN_SETS = _only_for("in the recurrent token policy's encoder (grid-arena)", token_sets=True)
 
@@ -393,7 +401,7 @@ class PerfConfig:
 
     host_env_worker: bool = switch(baseline=False, optimized=True,
                                    seed="host time: a host simulator's envs stepped in two processes",
-                                   inert=_ENV_WORKER)
+                                   inert=_env_worker)
     """A host simulator's adapter (Gymnasium's, `gym:<id>`, and MettaGrid's, grid-arena; 2 envs or more): the
     second half of the envs (MettaGrid: simulations) step in a worker process while the trainer's process steps the
     first half, results and actions in shared memory; the same episodes bit for bit. Off: every env steps in the

@@ -210,7 +210,7 @@ def switch_scope(cfg: TrainConfig, device: torch.device | str = "cpu", world_siz
     if policy is not None:
         scope = dataclasses.replace(scope, auto_precision_modules=actor_critic.auto_lowers(policy, scope.policy_rows))
     return dataclasses.replace(scope, native_bf16=actor_critic.native_bf16(torch.device(device)),
-                               env_switches=env_switches)
+                               env_switches=env_switches, num_envs=cfg.env.num_envs)
 
 
 # -- configs of the earlier layout -------------------------------------------------------------------------------
