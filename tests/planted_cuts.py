@@ -70,7 +70,8 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
     "token_embedding_tables": [("algo/recurrent.py", "embedding_tables=cfg.perf.token_embedding_tables",
                                 "embedding_tables=False")],
     "sparse_token_max": [("algo/recurrent.py", "sparse_max=cfg.perf.sparse_token_max", "sparse_max=False")],
-    "host_env_worker": [("tasks/gym.py", "worker=cfg.perf.host_env_worker and num_envs > 1", "worker=False")],
+    "host_env_worker": [("tasks/gym.py", "worker=cfg.perf.host_env_worker and worth_a_worker(num_envs)",
+                         "worker=False")],
 }  # each a switch's first path (host_env_worker: Gymnasium's); `PATH_CUTS` has the others
 """Switch -> (file under src/syncfree, text, replacement): the cut."""
 
@@ -206,7 +207,8 @@ ASSERTION = re.compile(r"^E\s+(AssertionError|assert )", re.MULTILINE)
 PATH_CUTS: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
     # the second adapter the switch acts in, each shape cut there alone
     "host_env_worker": [
-        ("baseline path, MettaGrid", [("tasks/grid_arena.py", "worker=cfg.perf.host_env_worker and num_envs > 1",
+        ("baseline path, MettaGrid", [("tasks/grid_arena.py",
+                                       "worker=cfg.perf.host_env_worker and worth_a_worker(num_envs)",
                                        "worker=False")]),
         ("work thrown away, MettaGrid", [("envs/adapters/mettagrid.py",
                                           "        self.local.step()\n        self.worker.wait()\n",

@@ -298,3 +298,29 @@ def test_host_env_worker_refuses_what_it_cannot_split() -> None:
         make_gymnasium("CartPole-v1", 2, vectorization="async", worker=True)
     with pytest.raises(UserError, match="make_gymnasium: 'NoSuchEnv-v0'"):
         make_gymnasium("NoSuchEnv-v0", 2, worker=True)
+
+
+def test_host_env_worker_is_inert_on_one_core_and_with_one_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A process that may run on one core gets no worker (the two halves would take turns), and `syncfree
+    switches` says so; nor does a run of one env."""
+    import syncfree.tasks
+    from syncfree.config import PerfConfig
+    from syncfree.envs.adapters import host_worker
+    from syncfree.envs.adapters.gymnasium import SplitVectorEnv
+    from syncfree.tasks import get_task, preset, switch_scope
+
+    cfg = preset("gym:CartPole-v1")
+    cfg.env.num_envs = 4
+    spec = get_task(cfg.task)
+    assert PerfConfig().inert_reason("host_env_worker", switch_scope(cfg)) is None
+    env = spec.make_env(cfg, 4, torch.device("cpu"), 0)
+    assert isinstance(env.vector_env, SplitVectorEnv)
+    env.close()
+    monkeypatch.setattr(host_worker, "usable_cores", lambda: 1)
+    monkeypatch.setattr(syncfree.tasks, "usable_cores", lambda: 1)
+    assert "one CPU core" in PerfConfig().inert_reason("host_env_worker", switch_scope(cfg))
+    env = spec.make_env(cfg, 4, torch.device("cpu"), 0)
+    assert not isinstance(env.vector_env, SplitVectorEnv)
+    env.close()
+    cfg.env.num_envs = 1
+    assert "one env" in PerfConfig().inert_reason("host_env_worker", switch_scope(cfg))

@@ -38,6 +38,8 @@ class Scope:
     """The switches the env itself reads (`VecEnv.env_switches`, e.g. MettaGrid's adapter's `cache_game_config`)."""
     num_envs: int = 0
     """The envs the task's factory is asked for (grid-arena: simulations); 0 where not known."""
+    host_cores: int = 0
+    """The CPU cores this process may run on; 0 where not known."""
     device: str = "cpu"
     """The device type (`cpu`, `cuda`)."""
     adaptive_lr: bool = True
@@ -97,6 +99,8 @@ _HOST_ADAPTERS = _read_by_env("host_env_worker", "in the Gymnasium and MettaGrid
 def _env_worker(scope: Scope, perf: PerfConfig) -> str | None:
     if scope.num_envs == 1:
         return "one env (a MettaGrid simulation) cannot be split between two processes"
+    if scope.host_cores == 1:
+        return "this process may run on one CPU core only: the worker would take turns with it"
     return _HOST_ADAPTERS(scope, perf)
 
 _TOKEN_POLICY = _only_for("in the token-encoder policy (policy.kind=token)", token_policy=True)
@@ -405,8 +409,9 @@ class PerfConfig:
     """A host simulator's adapter (Gymnasium's, `gym:<id>`, and MettaGrid's, grid-arena; 2 envs or more): the
     second half of the envs (MettaGrid: simulations) step in a worker process while the trainer's process steps the
     first half, results and actions in shared memory; the same episodes bit for bit. Off: every env steps in the
-    trainer's process, one after another (Gymnasium's sync vector env; MettaGrid's simulations in a loop). It needs
-    a second core to gain anything; the policy still waits for both halves."""
+    trainer's process, one after another (Gymnasium's sync vector env; MettaGrid's simulations in a loop). Inert
+    where the process may run on one core only (no worker is started there); the policy still waits for both
+    halves."""
 
     @classmethod
     def preset(cls, which: Literal["baseline", "optimized"]) -> PerfConfig:

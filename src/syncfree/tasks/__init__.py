@@ -27,6 +27,7 @@ from syncfree.config import (
     from_dict,
 )
 from syncfree.core.switches import Scope
+from syncfree.envs.adapters.host_worker import usable_cores
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError
 from syncfree.policy import actor_critic
@@ -210,7 +211,7 @@ def switch_scope(cfg: TrainConfig, device: torch.device | str = "cpu", world_siz
     if policy is not None:
         scope = dataclasses.replace(scope, auto_precision_modules=actor_critic.auto_lowers(policy, scope.policy_rows))
     return dataclasses.replace(scope, native_bf16=actor_critic.native_bf16(torch.device(device)),
-                               env_switches=env_switches, num_envs=cfg.env.num_envs)
+                               env_switches=env_switches, num_envs=cfg.env.num_envs, host_cores=usable_cores())
 
 
 # -- configs of the earlier layout -------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import torch
 from syncfree.algo.recurrent import RecurrentPPO
 from syncfree.config import EnvConfig, RecurrentPPOConfig, RecurrentTrainConfig
 from syncfree.core.device import resolve_device
+from syncfree.envs.adapters.host_worker import worth_a_worker
 from syncfree.envs.adapters.mettagrid_map import MettaGridMap
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError, check
@@ -65,7 +66,7 @@ def make_env(cfg: GridArenaConfig, num_envs: int, device: torch.device, seed: in
         raise UserError("task grid-arena needs MettaGrid: pip install 'syncfree[grid]'") from None
     return MettaGridVecEnv(MettaGridSpec.of(cfg.env), num_envs, device, seed,
                            cache_game_config=cfg.perf.cache_game_config,
-                           worker=cfg.perf.host_env_worker and num_envs > 1)
+                           worker=cfg.perf.host_env_worker and worth_a_worker(num_envs))
 
 
 def env_only(cfg: GridArenaConfig, num_envs: int, repeats: int) -> dict[str, Any]:

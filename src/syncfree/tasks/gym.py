@@ -7,6 +7,7 @@ import torch
 
 from syncfree.algo.feedforward import FeedForwardPPO
 from syncfree.config import PPOConfig, TrainConfig
+from syncfree.envs.adapters.host_worker import worth_a_worker
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError
 from syncfree.tasks.spec import BenchSizes, Drawer, TaskSource, TaskSpec
@@ -54,7 +55,8 @@ def resolve(task: str) -> TaskSpec:
     def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
         from syncfree.envs.adapters.gymnasium import make_gymnasium  # imports gymnasium: only when asked for
 
-        return make_gymnasium(env_id, num_envs, device, seed, worker=cfg.perf.host_env_worker and num_envs > 1)
+        return make_gymnasium(env_id, num_envs, device, seed,
+                              worker=cfg.perf.host_env_worker and worth_a_worker(num_envs))
 
     def render(cfg: TrainConfig, device: torch.device, seed: int, width: int, height: int) -> tuple[VecEnv, Drawer]:
         from gymnasium.error import DependencyNotInstalled

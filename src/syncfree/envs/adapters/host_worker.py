@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing.connection
+import os
 import socket
 import subprocess
 import sys
@@ -33,6 +34,17 @@ ALIGN = 64
 
 Layout = dict[str, tuple[tuple[int, ...], str]]
 """Array name -> (shape, numpy dtype string)."""
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, which a container's CPU set narrows)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def worth_a_worker(num_envs: int) -> bool:
+    """Whether splitting `num_envs` envs with a worker process can gain anything here: at least 2 envs, and a
+    second core for the worker (on one, the two halves take turns and the round trip is pure cost)."""
+    return num_envs > 1 and usable_cores() > 1
 
 
 class SharedArrays:
@@ -195,4 +207,4 @@ if __name__ == "__main__":
     _serve(multiprocessing.connection.Connection(int(sys.argv[1])))
 
 
-__all__ = ["HostWorker", "SharedArrays"]
+__all__ = ["HostWorker", "SharedArrays", "usable_cores", "worth_a_worker"]
