@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import gymnasium
 import numpy as np
 import pytest
@@ -287,6 +289,10 @@ def test_host_env_worker_closes_its_process_and_names_a_dead_one() -> None:
 
     env = make_gymnasium("CartPole-v1", 2, seed=0, worker=True)
     process = env.vector_env.worker.process
+    env.reset()
+    process.send_signal(signal.SIGINT)  # Ctrl-C reaches the worker too: the trainer's to handle, not the worker's
+    env.step(torch.zeros(2, dtype=torch.int64))
+    assert process.poll() is None
     env.close()
     assert process.returncode == 0
 

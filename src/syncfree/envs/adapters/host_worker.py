@@ -15,6 +15,7 @@ import contextlib
 import math
 import multiprocessing.connection
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -116,7 +117,7 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
                 conn.send(("ok", getattr(part, method)(*call_args)))
             except BaseException as e:
                 conn.send(("error", f"{method}: {_one_line(e)}"))
-    except (EOFError, KeyboardInterrupt):  # the parent went away, or the terminal interrupted both
+    except EOFError:  # the parent went away
         pass
     finally:
         close = getattr(part, "close", None)
@@ -140,7 +141,8 @@ class HostWorker:
     The worker is a fresh interpreter (`python -m syncfree.envs.adapters.host_worker`) joined to this one by a
     socket pair: it inherits no thread or lock of this process (as `spawn` would not), and, unlike
     multiprocessing's `spawn`, it does not import the caller's main script again, so a script without an
-    `if __name__ == "__main__":` guard starts it safely. It exits when told to, or when this process goes away."""
+    `if __name__ == "__main__":` guard starts it safely. It exits when told to, or when this process goes away; it
+    ignores Ctrl-C, which reaches the trainer, whose `close()` then stops it."""
 
     def __init__(self, name: str, arrays: SharedArrays, factory: Callable[..., Any], *args: Any) -> None:
         self.name = name
@@ -204,6 +206,7 @@ class HostWorker:
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it then stops the worker
     _serve(multiprocessing.connection.Connection(int(sys.argv[1])))
 
 
