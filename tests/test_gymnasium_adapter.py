@@ -330,3 +330,14 @@ def test_host_env_worker_is_inert_on_one_core_and_with_one_env(monkeypatch: pyte
     env.close()
     cfg.env.num_envs = 1
     assert "one env" in PerfConfig().inert_reason("host_env_worker", switch_scope(cfg))
+
+
+def test_a_worker_that_cannot_build_its_part_says_why_in_one_line() -> None:
+    from syncfree.envs.adapters import gymnasium as adapter
+    from syncfree.envs.adapters.host_worker import HostWorker, SharedArrays
+
+    arrays = SharedArrays({name: ((2, 1), "<f8") for name in adapter.SPLIT_FIELDS})
+    with pytest.raises(UserError, match=r"^rows \(worker process\): building it: \w+: .*NoSuchEnv") as error:
+        HostWorker("rows", arrays, adapter._GymnasiumRows, "NoSuchEnv-v0", 0, 2, {})
+    assert "\n" not in str(error.value)
+    arrays.close()

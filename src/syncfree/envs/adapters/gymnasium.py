@@ -242,6 +242,7 @@ class SplitVectorEnv(gymnasium.vector.VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+
         def layout(space: Any) -> tuple[tuple[int, ...], str]:
             return (num_envs, *space.shape), np.dtype(space.dtype).str
 

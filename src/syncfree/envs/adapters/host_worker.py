@@ -3,10 +3,10 @@
 `SharedArrays` lays named numpy arrays out in one block of shared memory (`multiprocessing.shared_memory`), which a
 child process attaches by name: what the worker's simulator writes there is what this process reads, nothing is
 pickled or copied. `HostWorker` starts one such process (a fresh interpreter: no state of this process is
-inherited, so a torch or compiler thread here cannot deadlock it), builds the simulator's part there from a picklable factory, and
-sends it one method call at a time over a pipe (`call` then `wait`, so this process can work in between). An
-exception in the worker comes back as one `UserError` line naming the call; a worker that died is named with its
-exit code.
+inherited, so a torch or compiler thread here cannot deadlock it), builds the simulator's part there from a
+picklable factory, and sends it one method call at a time over a socket pair (`call` then `wait`, so this process
+can work in between). An exception in the worker comes back as one `UserError` line naming the call; a worker that
+died is named with its exit code.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ def worth_a_worker(num_envs: int) -> bool:
 
 class SharedArrays:
     """Named arrays in one shared-memory block. `SharedArrays(layout)` creates the block (this process owns it and
-    `close()` frees it); `SharedArrays.attach(handle)` maps the same block in another process. The block is freed at `close()`, when the
-object is collected, or at the latest when this process exits."""
+    `close()` frees it); `SharedArrays.attach(handle)` maps the same block in another process. The block is freed
+    at `close()`, when the object is collected, or at the latest when this process exits."""
 
     def __init__(self, layout: Layout, _name: str | None = None) -> None:
         self.layout = layout
@@ -106,6 +106,7 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
         conn.send(("ok", None))
     except BaseException as e:  # reported to the parent, which raises it as one line
         conn.send(("error", f"building it: {_one_line(e)}"))
+        arrays.close()
         return
     try:
         while True:
@@ -152,8 +153,12 @@ class HostWorker:
                                             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
         self._conn = multiprocessing.connection.Connection(ours.detach())
         self._pending = False
-        self._send((arrays.handle, factory, args))
-        self.wait()  # built, or the builder's error
+        try:
+            self._send((arrays.handle, factory, args))
+            self.wait()  # built, or the builder's error
+        except BaseException:
+            self.close()
+            raise
 
     def _send(self, message: Any) -> None:
         if self._pending:
@@ -205,9 +210,9 @@ class HostWorker:
         self._conn.close()
 
 
+__all__ = ["HostWorker", "SharedArrays", "usable_cores", "worth_a_worker"]
+
+
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it then stops the worker
     _serve(multiprocessing.connection.Connection(int(sys.argv[1])))
-
-
-__all__ = ["HostWorker", "SharedArrays", "usable_cores", "worth_a_worker"]
