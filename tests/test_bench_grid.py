@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+import syncfree.tasks
+
 pytest.importorskip("mettagrid")
 
 from syncfree.bench import config as bench_config
@@ -27,7 +29,8 @@ has a row), but the process-wide `retain_host_memory`, which one process cannot 
 with 2 simulations or more only."""
 
 
-def test_grid_arena_rows_cover_the_switches_the_recurrent_trainer_reads() -> None:
+def test_grid_arena_rows_cover_the_switches_the_recurrent_trainer_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(syncfree.tasks, "usable_cores", lambda: 2)  # `host_env_worker` acts with a second core
     cfg = BenchConfig(task="grid-arena", profile="full").resolved()
     assert (cfg.num_envs, cfg.scaling, cfg.ablations, cfg.compile) == ([16, 256], [4, 16, 64, 256], True, True)
     assert BenchConfig(task="grid-arena").resolved().num_envs == [16, 64]

@@ -315,6 +315,8 @@ def test_host_env_worker_is_inert_on_one_core_and_with_one_env(monkeypatch: pyte
     from syncfree.envs.adapters.gymnasium import SplitVectorEnv
     from syncfree.tasks import get_task, preset, switch_scope
 
+    monkeypatch.setattr(host_worker, "usable_cores", lambda: 2)
+    monkeypatch.setattr(syncfree.tasks, "usable_cores", lambda: 2)
     cfg = preset("gym:CartPole-v1")
     cfg.env.num_envs = 4
     spec = get_task(cfg.task)

@@ -413,10 +413,14 @@ def test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps(monkeyp
     every env and no worker exists. Counted at the part that steps here (the worker's fresh interpreter runs the
     same classes unpatched)."""
     pytest.importorskip("mettagrid")
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
     from syncfree.envs.adapters import gymnasium as gym_adapter
+    from syncfree.envs.adapters import host_worker
     from syncfree.envs.adapters import mettagrid as grid_adapter
     from syncfree.tasks import preset
 
+    monkeypatch.setattr(host_worker, "usable_cores", lambda: 2)  # the factories split only with a second core
     stepped = Counter[str]()
     split: object = None
 
@@ -430,8 +434,6 @@ def test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps(monkeyp
             return step(self, *args)
 
         monkeypatch.setattr(cls, "step", counted)
-
-    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
     count(CartPoleEnv, lambda env: 1)
     count(grid_adapter._Simulations, lambda sims: sims.num_simulations)

@@ -109,5 +109,6 @@ TASKS = (
              "discrete actions; map from env.map (default: mines, which pay a heart per push); recurrent policy",
              GridArenaConfig, {"default": preset}, make_env, RecurrentPPO,
              cannot_render="its MettaGrid simulations have no renderer here; `syncfree eval` measures its return",
-             bench_profiles=BENCH_PROFILES, env_only=env_only, env_switches=frozenset({"cache_game_config", "host_env_worker"})),
+             bench_profiles=BENCH_PROFILES, env_only=env_only,
+             env_switches=frozenset({"cache_game_config", "host_env_worker"})),
 )
