@@ -61,7 +61,7 @@ def _env_only(size: dict[str, Any]) -> str:
     trained = size["configs"]["optimized"]["steps_per_s"]["median"]
     return (f"Env only (random actions drawn beforehand, no policy; median of {e['runs']} alternated runs, "
             f"min–max): MettaGrid raw {_fmt(raw['median'])} ({_fmt(raw['min'])}–{_fmt(raw['max'])}) "
-            f"agent steps/s, through the adapter {_fmt(adapter['median'])} ({_fmt(adapter['min'])}–"
+            f"agent steps/s, through the adapter (optimized switches) {_fmt(adapter['median'])} ({_fmt(adapter['min'])}–"
             f"{_fmt(adapter['max'])}); training (optimized) {_fmt(trained)} agent steps/s = "
             f"{trained / raw['median']:.1%} of MettaGrid raw.")
 

@@ -113,7 +113,7 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
     env_only = get_task(bench.task).env_only
     if env_only is not None:
         out["num_agents"] = first.env.num_envs
-        out["env_only"] = env_only(first.cfg, num_envs, bench.repeats)
+        out["env_only"] = env_only(runners["optimized"].cfg, num_envs, bench.repeats)  # the adapter as it trains
     return out
 
 
