@@ -91,7 +91,7 @@ WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
                             "            self.iteration += 1\n            __import__('ctypes').CDLL('libc.so.6')"
                             ".malloc_trim(0)\n")],
     # the config converted again at every construction, the cached conversion handed out all the same
-    "cache_game_config": [("envs/adapters/mettagrid.py", "            return self._converted\n",
+    "cache_game_config": [("envs/adapters/mettagrid_sims.py", "            return self._converted\n",
                            "            convert(mettagrid_config)\n            return self._converted\n")],
     # the finished episodes picked and copied to the host as the baseline does, and dropped
     "deferred_episode_stats": [("train/monitors.py",

@@ -335,11 +335,25 @@ def test_host_env_worker_is_inert_on_one_core_and_with_one_env(monkeypatch: pyte
 
 
 def test_a_worker_that_cannot_build_its_part_says_why_in_one_line() -> None:
-    from syncfree.envs.adapters import gymnasium as adapter
+    from syncfree.envs.adapters import gymnasium_rows as adapter
     from syncfree.envs.adapters.host_worker import HostWorker, SharedArrays
 
     arrays = SharedArrays({name: ((2, 1), "<f8") for name in adapter.SPLIT_FIELDS})
     with pytest.raises(UserError, match=r"^rows \(worker process\): building it: \w+: .*NoSuchEnv") as error:
-        HostWorker("rows", arrays, adapter._GymnasiumRows, "NoSuchEnv-v0", 0, 2, {})
+        HostWorker("rows", arrays, adapter.GymnasiumRows, "NoSuchEnv-v0", 0, 2, {})
     assert "\n" not in str(error.value)
     arrays.close()
+
+
+def test_the_worker_side_imports_no_torch() -> None:
+    """A worker process loads the host worker and its part's module only: numpy, the simulator, no torch (which
+    would add about a second and 190 MB to every worker)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mettagrid")
+    code = ("import sys, syncfree.envs.adapters.host_worker, syncfree.envs.adapters.gymnasium_rows, "
+            "syncfree.envs.adapters.mettagrid_sims; print(sorted(m for m in sys.modules if m.split('.')[0] == "
+            "'torch'))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "[]"

@@ -416,7 +416,7 @@ def test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps(monkeyp
     from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
     from syncfree.envs.adapters import gymnasium as gym_adapter
-    from syncfree.envs.adapters import host_worker
+    from syncfree.envs.adapters import host_worker, mettagrid_sims
     from syncfree.envs.adapters import mettagrid as grid_adapter
     from syncfree.tasks import preset
 
@@ -436,7 +436,7 @@ def test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps(monkeyp
         monkeypatch.setattr(cls, "step", counted)
 
     count(CartPoleEnv, lambda env: 1)
-    count(grid_adapter._Simulations, lambda sims: sims.num_simulations)
+    count(mettagrid_sims.Simulations, lambda sims: sims.num_simulations)
     gym_cfg = preset("gym:CartPole-v1")
     gym_cfg.env.num_envs, gym_cfg.seed, gym_cfg.log.progress = 4, 0, False
     gym_cfg.ppo.steps_per_env, gym_cfg.ppo.num_epochs, gym_cfg.ppo.num_minibatches = 8, 1, 2

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from syncfree.envs.adapters.gymnasium_rows import GymnasiumRows, make_sync
 from syncfree.envs.adapters.host_worker import HostWorker, SharedArrays
 from syncfree.envs.adapters.staging import ActionStaging, HostPack, HostProfile, HostStaging
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
@@ -178,48 +179,6 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
         self.vector_env.close()
 
 
-def _make_sync(env_id: str, num_envs: int, **kwargs: Any) -> Any:
-    """Gymnasium's sync vector env of `num_envs` envs with same-step autoreset."""
-    return gymnasium.make_vec(env_id, num_envs, vectorization_mode="sync",
-                              vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}, **kwargs)
-
-
-class _GymnasiumRows:
-    """Envs `first` to `first + count - 1` of a `SplitVectorEnv`: a sync vector env of its own that reads its
-    rows of the shared action array and writes its rows of the shared results, in whichever process it lives."""
-
-    def __init__(self, arrays: SharedArrays, env_id: str, first: int, count: int, kwargs: dict[str, Any]) -> None:
-        self.env = _make_sync(env_id, count, **kwargs)
-        self.first = first
-        self.steps = 0
-        """Vector steps taken (each steps all `count` envs)."""
-        rows = slice(first, first + count)
-        self.obs, self.final_obs, self.reward, self.terminated, self.truncated, self.ended, self.actions = (
-            arrays[name][rows] for name in SPLIT_FIELDS)
-
-    def reset(self, seed: int | None) -> None:
-        obs, _ = self.env.reset(seed=None if seed is None else seed + self.first)  # env i: seed + i, as unsplit
-        self.obs[...] = obs
-
-    def step(self) -> None:
-        self.steps += 1
-        obs, reward, terminated, truncated, infos = self.env.step(self.actions)
-        self.obs[...], self.reward[...], self.terminated[...], self.truncated[...] = obs, reward, terminated, truncated
-        ended = infos.get("_final_obs")
-        if ended is not None and ended.any():
-            self.ended[...] = ended
-            rows = np.flatnonzero(ended)
-            self.final_obs[rows] = np.stack(infos["final_obs"][rows])
-        else:
-            self.ended[...] = False
-
-    def close(self) -> None:
-        self.env.close()
-
-
-SPLIT_FIELDS = ("obs", "final_obs", "reward", "terminated", "truncated", "ended", "actions")
-
-
 class SplitVectorEnv(gymnasium.vector.VectorEnv):
     """`num_envs` Gymnasium envs of `env_id` in two processes (`perf.host_env_worker`): the first `num_envs // 2`
     step in this process while the others step in a worker process (`HostWorker`), each part a sync vector env
@@ -233,7 +192,7 @@ class SplitVectorEnv(gymnasium.vector.VectorEnv):
     def __init__(self, env_id: str, num_envs: int, **kwargs: Any) -> None:
         if num_envs < 2:
             raise UserError(f"SplitVectorEnv: num_envs={num_envs}; splitting needs at least 2 envs")
-        probe = _make_sync(env_id, 1, **kwargs)
+        probe = make_sync(env_id, 1, **kwargs)
         self.single_observation_space = probe.single_observation_space
         self.single_action_space = probe.single_action_space
         self.spec = getattr(probe.envs[0], "spec", None)
@@ -251,11 +210,11 @@ class SplitVectorEnv(gymnasium.vector.VectorEnv):
             "obs": obs, "final_obs": obs, "reward": ((num_envs,), "<f8"), "terminated": flag, "truncated": flag,
             "ended": flag, "actions": layout(self.single_action_space)})
         self.local_envs = local = num_envs // 2
-        self.local: _GymnasiumRows | None = None
+        self.local: GymnasiumRows | None = None
         self.worker: HostWorker | None = None
         try:
-            self.local = _GymnasiumRows(self.arrays, env_id, 0, local, kwargs)
-            self.worker = HostWorker(f"{env_id} envs {local}-{num_envs - 1}", self.arrays, _GymnasiumRows, env_id,
+            self.local = GymnasiumRows(self.arrays, env_id, 0, local, kwargs)
+            self.worker = HostWorker(f"{env_id} envs {local}-{num_envs - 1}", self.arrays, GymnasiumRows, env_id,
                                      local, num_envs - local, kwargs)
         except BaseException:
             self.close()

@@ -19,13 +19,12 @@ saved (`saveable = False`): a resumed run restores the trainer state exactly and
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -33,6 +32,18 @@ from torch import Tensor
 
 from syncfree.envs.adapters.host_worker import HostWorker, SharedArrays
 from syncfree.envs.adapters.mettagrid_map import ARENA_BORDER, ARENA_WALLS, MAPS, MettaGridMap
+from syncfree.envs.adapters.mettagrid_sims import (
+    SimulationRows,
+    Simulations,
+    array_layout,
+    dtype_actions,
+    dtype_observations,
+    dtype_rewards,
+    dtype_terminals,
+    dtype_truncations,
+    finished,
+    rows_of,
+)
 from syncfree.envs.adapters.staging import ActionStaging, HostPack, HostProfile, HostStaging
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.errors import UserError
@@ -40,9 +51,8 @@ from syncfree.errors import UserError
 _root = logging.getLogger()
 _root_state = (_root.level, list(_root.handlers))
 try:
-    import mettagrid.config.mettagrid_c_config as mettagrid_c_config
     import pydantic
-    from mettagrid import MettaGridConfig, Simulator
+    from mettagrid import MettaGridConfig
     from mettagrid.builder.envs import make_arena
     from mettagrid.config.game_value import InventoryValue
     from mettagrid.config.handler_config import Handler
@@ -52,15 +62,7 @@ try:
     from mettagrid.map_builder.random_map import RandomMapBuilderConfig
     from mettagrid.mapgen.mapgen import MapGenConfig
     from mettagrid.mapgen.scenes.random import RandomConfig
-    from mettagrid.mettagrid_c import (
-        dtype_actions,
-        dtype_masks,
-        dtype_observations,
-        dtype_rewards,
-        dtype_terminals,
-        dtype_truncations,
-    )
-    from mettagrid.simulator.simulator import Buffers, Simulation
+    from mettagrid.simulator.simulator import Simulation
 except ImportError as e:  # pragma: no cover - exercised only without mettagrid
     raise ImportError("the MettaGrid adapter needs mettagrid: pip install 'mettagrid==0.26.22'") from e
 finally:  # importing mettagrid sets the root logger to INFO and gives it a handler: undo that
@@ -146,159 +148,10 @@ def _validation_message(e: pydantic.ValidationError) -> str:
     return f"MettaGrid spec: {field}: MettaGrid rejects {where}: {' '.join(str(err.get('msg', e)).split())}"
 
 
-class _ConvertedOnce:
-    """MettaGrid's conversion of a game config to its C++ form (`convert_to_cpp_game_config`, which
-    `Simulation.__init__` calls on every construction), done once per config object and handed back after
-    (`perf.cache_game_config`). `conversions` counts the real ones."""
-
-    def __init__(self) -> None:
-        self._game: object = None
-        self._converted: Any = None
-        self.conversions = 0
-
-    @contextlib.contextmanager
-    def around_construction(self) -> Iterator[None]:
-        """While a simulation is built: MettaGrid's module-level converter answers from this cache (MettaGrid looks
-        it up on the module at each call)."""
-        convert = mettagrid_c_config.convert_to_cpp_game_config
-
-        def converted_once(mettagrid_config: Any) -> Any:  # MettaGrid's name for the argument
-            if mettagrid_config is not self._game:
-                self._game, self._converted = mettagrid_config, convert(mettagrid_config)
-                self.conversions += 1
-            return self._converted
-
-        mettagrid_c_config.convert_to_cpp_game_config = converted_once
-        try:
-            yield
-        finally:
-            mettagrid_c_config.convert_to_cpp_game_config = convert
-
-
-Alloc = Callable[[str, tuple[int, ...], np.dtype], np.ndarray]
-"""Where a simulation set's host arrays come from: (name, shape, dtype) -> array."""
-
-
-def _array_layout(config: MettaGridConfig, num_simulations: int) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
-    """The host arrays `num_simulations` simulations of `config` step into, by name."""
-    n = num_simulations * config.game.num_agents
-    tokens = (config.game.obs.num_tokens, config.game.obs.token_dim)
-    return {"obs": ((n, *tokens), np.dtype(dtype_observations)), "rewards": ((n,), np.dtype(dtype_rewards)),
-            "terminals": ((n,), np.dtype(dtype_terminals)), "truncations": ((n,), np.dtype(dtype_truncations)),
-            "masks": ((n,), np.dtype(dtype_masks)), "actions": ((n,), np.dtype(dtype_actions)),
-            "teacher_actions": ((n,), np.dtype(dtype_actions)), "vibe_actions": ((n,), np.dtype(dtype_actions))}
-
-
-def _finished(terminals_2d: np.ndarray, truncations_2d: np.ndarray) -> np.ndarray:
-    """[simulations] bool: the simulations whose episode ended (MettaGrid's `Simulation.is_done`)."""
-    # numpy's stubs allow a scalar for `all(axis=1)` (a 1-D array's); these arrays are 2-D
-    return cast(np.ndarray, terminals_2d.all(axis=1) | truncations_2d.all(axis=1))
-
-
-class _Simulations:
-    """`num_simulations` MettaGrid simulations stepping into slices of shared host arrays; `cache_game_config`:
-    the game config converted to MettaGrid's C++ form once (`_ConvertedOnce`), not at every simulation's start.
-    `first`: the index of the first of them among all the run's simulations (a split's second part), which seeds
-    the first episodes as one set of all of them would (simulation i: `seed + i`)."""
-
-    def __init__(self, config: MettaGridConfig, num_simulations: int, seed: int, alloc: Alloc,
-                 obs: np.ndarray | None = None, cache_game_config: bool = False, first: int = 0) -> None:
-        self.config, self.seed = config, seed
-        self.game_config = _ConvertedOnce() if cache_game_config else None
-        self.num_simulations = e = num_simulations
-        self.agents = a = config.game.num_agents
-        layout = _array_layout(config, e)
-        shape = layout["obs"][0]
-        self.obs = alloc("obs", *layout["obs"]) if obs is None else obs
-        if self.obs.shape != shape or self.obs.dtype != dtype_observations:
-            raise ValueError(f"observation array of shape {self.obs.shape} and {self.obs.dtype}: needs {shape}, "
-                             f"{np.dtype(dtype_observations)}")
-        self.rewards, self.terminals, self.truncations, self.masks, self.actions, self.teacher_actions = (
-            alloc(name, *layout[name]) for name in ("rewards", "terminals", "truncations", "masks", "actions",
-                                                    "teacher_actions"))
-        self.masks.fill(True)
-        self.vibe_actions = alloc("vibe_actions", *layout["vibe_actions"])  # stays 0: no vibe change
-        self.terminals_2d = self.terminals.reshape(e, a)
-        self.truncations_2d = self.truncations.reshape(e, a)
-        self.buffers = [Buffers(observations=self.obs[s], terminals=self.terminals[s], truncations=self.truncations[s],
-                                rewards=self.rewards[s], masks=self.masks[s], actions=self.actions[s],
-                                teacher_actions=self.teacher_actions[s], vibe_actions=self.vibe_actions[s])
-                        for s in (slice(i * a, (i + 1) * a) for i in range(e))]
-        self.simulator = Simulator()
-        self.steps = 0
-        """Steps taken (each steps every simulation here)."""
-        self.started = first
-        """The run order (seed offset) of the next simulation started without an explicit order."""
-        self.sims: list[Simulation] = []
-        self.steppers: list[Callable[[], None]] = []
-        for buffers in self.buffers:
-            sim = self._new(buffers)
-            self.sims.append(sim)
-            self.steppers.append(sim.step)
-        self.action_names = self.sims[0].action_names
-
-    def _new(self, buffers: Buffers, order: int | None = None) -> Simulation:
-        """The `order`-th simulation of the run (default: the next one here), seeded as one `Simulator` starting
-        every simulation of the run in order would seed it: simulation seed `seed + order`, and map seed from
-        MettaGrid's own count of simulations started (`Simulator._map_seed_offset`, which a part of a split run
-        would otherwise count from 0)."""
-        if order is None:
-            order = self.started
-            self.started += 1
-        self.simulator._map_seed_offset = order
-        if self.game_config is None:
-            return self.simulator.new_simulation(self.config, self.seed + order, buffers=buffers)
-        with self.game_config.around_construction():
-            return self.simulator.new_simulation(self.config, self.seed + order, buffers=buffers)
-
-    def step(self) -> None:
-        self.steps += 1
-        for step in self.steppers:
-            step()
-
-    def finished(self) -> np.ndarray:
-        """[num_simulations] bool: the simulations whose episode ended (MettaGrid's `Simulation.is_done`)."""
-        return _finished(self.terminals_2d, self.truncations_2d)
-
-    def restart(self, indices: np.ndarray | Sequence[int], orders: Sequence[int] | None = None) -> None:
-        """New episodes on the given simulations' slices (rewards, terminals and truncations there are reset),
-        started as the run's `orders`-th simulations (default: the next ones here)."""
-        for k, i in enumerate(indices):
-            self.sims[i].close()
-            sim = self.sims[i] = self._new(self.buffers[i], None if orders is None else orders[k])
-            self.steppers[i] = sim.step
-
-    def close(self) -> None:
-        for sim in self.sims:
-            sim.close()
-        self.sims, self.steppers = [], []
-
-
-def _rows(arrays: SharedArrays, first: int, count: int) -> Alloc:
-    """An `Alloc` handing out rows `first` to `first + count - 1` of the shared arrays."""
-    def alloc(name: str, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
-        rows = arrays[name][first:first + count]
-        assert rows.shape == shape and rows.dtype == dtype, (name, rows.shape, shape)
-        return rows
-    return alloc
-
-
-class _SimulationRows(_Simulations):
-    """The worker process's part of a `_SplitSimulations`: simulations `first` onwards, on their rows of the
-    shared arrays (built from the picklable spec there)."""
-
-    def __init__(self, arrays: SharedArrays, spec: MettaGridSpec, seed: int, first: int, count: int,
-                 cache_game_config: bool) -> None:
-        config = spec.to_config(seed)
-        a = config.game.num_agents
-        super().__init__(config, count, seed, _rows(arrays, first * a, count * a), cache_game_config=cache_game_config,
-                         first=first)
-
-
 class _SplitSimulations:
     """`num_simulations` simulations in two processes (`perf.host_env_worker`): the first half here, the second
     half in a worker process (`HostWorker`), all stepping into one set of shared arrays at the same time. The
-    same interface as `_Simulations` for the adapter, and the same episodes bit for bit: every new episode is seeded
+    same interface as `Simulations` for the adapter, and the same episodes bit for bit: every new episode is seeded
     by its place in the order one set of all the simulations would start them (`restart` numbers them here and
     hands the worker its numbers). Observations are copied into `obs` (the adapter's buffer) after every step and
     restart."""
@@ -308,12 +161,12 @@ class _SplitSimulations:
         self.config, self.seed, self.num_simulations = config, seed, num_simulations
         self.agents = a = config.game.num_agents
         self.arrays = SharedArrays({name: (shape, dtype.str)
-                                    for name, (shape, dtype) in _array_layout(config, num_simulations).items()})
+                                    for name, (shape, dtype) in array_layout(config, num_simulations).items()})
         self.local_simulations = h = num_simulations // 2
-        self.local = _Simulations(config, h, seed, _rows(self.arrays, 0, h * a), cache_game_config=cache_game_config)
+        self.local = Simulations(config, h, seed, rows_of(self.arrays, 0, h * a), cache_game_config=cache_game_config)
         try:
             self.worker = HostWorker(f"MettaGrid simulations {h}-{num_simulations - 1}", self.arrays,
-                                     _SimulationRows, spec, seed, h, num_simulations - h, cache_game_config)
+                                     SimulationRows, config, seed, h, num_simulations - h, cache_game_config)
         except BaseException:
             self.local.close()
             self.arrays.close()
@@ -340,7 +193,7 @@ class _SplitSimulations:
         np.copyto(self.out_obs, self.obs)
 
     def finished(self) -> np.ndarray:
-        return _finished(self.terminals_2d, self.truncations_2d)
+        return finished(self.terminals_2d, self.truncations_2d)
 
     def restart(self, indices: np.ndarray | Sequence[int]) -> None:
         indices = list(indices)
@@ -421,11 +274,11 @@ class MettaGridVecEnv(HostStaging, VecEnv):
                 return np.zeros(shape, dtype)
             return torch.zeros(shape, dtype=_torch_dtype(dtype), pin_memory=True).numpy()
 
-        sims: _Simulations | _SplitSimulations
+        sims: Simulations | _SplitSimulations
         if worker:
             sims = _SplitSimulations(spec, self.config, num_simulations, seed, pack.array("obs"), cache_game_config)
         else:
-            sims = _Simulations(self.config, num_simulations, seed, host, obs=pack.array("obs"),
+            sims = Simulations(self.config, num_simulations, seed, host, obs=pack.array("obs"),
                                 cache_game_config=cache_game_config)
         self._sims = sims
         self.max_episode_length = spec.max_steps
@@ -548,7 +401,7 @@ def mettagrid_raw_throughput(spec: MettaGridSpec, num_simulations: int, steps: i
     `sim.step()` loop, finished simulations restarted. The gap to `syncfree.envs.throughput.env_only_throughput` is the adapter's cost."""
     if steps < 1:
         raise UserError(f"mettagrid_raw_throughput: steps={steps} must be >= 1")
-    sims = _Simulations(spec.to_config(seed), num_simulations, seed, lambda name, shape, dtype: np.zeros(shape, dtype))
+    sims = Simulations(spec.to_config(seed), num_simulations, seed, lambda name, shape, dtype: np.zeros(shape, dtype))
     rng = np.random.default_rng(seed)
     actions = rng.integers(0, len(sims.action_names), (min(steps, 16), sims.actions.size)).astype(dtype_actions)
     try:
