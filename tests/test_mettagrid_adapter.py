@@ -20,7 +20,7 @@ from syncfree.envs.adapters.mettagrid import (
     mettagrid_raw_throughput,
     random_policy_reward,
 )
-from syncfree.envs.api import ActionSpec
+from syncfree.envs.api import ActionSpec, StepResult
 from syncfree.envs.throughput import env_only_throughput
 from syncfree.errors import UserError
 
@@ -97,6 +97,14 @@ def test_finished_simulations_restart_on_their_slice_only() -> None:
     env.close()
 
 
+def assert_same_step(x: StepResult, y: StepResult) -> None:
+    """Two steps' observations, rewards, episode ends and episode totals, equal bit for bit."""
+    for u, v in ((x.obs["policy"], y.obs["policy"]), (x.reward, y.reward), (x.terminated, y.terminated),
+                 (x.truncated, y.truncated), (x.info["episode_return"], y.info["episode_return"]),
+                 (x.info["episode_length"], y.info["episode_length"])):
+        assert torch.equal(u, v)
+
+
 def test_a_staged_step_is_one_copy_each_way_and_matches_the_unstaged_one() -> None:
     """With host buffers apart from the device tensors (the CUDA path, here on the CPU), a step's observations,
     rewards and episode ends reach the device in one copy of the shared buffer MettaGrid writes into, and the
@@ -113,10 +121,7 @@ def test_a_staged_step_is_one_copy_each_way_and_matches_the_unstaged_one() -> No
         with StagingCopies(staged) as copies:
             y = staged.step(a)
         assert (copies.uploads, copies.downloads) == (1, 1)
-        for u, v in ((x.obs["policy"], y.obs["policy"]), (x.reward, y.reward), (x.terminated, y.terminated),
-                     (x.truncated, y.truncated), (x.info["episode_return"], y.info["episode_return"]),
-                     (x.info["episode_length"], y.info["episode_length"])):
-            assert torch.equal(u, v)
+        assert_same_step(x, y)
         rewarded += float(x.reward.abs().sum())
     assert float(staged.pop_log()["mettagrid/restarts"]) == 6 and rewarded > 0
     assert staged.transfers() == {"uploads": 47, "downloads": 45}  # and at construction and reset
@@ -134,10 +139,7 @@ def test_cache_game_config_steps_the_same_simulations() -> None:
     for _ in range(35):
         a = torch.randint(0, cached.action_spec.size, (12,), generator=gen)
         x, y = cached.step(a), converted.step(a)
-        for u, v in ((x.obs["policy"], y.obs["policy"]), (x.reward, y.reward), (x.terminated, y.terminated),
-                     (x.truncated, y.truncated), (x.info["episode_return"], y.info["episode_return"]),
-                     (x.info["episode_length"], y.info["episode_length"])):
-            assert torch.equal(u, v)
+        assert_same_step(x, y)
     assert float(cached.pop_log()["mettagrid/restarts"]) == float(converted.pop_log()["mettagrid/restarts"]) == 9
     assert (cached._sims.game_config.conversions, converted._sims.game_config) == (1, None)
     cached.close()
@@ -160,10 +162,7 @@ def test_host_env_worker_steps_the_same_simulations() -> None:
             assert torch.equal(split.reset()["policy"], whole.reset()["policy"])
         a = torch.randint(0, split.action_spec.size, (20,), generator=gen)
         x, y = split.step(a), whole.step(a)
-        for u, v in ((x.obs["policy"], y.obs["policy"]), (x.reward, y.reward), (x.terminated, y.terminated),
-                     (x.truncated, y.truncated), (x.info["episode_return"], y.info["episode_return"]),
-                     (x.info["episode_length"], y.info["episode_length"])):
-            assert torch.equal(u, v)
+        assert_same_step(x, y)
         rewarded += y.reward
     assert float(split.pop_log()["mettagrid/restarts"]) == float(whole.pop_log()["mettagrid/restarts"]) == 10
     assert split._sims.started == whole._sims.started == 5 + 10 + 5  # the reset restarts all 5
