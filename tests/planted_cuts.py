@@ -72,10 +72,20 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
     "sparse_token_max": [("algo/recurrent.py", "sparse_max=cfg.perf.sparse_token_max", "sparse_max=False")],
     "host_env_worker": [("tasks/gym.py", "worker=cfg.perf.host_env_worker and worth_a_worker(num_envs)",
                          "worker=False")],
+    "whole_chunk_distillation": [("algo/distillation.py", "        if self.perf.whole_chunk_distillation:\n",
+                                  "        if False:\n")],
 }  # each a switch's first path (host_env_worker: Gymnasium's); `PATH_CUTS` has the others
 """Switch -> (file under src/syncfree, text, replacement): the cut."""
 
 WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
+    # each step's forward and loss run as well, as rsl_rl's loop runs them, beside the chunk's (which is used)
+    "whole_chunk_distillation": [("algo/distillation.py",
+                                  "            obs, target = self.chunk_rows(self.student_obs, chunk), "
+                                  "self.chunk_rows(self.teacher_actions, chunk)\n",
+                                  "            obs, target = self.chunk_rows(self.student_obs, chunk), "
+                                  "self.chunk_rows(self.teacher_actions, chunk)\n"
+                                  "            [self.loss(self.student_obs[t], self.teacher_actions[t], 1.0) "
+                                  "for t in self.steps_of(chunk)]\n")],
     # the worker's half stepped first and waited for, as one process steps them in turn; then this process's half
     "host_env_worker": [("envs/adapters/gymnasium.py", "        getattr(self.local, method)(*args)\n        worker.wait()\n",
                          "        worker.wait()\n        getattr(self.local, method)(*args)\n")],
@@ -205,6 +215,24 @@ ASSERTION = re.compile(r"^E\s+(AssertionError|assert )", re.MULTILINE)
 
 
 PATH_CUTS: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
+    # the chunk's rows gathered (copied) where its steps are consecutive and a view serves
+    "whole_chunk_distillation": [
+        ("baseline path, recurrent student", [("algo/distillation.py",
+                                               "        if self.perf.whole_chunk_distillation:\n"
+                                               "            target = self.chunk_rows(",
+                                               "        if False:\n            target = self.chunk_rows(")]),
+        ("work thrown away, recurrent student", [("algo/distillation.py",
+                                                  "            return self.summed(self.loss(torch.cat(hidden), target, "
+                                                  "float(chunk.steps)))\n",
+                                                  "            [self.loss(h, self.teacher_actions[t], 1.0) for h, t in "
+                                                  "zip(hidden, steps, strict=True)]\n"
+                                                  "            return self.summed(self.loss(torch.cat(hidden), target, "
+                                                  "float(chunk.steps)))\n")]),
+        ("work thrown away, a copy", [("algo/distillation.py",
+                                       "            return buffer[chunk.start:chunk.start + chunk.steps]\n",
+                                       "            return buffer[torch.arange(chunk.start, chunk.start + chunk.steps, "
+                                       "device=buffer.device)]\n")]),
+    ],
     # the second adapter the switch acts in, each shape cut there alone
     "host_env_worker": [
         ("baseline path, MettaGrid", [("tasks/grid_arena.py",

@@ -74,7 +74,7 @@ def test_bad_config_is_one_line_naming_the_key(capsys, argv: list[str], culprit:
     (["--num-envs", "4"], "did you mean env.num_envs?"),
     (["--ppo.num_envs", "4"], "did you mean env.num_envs?"),
     (["--envs.num_envs", "4"], "did you mean env.num_envs?"),  # a section misspelt
-    (["--learning_rate", "0.1"], "did you mean ppo.learning_rate or rnd.learning_rate?"),
+    (["--learning_rate", "0.1"], "did you mean ppo.learning_rate or rnd.learning_rate or distill.learning_rate?"),
     (["--seeed", "1"], "did you mean seed?"),
 ])
 def test_a_mistyped_option_or_value_is_one_line_with_a_suggestion(capsys, argv: list[str], line: str) -> None:

@@ -267,7 +267,7 @@ def test_the_run_folder_holds_its_config_and_it_reads_back(tmp_path: Path) -> No
 @pytest.mark.parametrize(("argv", "yaml_text", "guess"), [
     (["--ppo.learning_rat", "1e-3"], None, "did you mean ppo.learning_rate?"),
     (["--iteration", "3"], None, "did you mean iterations?"),
-    (["--ppp.learning_rate", "1e-3"], None, "did you mean ppo.learning_rate or rnd.learning_rate?"),
+    (["--ppp.learning_rate", "1e-3"], None, "did you mean ppo.learning_rate or rnd.learning_rate or distill.learning_rate?"),
     ([], "task: pendulum\nppo:\n  learning_rat: 0.001\n", "did you mean ppo.learning_rate?"),
     ([], "task: pendulum\niteration: 3\n", "did you mean iterations?"),
     ([], "task: grid-arena\nenv:\n  agent_per_env: 3\n", "did you mean env.agents_per_env?"),

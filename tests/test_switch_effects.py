@@ -61,6 +61,8 @@ EFFECT_TESTS = {
     "sparse_token_max": "test_switch_effects.py::test_sparse_token_max_runs_the_last_layer_backward_on_winners_only",
     "cache_game_config": "test_switch_effects.py::test_cache_game_config_converts_the_game_config_once_per_run",
     "host_env_worker": "test_switch_effects.py::test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps",
+    "whole_chunk_distillation":
+        "test_distillation.py::test_whole_chunk_distillation_runs_one_student_forward_per_optimizer_step",
 }
 """Switch -> its effect test (`file::function` under tests/)."""
 

@@ -309,10 +309,12 @@ def cmd_switches(argv: Sequence[str]) -> int:
     parser.add_argument("--perf.compile", dest="compile", choices=("off", "auto", "hot", "step"),
                         help="with --task: the compile mode to judge under (default: the preset's)")
     parser.add_argument("--device", help="with --task: the device to judge for (cpu, cuda; default: the preset's)")
+    parser.add_argument("--distill", action="store_true",
+                        help="with --task: judge for student-teacher distillation (distill.teacher) instead of PPO")
     args = parser.parse_args(argv)
-    if (args.compile or args.device) and not args.task:
-        raise UserError("switches: --perf.compile and --device need --task")
-    print(listing(args.task, args.compile, args.device))
+    if (args.compile or args.device or args.distill) and not args.task:
+        raise UserError("switches: --perf.compile, --device and --distill need --task")
+    print(listing(args.task, args.compile, args.device, args.distill))
     return 0
 
 

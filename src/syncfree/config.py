@@ -129,6 +129,9 @@ class PolicyConfig:
     std_type: Literal["log", "scalar"] = "log"
     """How the Gaussian head learns its state-independent standard deviation: `log`, its logarithm; `scalar`, the
     standard deviation itself, clamped to [1e-6, 1e6] (rsl_rl's default `std_type`)."""
+    actor_obs: Literal["policy", "critic"] = "policy"
+    """The observation group the MLP actor reads: `policy`, or `critic` for a privileged actor that sees what the
+    critic sees (a teacher to distill a deployable student from, `distill`)."""
     UNREAD: ClassVar[tuple[str, ...]] = ()
     """Fields of this section the policy does not read (a config of the earlier layout may hold any value there)."""
 
@@ -146,6 +149,7 @@ class PolicyConfig:
         check(self.init_std > 0, "policy.init_std", "a number > 0", self.init_std)
         check(self.obs_norm_std_offset >= 0, "policy.obs_norm_std_offset", "a number >= 0", self.obs_norm_std_offset)
         check(self.std_type in ("log", "scalar"), "policy.std_type", "log, scalar", self.std_type)
+        check(self.actor_obs in ("policy", "critic"), "policy.actor_obs", "policy, critic", self.actor_obs)
 
 
 @dataclass
@@ -522,6 +526,45 @@ class RNDConfig:
 
 
 @dataclass
+class DistillConfig:
+    """Student-teacher distillation (rsl_rl's `Distillation`): instead of PPO, the policy (the student) is trained
+    to output what a frozen teacher policy, read from a checkpoint, outputs on the same states. The student acts
+    (sampling from its Gaussian, so it visits the states its own mistakes lead to, DAgger-style), the teacher's mean
+    action is stored beside each step, and the update regresses the student's mean onto it. The teacher may read a
+    privileged group (its `policy.actor_obs=critic`) while the student reads only `policy.actor_obs`. The teacher is
+    a feed-forward MLP policy; the student an MLP one or, with `policy.kind=recurrent` on a task of flat observations,
+    the recurrent MLP policy; continuous actions. The student's critic is not trained."""
+
+    teacher: str = ""
+    """A syncfree checkpoint (`.pt`) of a feed-forward MLP policy for this task; set, the run distills."""
+    loss: Literal["mse", "huber"] = "mse"
+    """The regression loss between the student's and the teacher's mean actions (rsl_rl's `loss_type`)."""
+    gradient_length: int = 15
+    """Rollout steps whose losses are summed into one optimizer step (rsl_rl's `gradient_length`): an update takes
+    `num_epochs * ppo.steps_per_env // gradient_length` steps; the remaining steps count in the logged loss only."""
+    num_epochs: int = 1
+    """Passes over the rollout per update (rsl_rl's `num_learning_epochs`)."""
+    learning_rate: float = 1e-3
+    """Adam's step size (fixed)."""
+    max_grad_norm: float = 0.0
+    """Clip the gradient to this norm; 0: no clipping (rsl_rl's default, `max_grad_norm=None`)."""
+
+    def enabled(self) -> bool:
+        return bool(self.teacher)
+
+    def validate(self, steps_per_env: int) -> None:
+        check(self.loss in ("mse", "huber"), "distill.loss", "mse, huber", self.loss)
+        check(self.num_epochs >= 1, "distill.num_epochs", "an integer >= 1", self.num_epochs)
+        total = self.num_epochs * steps_per_env
+        check(self.gradient_length >= 1, "distill.gradient_length", "an integer >= 1", self.gradient_length)
+        check(not self.enabled() or self.gradient_length <= total, "distill.gradient_length",
+              f"at most distill.num_epochs * ppo.steps_per_env = {total} (else no step is ever taken)",
+              self.gradient_length)
+        check(self.learning_rate > 0, "distill.learning_rate", "a number > 0", self.learning_rate)
+        check(self.max_grad_norm >= 0, "distill.max_grad_norm", "a number >= 0 (0: no clipping)", self.max_grad_norm)
+
+
+@dataclass
 class DistributedConfig:
     """Multi-process training (`torchrun --nproc_per_node=N -m syncfree train ...`); inert in a single process."""
 
@@ -571,6 +614,7 @@ class TrainConfig:
     callbacks: CallbackConfig = field(default_factory=CallbackConfig)
     symmetry: SymmetryConfig = field(default_factory=SymmetryConfig)
     rnd: RNDConfig = field(default_factory=RNDConfig)
+    distill: DistillConfig = field(default_factory=DistillConfig)
 
     def minibatch_rows(self) -> tuple[int, str]:
         """What a rollout's minibatches split (`ppo.num_minibatches` must divide it): the count and how it is
@@ -587,6 +631,17 @@ class TrainConfig:
             default = base.rnd
             unused += [(f"rnd.{f.name}={getattr(self.rnd, f.name)!r}", "rnd.enabled is false")
                        for f in dataclasses.fields(RNDConfig) if getattr(self.rnd, f.name) != getattr(default, f.name)]
+        if not self.distill.enabled():
+            default_distill = base.distill
+            unused += [(f"distill.{f.name}={getattr(self.distill, f.name)!r}", "distill.teacher is empty")
+                       for f in dataclasses.fields(DistillConfig)
+                       if getattr(self.distill, f.name) != getattr(default_distill, f.name)]
+        else:
+            unused += [(f"ppo.{f.name}={getattr(self.ppo, f.name)!r}",
+                        "distillation reads ppo.steps_per_env only (its own settings are distill.*)")
+                       for f in dataclasses.fields(self.ppo)  # those the preset has (not a recurrent one's own)
+                       if f.name != "steps_per_env" and hasattr(base.ppo, f.name)
+                       and getattr(self.ppo, f.name) != getattr(base.ppo, f.name)]
         if not self.symmetry.active() and self.symmetry.mirror != base.symmetry.mirror:
             unused.append((f"symmetry.mirror={self.symmetry.mirror!r}",
                            "symmetry.augment, symmetry.mirror_loss and symmetry.log_only are all false"))
@@ -625,10 +680,22 @@ class TrainConfig:
         self.callbacks.validate()
         self.symmetry.validate()
         self.rnd.validate()
+        self.validate_distill()
         check(self.distributed.timeout > 0, "distributed.timeout", "a number of seconds > 0", self.distributed.timeout)
         check(self.distributed.backend in ("auto", "nccl", "gloo"), "distributed.backend", "auto, nccl, gloo",
               self.distributed.backend)
         _validate_perf(self.perf)
+
+    def validate_distill(self) -> None:
+        """`distill`'s own values, and what distillation trains: rsl_rl refuses RND and symmetry with it too."""
+        self.distill.validate(self.ppo.steps_per_env)
+        if not self.distill.enabled():
+            return
+        check(not self.rnd.enabled, "rnd.enabled", "false while distill.teacher is set (no reward to add to)",
+              self.rnd.enabled)
+        check(not self.symmetry.active(), "symmetry.augment",
+              "false while distill.teacher is set (distillation has no PPO loss to augment)",
+              self.symmetry.augment or self.symmetry.mirror_loss or self.symmetry.log_only)
 
 
 @dataclass

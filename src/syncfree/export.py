@@ -218,7 +218,7 @@ def describe(loaded: LoadedPolicy, graphs: list[Graph], files: dict[str, str],
     """The sidecar: what each file computes, its inputs and outputs, and the actor observation's layout."""
     policy = cast(PolicyBase, loaded.policy)  # `export_checkpoint` refused any other
     kind, size = policy.action_spec.kind, policy.action_spec.size
-    layout = getattr(policy, "layout", None) or {"policy": policy.actor_obs_dim}
+    layout = getattr(policy, "layout", None) or {getattr(policy, "actor_group", "policy"): policy.actor_obs_dim}
     parts, start = [], 0
     for name, width in layout.items():
         parts.append({"name": name, "start": start, "width": width})

@@ -16,9 +16,10 @@ from syncfree.train.compile_choice import resolve_compile
 
 
 def listing(task: str | None = None, compile: Literal["off", "auto", "hot", "step"] | None = None,
-            device: str | None = None) -> str:
+            device: str | None = None, distill: bool = False) -> str:
     """Every switch with its values, origin and doc; with `task`, marked live or inert (with the reason) on the
-    task's preset, under `compile` and on `device` (default: the preset's)."""
+    task's preset, under `compile` and on `device` (default: the preset's), training PPO or (`distill`) distilling
+    a student of the preset's policy from a teacher."""
     docs = {p.arg_name: p.description for p in docstring_parser.parse_from_object(PerfConfig).params}
     inert: dict[str, str] | None = None
     lines = []
@@ -26,12 +27,15 @@ def listing(task: str | None = None, compile: Literal["off", "auto", "hot", "ste
         cfg = preset(task)
         cfg.perf.compile = compile or cfg.perf.compile
         cfg.device = device or cfg.device
+        if distill:  # where the switches act depends on the algorithm only, not on which teacher
+            cfg.distill.teacher = "teacher.pt"
+            cfg.distill.gradient_length = min(cfg.distill.gradient_length, cfg.ppo.steps_per_env)
         cfg = validate(cfg)
         # judged for the device asked for, present here or not; else where the preset would train
         where = torch.device(device) if device else resolve_device(cfg.device)
         cfg, _ = resolve_compile(cfg, where)
         inert = cfg.perf.inert_switches(switch_scope(cfg, where))
-        lines.append(f"{task} (perf.compile={cfg.perf.compile}, device={where}): "
+        lines.append(f"{task}{', distilling' if distill else ''} (perf.compile={cfg.perf.compile}, device={where}): "
                      f"{len(PerfConfig.switches()) - len(inert)} switches act, {len(inert)} change nothing\n")
     for f in PerfConfig.switches():
         mark = ""

@@ -115,6 +115,8 @@ class Algorithm(ABC):
     averaged over ranks with several processes); `statistics()` adds `skipped_steps` and `learning_rate`."""
     steps_per_env: int
     """Rollout steps per iteration."""
+    minibatches_per_update: int
+    """Optimizer steps of one update (PPO: epochs x minibatches; distillation: its chunks)."""
     num_envs: int
     """Env rows the algorithm acts for (agents, for multi-agent envs)."""
     observer: StepObserver | None = None

@@ -59,6 +59,7 @@ class FeedForwardPPO(Algorithm):
         self.rnd = rnd
         self.phases = Phases()
         self.steps_per_env, self.num_envs = cfg.steps_per_env, num_envs
+        self.minibatches_per_update = cfg.num_epochs * cfg.num_minibatches
         self.params = [p for p in policy.parameters() if p.requires_grad]
         clip_groups = policy.gradient_groups() if cfg.grad_clip == "per_network" else None
         self.optim = PolicyOptimizer(self.params, cfg, perf, device, dist, clip_groups)
@@ -117,9 +118,12 @@ class FeedForwardPPO(Algorithm):
         task that has them, g1-track)."""
         critic_dim = obs_dim(env, "critic")
         if cfg.policy.kind == "mlp":
-            return ActorCritic(obs_dim(env, "policy"), critic_dim, env.action_spec, cfg.policy,
+            return ActorCritic(obs_dim(env, cfg.policy.actor_obs), critic_dim, env.action_spec, cfg.policy,
                                validate_distributions=cfg.perf.validate_distributions,
                                critic_chunk_size=cfg.perf.critic_chunk_size)
+        if cfg.policy.actor_obs != "policy":
+            raise UserError(f"policy.actor_obs={cfg.policy.actor_obs}: only the MLP actor (policy.kind=mlp) reads "
+                            "another group than policy")
         tokenizer = any(k.startswith("tokenizer/") for k in env.obs_shapes)
         if not isinstance(cfg.policy, TokenPolicyConfig) or env.action_spec.kind != "continuous" or not tokenizer:
             raise UserError(f"policy.kind={cfg.policy.kind}: task {cfg.task!r} has no tokenizer observations or no "
@@ -168,7 +172,7 @@ class FeedForwardPPO(Algorithm):
 
     def forward_only(self, obs: dict[str, Tensor]) -> Callable[[], list[Tensor]]:
         act = hot(self.policy.act, self.perf, self.device)
-        actor_obs, critic_obs = obs["policy"].clone(), obs["critic"].clone()
+        actor_obs, critic_obs = self.policy.actor_input(obs).clone(), obs["critic"].clone()
         # each step's actions are copied out, as `act` stores them: a CUDA graph replay overwrites its outputs
         return lambda: [act(actor_obs, critic_obs).actions.clone() for _ in range(self.steps_per_env)]
 

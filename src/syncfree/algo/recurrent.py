@@ -83,6 +83,7 @@ class RecurrentPPO(Algorithm):
         self.teacher, self.env_teacher = teacher, env_teacher
         self.phases = Phases()
         self.steps_per_env, self.num_envs = cfg.steps_per_env, num_agents
+        self.minibatches_per_update = cfg.num_epochs * cfg.num_minibatches
         self.losses = build_losses(losses, cfg)
         self.stat_names = tuple(name for _, loss in self.losses for name in loss.stats) + TRAINING_STATS
         # the token policy's actor and critic share the encoder and the core: clipped globally (`ppo.grad_clip`)

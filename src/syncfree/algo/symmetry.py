@@ -29,7 +29,9 @@ from syncfree.policy.actor_critic import PolicyBase
 class Symmetry:
     """The `symmetry` settings with the env's `Mirror`, applied to minibatches."""
 
-    def __init__(self, cfg: SymmetryConfig, mirror: Mirror) -> None:
+    def __init__(self, cfg: SymmetryConfig, mirror: Mirror, actor_group: str = "policy") -> None:
+        self.actor_group = actor_group
+        """The observation group the actor reads (`policy.actor_obs`), mirrored as such."""
         self.augment = cfg.augment
         self.trains_mirror_loss = cfg.mirror_loss
         self.mirror_loss_coef = cfg.mirror_loss_coef
@@ -39,7 +41,7 @@ class Symmetry:
         """The minibatch followed by its reflection, row for row (`old_dist_params` stays the originals': the KL is
         taken on them only)."""
         m = self.mirror
-        return Batch(actor_obs=torch.cat((mb.actor_obs, m.observations("policy", mb.actor_obs))),
+        return Batch(actor_obs=torch.cat((mb.actor_obs, m.observations(self.actor_group, mb.actor_obs))),
                      critic_obs=torch.cat((mb.critic_obs, m.observations("critic", mb.critic_obs))),
                      actions=torch.cat((mb.actions, m.actions(mb.actions))),
                      old_log_prob=mb.old_log_prob.repeat(2), old_values=mb.old_values.repeat(2),
@@ -56,7 +58,8 @@ class Symmetry:
         if self.augment:
             on_mirrored = means[rows:]
         else:
-            on_mirrored = policy.head.deterministic(policy.dist_params(self.mirror.observations("policy", actor_obs)))
+            mirrored = self.mirror.observations(self.actor_group, actor_obs)
+            on_mirrored = policy.head.deterministic(policy.dist_params(mirrored))
         target = self.mirror.actions(means[:rows]).detach()
         loss = (on_mirrored - target).square().mean()
         return loss if self.trains_mirror_loss else loss.detach()
@@ -87,7 +90,7 @@ def build_symmetry(cfg: TrainConfig, env: VecEnv, policy: PolicyBase) -> Symmetr
         raise UserError(f"symmetry: {source} returned a {type(mirror).__name__}, not a Mirror (observations(group, "
                         "obs) and actions(actions))")
     check_fits(mirror, env, source)
-    return Symmetry(sym, mirror)
+    return Symmetry(sym, mirror, cfg.policy.actor_obs)
 
 
 def check_fits(mirror: Mirror, env: VecEnv, source: str) -> None:

@@ -12,6 +12,8 @@ from syncfree.errors import UserError
 from syncfree.tasks import get_task, preset
 
 Profile = Literal["quick", "full", "gpu-smoke"]
+DISTILL_GRADIENT_LENGTH = 15
+"""rsl_rl's default `gradient_length`: the bench's distillation takes the largest divisor of the rollout up to it."""
 
 
 @dataclass
@@ -64,6 +66,10 @@ class BenchConfig:
     """False: every configuration runs eagerly and the `compile` rows are left out (no compile time to wait
     for; for checking the bench itself)."""
     seed: int = 0
+    distill_teacher: str = ""
+    """A teacher checkpoint for the task: every configuration then distills a student from it (`distill.teacher`,
+    `distill.gradient_length` the largest divisor of the preset's rollout steps up to rsl_rl's default 15) instead
+    of training PPO."""
 
     def checked(self) -> BenchConfig:
         """This config, after one line naming the first bad value."""
@@ -95,6 +101,11 @@ def train_config(bench: BenchConfig, num_envs: int, perf: PerfConfig) -> TrainCo
             raise UserError(f"bench: task {bench.task!r} has no env.backend (backend={bench.backend!r})")
         setattr(cfg.env, "backend", bench.backend)  # noqa: B010 - a field some tasks' env sections have
     cfg.log.progress = False
+    if bench.distill_teacher:
+        steps = cfg.ppo.steps_per_env
+        cfg.distill.teacher = bench.distill_teacher
+        cfg.distill.gradient_length = max(d for d in range(1, min(steps, DISTILL_GRADIENT_LENGTH) + 1)
+                                          if steps % d == 0)
     rows = cfg.minibatch_rows()[0]
     while rows % cfg.ppo.num_minibatches:
         cfg.ppo.num_minibatches -= 1

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from syncfree.algo.distillation import Distillation
 from syncfree.algo.feedforward import FeedForwardPPO
 from syncfree.algo.recurrent import RecurrentPPO, StepFn
 from syncfree.algo.storage import Batch
@@ -57,6 +58,8 @@ def flops_per_env_step(runner: Runner) -> dict[str, float]:
     of its last iteration."""
     algorithm, cfg = runner.algorithm, runner.cfg.ppo
     rows = algorithm.num_envs
+    if isinstance(algorithm, Distillation):
+        return distillation_flops(algorithm, runner.obs)
     with FlopCounterMode(display=False) as rollout, torch.inference_mode():
         if isinstance(algorithm, RecurrentPPO):
             last = algorithm.buffer.previous_actions(slice(0, rows)) if "last_actions" in algorithm.buffer.data else None
@@ -81,6 +84,22 @@ def flops_per_env_step(runner: Runner) -> dict[str, float]:
     steps = rows * algorithm.steps_per_env
     return {"rollout": rollout.get_total_flops() / rows,
             "update": update.get_total_flops() * minibatches / steps}
+
+
+def distillation_flops(algorithm: Distillation, obs: dict[str, torch.Tensor]) -> dict[str, float]:
+    """`flops_per_env_step` of distillation: the student's and the teacher's forwards per step; the student's
+    forward and backward over each optimizer step's chunk (the remainder's forward left out)."""
+    rows = algorithm.num_envs
+    with FlopCounterMode(display=False) as rollout, torch.inference_mode():
+        algorithm.act_both(obs)
+    first = algorithm.chunks[0]
+    with FlopCounterMode(display=False) as update:
+        algorithm.begin_replay()
+        algorithm.chunk_loss(first).backward()
+    for p in algorithm.policy.parameters():
+        p.grad = None
+    return {"rollout": rollout.get_total_flops() / rows,
+            "update": update.get_total_flops() * len(algorithm.chunks) / (rows * algorithm.steps_per_env)}
 
 
 def compute_dtype(runner: Runner) -> str:

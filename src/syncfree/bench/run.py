@@ -160,6 +160,7 @@ def run(bench: BenchConfig) -> dict[str, Any]:
         "bench": dataclasses.asdict(bench),
         "machine": machine_info(device),
         "train": dataclasses.asdict(cfg.ppo),
+        **({"distill": dataclasses.asdict(cfg.distill)} if cfg.distill.enabled() else {}),
         "sizes": sizes,
         "scaling": scaling,
         "skipped_rows": skipped_rows(bench),

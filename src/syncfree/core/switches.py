@@ -58,6 +58,8 @@ class Scope:
     Computed from the built policy where there is one (`syncfree.tasks.switch_scope`), else from the config."""
     policy_rows: int = 0
     """The most rows one call of the policy's networks sees (a rollout step's envs, a minibatch's rows)."""
+    distillation: bool = False
+    """The algorithm is student-teacher distillation (`distill.teacher`): no PPO loss, no critic, a fixed rate."""
     native_bf16: bool = False
     """The device has fast bfloat16 matrix products, which `autocast=auto` asks for (CPUs with AVX512-BF16 or AMX;
     CUDA devices are not counted until measured there)."""
@@ -103,6 +105,7 @@ def _env_worker(scope: Scope, perf: PerfConfig) -> str | None:
         return "this process may run on one CPU core only: the worker would take turns with it"
     return _HOST_ADAPTERS(scope, perf)
 
+_DISTILLATION = _only_for("in student-teacher distillation (distill.teacher)", distillation=True)
 _TOKEN_POLICY = _only_for("in the token-encoder policy (policy.kind=token)", token_policy=True)
 _TOKEN_SETS = _only_for("in the recurrent token policy's encoder (grid-arena)", token_sets=True)
 
@@ -123,10 +126,14 @@ def _whole_step_graph(scope: Scope, perf: PerfConfig) -> str | None:
 
 
 def _adaptive_lr(scope: Scope, perf: PerfConfig) -> str | None:
+    if scope.distillation:
+        return "distillation steps at a fixed rate (distill.learning_rate)"
     return None if scope.adaptive_lr else "the learning-rate schedule does not adapt (ppo.schedule=fixed or linear)"
 
 
 def _critic_chunks(scope: Scope, perf: PerfConfig) -> str | None:
+    if scope.distillation:
+        return "distillation evaluates no critic"
     if not scope.chunked_critic:
         return "the recurrent policy evaluates its critic per row, unchunked"
     least = min(perf.critic_chunk_size, PerfConfig.switches_by_name()["critic_chunk_size"].metadata["baseline"])
@@ -412,6 +419,16 @@ class PerfConfig:
     trainer's process, one after another (Gymnasium's sync vector env; MettaGrid's simulations in a loop). Inert
     where the process may run on one core only (no worker is started there); the policy still waits for both
     halves."""
+
+    # -- distillation ---------------------------------------------------------------------------------------
+
+    whole_chunk_distillation: bool = switch(baseline=False, optimized=True,
+                                            seed="repeated work: one student forward per optimizer step",
+                                            inert=_DISTILLATION)
+    """Student-teacher distillation: the `distill.gradient_length` rollout steps whose losses take one optimizer
+    step are one student forward, one loss and one backward over all their rows (`gradient_length` x the loss over
+    the chunk, which is the sum of the steps' equal-size means). Off: rsl_rl's `Distillation.update`, one forward and
+    one loss per step, summed, so each optimizer step runs `gradient_length` small forwards and their backwards."""
 
     @classmethod
     def preset(cls, which: Literal["baseline", "optimized"]) -> PerfConfig:

@@ -189,6 +189,8 @@ class ActorCritic(PolicyBase):
                  validate_distributions: bool = False, critic_chunk_size: int = 0) -> None:
         super().__init__()
         self.actor_obs_dim, self.critic_obs_dim = actor_obs_dim, critic_obs_dim
+        self.actor_group = cfg.actor_obs
+        """The observation group the actor reads (`policy.actor_obs`)."""
         self.critic_chunk_size = critic_chunk_size
         """Rows per critic forward (0: all at once); see `PerfConfig.critic_chunk_size`."""
         self.action_spec = action_spec
@@ -213,7 +215,7 @@ class ActorCritic(PolicyBase):
 
     def actor_input(self, obs: dict[str, Tensor], out: Tensor | None = None) -> Tensor:
         """The actor's observation from the env's groups (`out`: a buffer policies that assemble it may fill)."""
-        return obs["policy"]
+        return obs[self.actor_group]
 
     def act_deterministic(self, actor_obs: Tensor) -> Tensor:
         return self.head.deterministic(self.dist_params(actor_obs))
@@ -223,3 +225,9 @@ class ActorCritic(PolicyBase):
         if self.normalize_obs:  # the norms are then `RunningNorm`s (`nn.Identity` otherwise)
             cast(RunningNorm, self.actor_norm).update(actor_obs)
             cast(RunningNorm, self.critic_norm).update(critic_obs)
+
+    @torch.no_grad()
+    def update_actor_normalizer(self, actor_obs: Tensor) -> None:
+        """The actor's normalizer alone (a distilled student's critic is not trained)."""
+        if self.normalize_obs:
+            cast(RunningNorm, self.actor_norm).update(actor_obs)

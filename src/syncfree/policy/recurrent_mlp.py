@@ -135,6 +135,12 @@ class RecurrentMLPPolicy(nn.Module):
             cast(RunningNorm, self.actor_norm).update(obs["policy"])
             cast(RunningNorm, self.critic_norm).update(obs["critic"])
 
+    @torch.no_grad()
+    def update_actor_normalizer(self, actor_obs: Tensor) -> None:
+        """The actor's normalizer alone (a distilled student's critic is not trained)."""
+        if self.normalize_obs:
+            cast(RunningNorm, self.actor_norm).update(actor_obs)
+
     # -- acting outside training (rsl_rl's inference policy and exports) -------------------------------------
 
     def initial_actor_state(self, batch: int, device: torch.device | str = "cpu") -> tuple[Tensor, ...]:

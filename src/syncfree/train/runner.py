@@ -513,6 +513,13 @@ def check_compatible(state: dict[str, Any], runner: Runner, source: str) -> None
             got = tuple(got)
         if got != value:
             raise UserError(f"{source}: {key} is {got!r} but this run has {value!r}")
+    saved_distill = state["config"].get("distill")
+    trained_by = "distillation" if isinstance(saved_distill, dict) and saved_distill.get("teacher") else "PPO"
+    runs_by = "distillation" if runner.cfg.distill.enabled() else "PPO"
+    if trained_by != runs_by:
+        raise UserError(f"{source}: trained by {trained_by} but this run trains by {runs_by} (distill.teacher "
+                        f"{'set' if runs_by == 'distillation' else 'empty'}); a resumed run keeps its algorithm, whose "
+                        "optimizer state the checkpoint holds")
     saved = flatten(state["config"].get("policy", {}), "policy.")
     for key, value in flatten(to_dict(runner.cfg.policy), "policy.").items():
         if key not in POLICY_CHANGEABLE and key in saved and saved[key] != value:
