@@ -1,6 +1,6 @@
 """rsl_rl users switch with one import: `from syncfree.rsl_rl import OnPolicyRunner` in place of
-`from rsl_rl.runners import OnPolicyRunner`. The runner takes rsl_rl's env, config dict and arguments, writes and
-reads rsl_rl's checkpoints, and trains with syncfree's loop.
+`from rsl_rl.runners import OnPolicyRunner` (and `DistillationRunner` for rsl_rl's). The runner takes rsl_rl's env,
+config dict and arguments, writes and reads rsl_rl's checkpoints, and trains with syncfree's loop.
 
 Stacks whose own runner classes subclass rsl_rl's (mjlab's `MjlabOnPolicyRunner`, its velocity and tracking
 runners) switch with `replace_rsl_rl_runner()`, called before they are imported."""
@@ -10,11 +10,12 @@ from __future__ import annotations
 import sys
 
 from syncfree.errors import UserError
-from syncfree.rsl_rl.runner import OnPolicyRunner
+from syncfree.rsl_rl.runner import DistillationRunner, OnPolicyRunner
 from syncfree.tasks.rsl_rl_config import MAPPED, READ_ELSEWHERE
 from syncfree.tasks.rsl_rl_config import from_rsl_rl as config_from_rsl_rl
 
-__all__ = ["MAPPED", "READ_ELSEWHERE", "OnPolicyRunner", "config_from_rsl_rl", "replace_rsl_rl_runner"]
+__all__ = ["MAPPED", "READ_ELSEWHERE", "DistillationRunner", "OnPolicyRunner", "config_from_rsl_rl",
+           "replace_rsl_rl_runner"]
 
 
 def replace_rsl_rl_runner() -> None:

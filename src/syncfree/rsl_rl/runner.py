@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch import Tensor, nn
 
+from syncfree.algo.base import CheckpointReader
+from syncfree.algo.distillation import Distillation
 from syncfree.algo.rnd import RND
+from syncfree.config import PolicyConfig, TrainConfig
 from syncfree.core.device import set_deterministic
 from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
 from syncfree.errors import UserError
@@ -63,10 +66,14 @@ class OnPolicyRunner:
         self.save_interval = mapped.save_interval
         self.config = mapped.config
         """The syncfree config the rsl_rl one maps to (written to `log_dir/config.yaml`)."""
-        vec_env = RslRlVecEnv(env, mapped.obs_groups["actor"], mapped.obs_groups["critic"], mapped.mirror_function)
-        self.runner = Runner(mapped.config, run_dir=Path(log_dir) if log_dir else None, env=vec_env)
+        policy_groups, critic_groups = mapped.env_groups()
+        vec_env = RslRlVecEnv(env, policy_groups, critic_groups, mapped.mirror_function)
+        teacher = mapped.teacher
+        self.runner = Runner(mapped.config, run_dir=Path(log_dir) if log_dir else None, env=vec_env,
+                             read_checkpoint=None if teacher is None else fresh_teacher(teacher, vec_env))
         """syncfree's training loop on `env`."""
-        self.alg = PPO(self.runner, mapped.obs_groups["actor"])
+        self.alg: PPO | StudentTeacher = (PPO(self.runner, policy_groups) if teacher is None else
+                                          StudentTeacher(self.runner, policy_groups, mapped.teacher_noise))
         self.logger = Logger(log_dir, self.runner, "wandb" if mapped.config.log.wandb else "tensorboard")
         self.current_learning_iteration = 0
 
@@ -112,8 +119,9 @@ class OnPolicyRunner:
         are read on the CPU and copied into the policy and optimizer on the runner's device, whatever
         `map_location` says (rsl_rl's argument, kept for its callers)."""
         loaded = checkpoint.load_plain(path)
-        if not isinstance(loaded, dict) or "actor_state_dict" not in loaded:
-            raise UserError(f"checkpoint {path}: not an rsl_rl 5 checkpoint (no actor_state_dict)")
+        if not isinstance(loaded, dict) or ("actor_state_dict" not in loaded and "student_state_dict" not in loaded):
+            raise UserError(f"checkpoint {path}: not an rsl_rl 5 checkpoint (no actor_state_dict nor "
+                            "student_state_dict)")
         self.alg.source = f"checkpoint {path}"
         if self.alg.load(loaded, load_cfg, strict):
             self.current_learning_iteration = int(loaded.get("iter", 0))
@@ -150,6 +158,36 @@ class OnPolicyRunner:
         """Record the git state (commit, status, diff) of the repository holding `repo_file_path` in
         `log_dir/git/` when training starts."""
         self.logger.git_status_repos.append(repo_file_path)
+
+
+class DistillationRunner(OnPolicyRunner):
+    """rsl_rl 5's `DistillationRunner(env, train_cfg, log_dir=None, device="cpu")`: `train_cfg` with
+    `algorithm.class_name` Distillation, `student` and `teacher` model sections and `obs_groups` with `student`
+    and `teacher` sets. The teacher's weights come from `load()` (an RL checkpoint's actor, or a distillation
+    checkpoint); `learn` refuses to start before, as rsl_rl's does."""
+
+    alg: StudentTeacher
+
+    def learn(self, num_learning_iterations: int, init_at_random_ep_len: bool = False) -> None:
+        if not isinstance(self.alg, StudentTeacher):
+            raise UserError("rsl_rl distillation runner: algorithm.class_name is not Distillation (train PPO with "
+                            "OnPolicyRunner)")
+        if not self.alg.teacher_loaded:
+            raise UserError("rsl_rl distillation runner: the teacher's weights are not loaded: load() a teacher "
+                            "checkpoint first (an RL checkpoint's actor, or a distillation checkpoint)")
+        super().learn(num_learning_iterations, init_at_random_ep_len)
+
+
+def fresh_teacher(teacher: PolicyConfig, env: RslRlVecEnv) -> CheckpointReader:
+    """A checkpoint reader that gives the distillation algorithm a teacher of the config's `teacher` section with
+    fresh weights (the runner's `load()` replaces them), reading the env's `critic` group (the teacher's groups)."""
+    def read(path: str) -> tuple[TrainConfig, dict[str, Any]]:
+        width = int(env.obs_shapes["critic"][0])
+        policy = ActorCritic(width, width, env.action_spec, teacher)
+        return TrainConfig(task="rsl_rl", policy=teacher), {
+            "action_spec": (env.action_spec.kind, env.action_spec.size), "obs_dims": {"policy": width, "critic": width},
+            "policy": policy.state_dict()}
+    return read
 
 
 class PPO:
@@ -212,28 +250,108 @@ class PPO:
                 raise UserError(f"{self.source}: no {net}_state_dict")
         actor = loaded_dict["actor_state_dict"] if "actor" in nets else None
         critic = loaded_dict["critic_state_dict"] if "critic" in nets else None
-        converted, unknown = from_rsl_rl(actor, critic, self.source)
-        own = self.policy.state_dict()
-        wanted = {key for key in own if _net_of(key) in nets}
-        problems = [f"{key} has no counterpart in this policy" for key in unknown]
-        problems += [f"{_rsl_rl_name(key)} is not in this policy" for key in converted if key not in own]
-        problems += [f"{_rsl_rl_name(key)} is missing" for key in sorted(wanted - set(converted))]
-        if strict and problems:
-            raise UserError(f"{self.source}: {problems[0]} ({_hint(problems[0])})")
-        for key, value in converted.items():
-            if key not in own:
-                continue
-            if value.shape != own[key].shape:
-                raise UserError(f"{self.source}: {_rsl_rl_name(key)} has shape {tuple(value.shape)}; this policy's "
-                                f"is {tuple(own[key].shape)}")
-            if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-                raise UserError(f"{self.source}: {_rsl_rl_name(key)} holds NaN or infinite values")
-            own[key] = value
-        self.policy.load_state_dict(own)
+        load_networks(self.policy, actor, critic, nets, self.source, strict)
         if load_cfg.get("optimizer"):
             load_optimizer_from_rsl_rl(self.optim, loaded_dict.get("optimizer_state_dict"), self.source)
         if load_cfg.get("rnd") and self.rnd is not None:  # as rsl_rl: a load_cfg without "rnd" leaves it new
             self.load_rnd(loaded_dict)
+        return bool(load_cfg.get("iteration", False))
+
+
+def load_networks(policy: nn.Module, actor: dict[str, Tensor] | None, critic: dict[str, Tensor] | None,
+                  nets: list[str], source: str, strict: bool, named: str = "", optional: tuple[str, ...] = ()) -> None:
+    """rsl_rl's actor and/or critic state dicts (`nets` says which are read) into `policy`, checked: with `strict`
+    every key must have its counterpart (those under `optional` may be missing), and shapes and values must fit.
+    `named`: how rsl_rl's file names the actor's dict, when not `actor_state_dict` (a student, a teacher)."""
+    converted, unknown = from_rsl_rl(actor, critic, source)
+    own = policy.state_dict()
+    wanted = {key for key in own if _net_of(key) in nets and not key.startswith(optional)}
+
+    def name(key: str) -> str:
+        return _rsl_rl_name(key).replace("actor_state_dict", named) if named else _rsl_rl_name(key)
+
+    if named:
+        unknown = [key.replace("actor_state_dict", named) for key in unknown]
+    problems = [f"{key} has no counterpart in this policy" for key in unknown]
+    problems += [f"{name(key)} is not in this policy" for key in converted if key not in own]
+    problems += [f"{name(key)} is missing" for key in sorted(wanted - set(converted))]
+    if strict and problems:
+        raise UserError(f"{source}: {problems[0]} ({_hint(problems[0])})")
+    for key, value in converted.items():
+        if key not in own:
+            continue
+        if value.shape != own[key].shape:
+            raise UserError(f"{source}: {name(key)} has shape {tuple(value.shape)}; this policy's "
+                            f"is {tuple(own[key].shape)}")
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            raise UserError(f"{source}: {name(key)} holds NaN or infinite values")
+        own[key] = value
+    policy.load_state_dict(own)
+
+
+class StudentTeacher:
+    """What rsl_rl's distillation runner reaches through `runner.alg` (its `Distillation`), over syncfree's
+    distillation: `save()` / `load()` in rsl_rl's layout (`student_state_dict`, `teacher_state_dict`,
+    `optimizer_state_dict`), `teacher_loaded`, `get_policy()` (the student), `learning_rate`, `optimizer`."""
+
+    def __init__(self, runner: Runner, student_groups: list[str], teacher_noise: bool) -> None:
+        algorithm = cast(Distillation, runner.algorithm)
+        self._runner = runner
+        self.policy = cast(ActorCritic | RecurrentMLPPolicy, runner.policy)
+        self.student, self.teacher = self.policy, algorithm.teacher
+        self.optim = algorithm.optim
+        self.optimizer = self.optim.optimizer
+        self.inference = InferencePolicy(self.policy, student_groups)
+        self.teacher_noise = teacher_noise
+        """The teacher's section has a distribution: its noise parameter is saved and loaded."""
+        self.teacher_loaded = False
+        """Whether `load()` has given the teacher its weights (rsl_rl's runner refuses to learn before)."""
+        self.rnd = None
+        self.source = "checkpoint"
+
+    @property
+    def learning_rate(self) -> float:
+        return self.optim.current_learning_rate()
+
+    def train_mode(self) -> None:
+        self.policy.train()
+        self.teacher.eval()
+
+    def eval_mode(self) -> None:
+        self.policy.eval()
+        self.teacher.eval()
+
+    def get_policy(self) -> InferencePolicy:
+        return self.inference
+
+    def save(self) -> dict[str, Any]:
+        teacher = to_rsl_rl(self.teacher.state_dict())[0]
+        if not self.teacher_noise:
+            teacher = {k: v for k, v in teacher.items() if not k.startswith("distribution.")}
+        return {"student_state_dict": to_rsl_rl(self.policy.state_dict())[0], "teacher_state_dict": teacher,
+                "optimizer_state_dict": optimizer_to_rsl_rl(self.optim)}
+
+    def load(self, loaded_dict: dict[str, Any], load_cfg: dict[str, bool] | None = None, strict: bool = True) -> bool:
+        """rsl_rl's `Distillation.load`: from an RL checkpoint (`actor_state_dict`) the teacher only, by default;
+        from a distillation checkpoint the student, the teacher, the optimizer and the iteration."""
+        if load_cfg is None:
+            load_cfg = ({"teacher": True, "iteration": False} if "actor_state_dict" in loaded_dict else
+                        {"student": True, "teacher": True, "optimizer": True, "iteration": True})
+        if load_cfg.get("student"):
+            if "student_state_dict" not in loaded_dict:
+                raise UserError(f"{self.source}: no student_state_dict (an RL checkpoint: load its actor as the "
+                                "teacher with load_cfg={'teacher': True})")
+            load_networks(self.policy, loaded_dict["student_state_dict"], None, ["actor"], self.source, strict,
+                          "student_state_dict")
+        if load_cfg.get("teacher"):
+            name = "teacher_state_dict" if "teacher_state_dict" in loaded_dict else "actor_state_dict"
+            if name not in loaded_dict:
+                raise UserError(f"{self.source}: no teacher_state_dict nor actor_state_dict")
+            load_networks(self.teacher, loaded_dict[name], None, ["actor"], self.source, strict, name,
+                          optional=() if self.teacher_noise else ("head.",))
+            self.teacher_loaded = True
+        if load_cfg.get("optimizer"):
+            load_optimizer_from_rsl_rl(self.optim, loaded_dict.get("optimizer_state_dict"), self.source)
         return bool(load_cfg.get("iteration", False))
 
 

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, cast
 
 from syncfree.config import (
+    DistillConfig,
     PolicyConfig,
     PPOConfig,
     RecurrentCoreConfig,
@@ -100,6 +101,33 @@ MAPPED: dict[str, str] = {
 """rsl_rl key (`model.` for both `actor` and `critic`) -> the syncfree setting it becomes, or the one value
 accepted."""
 
+DISTILLATION_MAPPED: dict[str, str] = {
+    "algorithm.class_name": "Distillation: distill (the runner loads the teacher with load())",
+    "algorithm.num_learning_epochs": "distill.num_epochs",
+    "algorithm.gradient_length": "distill.gradient_length",
+    "algorithm.learning_rate": "distill.learning_rate",
+    "algorithm.max_grad_norm": "distill.max_grad_norm (None: 0, no clipping)",
+    "algorithm.loss_type": "distill.loss (mse or huber)",
+    "algorithm.optimizer": "adam only",
+    "algorithm.use_mixed_precision": "perf.autocast=bf16",
+    "algorithm.rnd_cfg": "None only (rsl_rl refuses RND with distillation too)",
+    "algorithm.symmetry_cfg": "None only (rsl_rl refuses symmetry with distillation too)",
+    "algorithm.grad_reduce_bucket_mb": "no effect",
+    "obs_groups.student": "the groups the student reads (the env's policy group)",
+    "obs_groups.teacher": "the groups the teacher reads (the env's critic group; policy.actor_obs=critic)",
+    "student": "policy (an MLPModel, or an RNNModel: policy.kind=recurrent), as the actor's section maps",
+    "teacher": "the teacher's MLPModel (its weights: the checkpoint load() reads)",
+}
+"""A distillation runner's keys (rsl_rl's `DistillationRunner` config) that differ from PPO's."""
+
+RSL_RL_TEACHER = "rsl_rl teacher (loaded by the runner)"
+"""`distill.teacher` of a drop-in distillation run: the runner builds the teacher from the config's `teacher`
+section and `load()` gives it its weights."""
+
+_RSL_RL_DISTILLATION = dict(num_learning_epochs=1, gradient_length=15, learning_rate=1e-3, max_grad_norm=None,
+                            loss_type="mse")
+"""rsl_rl 5's `Distillation` defaults, for the keys a config leaves out."""
+
 READ_ELSEWHERE: dict[str, str] = {
     "class_name": "the runner class your script builds",
     "experiment_name": "your script (the log folder)",
@@ -138,6 +166,18 @@ class Mapped:
     num_steps_per_env: int
     mirror_function: Callable[..., Any] | None = None
     """`algorithm.symmetry_cfg.data_augmentation_func`, resolved: rsl_rl's `f(env=, obs=, actions=)`."""
+    teacher: PolicyConfig | None = None
+    """Distillation: the teacher's network (its actor reading the `critic` group, which the teacher's groups
+    fill)."""
+    teacher_noise: bool = False
+    """Distillation: the teacher's section has a distribution (its checkpoint then holds its noise parameter)."""
+
+    def env_groups(self) -> tuple[list[str], list[str]]:
+        """The groups the env's `policy` and `critic` observations are made of: the actor's and the critic's, or
+        in distillation the student's and the teacher's."""
+        if self.teacher is not None:
+            return self.obs_groups["student"], self.obs_groups["teacher"]
+        return self.obs_groups["actor"], self.obs_groups["critic"]
 
 
 def refuse(key: str, why: str) -> UserError:
@@ -151,6 +191,9 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
     width may be -1); `step_dt` the env's control step in seconds (`env.unwrapped.step_dt`, which scales RND's
     weight as rsl_rl scales it). Raises `UserError` naming the first key refused."""
     cfg = dict(train_cfg)
+    if isinstance(cfg.get("algorithm"), Mapping) and _short(str(cfg["algorithm"].get("class_name", ""))) \
+            == "Distillation":
+        return distillation_from_rsl_rl(cfg, obs, num_envs, device)
     for key in cfg:
         if key not in MAPPED and key not in READ_ELSEWHERE and key not in ("algorithm", "actor", "critic", "policy"):
             raise refuse(key, "not a key of rsl_rl 5's runner config (nor one syncfree maps)")
@@ -181,6 +224,13 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
                          "MLPModel")
         out = with_policy_kind(out, "recurrent")
     out.policy = policy
+    out = runner_settings(out, cfg)
+    return Mapped(out, obs_groups, int(cfg["save_interval"]), out.ppo.steps_per_env, mirror_function)
+
+
+def runner_settings(out: TrainConfig, cfg: Mapping[str, Any]) -> TrainConfig:
+    """The settings every runner config has: mixed precision, compile, the logger, and the `syncfree` overrides
+    (applied last)."""
     if cfg["algorithm"].get("use_mixed_precision"):
         out.perf = dataclasses.replace(out.perf, autocast="bf16")
     if cfg.get("torch_compile_mode") is not None:
@@ -194,8 +244,79 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
     overrides = cfg.get("syncfree") or {}
     if not isinstance(overrides, Mapping):
         raise refuse("syncfree", "a dict of syncfree settings by dotted key ({'perf.compile': 'off'})")
-    out = apply_overrides(out, overrides)
-    return Mapped(out, obs_groups, int(cfg["save_interval"]), out.ppo.steps_per_env, mirror_function)
+    return apply_overrides(out, overrides)
+
+
+def distillation_from_rsl_rl(cfg: dict[str, Any], obs: Mapping[str, Any] | None, num_envs: int,
+                             device: str) -> Mapped:
+    """A distillation runner's `train_cfg` (`algorithm.class_name` Distillation, `student` and `teacher` model
+    sections, `obs_groups` with `student` and `teacher` sets) as a syncfree config that distills (`distill`)."""
+    for key in ("actor", "critic", "policy"):
+        if key in cfg:
+            raise refuse("algorithm.class_name", f"Distillation reads student and teacher model sections; this config "
+                         f"has a {key} section (a PPO config?)")
+    for key in cfg:
+        if key not in MAPPED and key not in READ_ELSEWHERE and key not in ("algorithm", "student", "teacher"):
+            raise refuse(key, "not a key of rsl_rl 5's distillation runner config (nor one syncfree maps)")
+    for key in ("num_steps_per_env", "save_interval", "student", "teacher"):
+        if key not in cfg:
+            raise refuse(key, "missing (rsl_rl's distillation runner needs it)")
+    alg = dict(cfg["algorithm"])
+    alg.pop("class_name")
+    for key in ("rnd_cfg", "symmetry_cfg"):
+        if alg.pop(key, None):
+            raise refuse(f"algorithm.{key}", "not with Distillation (rsl_rl refuses it too)")
+    alg.pop("grad_reduce_bucket_mb", None)
+    alg.pop("use_mixed_precision", None)  # perf.autocast, set by `runner_settings`
+    optimizer = alg.pop("optimizer", "adam")
+    if optimizer != "adam":
+        raise refuse("algorithm.optimizer", f"{optimizer!r}: syncfree's distillation steps with Adam")
+    values = {**_RSL_RL_DISTILLATION, **alg}
+    unknown = sorted(set(values) - set(_RSL_RL_DISTILLATION))
+    if unknown:
+        raise refuse(f"algorithm.{unknown[0]}", "not a key of rsl_rl 5's Distillation (nor one syncfree maps)")
+    if values["loss_type"] not in ("mse", "huber"):
+        raise refuse("algorithm.loss_type", f"{values['loss_type']!r}: mse or huber")
+    obs_groups = resolve_obs_groups(cfg.get("obs_groups") or {}, obs, ("student", "teacher"))
+    widths = {name: sum(int(obs[g].shape[-1]) for g in groups) if obs is not None else -1
+              for name, groups in obs_groups.items()}
+    student = dict(cfg["student"])
+    policy = policy_config({"actor": student, "critic": {**student, "distribution_cfg": None}},
+                           {"actor": widths["student"], "critic": widths["student"]})
+    teacher = model(dict(cfg["teacher"]), "teacher", stochastic=None)
+    if teacher.rnn is not None:
+        raise refuse("teacher.class_name", "RNNModel: syncfree's teacher is an MLPModel")
+    hidden = [widths["teacher"] if h == -1 else h for h in teacher.hidden]
+    if -1 in hidden:
+        raise refuse("teacher.hidden_dims", "-1 (the input's width) needs the env's observations")
+    teacher_policy = PolicyConfig(actor_hidden=hidden, critic_hidden=[1], activation=teacher.activation,
+                                  init_std=teacher.init_std, normalize_obs=teacher.normalize,
+                                  obs_norm_std_offset=RSL_RL_STD_OFFSET if teacher.normalize else 0.0,
+                                  std_type=teacher.std_type, actor_obs="critic")
+    out = TrainConfig(task="rsl_rl", device=device)
+    out.env.num_envs = num_envs
+    out.seed = int(cfg.get("seed", 42))
+    out.iterations = int(cfg.get("max_iterations") or out.iterations)
+    out.ppo = dataclasses.replace(out.ppo, steps_per_env=int(cfg["num_steps_per_env"]))
+    if isinstance(policy, RecurrentMLPPolicyConfig):
+        from syncfree.tasks import with_policy_kind  # the registry imports this module
+
+        out = with_policy_kind(out, "recurrent")
+    out.policy = policy
+    max_grad_norm = values["max_grad_norm"]
+    out.distill = DistillConfig(teacher=RSL_RL_TEACHER, loss=values["loss_type"],
+                                gradient_length=int(values["gradient_length"]),
+                                num_epochs=int(values["num_learning_epochs"]),
+                                learning_rate=float(values["learning_rate"]),
+                                max_grad_norm=float(max_grad_norm) if max_grad_norm else 0.0)
+    out = runner_settings(out, cfg)
+    return Mapped(out, obs_groups, int(cfg["save_interval"]), out.ppo.steps_per_env, None, teacher_policy,
+                  "distribution_cfg" in cfg["teacher"] and cfg["teacher"]["distribution_cfg"] is not None)
+
+
+def _short(class_name: str) -> str:
+    """A class name without its module (`rsl_rl.algorithms:Distillation` -> `Distillation`)."""
+    return class_name.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
 
 
 _SYMMETRY_KEYS = ("use_data_augmentation", "use_mirror_loss", "mirror_loss_coeff", "data_augmentation_func", "env")
@@ -313,7 +434,7 @@ def resolve_obs_groups(obs_groups: Mapping[str, Sequence[str]], obs: Mapping[str
     resolved: dict[str, list[str]] = {}
     for name, listed in obs_groups.items():
         if name not in sets:
-            raise refuse(f"obs_groups.{name}", "only the actor and critic sets are read" + (
+            raise refuse(f"obs_groups.{name}", f"only the {' and '.join(sets)} sets are read" + (
                 "" if name != "rnd_state" else " (rnd_state needs algorithm.rnd_cfg)"))
         if isinstance(listed, str) or not listed:
             raise refuse(f"obs_groups.{name}", f"{listed!r}: a non-empty list of observation groups")
@@ -426,8 +547,9 @@ def policy_config(cfg: Mapping[str, Any], widths: dict[str, int]) -> PolicyConfi
     return PolicyConfig(**fields)  # type: ignore[arg-type]
 
 
-def model(section: dict[str, Any], name: str, stochastic: bool) -> _Model:
-    """One rsl_rl 5 model config (`MLPModel`'s or `RNNModel`'s arguments, with mjlab's optional keys)."""
+def model(section: dict[str, Any], name: str, stochastic: bool | None) -> _Model:
+    """One rsl_rl 5 model config (`MLPModel`'s or `RNNModel`'s arguments, with mjlab's optional keys);
+    `stochastic`: it must have a distribution (True), must not (False), or may (None)."""
     class_name = str(section.pop("class_name", "MLPModel"))
     short = class_name.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
     if short not in ("MLPModel", "RNNModel"):
@@ -446,7 +568,9 @@ def model(section: dict[str, Any], name: str, stochastic: bool) -> _Model:
                  normalize=bool(section.pop("obs_normalization", False)), rnn=rnn)
     if section:
         raise refuse(f"{name}.{sorted(section)[0]}", "not a key of rsl_rl 5's MLPModel (nor one syncfree maps)")
-    if not stochastic:
+    if stochastic is None and dist is None:
+        return out
+    if stochastic is False:
         if dist is not None:
             raise refuse(f"{name}.distribution_cfg", "the critic outputs a value: None")
         return out

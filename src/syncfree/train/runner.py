@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from syncfree.algo import algorithm_for
+from syncfree.algo.base import CheckpointReader
 from syncfree.config import TrainConfig, to_dict, validate
 from syncfree.core.compile import hot
 from syncfree.core.device import apply_threads, choose_threads, resolve_device, set_deterministic
@@ -54,7 +55,10 @@ class Runner:
     any, see `syncfree.train.distributed`)."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path | None = None, env: VecEnv | None = None,
-                 dist: Distributed | None = None, on_iteration: Sequence[IterationCallback] = ()) -> None:
+                 dist: Distributed | None = None, on_iteration: Sequence[IterationCallback] = (),
+                 read_checkpoint: CheckpointReader | None = None) -> None:
+        self.read_checkpoint: CheckpointReader = read_checkpoint or checkpoint.read
+        """How the algorithm reads the checkpoints its config names (a teacher): syncfree's files by default."""
         self.cfg = validate(cfg)
         self.dist = dist or Distributed.current()
         """None in a single process: then no collective runs and nothing below differs from one process."""
@@ -109,7 +113,7 @@ class Runner:
                                                            self.env.host_threads, self.env.num_envs)
         """torch intra-op threads this run uses, and why (a process-wide setting, made here)."""
         apply_threads(self.threads, self.threads_reason)
-        self.algorithm = algorithm_for(cfg).build(cfg, self.env, self.device, self.dist, checkpoint.read)
+        self.algorithm = algorithm_for(cfg).build(cfg, self.env, self.device, self.dist, self.read_checkpoint)
         self.policy = self.algorithm.policy
         self.precision = describe_precision(self.policy, cfg.perf.autocast, self.device)
         """The precision `perf.autocast` resolved to here, in words."""
