@@ -443,8 +443,9 @@ class CallbackConfig:
 @dataclass
 class SymmetryConfig:
     """Mirror symmetry (rsl_rl's `symmetry_cfg`): the env's reflection of observations and actions
-    (`VecEnv.mirror`, or `mirror`) used to augment each minibatch and/or as a mirror loss. Feed-forward MLP
-    policies with continuous actions."""
+    (`VecEnv.mirror`, or `mirror`) used to augment each minibatch and/or as a mirror loss. MLP policies with
+    continuous actions, feed-forward or recurrent (the rollout then carries the state of each agent's mirrored
+    history, from which the mirrored rows are replayed)."""
 
     augment: bool = False
     """Append each minibatch's reflection (observations and actions mirrored, old log-probabilities, values,
@@ -703,6 +704,8 @@ class RecurrentTrainConfig(TrainConfig):
     """PPO on BPTT segments with a recurrent policy, and its teacher losses (`syncfree.algo.recurrent`)."""
 
     POLICY_KINDS: ClassVar[tuple[str, ...]] = ("recurrent",)
+    MIRRORABLE: ClassVar[bool] = False
+    """Whether the policy this config trains can take `symmetry` (the recurrent MLP policy can)."""
 
     policy: RecurrentTokenPolicyConfig = field(default_factory=RecurrentTokenPolicyConfig)
     ppo: RecurrentPPOConfig = field(default_factory=RecurrentPPOConfig)
@@ -716,8 +719,8 @@ class RecurrentTrainConfig(TrainConfig):
     def validate(self) -> None:
         super().validate()
         self.losses.validate()
-        check(not self.symmetry.active(), "symmetry.augment",
-              "false: symmetry covers feed-forward MLP policies, not recurrent ones",
+        check(not self.symmetry.active() or self.MIRRORABLE, "symmetry.augment",
+              "false: symmetry covers MLP policies, feed-forward or recurrent, not the recurrent token policy",
               self.symmetry.augment or self.symmetry.mirror_loss or self.symmetry.log_only)
 
 
@@ -725,6 +728,8 @@ class RecurrentTrainConfig(TrainConfig):
 class RecurrentFlatTrainConfig(RecurrentTrainConfig):
     """PPO on BPTT segments with the recurrent MLP policy, on a task of flat observations (`policy.kind=recurrent`
     there: `recurrent_config`). PPO's loss only: the teacher losses read discrete full distributions."""
+
+    MIRRORABLE: ClassVar[bool] = True
 
     policy: RecurrentMLPPolicyConfig = field(default_factory=RecurrentMLPPolicyConfig)  # type: ignore[assignment]
 

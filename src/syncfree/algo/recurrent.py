@@ -28,6 +28,7 @@ from syncfree.algo.losses import LossInputs, build_losses, needed_fields, needs_
 from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.rnd import RND, build_rnd
 from syncfree.algo.segments import Minibatch, SegmentBuffer, prioritized_beta
+from syncfree.algo.symmetry import Symmetry, build_symmetry
 from syncfree.algo.vtrace import vtrace_advantages
 from syncfree.config import (
     LossesConfig,
@@ -77,15 +78,19 @@ class RecurrentPPO(Algorithm):
     def __init__(self, policy: RecurrentPolicy, cfg: RecurrentPPOConfig, losses: LossesConfig, perf: PerfConfig,
                  num_agents: int, obs_shapes: dict[str, tuple[int, ...]], device: torch.device,
                  teacher: RecurrentTokenPolicy | None = None, env_teacher: Teacher | None = None,
-                 dist: Collective | None = None, rnd: RND | None = None) -> None:
+                 dist: Collective | None = None, rnd: RND | None = None, symmetry: Symmetry | None = None) -> None:
         self.policy, self.cfg, self.perf, self.device = policy, cfg, perf, device
         self.rnd = rnd
+        self.symmetry = symmetry
+        """Mirror symmetry (the recurrent MLP policy): the rollout carries the state of each agent's mirrored history
+        beside its own, and each minibatch replays the mirrored rows from it (augmentation, the mirror loss)."""
         self.teacher, self.env_teacher = teacher, env_teacher
         self.phases = Phases()
         self.steps_per_env, self.num_envs = cfg.steps_per_env, num_agents
         self.minibatches_per_update = cfg.num_epochs * cfg.num_minibatches
         self.losses = build_losses(losses, cfg)
-        self.stat_names = tuple(name for _, loss in self.losses for name in loss.stats) + TRAINING_STATS
+        self.stat_names = (tuple(name for _, loss in self.losses for name in loss.stats)
+                           + (("symmetry_loss",) if symmetry is not None else ()) + TRAINING_STATS)
         # the token policy's actor and critic share the encoder and the core: clipped globally (`ppo.grad_clip`)
         per_network = isinstance(policy, RecurrentMLPPolicy) and cfg.grad_clip == "per_network"
         clip_groups = policy.gradient_groups() if isinstance(policy, RecurrentMLPPolicy) and per_network else None
@@ -106,8 +111,9 @@ class RecurrentPPO(Algorithm):
         fields.update({k: v for k, v in teacher_fields(num_actions).items() if k in needed_fields(self.losses)})
         segments = num_agents * (cfg.steps_per_env // cfg.horizon())
         with allocating(STORAGE_MEMORY):
-            self.buffer = SegmentBuffer(fields, segments, cfg.horizon(), num_agents, [(policy.hidden,)] *
-                                        policy.state_size, device, cpu_time_index=perf.cpu_time_index,
+            snapshots = policy.state_size * (2 if symmetry is not None else 1)  # with symmetry: the mirrored state
+            self.buffer = SegmentBuffer(fields, segments, cfg.horizon(), num_agents, [(policy.hidden,)] * snapshots,
+                                        device, cpu_time_index=perf.cpu_time_index,
                                         preallocated_last_actions=perf.preallocated_last_actions,
                                         cached_minibatch_indices=perf.cached_minibatch_indices)
         self.returns = torch.zeros_like(self.buffer.advantages)
@@ -134,6 +140,8 @@ class RecurrentPPO(Algorithm):
         """The policy's rollout step (encoder, core, heads, sampling), or its compiled graph (`perf.compile`)."""
         self._loss = hot(self.minibatch_loss, compiled, device)
         """`minibatch_loss`, or its compiled graph; its backward is compiled with it."""
+        self._mirror_step = hot(self.mirror_step, compiled, device)
+        """`mirror_step`, or its compiled graph (with `symmetry`)."""
         if perf.compile == "step":
             log.info("perf.compile=step: the recurrent minibatch update is compiled as with perf.compile=hot (its "
                      "forward, losses and backward; the whole-step graph with AdamW exists for the feed-forward "
@@ -161,7 +169,7 @@ class RecurrentPPO(Algorithm):
             teacher = cls.load_teacher(cfg.losses.teacher, env, read_checkpoint).to(device)
         return cls(policy, cfg.ppo, cfg.losses, cfg.perf, env.num_envs, env.obs_shapes, device, teacher=teacher,
                    env_teacher=scripted_teacher(env) if cfg.losses.supervised > 0 else None, dist=dist,
-                   rnd=build_rnd(cfg, env, device, dist))
+                   rnd=build_rnd(cfg, env, device, dist), symmetry=build_symmetry(cfg, env, policy))
 
     @classmethod
     def build_policy(cls, cfg: RecurrentTrainConfig, env: EnvShape,
@@ -169,6 +177,9 @@ class RecurrentPPO(Algorithm):
         """The recurrent MLP policy of `policy.rnn` on flat observations (`RecurrentFlatTrainConfig`), or the
         recurrent token policy of `policy.recurrent`, on token observations and discrete actions; the token policy
         emits full log-probabilities when its losses need them (`emit_full_log_probs`, by default from `cfg`)."""
+        if cfg.policy.actor_obs != "policy":
+            raise UserError(f"policy.actor_obs={cfg.policy.actor_obs}: the recurrent policies read the policy group "
+                            "(only the feed-forward MLP actor reads another)")
         if isinstance(cfg.policy, RecurrentMLPPolicyConfig):
             return RecurrentMLPPolicy(obs_dim(env, "policy"), obs_dim(env, "critic"), env.action_spec, cfg.policy)
         if env.action_spec.kind != "discrete" or len(env.obs_shapes.get("policy", ())) != 2:
@@ -273,6 +284,9 @@ class RecurrentPPO(Algorithm):
         with torch.inference_mode():  # as the states the rollout steps return: one compiled graph serves them all
             self.state = self.policy.initial_state(n, self.device)
         self.teacher_state = self.teacher.initial_state(n, self.device) if self.teacher is not None else None
+        with torch.inference_mode():
+            self.mirror_state = self.policy.initial_state(n, self.device) if self.symmetry is not None else ()
+        """The state the policy would have had, had it seen each agent's mirrored history (`symmetry`)."""
         self.done = torch.ones(n, dtype=torch.bool, device=self.device)
         self.reward_in = torch.zeros(n, device=self.device)
         """The reward that led to the current observation (stored with it: the row convention of `vtrace`)."""
@@ -290,6 +304,9 @@ class RecurrentPPO(Algorithm):
         with phase("act"):
             last_actions = buf.previous_actions(self._everyone) if "last_actions" in buf.data else None
             out, self._next_state = self.policy_step(policy.rollout_input(obs), self.state, self.done, last_actions)
+            if self.symmetry is not None:
+                flat = cast(tuple[Tensor, Tensor], policy.rollout_input(obs))  # the recurrent MLP policy's pair
+                self._next_mirror_state = self._mirror_step(flat, self.mirror_state, self.done)
             data = {**policy.stored_observation(obs), "actions": out.actions, "log_prob": out.log_prob,
                     "values": out.value, "rewards": self.reward_in, "dones": self.done}
             if last_actions is not None:
@@ -304,7 +321,7 @@ class RecurrentPPO(Algorithm):
         with phase("store"):
             if "ratio" in buf.data:
                 data["ratio"] = self._ones
-            buf.store(self._everyone, data, self.state)
+            buf.store(self._everyone, data, (*self.state, *self.mirror_state))
             self._values = out.value
         return out.actions
 
@@ -322,6 +339,15 @@ class RecurrentPPO(Algorithm):
             if self.observer is not None:
                 self.observer.record(t, step)
         self.state = self._next_state
+        if self.symmetry is not None:
+            self.mirror_state = self._next_mirror_state
+
+    def mirror_step(self, obs: tuple[Tensor, Tensor], state: tuple[Tensor, ...], done: Tensor) -> tuple[Tensor, ...]:
+        """The mirrored history's state one step on: the cores stepped on the step's reflected observations."""
+        mirror = cast(Symmetry, self.symmetry).mirror
+        policy = cast(RecurrentMLPPolicy, self.policy)
+        return policy.advance((mirror.observations("policy", obs[0]), mirror.observations("critic", obs[1])), state,
+                              done)
 
     def teacher_step(self, tokens: Tensor, data: dict[str, Tensor], last_actions: Tensor | None) -> None:
         """The teachers' outputs for this step, for the fields some enabled loss reads."""
@@ -391,20 +417,36 @@ class RecurrentPPO(Algorithm):
     def minibatch_loss(self, batch: Minibatch) -> tuple[Tensor, list[Tensor], Tensor | None]:
         """The weighted sum of the enabled losses on a minibatch of rows, their statistics, and the approximate KL
         of the rows (for the adaptive schedule; None with a fixed one)."""
-        d = batch.data
+        d, state, rows = batch.data, batch.initial_state, batch.indices.shape[0]
         replay: Callable[..., SequenceEvaluation] = self.policy.evaluate_sequence
-        ev = replay(self.policy.sequence_input(d), d["actions"], batch.initial_state, d["dones"], d.get("last_actions"))
-        inputs = LossInputs(ev, d, batch.advantages, self.returns.index_select(0, batch.indices), batch.prio_weights)
+        returns, advantages, weights = self.returns.index_select(0, batch.indices), batch.advantages, batch.prio_weights
+        symmetry, mirror_state = self.symmetry, cast(tuple[Tensor, ...], ())
+        if symmetry is not None:
+            state, mirror_state = state[: len(state) // 2], state[len(state) // 2:]
+        if symmetry is not None and symmetry.augment:  # the mirrored rows after the originals, from their own state
+            data = {**{k: torch.cat((v, v)) for k, v in d.items()}, **self.mirrored_rows(d, symmetry)}
+            ev = replay(self.policy.sequence_input(data), data["actions"],
+                        tuple(torch.cat((s, m)) for s, m in zip(state, mirror_state, strict=True)), data["dones"])
+            inputs = LossInputs(ev, data, torch.cat((advantages, advantages)), torch.cat((returns, returns)),
+                                torch.cat((weights, weights)))
+        else:
+            ev = replay(self.policy.sequence_input(d), d["actions"], state, d["dones"], d.get("last_actions"))
+            inputs = LossInputs(ev, d, advantages, returns, weights)
         total: Tensor | None = None
         parts: list[Tensor] = []
         for weight, loss_fn in self.losses:
             value, stats = loss_fn(inputs)
             total = weight * value if total is None else total + weight * value
             parts.extend(stats)
+        if symmetry is not None:
+            mirror_loss = self.mirror_loss(d, state, mirror_state, symmetry)
+            if symmetry.trains_mirror_loss:
+                total = cast(Tensor, total) + symmetry.mirror_loss_coef * mirror_loss
+            parts.append(mirror_loss.detach())
         kl_mean = None
         if "ratio" in self.buffer.data or self.optim.adaptive:
-            with torch.no_grad():
-                log_ratio = ev.log_prob - d["log_prob"]
+            with torch.no_grad():  # the original rows' (the KL and V-trace's ratios: of the behaviour's actions)
+                log_ratio = ev.log_prob[:rows] - d["log_prob"]
                 ratio = log_ratio.exp()
                 if "ratio" in self.buffer.data:  # V-trace reads the latest policy's ratios at the next epoch
                     self.buffer.data["ratio"].index_copy_(0, batch.indices, ratio)
@@ -412,11 +454,39 @@ class RecurrentPPO(Algorithm):
                     kl_mean = ((ratio - 1.0) - log_ratio)[:, :-1].mean()
         return cast(Tensor, total), parts, kl_mean  # at least one loss is on (`LossesConfig.validate`)
 
+    @staticmethod
+    def mirrored_rows(d: dict[str, Tensor], symmetry: Symmetry) -> dict[str, Tensor]:
+        """The rows' observations and actions, the originals followed by their reflections (`[2S, T, ...]`)."""
+        def both(key: str, reflect: Callable[[Tensor], Tensor]) -> Tensor:
+            x = d[key]
+            return torch.cat((x, reflect(x.flatten(0, 1)).view_as(x)))
+
+        m = symmetry.mirror
+        return {"obs": both("obs", lambda x: m.observations("policy", x)),
+                "critic_obs": both("critic_obs", lambda x: m.observations("critic", x)),
+                "actions": both("actions", m.actions)}
+
+    def mirror_loss(self, d: dict[str, Tensor], state: tuple[Tensor, ...], mirror_state: tuple[Tensor, ...],
+                    symmetry: Symmetry) -> Tensor:
+        """Mean over the rows' steps and action entries of (mean(pi(M h)) - M mean(pi(h)))^2, `h` a row's history and
+        `M h` its reflection replayed from the mirrored history's state; the target carries no gradient. Detached
+        unless the mirror loss trains."""
+        policy = cast(RecurrentMLPPolicy, self.policy)
+        actor = policy.actor_core.state_size
+        obs, dones = d["obs"], d["dones"]
+        means = policy.sequence_means(obs, state[:actor], dones)
+        reflected = symmetry.mirror.observations("policy", obs.flatten(0, 1)).view_as(obs)
+        on_mirrored = policy.sequence_means(reflected, mirror_state[:actor], dones)
+        target = symmetry.mirror.actions(means.flatten(0, 1)).view_as(means).detach()
+        loss = (on_mirrored - target).square().mean()
+        return loss if symmetry.trains_mirror_loss else loss.detach()
+
     def storage_tensors(self) -> list[Tensor]:
         """The segment buffer (rows and scratch rows, state snapshots, advantages, last actions), the returns and
         the agents' recurrent states."""
         buf = self.buffer
-        return [*buf._data.values(), *buf._states, buf.advantages, buf.last_actions, self.returns, *self.state]
+        return [*buf._data.values(), *buf._states, buf.advantages, buf.last_actions, self.returns, *self.state,
+                *self.mirror_state]
 
     def statistics(self) -> dict[str, Tensor]:
         means = self.stats / (self.cfg.num_epochs * self.cfg.num_minibatches)

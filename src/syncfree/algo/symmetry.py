@@ -10,12 +10,16 @@
 
 Everything is tensor work inside the minibatch's loss function (`FeedForwardPPO.minibatch_losses`): it runs eagerly,
 compiled, or inside the whole-minibatch graph of `compile=step` alike, and reads nothing back to the host.
+
+The recurrent MLP policy takes the same settings (`RecurrentPPO`): its rollout carries, beside each agent's state,
+the state the policy would have had after the agent's mirrored history, and each minibatch replays the mirrored rows
+from that state (`RecurrentPPO.mirrored_rows`, `RecurrentPPO.mirror_loss`).
 """
 
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from syncfree.algo.storage import Batch
 from syncfree.config import SymmetryConfig, TrainConfig
@@ -23,7 +27,8 @@ from syncfree.core.imports import load_callable
 from syncfree.envs.api import VecEnv
 from syncfree.envs.mirror import Mirror
 from syncfree.errors import UserError
-from syncfree.policy.actor_critic import PolicyBase
+from syncfree.policy.actor_critic import ActorCritic, PolicyBase
+from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
 
 
 class Symmetry:
@@ -65,15 +70,16 @@ class Symmetry:
         return loss if self.trains_mirror_loss else loss.detach()
 
 
-def build_symmetry(cfg: TrainConfig, env: VecEnv, policy: PolicyBase) -> Symmetry | None:
+def build_symmetry(cfg: TrainConfig, env: VecEnv, policy: nn.Module) -> Symmetry | None:
     """The run's `Symmetry`, or None when its `symmetry` settings are all off; one line naming what stands in the way
     when they cannot apply (a policy or action kind it does not cover, an env without a mirror, a mirror that does not
     fit the env's shapes)."""
     sym = cfg.symmetry
     if not sym.active():
         return None
-    if cfg.policy.kind != "mlp":
-        raise UserError(f"symmetry: policy.kind={cfg.policy.kind} is not covered (feed-forward MLP policies only)")
+    if not isinstance(policy, ActorCritic | RecurrentMLPPolicy):
+        raise UserError(f"symmetry: policy.kind={cfg.policy.kind} is not covered here (MLP policies, feed-forward or "
+                        "recurrent)")
     if env.action_spec.kind != "continuous":
         raise UserError(f"symmetry: the mirror loss compares mean actions; {cfg.task} has {env.action_spec.kind} "
                         "actions (continuous only)")

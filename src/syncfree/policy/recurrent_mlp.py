@@ -154,6 +154,22 @@ class RecurrentMLPPolicy(nn.Module):
         h, new_state = self.actor_core(self.actor_norm(actor_obs), actor_state, keep)
         return self.head.deterministic(self.head.params(self.actor(h))), new_state
 
+    def advance(self, obs: FlatObs, state: tuple[Tensor, ...], done: Tensor) -> tuple[Tensor, ...]:
+        """The state after one step on `obs` (both cores), nothing else computed: how the rollout carries the state
+        of the mirrored history beside the real one (`symmetry`)."""
+        return self._advance(obs, state, done)[2]
+
+    def sequence_means(self, actor_obs: Tensor, actor_state: tuple[Tensor, ...], dones: Tensor) -> Tensor:
+        """The actor's mean action at every step of rows `[S, T, dim]` replayed from `actor_state` with the episode
+        starts' resets (`dones` [S, T]) -> `[S, T, actions]` (the mirror loss reads it)."""
+        x = self.actor_norm(actor_obs)
+        keep = (~dones).unsqueeze(-1).to(x.dtype)
+        state, hs = tuple(actor_state), []
+        for t in range(dones.shape[1]):
+            h, state = self.actor_core(x[:, t], state, keep[:, t])
+            hs.append(h)
+        return self.head.deterministic(self.head.params(self.actor(torch.stack(hs, 1))))
+
     # -- the two entry points ------------------------------------------------------------------------------
 
     def _advance(self, obs: FlatObs, state: tuple[Tensor, ...], done: Tensor) -> tuple[Tensor, Tensor,
