@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import warnings
 from pathlib import Path
+from typing import cast
 
 import pytest
 import torch
@@ -51,23 +52,23 @@ def distiller(steps: int, envs: int, cfg: DistillConfig, seed: int = 0, **perf: 
 
 
 def rsl_rl_update(algo: Distillation) -> tuple[dict[str, torch.Tensor], float, torch.nn.Module]:
-    """rsl_rl 5.5.1's `Distillation.update` on `algo`'s rollout, from `algo`'s student: the student's parameters
-    after it, its logged `behavior` loss and its model (for the normalizer)."""
+    """rsl_rl 5.5.1's `Distillation.update` on `algo`'s rollout, from `algo`'s student (an `MLPModel`, or an
+    `RNNModel` for a recurrent student, whose dones are the episode starts shifted by one step: rsl_rl resets the
+    state after a done step): the student's parameters after it, its logged `behavior` loss and its model."""
     from rsl_rl.algorithms import Distillation as RslDistillation
-    from rsl_rl.models import MLPModel
+    from rsl_rl.models import MLPModel, RNNModel
     from rsl_rl.storage import RolloutStorage
     from tensordict import TensorDict
 
     steps, envs = algo.steps_per_env, algo.num_envs
+    recurrent = isinstance(algo, RecurrentDistillation)
     obs = TensorDict({"policy": algo.student_obs[0].clone()}, batch_size=[envs])
     groups = {"student": ["policy"], "teacher": ["policy"]}
-    distribution = {"class_name": "GaussianDistribution", "init_std": 0.1, "std_type": "log"}
-
-    def model(name: str) -> MLPModel:
-        return MLPModel(obs, groups, name, ACTIONS, hidden_dims=HIDDEN, activation="elu", obs_normalization=True,
-                        distribution_cfg=distribution)
-
-    student, teacher = model("student"), model("teacher")
+    common = dict(hidden_dims=HIDDEN, activation="elu", obs_normalization=True,
+                  distribution_cfg={"class_name": "GaussianDistribution", "init_std": 0.1, "std_type": "log"})
+    student = (RNNModel(obs, groups, "student", ACTIONS, **common, rnn_type="lstm", rnn_hidden_dim=RNN_HIDDEN,
+                        rnn_num_layers=1) if recurrent else MLPModel(obs, groups, "student", ACTIONS, **common))
+    teacher = MLPModel(obs, groups, "teacher", ACTIONS, hidden_dims=HIDDEN)
     actor_state, _ = to_rsl_rl(algo.policy.state_dict())
     student.load_state_dict(actor_state)
     storage = RolloutStorage("distillation", envs, steps, obs, [ACTIONS])
@@ -76,7 +77,9 @@ def rsl_rl_update(algo: Distillation) -> tuple[dict[str, torch.Tensor], float, t
         transition.observations = TensorDict({"policy": algo.student_obs[t].clone()}, batch_size=[envs])
         transition.actions = torch.zeros(envs, ACTIONS)
         transition.privileged_actions = algo.teacher_actions[t].clone()
-        transition.rewards, transition.dones = torch.zeros(envs), torch.zeros(envs)
+        transition.rewards = torch.zeros(envs)
+        shifted = recurrent and t + 1 < steps
+        transition.dones = 1.0 - cast(RecurrentDistillation, algo).keeps[t + 1, :, 0] if shifted else torch.zeros(envs)
         storage.add_transition(transition)
     cfg = algo.cfg
     with warnings.catch_warnings():  # rsl_rl warns of a remainder, as syncfree's log does
@@ -393,42 +396,6 @@ def recurrent_distiller(steps: int, envs: int, cfg: DistillConfig, seed: int = 0
     return algo
 
 
-def rsl_rl_recurrent_update(algo: RecurrentDistillation) -> tuple[dict[str, torch.Tensor], float]:
-    """rsl_rl 5.5.1's `Distillation.update` with an `RNNModel` student on `algo`'s rollout: its dones are the
-    episode starts shifted by one step (rsl_rl resets the state after a done step)."""
-    from rsl_rl.algorithms import Distillation as RslDistillation
-    from rsl_rl.models import MLPModel, RNNModel
-    from rsl_rl.storage import RolloutStorage
-    from tensordict import TensorDict
-
-    steps, envs = algo.steps_per_env, algo.num_envs
-    obs = TensorDict({"policy": algo.student_obs[0].clone()}, batch_size=[envs])
-    groups = {"student": ["policy"], "teacher": ["policy"]}
-    distribution = {"class_name": "GaussianDistribution", "init_std": 0.1, "std_type": "log"}
-    student = RNNModel(obs, groups, "student", ACTIONS, hidden_dims=HIDDEN, activation="elu", obs_normalization=True,
-                       distribution_cfg=distribution, rnn_type="lstm", rnn_hidden_dim=RNN_HIDDEN, rnn_num_layers=1)
-    teacher = MLPModel(obs, groups, "teacher", ACTIONS, hidden_dims=HIDDEN)
-    actor_state, _ = to_rsl_rl(algo.policy.state_dict())
-    student.load_state_dict(actor_state)
-    storage = RolloutStorage("distillation", envs, steps, obs, [ACTIONS])
-    for t in range(steps):
-        transition = RolloutStorage.Transition()
-        transition.observations = TensorDict({"policy": algo.student_obs[t].clone()}, batch_size=[envs])
-        transition.actions = torch.zeros(envs, ACTIONS)
-        transition.privileged_actions = algo.teacher_actions[t].clone()
-        transition.rewards = torch.zeros(envs)
-        transition.dones = (1.0 - algo.keeps[t + 1, :, 0]) if t + 1 < steps else torch.zeros(envs)
-        storage.add_transition(transition)
-    cfg = algo.cfg
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        rsl = RslDistillation(student, teacher, storage, num_learning_epochs=cfg.num_epochs,
-                              gradient_length=cfg.gradient_length, learning_rate=cfg.learning_rate,
-                              max_grad_norm=cfg.max_grad_norm or None, loss_type=cfg.loss, optimizer="adam")
-    losses = rsl.update()
-    return {k: v.detach().clone() for k, v in student.state_dict().items()}, losses["behavior"]
-
-
 @pytest.mark.parametrize("whole_chunk", [True, False])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_recurrent_update_matches_rsl_rl_distillation_on_the_same_rollout(case: str, whole_chunk: bool) -> None:
@@ -438,7 +405,7 @@ def test_recurrent_update_matches_rsl_rl_distillation_on_the_same_rollout(case: 
     cfg = DistillConfig(teacher="t.pt", loss=loss, gradient_length=length, num_epochs=epochs, learning_rate=3e-3,
                         max_grad_norm=clip)
     algo = recurrent_distiller(steps, 7, cfg, whole_chunk_distillation=whole_chunk)
-    expected, behavior = rsl_rl_recurrent_update(algo)
+    expected, behavior, _ = rsl_rl_update(algo)
     algo.update()
     ours, _ = to_rsl_rl(algo.policy.state_dict())
     compared = 0

@@ -180,17 +180,24 @@ class Distillation(Algorithm):
     @classmethod
     def build(cls, cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
               read_checkpoint: CheckpointReader | None = None) -> Distillation:
-        if cfg.policy.kind != "mlp":
-            raise UserError(f"distill: policy.kind={cfg.policy.kind}; the student is a feed-forward MLP policy "
-                            "(policy.kind=mlp)")
+        refusal = cls.refusal(cfg)
+        if refusal is not None:
+            raise UserError(f"distill: {refusal}")
         if read_checkpoint is None:
             raise UserError("distill.teacher: no way to read checkpoints was given")
         with allocating(POLICY_MEMORY):
-            policy = cast(ActorCritic, cls.build_policy(cfg, env).to(device))
+            policy = cls.build_policy(cfg, env).to(device)
             teacher = load_teacher(cfg.distill.teacher, env, read_checkpoint).to(device)
         set_autocast(policy, cfg.perf.autocast, device)
         set_autocast(teacher, cfg.perf.autocast, device)
         return cls(policy, teacher, cfg.distill, cfg.ppo.steps_per_env, cfg.perf, env.num_envs, device, dist)
+
+    @classmethod
+    def refusal(cls, cfg: TrainConfig) -> str | None:
+        """Why this class cannot distil the student `cfg` asks for (None: it can)."""
+        if cfg.policy.kind != "mlp":
+            return f"policy.kind={cfg.policy.kind}; the student is a feed-forward MLP policy (policy.kind=mlp)"
+        return None
 
     @classmethod
     def build_policy(cls, cfg: TrainConfig, env: EnvShape) -> nn.Module:
@@ -390,19 +397,11 @@ class RecurrentDistillation(Distillation):
         self._cell = hot(self.cell_step, perf, device)
 
     @classmethod
-    def build(cls, cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
-              read_checkpoint: CheckpointReader | None = None) -> RecurrentDistillation:
+    def refusal(cls, cfg: TrainConfig) -> str | None:
         if not isinstance(cfg, RecurrentFlatTrainConfig):
-            raise UserError(f"distill: task {cfg.task!r} trains the recurrent token policy; a recurrent student is "
-                            "the recurrent MLP policy of a task with flat observations")
-        if read_checkpoint is None:
-            raise UserError("distill.teacher: no way to read checkpoints was given")
-        with allocating(POLICY_MEMORY):
-            policy = cast(RecurrentMLPPolicy, cls.build_policy(cfg, env).to(device))
-            teacher = load_teacher(cfg.distill.teacher, env, read_checkpoint).to(device)
-        set_autocast(policy, cfg.perf.autocast, device)
-        set_autocast(teacher, cfg.perf.autocast, device)
-        return cls(policy, teacher, cfg.distill, cfg.ppo.steps_per_env, cfg.perf, env.num_envs, device, dist)
+            return (f"task {cfg.task!r} trains the recurrent token policy; a recurrent student is the recurrent MLP "
+                    "policy of a task with flat observations")
+        return None
 
     @classmethod
     def build_policy(cls, cfg: TrainConfig, env: EnvShape) -> nn.Module:
