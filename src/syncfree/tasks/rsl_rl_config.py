@@ -76,7 +76,8 @@ MAPPED: dict[str, str] = {
                          "steps, num_outputs, predictor_hidden_dims, target_hidden_dims, activation, "
                          "state_normalization, reward_normalization, learning_rate -> the rnd setting of that name",
     "obs_groups.rnd_state": "rnd.state: the actor's groups (policy) or the critic's (critic)",
-    "algorithm.symmetry_cfg": "symmetry (MLPModel only, as rsl_rl): use_data_augmentation -> symmetry.augment, "
+    "algorithm.symmetry_cfg": "symmetry (MLPModel, and RNNModel, which rsl_rl refuses): use_data_augmentation -> "
+                              "symmetry.augment, "
                               "use_mirror_loss -> symmetry.mirror_loss, mirror_loss_coeff -> symmetry.mirror_loss_coef "
                               "(both off: symmetry.log_only); data_augmentation_func (a callable or 'module:name') "
                               "is the env's mirror, its first reflection",
@@ -219,10 +220,7 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
     if isinstance(policy, RecurrentMLPPolicyConfig):
         from syncfree.tasks import with_policy_kind  # the registry imports this module
 
-        if out.symmetry.active():
-            raise refuse("algorithm.symmetry_cfg", "symmetry with RNNModel (rsl_rl refuses it too); syncfree's covers "
-                         "MLPModel")
-        out = with_policy_kind(out, "recurrent")
+        out = with_policy_kind(out, "recurrent")  # symmetry too (rsl_rl refuses it): see docs/symmetry.md
     out.policy = policy
     out = runner_settings(out, cfg)
     return Mapped(out, obs_groups, int(cfg["save_interval"]), out.ppo.steps_per_env, mirror_function)
