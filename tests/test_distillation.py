@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import warnings
 from pathlib import Path
 from typing import cast
@@ -101,26 +102,30 @@ CASES = {
 
 @pytest.mark.parametrize("whole_chunk", [True, False])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_update_matches_rsl_rl_distillation_on_the_same_rollout(case: str, whole_chunk: bool) -> None:
+@pytest.mark.parametrize("student", ["mlp", "recurrent"])
+def test_update_matches_rsl_rl_distillation_on_the_same_rollout(student: str, case: str, whole_chunk: bool) -> None:
     """Same student parameters after one update (Adam steps on summed losses of `gradient_length` steps, the
     clip), same logged loss, same observation normalizer afterwards, to float32 tolerance; both paths of the
-    switch."""
+    switch. A recurrent student: the replay through the cells with the episode starts' resets, the state detached
+    after each optimizer step and restarted at each epoch."""
     steps, epochs, length, loss, clip = CASES[case]
     cfg = DistillConfig(teacher="t.pt", loss=loss, gradient_length=length, num_epochs=epochs, learning_rate=3e-3,
                         max_grad_norm=clip)
-    algo = distiller(steps, 7, cfg, whole_chunk_distillation=whole_chunk)
+    build = distiller if student == "mlp" else recurrent_distiller
+    algo = build(steps, 7, cfg, whole_chunk_distillation=whole_chunk)
     expected, behavior, rsl_student = rsl_rl_update(algo)
     algo.update()
     ours, _ = to_rsl_rl(algo.policy.state_dict())
-    changed = 0
+    compared = 0
     for name, value in expected.items():
-        if name.startswith("mlp."):
+        if name.startswith(("mlp.", "rnn.")):
             torch.testing.assert_close(ours[name], value, rtol=2e-5, atol=2e-6, msg=name)
-            changed += 1
-    assert changed == 2 * (len(HIDDEN) + 1)
-    assert not torch.equal(algo.policy.actor[0].weight, distiller(steps, 7, cfg).policy.actor[0].weight)
-    stats = algo.statistics()
-    assert float(stats["behavior_loss"]) == pytest.approx(behavior, rel=1e-5)
+            compared += 1
+    # the MLP's layers, and a recurrent student's LSTM (two weights and two biases)
+    assert compared == 2 * (len(HIDDEN) + 1) + (4 if student == "recurrent" else 0)
+    fresh, _ = to_rsl_rl(build(steps, 7, cfg).policy.state_dict())
+    assert not torch.equal(ours["mlp.0.weight"], fresh["mlp.0.weight"])
+    assert float(algo.statistics()["behavior_loss"]) == pytest.approx(behavior, rel=1e-5)
     torch.testing.assert_close(ours["obs_normalizer._mean"], rsl_student.state_dict()["obs_normalizer._mean"])
     torch.testing.assert_close(ours["obs_normalizer._var"], rsl_student.state_dict()["obs_normalizer._var"],
                                rtol=1e-5, atol=1e-6)
@@ -396,29 +401,6 @@ def recurrent_distiller(steps: int, envs: int, cfg: DistillConfig, seed: int = 0
     return algo
 
 
-@pytest.mark.parametrize("whole_chunk", [True, False])
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_recurrent_update_matches_rsl_rl_distillation_on_the_same_rollout(case: str, whole_chunk: bool) -> None:
-    """The replay through the cells with the episode starts' resets, the state detached after each optimizer step
-    and restarted at each epoch: the same parameters after the update (cells, MLP) and the same logged loss."""
-    steps, epochs, length, loss, clip = CASES[case]
-    cfg = DistillConfig(teacher="t.pt", loss=loss, gradient_length=length, num_epochs=epochs, learning_rate=3e-3,
-                        max_grad_norm=clip)
-    algo = recurrent_distiller(steps, 7, cfg, whole_chunk_distillation=whole_chunk)
-    expected, behavior, _ = rsl_rl_update(algo)
-    algo.update()
-    ours, _ = to_rsl_rl(algo.policy.state_dict())
-    compared = 0
-    for name, value in expected.items():
-        if name.startswith(("mlp.", "rnn.")):
-            torch.testing.assert_close(ours[name], value, rtol=2e-5, atol=2e-6, msg=name)
-            compared += 1
-    assert compared == 2 * (len(HIDDEN) + 1) + 4  # the MLP's layers and the LSTM's two weights and two biases
-    assert not torch.equal(algo.policy.actor_core.cells[0].weight_hh,
-                           recurrent_distiller(steps, 7, cfg).policy.actor_core.cells[0].weight_hh)
-    assert float(algo.statistics()["behavior_loss"]) == pytest.approx(behavior, rel=1e-5)
-
-
 def test_a_recurrent_student_trains_from_a_teacher_and_reads_the_host_once_per_iteration(
         tmp_path: Path, teacher_checkpoint: Path) -> None:
     from syncfree.tasks import with_policy_kind
@@ -466,3 +448,24 @@ def test_switches_listing_judges_a_distillation_run(capsys: pytest.CaptureFixtur
     assert line.endswith("live")
     assert "INERT: distillation steps at a fixed rate" in out and "INERT: distillation evaluates no critic" in out
     assert main(["switches", "--distill"]) == 2
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda s: s.update(obs_dims="wide"), "its action_spec or obs_dims is not what a checkpoint records"),
+    (lambda s: s.update(action_spec=3), "its action_spec or obs_dims is not what a checkpoint records"),
+    (lambda s: s["policy"].update({"actor.0.weight": torch.zeros(2, 2)}), "its policy does not fit its own config"),
+    (lambda s: s["policy"].pop("actor.0.bias"), "its policy does not fit its own config"),
+    (lambda s: s.update(policy=[1, 2]), "its policy does not fit its own config"),
+])
+def test_a_hostile_teacher_checkpoint_is_refused_in_one_line(teacher_checkpoint: Path, change,
+                                                             message: str) -> None:
+    """Fields of the wrong type or shape in a teacher's checkpoint (read as data) end in one line naming it."""
+    from syncfree.algo.distillation import load_teacher
+    from syncfree.tasks import make_task_env
+    from syncfree.train import checkpoint
+
+    cfg, state = checkpoint.read(teacher_checkpoint)
+    change(state)
+    env = make_task_env(small_config("pendulum"), 4, torch.device("cpu"), 0)
+    with pytest.raises(UserError, match=f"distill.teacher: .*{re.escape(message)}"):
+        load_teacher(str(teacher_checkpoint), env, lambda path: (cfg, state))

@@ -14,7 +14,7 @@ import torch
 
 pytest.importorskip("rsl_rl")
 from rsl_rl.runners import DistillationRunner as RslRlDistillationRunner
-from test_rsl_rl_runner import actions, rsl_env, train_cfg
+from test_rsl_rl_runner import actions, assert_same_adam_moments, rsl_env, train_cfg
 
 from syncfree.algo import Distillation, RecurrentDistillation
 from syncfree.errors import UserError
@@ -97,11 +97,7 @@ def test_an_rsl_rl_distillation_checkpoint_loads_into_the_drop_in(tmp_path: Path
     assert ours.current_learning_iteration == 1 and ours.alg.teacher_loaded
     obs = rsl_env(seed=4).get_observations()
     torch.testing.assert_close(actions(ours, obs), actions(theirs, obs), rtol=0, atol=1e-6)
-    their_state = theirs.alg.optimizer.state_dict()["state"]
-    our_state = ours.alg.optimizer.state_dict()["state"]
-    assert len(our_state) == len(their_state) > 0
-    for index, entry in their_state.items():
-        torch.testing.assert_close(our_state[index]["exp_avg_sq"], entry["exp_avg_sq"], rtol=0, atol=0)
+    assert_same_adam_moments(ours, theirs)
     ours.learn(2)
 
 

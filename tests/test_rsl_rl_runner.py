@@ -82,6 +82,15 @@ def for_rsl_rl(cfg: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def assert_same_adam_moments(ours: Any, theirs: Any) -> None:
+    """The Adam moments of `theirs` (rsl_rl's runner) carried over into `ours` index by index."""
+    their_state = theirs.alg.optimizer.state_dict()["state"]
+    our_state = ours.alg.optimizer.state_dict()["state"]
+    assert len(our_state) == len(their_state) > 0
+    for index, entry in their_state.items():
+        torch.testing.assert_close(our_state[index]["exp_avg_sq"], entry["exp_avg_sq"], rtol=0, atol=0)
+
+
 def actions(runner: Any, obs: Any) -> torch.Tensor:
     with torch.inference_mode():
         return runner.get_inference_policy()(obs).clone()
@@ -127,12 +136,7 @@ def test_an_rsl_rl_checkpoint_loads_into_the_drop_in_and_training_goes_on(tmp_pa
     env = rsl_env(seed=4)
     obs = env.get_observations()
     torch.testing.assert_close(actions(ours, obs), actions(theirs, obs), rtol=0, atol=1e-5)
-    # the Adam moments carried over index by index
-    their_state = theirs.alg.optimizer.state_dict()["state"]
-    our_state = ours.alg.optimizer.state_dict()["state"]
-    assert len(our_state) == len(their_state) > 0
-    for index, entry in their_state.items():
-        torch.testing.assert_close(our_state[index]["exp_avg_sq"], entry["exp_avg_sq"], rtol=0, atol=0)
+    assert_same_adam_moments(ours, theirs)
     assert ours.alg.learning_rate == pytest.approx(theirs.alg.learning_rate)
     ours.learn(2)  # iterations 1 and 2, as rsl_rl numbers a resumed run
     assert sorted(p.name for p in (tmp_path / "ours").glob("model_*.pt")) == ["model_2.pt"]

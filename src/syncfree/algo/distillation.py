@@ -98,7 +98,8 @@ def chunks(total_steps: int, steps_per_env: int, gradient_length: int, device: t
 
 
 def load_teacher(path: str, env: EnvShape, read_checkpoint: CheckpointReader) -> ActorCritic:
-    """The feed-forward MLP policy of the checkpoint at `path`, frozen; one line naming what does not fit this env."""
+    """The feed-forward MLP policy of the checkpoint at `path`, frozen; one line naming what does not fit this env
+    (a field of the wrong type or shape too)."""
     try:
         cfg, state = read_checkpoint(path)
     except UserError as e:
@@ -107,21 +108,29 @@ def load_teacher(path: str, env: EnvShape, read_checkpoint: CheckpointReader) ->
     if isinstance(cfg, RecurrentTrainConfig) or cfg.policy.kind != "mlp":
         raise UserError(f"{where} holds a policy.kind={cfg.policy.kind} policy; the teacher is a feed-forward MLP "
                         "policy")
-    if tuple(state["action_spec"]) != (env.action_spec.kind, env.action_spec.size):
-        raise UserError(f"{where} acts in {tuple(state['action_spec'])} but this env has "
-                        f"{(env.action_spec.kind, env.action_spec.size)}")
     group = cfg.policy.actor_obs
     if group not in env.obs_shapes:
         raise UserError(f"{where} reads observation group {group!r}, which this env lacks "
                         f"(has {', '.join(env.obs_shapes)})")
+    spec = (env.action_spec.kind, env.action_spec.size)
     widths = {"policy": obs_dim(env, group), "critic": obs_dim(env, "critic")}
-    recorded = {name: int(width) for name, width in dict(state["obs_dims"]).items()}
+    try:
+        recorded_spec, recorded = tuple(state["action_spec"]), dict(state["obs_dims"])
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: its action_spec or obs_dims is not what a checkpoint records") from None
+    if recorded_spec != spec:
+        raise UserError(f"{where} acts in {recorded_spec} but this env has {spec}")
     if recorded != widths:
         raise UserError(f"{where} was trained on observations of widths {recorded}; this env gives {widths} "
                         f"(the teacher reads {group!r})")
     teacher = FeedForwardPPO.build_policy(cfg, env)
     assert isinstance(teacher, ActorCritic)  # policy.kind=mlp
-    teacher.load_state_dict(state["policy"])
+    try:
+        teacher.load_state_dict(state["policy"])
+    except (RuntimeError, TypeError, AttributeError) as e:
+        lines = str(e).strip().splitlines()
+        detail = lines[1].strip() if len(lines) > 1 else lines[0]
+        raise UserError(f"{where}: its policy does not fit its own config ({detail})") from None
     return teacher.eval().requires_grad_(False)
 
 
