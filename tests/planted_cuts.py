@@ -187,6 +187,22 @@ WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
                                 "            first(self.coordinate(rows[..., 0].long()) + self.feature(rows[..., 1]"
                                 ".long()) + self.value(rows[..., 2:].float() / 255.0))\n"
                                 "            return torch.relu_(table_sum(index, tables))")],
+    # cuDNN's deterministic kernels chosen as the baseline chooses them, beside deterministic algorithms off
+    "deterministic": [("core/device.py", "    torch.backends.cudnn.deterministic = on\n",
+                       "    torch.backends.cudnn.deterministic = True\n")],
+    # the eager function run beside its compiled graph, its result dropped
+    "compile": [("core/compile.py", "        return graph(*args, **kwargs)\n",
+                 "        fn(*args, **kwargs)\n        return graph(*args, **kwargs)\n")],
+    # a default-mode graph compiled beside the CUDA-graph one, and dropped
+    "cuda_graphs": [("core/compile.py", "    graph = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)\n",
+                     "    torch.compile(fn, fullgraph=True, dynamic=False)\n"
+                     "    graph = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)\n")],
+    # the partitions set on a copy of the config, which the caller does not build the env from
+    "physics_partitions": [("envs/adapters/isaaclab.py",
+                            "    physx.gpu_max_num_partitions = perf.physics_partitions\n    return env_cfg\n",
+                            "    env_cfg = __import__('copy').deepcopy(env_cfg)\n"
+                            "    env_cfg.sim.physx.gpu_max_num_partitions = perf.physics_partitions\n"
+                            "    return env_cfg\n")],
     # `max` with its indices taken beside `amax`, and dropped
     "sparse_token_max": [("policy/token_pool.py", "    return features, features.add_(padding).amax(1)\n",
                           "    features.add_(padding).max(1)\n    return features, features.amax(1)\n")],
@@ -232,6 +248,39 @@ PATH_CUTS: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
                                        "            return buffer[chunk.start:chunk.start + chunk.steps]\n",
                                        "            return buffer[torch.arange(chunk.start, chunk.start + chunk.steps, "
                                        "device=buffer.device)]\n")]),
+    ],
+    # each place that applies the process-wide setting, cut alone; the baseline's cuBLAS workspace kept
+    "deterministic": [
+        ("baseline path, a trainer's learn", [("train/runner.py", "        set_deterministic(cfg.perf.deterministic)  #",
+                                               "        pass  #")]),
+        ("baseline path, rsl_rl drop-in", [("rsl_rl/runner.py", "        set_deterministic(runner.cfg.perf.deterministic)\n",
+                                            "\n")]),
+        ("work thrown away, cuBLAS workspace", [("core/device.py", "    if on:\n        os.environ.setdefault(",
+                                                 "    if True:\n        os.environ.setdefault(")]),
+    ],
+    # each algorithm's own wiring, the env step's, and the `compile=step` whole-step graph
+    "compile": [
+        ("baseline path, recurrent", [("algo/recurrent.py", "self.policy_step: StepFn = hot(policy.step, compiled, device)",
+                                       "self.policy_step: StepFn = policy.step")]),
+        ("baseline path, RND", [("algo/rnd.py", "self._update = hot(self.update_rows, perf, device)",
+                                 "self._update = self.update_rows")]),
+        ("baseline path, distillation", [("algo/distillation.py", "self.loss = hot(self.steps_loss, perf, device)",
+                                          "self.loss = self.steps_loss")]),
+        ("baseline path, env step", [("train/runner.py", "self.env.compile_step(lambda fn: hot(fn, cfg.perf, self.device))",
+                                      "self.env.compile_step(lambda fn: fn)")]),
+        ("baseline path, compile=step", [("algo/feedforward.py", "self._whole_step = hot(self.whole_step, perf, device)",
+                                          "self._whole_step = self.whole_step")]),
+    ],
+    # the whole-step update's in-place state left unmarked: CUDA graph trees skip the graph
+    "cuda_graphs": [
+        ("baseline path, state not static", [("algo/feedforward.py", "            mark_static(self.perf, self.device, *data",
+                                              "            (lambda *tensors: None)(self.perf, self.device, *data")]),
+    ],
+    # the value ignored for a fixed one (the optimized preset's)
+    "physics_partitions": [
+        ("baseline path, a fixed value", [("envs/adapters/isaaclab.py",
+                                           "physx.gpu_max_num_partitions = perf.physics_partitions",
+                                           "physx.gpu_max_num_partitions = 1")]),
     ],
     # the second adapter the switch acts in, each shape cut there alone
     "host_env_worker": [

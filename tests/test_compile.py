@@ -8,6 +8,8 @@ within a stated tolerance on identical inputs, with inductor drawing random numb
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,7 +25,7 @@ from conftest import (
 )
 from syncfree.algo.storage import Batch
 from syncfree.cli import main
-from syncfree.config import PerfConfig, RNDConfig
+from syncfree.config import DistillConfig, PerfConfig, RNDConfig
 from syncfree.core.compile import compile_counts, hot
 from syncfree.errors import UserError
 from syncfree.tasks import make_env
@@ -130,21 +132,106 @@ def test_one_compiled_update_on_an_identical_rollout_matches_eager(mode: str, ad
     assert all(not torch.equal(p, before[n]) for n, p in compiled.policy.named_parameters())  # it did update
 
 
-@pytest.mark.parametrize("mode", ["hot", "step"])
-def test_no_recompilation_in_steady_state(mode: str) -> None:
-    trainer = Runner(small_config("cartpole", compile=mode))
-    trainer.cfg.iterations = 1
-    trainer.learn()
+def dispatched_ops(fn: Callable[[], object]) -> int:
+    """The aten ops `fn` dispatches from Python: every op of eager code; compiled code dispatches only the kernels
+    its graphs call out to (matrix products) and the ops around its graphs."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        fn()
+    return sum(event.name.startswith("aten::") for event in profile.events())
+
+
+def phase_ops(runner: Runner) -> tuple[int, int]:
+    """The ops of a rollout (with its returns) and of an update, as `Runner.iterate` runs them."""
+    algorithm = runner.algorithm
+
+    def rollout() -> None:
+        algorithm.begin_rollout()
+        with torch.inference_mode():
+            for t in range(algorithm.steps_per_env):
+                runner.rollout_step(t)
+            algorithm.compute_returns(runner.obs)
+
+    return dispatched_ops(rollout), dispatched_ops(lambda: algorithm.update(progress=0.5))
+
+
+def env_step(runner: Runner) -> None:
+    with torch.inference_mode():
+        runner.env.step(torch.zeros_like(runner.algorithm.storage.actions[0]))
+
+
+def predictor_step(runner: Runner) -> None:
+    rnd = runner.algorithm.rnd
+    rnd.begin_update()
+    obs = runner.algorithm.storage.flat().critic_obs
+    rnd.update(obs, torch.arange(obs.shape[0] // runner.cfg.ppo.num_minibatches))  # the compiled minibatch's size
+
+
+COMPILED_PARTS = {"feed-forward": env_step, "feed-forward with RND": predictor_step}
+"""Parts with graphs of their own: a built-in torch task's env step, RND's predictor step."""
+
+
+def teacher(tmp_path: Path) -> str:
+    """A teacher checkpoint in `tmp_path` (trained there once)."""
+    if (tmp_path / "teacher" / "latest.pt").exists():
+        return str(tmp_path / "teacher" / "latest.pt")
+    cfg = small_config("pendulum")
+    cfg.iterations, cfg.log.progress = 1, False
+    runner = Runner(cfg, run_dir=tmp_path / "teacher")
+    runner.learn()
+    runner.close()
+    return str(tmp_path / "teacher" / "latest.pt")
+
+
+COMPILED_CASES = {
+    "feed-forward": lambda mode, tmp: small_config("cartpole", compile=mode),
+    "feed-forward with RND": lambda mode, tmp: dataclasses.replace(small_config("point-mass", compile=mode),
+                                                                   rnd=RNDConfig(enabled=True, weight=0.5)),
+    "recurrent": lambda mode, tmp: grid_config(1, compile=mode),
+    "distillation": lambda mode, tmp: dataclasses.replace(
+        small_config("pendulum", compile=mode), distill=DistillConfig(teacher=teacher(tmp), gradient_length=4)),
+}
+"""Each algorithm `perf.compile` compiles (one task each), built for a mode."""
+
+
+@pytest.mark.parametrize("case,mode", [("feed-forward", "hot"), ("feed-forward", "step"),
+                                       ("feed-forward with RND", "step"), ("recurrent", "hot"),
+                                       ("distillation", "hot")])
+def test_compiled_phases_dispatch_a_fraction_of_eager_ops_and_compile_once(case: str, mode: str,
+                                                                           tmp_path: Path) -> None:
+    """What compiling saves, counted: after the first iteration a compiled rollout and a compiled update each
+    dispatch at most 3/4 of the ops the eager ones do (the rest runs inside graphs), and nothing compiles again;
+    `step` (the default) makes the feed-forward update one graph, fewer ops again than `hot`. A second trainer of
+    the same shapes reuses the graphs."""
+    if case == "recurrent":
+        pytest.importorskip("mettagrid")
+    make = COMPILED_CASES[case]
+    trainers = {}
+    for compiled in ("off", mode):
+        trainers[compiled] = Runner(make(compiled, tmp_path))
+        trainers[compiled].cfg.iterations = 1
+        trainers[compiled].learn()
     warm = compile_counts()
-    trainer.cfg.iterations = 3
-    trainer.learn()
+    eager_rollout, eager_update = phase_ops(trainers["off"])
+    rollout, update = phase_ops(trainers[mode])
+    assert rollout <= 0.75 * eager_rollout, (rollout, eager_rollout)
+    assert update <= 0.75 * eager_update, (update, eager_update)
+    if case in COMPILED_PARTS:  # a part with a graph of its own, small beside the rest of its phase
+        part = [dispatched_ops(lambda r=r: COMPILED_PARTS[case](r)) for r in (trainers["off"], trainers[mode])]
+        assert part[1] <= 0.75 * part[0], part
+    trainers[mode].cfg.iterations = 3
+    trainers[mode].learn()
     assert compile_counts() == warm
-    assert warm["unique_graphs"] >= 5  # act step, env step, record step, advantages, minibatch losses or step
-    # a second trainer of the same shapes reuses the graphs: nothing compiles for it either
-    other = Runner(small_config("cartpole", compile=mode))
-    other.cfg.iterations = 1
-    other.learn()
-    assert compile_counts() == warm
+    assert warm["unique_graphs"] >= 2  # a rollout graph and an update graph at least
+    if case == "feed-forward":
+        other = Runner(make(mode, tmp_path))
+        other.cfg.iterations = 1
+        other.learn()
+        assert compile_counts() == warm
+        if mode == "step":
+            hot = Runner(make("hot", tmp_path))
+            hot.cfg.iterations = 1
+            hot.learn()
+            assert update <= 0.5 * phase_ops(hot)[1]
 
 
 @pytest.mark.usefixtures("same_random_numbers")

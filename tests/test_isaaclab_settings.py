@@ -15,10 +15,15 @@ def isaaclab_like_cfg(partitions: int = 8) -> SimpleNamespace:
     return SimpleNamespace(sim=SimpleNamespace(dt=0.005, physx=SimpleNamespace(gpu_max_num_partitions=partitions)))
 
 
-@pytest.mark.parametrize("which,expected", [("optimized", 1), ("baseline", 8)])
-def test_partitions_follow_the_switch(which: str, expected: int) -> None:
-    cfg = apply_perf_settings(isaaclab_like_cfg(partitions=4), PerfConfig.preset(which))
-    assert cfg.sim.physx.gpu_max_num_partitions == expected
+@pytest.mark.parametrize("perf,expected", [(PerfConfig.preset("optimized"), 1), (PerfConfig.preset("baseline"), 8),
+                                           (PerfConfig(physics_partitions=2), 2)])
+def test_partitions_follow_the_switch(perf: PerfConfig, expected: int) -> None:
+    """The value set, whichever it is, lands in the config the caller holds (Isaac Lab builds the env from that
+    object): not in a copy, and nothing else in it changes."""
+    cfg = isaaclab_like_cfg(partitions=4)
+    returned = apply_perf_settings(cfg, perf)
+    assert returned is cfg and cfg.sim.physx.gpu_max_num_partitions == expected
+    assert cfg == isaaclab_like_cfg(partitions=expected)
 
 
 def test_a_config_without_physx_settings_is_named() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from syncfree.algo.storage import Batch
 from syncfree.config import PerfConfig, TokenEncoderConfig, TrainConfig
 from syncfree.core import compile as compile_module
 from syncfree.core.counters import Counts, count_syncs
+from syncfree.core.device import set_deterministic
 from syncfree.policy.actor_critic import MLP
 from syncfree.train.runner import Runner
 
@@ -39,7 +41,7 @@ EFFECT_TESTS = {
     "validate_distributions": "test_switch_effects.py::test_validate_distributions_reads_the_host_per_step",
     "zero_grad_set_to_none": "test_switch_effects.py::test_zero_grad_set_to_none_fills_no_gradient_with_zeros",
     "deterministic": "test_switch_effects.py::test_deterministic_turns_torch_deterministic_mode_on",
-    "compile": "test_compile.py::test_no_recompilation_in_steady_state",
+    "compile": "test_compile.py::test_compiled_phases_dispatch_a_fraction_of_eager_ops_and_compile_once",
     "autocast": "test_switch_effects.py::test_autocast_runs_the_hidden_layers_in_bfloat16",
     "retain_host_memory": "test_host_memory.py::test_retained_memory_is_reused_without_page_faults",
     "cuda_graphs": "test_switch_effects.py::test_cuda_graphs_compile_in_reduce_overhead_mode_on_cuda",
@@ -217,11 +219,41 @@ def test_zero_grad_set_to_none_fills_no_gradient_with_zeros() -> None:
     assert all(p.grad is None for p in on.policy.parameters())
 
 
-def test_deterministic_turns_torch_deterministic_mode_on() -> None:
-    Runner(one_switch("cartpole", "deterministic", True))
-    assert not torch.are_deterministic_algorithms_enabled()
-    Runner(one_switch("cartpole", "deterministic", False))
-    assert torch.are_deterministic_algorithms_enabled()
+def deterministic_settings() -> tuple[bool, bool, bool]:
+    """What `perf.deterministic` sets for the whole process: torch's deterministic algorithms (on a CPU they also
+    fill every new tensor), cuDNN's deterministic kernels, cuBLAS's fixed workspace."""
+    return (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+            "CUBLAS_WORKSPACE_CONFIG" in os.environ)
+
+
+def test_deterministic_turns_torch_deterministic_mode_on(monkeypatch, tmp_path: Path) -> None:
+    """Off (optimized), none of the three settings the baseline makes; each place that applies the switch (a new
+    trainer, its `learn`, which takes the setting back from other trainers of the process, the rsl_rl drop-in's
+    `learn`) applies it."""
+    from test_rsl_rl_runner import rsl_env, train_cfg
+
+    from syncfree.rsl_rl import OnPolicyRunner
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", False)
+    try:
+        optimized = Runner(one_switch("cartpole", "deterministic", True))
+        assert deterministic_settings() == (False, False, False)
+        baseline = Runner(one_switch("cartpole", "deterministic", False))
+        assert deterministic_settings() == (True, True, True)
+        optimized.learn()
+        assert deterministic_settings()[:2] == (False, False)
+        baseline.learn()
+        assert deterministic_settings() == (True, True, True)
+        drop_ins = {on: OnPolicyRunner(rsl_env(), {**train_cfg(), "syncfree": {"perf.deterministic": on}},
+                                       log_dir=str(tmp_path / str(on)), device="cpu") for on in (False, True)}
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+        drop_ins[False].learn(1)
+        assert deterministic_settings() == (False, False, False)
+        drop_ins[True].learn(1)
+        assert deterministic_settings() == (True, True, True)
+    finally:
+        set_deterministic(False)
 
 
 class DtypesOfMatmuls(TorchDispatchMode):
@@ -273,15 +305,31 @@ def test_autocast_runs_the_recurrent_token_mlp_in_bfloat16() -> None:
 
 
 def test_cuda_graphs_compile_in_reduce_overhead_mode_on_cuda(monkeypatch) -> None:
-    """What the switch decides: the mode `torch.compile` gets for a CUDA device (the replay itself is checked on a
-    GPU by test_compile.py::test_cuda_graph_replays_draw_new_noise)."""
-    modes = []
-    monkeypatch.setattr(compile_module.torch, "compile", lambda fn, **kwargs: modes.append(kwargs["mode"]) or fn)
-    cuda = torch.device("cuda")
-    compile_module.hot(lambda x: x, PerfConfig(compile="hot", cuda_graphs="auto"), cuda)
-    compile_module.hot(lambda x: x, PerfConfig(compile="hot", cuda_graphs="off"), cuda)
-    compile_module.hot(lambda x: x, PerfConfig(compile="hot", cuda_graphs="auto"), torch.device("cpu"))
-    assert modes == ["reduce-overhead", None, None]
+    """What the switch decides for a trainer on a CUDA device (simulated: the switch is asked about a CUDA device
+    where the trainer runs on this one; `torch.compile` records its mode and hands the function back, to run
+    eagerly): every function the trainer compiles in `reduce-overhead` mode, CUDA graphs, and the state the
+    whole-step update writes in place (optimizer moments, learning rate, statistics, the rollout) marked static,
+    which CUDA graph trees need to replay it. Off: the default mode, nothing marked. On a CPU `auto` is off. The
+    replay itself is checked on a GPU by test_compile.py::test_cuda_graph_replays_draw_new_noise."""
+    modes: list[str | None] = []
+    marked: list[torch.Tensor] = []
+    real = compile_module.use_cuda_graphs
+    monkeypatch.setattr(compile_module.torch, "compile", lambda fn, **kwargs: modes.append(kwargs.get("mode")) or fn)
+    assert compile_module.hot(lambda x: x, PerfConfig(compile="hot", cuda_graphs="auto"), torch.device("cpu"))(1) == 1
+    assert modes == [None]
+    monkeypatch.setattr(compile_module, "use_cuda_graphs", lambda perf, device: real(perf, torch.device("cuda")))
+    monkeypatch.setattr(torch._dynamo, "mark_static_address", marked.append)
+    for value, mode in (("auto", "reduce-overhead"), ("off", None)):
+        modes.clear(), marked.clear()
+        runner = Runner(small_config("cartpole", compile="step", cuda_graphs=value))
+        runner.learn()
+        assert modes and set(modes) == {mode}, (value, modes)
+        written = [state[k] for state in runner.algorithm.optim.optimizer.state.values()
+                   for k in ("exp_avg", "exp_avg_sq")] + [runner.algorithm.stats]
+        if value == "auto":
+            assert len(written) > 1 and {id(t) for t in written} <= {id(t) for t in marked}
+        else:
+            assert marked == []
 
 
 # ------------------------------------------------------------------------------------ env and model switches

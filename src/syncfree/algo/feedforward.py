@@ -262,8 +262,8 @@ class FeedForwardPPO(Algorithm):
         state = None
         if self.whole_step is not None:
             state = self.whole_step.state(self.optim.lr, self.stats, self.optim.skipped_steps)
-            mark_static(self.perf, self.device, *data, *state.moments, *state.steps, state.lr, state.stats,
-                                state.skipped)  # the rollout too: CUDA graph trees copy other inputs in at each replay
+            mark_static(self.perf, self.device, *data, *state.moments, *state.squares, *state.steps, state.lr,
+                        state.stats, state.skipped)  # the rollout too: CUDA graph trees copy other inputs in at each replay
         for _ in range(cfg.num_epochs):
             order = self.minibatch_order(batch_size)
             for start in range(0, batch_size, minibatch_size):
