@@ -69,6 +69,8 @@ def test_bad_config_is_one_line_naming_the_key(capsys, argv: list[str], culprit:
                                        "relu?"),
     (["--ppo.num_epochs", "abc"], "ppo.num_epochs='abc' is invalid; allowed: an integer"),
     (["--ppo.clipped_value_loss", "maybe"], "ppo.clipped_value_loss='maybe' is invalid; allowed: true or false"),
+    (["--perf.grad_finite_from_norm", "before"],
+     "perf.grad_finite_from_norm='before' is invalid; allowed: true, false, seed_before"),
     (["--task", "pendullum"], "did you mean pendulum?"),
     (["--num_envs", "4"], "did you mean env.num_envs?"),  # an option of another section, by its name
     (["--num-envs", "4"], "did you mean env.num_envs?"),

@@ -10,7 +10,7 @@ import pytest
 from conftest import small_config
 from syncfree.bench.config import BenchConfig
 from syncfree.bench.hardware import compute_dtype, flops_per_env_step, hardware_fraction
-from syncfree.bench.matrix import bench_configurations, configurations, skipped_rows
+from syncfree.bench.matrix import SEEDS_BEFORE, bench_configurations, configurations, skipped_rows
 from syncfree.cli import main
 from syncfree.config import PerfConfig
 from syncfree.policy.actor_critic import AUTO_MIN_WORK, set_autocast
@@ -30,6 +30,8 @@ def test_configurations_cover_every_switch_both_ways() -> None:
     assert configs["optimized, compile=hot"] == PerfConfig(compile="hot")  # a variant: the update as in `hot`
     assert configs["optimized - fused_adamw"] == PerfConfig(compile="step", fused_adamw=False)
     assert configs["baseline + fused_adamw"].fused_adamw and not configs["baseline + fused_adamw"].deferred_episode_stats
+    assert configs[SEEDS_BEFORE] == PerfConfig.preset("seed_before") != PerfConfig.preset("baseline")
+    assert [name for name, _ in configurations(ablations=False)] == ["baseline", "optimized"]
 
 
 def test_rows_of_inert_switches_are_left_out_with_the_reason() -> None:
@@ -85,7 +87,11 @@ def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
                     "device_loss_stats", "zero_grad_set_to_none", "deterministic"}
     assert "optimized - autocast" in result["skipped_rows"]
     assert "ppo.schedule=fixed" in result["skipped_rows"]["optimized - device_adaptive_lr"]  # the preset's fixed rate
-    assert len(size["configs"]) == 2 + 2 * len(live) + 1  # and the variant `optimized, autocast=bf16`
+    assert len(size["configs"]) == 2 + 2 * len(live) + 2  # the variant `optimized, autocast=bf16`, the seeds' before
+    # the seeds' before: the baseline, with every gradient's finiteness read per minibatch (13 parameter tensors:
+    # the actor's and the critic's 3 layers, the action std)
+    before_counts = size["configs"][SEEDS_BEFORE]["counts"]
+    assert before_counts["syncs_per_minibatch"] == size["configs"]["baseline"]["counts"]["syncs_per_minibatch"] + 13
     assert size["configs"]["optimized, autocast=bf16"]["hardware_fraction"]["dtype"] == "bfloat16"
     assert set(result["skipped_rows"]) >= {"optimized - critic_chunk_size", "baseline + gate_full_log_probs"}
     base, opt = size["configs"]["baseline"], size["configs"]["optimized"]
@@ -101,6 +107,7 @@ def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     assert [p["num_envs"] for p in result["scaling"]] == [8, 16]
     report = (tmp_path / "results.md").read_text()
     assert "| optimized - fused_adamw |" in report and "Seeds' view" in report
+    assert f"| {SEEDS_BEFORE} |" in report and "seed_before" in report
     assert "changes nothing here" in report and "critic_chunk_size" in report
     assert "of fp32 |" in report and "GFLOP/s float32" in report
     assert "# syncfree bench: point-mass" in capsys.readouterr().out

@@ -14,7 +14,7 @@ pytest.importorskip("mettagrid")
 
 from syncfree.bench import config as bench_config
 from syncfree.bench.config import BenchConfig, train_config
-from syncfree.bench.matrix import bench_configurations
+from syncfree.bench.matrix import SEEDS_BEFORE, bench_configurations
 from syncfree.cli import main
 from syncfree.config import PerfConfig
 from syncfree.tasks import preset
@@ -37,7 +37,8 @@ def test_grid_arena_rows_cover_the_switches_the_recurrent_trainer_reads(monkeypa
     assert BenchConfig(task="point-mass").resolved().num_envs == [64, 1024]  # the feed-forward defaults
     configs = dict(bench_configurations(cfg))
     assert list(configs)[:2] == ["baseline", "optimized"]
-    assert set(configs) == {"baseline", "optimized", "optimized, compile=hot", "optimized, autocast=bf16"} | {
+    assert set(configs) == {"baseline", "optimized", SEEDS_BEFORE, "optimized, compile=hot",
+                            "optimized, autocast=bf16"} | {
         f"optimized - {s}" for s in SWITCHES_READ} | {f"baseline + {s}" for s in SWITCHES_READ}
     assert configs["optimized"] == PerfConfig(compile="step")
     assert configs["optimized - compile"] == PerfConfig(compile="off")
@@ -71,13 +72,15 @@ def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
     agents = result["recurrent"]["agents_per_env"]
     assert size["num_envs"] == 1 and size["num_agents"] == agents
     assert size["steps_per_iteration"] == agents * result["train"]["steps_per_env"]  # agent steps
-    assert set(size["configs"]) == {"baseline", "optimized", "optimized, autocast=bf16"} | {
+    assert set(size["configs"]) == {"baseline", "optimized", SEEDS_BEFORE, "optimized, autocast=bf16"} | {
         f"optimized - {s}" for s in SWITCHES_READ if s not in ("compile", "host_env_worker")}
     assert "one env" in result["skipped_rows"]["optimized - host_env_worker"]
     base, opt = size["configs"]["baseline"], size["configs"]["optimized"]
     assert opt["counts"]["syncs_per_step"] == 0 and opt["counts"]["syncs_per_minibatch"] == 0
     assert base["counts"]["syncs_per_step"] > 0 and base["counts"]["syncs_per_minibatch"] > 0
     assert size["configs"]["optimized - cpu_time_index"]["counts"]["syncs_per_step"] > 0
+    # the seeds' before: the baseline, and the previous-action buffer's size read at every rollout step
+    assert size["configs"][SEEDS_BEFORE]["counts"]["syncs_per_step"] == base["counts"]["syncs_per_step"] + 1
     assert opt["efficiency"] > 0 and size["floor_steps_per_s"] > 0
     assert all(size["floor_seconds"][k] > 0 for k in ("env", "policy_forward", "update", "total"))
     assert opt["memory"]["tensor_bytes"] > 0 and opt["memory"]["bytes_per_agent"] > 0

@@ -177,6 +177,9 @@ def test_switch_settings_are_parsed_and_checked() -> None:
         doctor.with_switches(PerfConfig(), ["fast_histories=false"])
     with pytest.raises(UserError, match="fast_history is true or false"):
         doctor.with_switches(PerfConfig(), ["fast_history=maybe"])
+    assert doctor.with_switches(PerfConfig(), ["grad_finite_from_norm=seed_before"]).grad_finite_from_norm == "seed_before"
+    with pytest.raises(UserError, match="grad_finite_from_norm is true, false or seed_before"):
+        doctor.with_switches(PerfConfig(), ["grad_finite_from_norm=before"])
 
 
 def test_a_host_simulators_report_says_where_its_host_time_goes() -> None:

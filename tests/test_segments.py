@@ -28,7 +28,7 @@ FIELDS = {
 }
 
 
-def buffer(**switches: bool) -> SegmentBuffer:
+def buffer(**switches: bool | str) -> SegmentBuffer:
     return SegmentBuffer(FIELDS, SEGMENTS, HORIZON, AGENTS, [(HIDDEN,), (HIDDEN,)], **switches)
 
 
@@ -120,9 +120,10 @@ def test_last_actions_follow_the_stored_actions() -> None:
         assert torch.equal(buf.previous_actions(env), last)
 
 
-@pytest.mark.parametrize("switch", SWITCHES)
-def test_each_switch_off_gives_bitwise_equal_buffers_and_minibatches(switch: str) -> None:
-    optimized, baseline = buffer(), buffer(**{switch: False})
+@pytest.mark.parametrize("switch,value", [(switch, False) for switch in SWITCHES]
+                         + [("preallocated_last_actions", "seed_before")])
+def test_each_switch_off_gives_bitwise_equal_buffers_and_minibatches(switch: str, value: bool | str) -> None:
+    optimized, baseline = buffer(), buffer(**{switch: value})
     runs = []
     for buf in (optimized, baseline):
         gen = torch.Generator().manual_seed(3)

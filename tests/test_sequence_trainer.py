@@ -116,9 +116,11 @@ def test_every_parameter_gets_a_gradient_every_minibatch() -> None:
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in trainer.policy.parameters())
 
 
-def test_all_grid_switches_off_match_the_optimized_trainer() -> None:
-    baseline = {name: PerfConfig.switches_by_name()[name].metadata["baseline"] for name in GRID_SWITCHES}
-    assert_same_state(snapshot(trained(grid_config(**baseline))), snapshot(trained(grid_config())))
+@pytest.mark.parametrize("which", ["baseline", "seed_before"])
+def test_all_grid_switches_off_match_the_optimized_trainer(which: str) -> None:
+    """Every grid switch at its baseline, or at the seeds' before (`PerfConfig.preset("seed_before")`)."""
+    off = {name: PerfConfig.switches_by_name()[name].metadata[which] for name in GRID_SWITCHES}
+    assert_same_state(snapshot(trained(grid_config(**off))), snapshot(trained(grid_config())))
 
 
 def test_full_log_probs_are_stored_only_when_a_loss_needs_them(tmp_path: Path) -> None:

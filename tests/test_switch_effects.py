@@ -159,6 +159,30 @@ def test_grad_finite_from_norm_skips_a_non_finite_step_unread(compile: str) -> N
     assert not torch.isfinite(off.policy.critic[0].weight).all()
 
 
+@pytest.mark.parametrize("compile", ["off", "step"])
+def test_the_seeds_before_of_the_gradient_check_reads_every_gradient(compile: str) -> None:
+    """`grad_finite_from_norm=seed_before`, the humanoid pipeline's check before its change: on finite gradients one
+    host read per parameter tensor per minibatch, where the baseline (rsl_rl) reads none; on NaN gradients each of
+    the 4 steps is skipped and counted, as the optimized check skips them. Under `compile=step` the update falls
+    back to the per-minibatch path, where the reads can be."""
+    def update(nan: bool) -> tuple[Runner, Counts, int]:
+        runner = warm(small_config("pendulum", grad_finite_from_norm="seed_before", compile=compile))
+        assert runner.algorithm.whole_step is None
+        skipped = int(runner.algorithm.optim.skipped_steps)
+        if nan:
+            runner.algorithm.storage.returns.fill_(float("nan"))
+        counts = count_update(runner)
+        return runner, counts, int(runner.algorithm.optim.skipped_steps) - skipped
+
+    (finite, finite_counts, finite_skipped), (nan, nan_counts, nan_skipped) = update(False), update(True)
+    tensors = len(list(finite.policy.parameters()))
+    assert finite_counts.host_reads == {"__bool__": 4 * tensors} and finite_skipped == 0, reads(finite_counts)
+    assert nan_skipped == 4 and all(torch.isfinite(p).all() for p in nan.policy.parameters())
+    assert 4 <= nan_counts.host_reads["__bool__"] <= 4 * tensors
+    baseline = count_update(warm(small_config("pendulum", grad_finite_from_norm=False, compile=compile)))
+    assert baseline.syncs == 0, reads(baseline)
+
+
 def count_update(runner: Runner) -> Counts:
     """A whole update on the last rollout (its minibatches as the run's `perf.compile` runs them: with `step`, the
     whole-minibatch function, here eagerly)."""
@@ -526,6 +550,15 @@ def test_preallocated_last_actions_never_regrow() -> None:
         grown.previous_actions(slice(0, grown.total_agents))
     assert pre_counts.allocations == 0 and pre.last_actions.data_ptr() == pointer
     assert grown_counts.allocations == 1 and grown.last_actions.shape[0] == grown.total_agents
+
+
+def test_the_seeds_before_of_the_last_actions_reads_the_size_at_every_store() -> None:
+    """`preallocated_last_actions=seed_before`, the gridworld code before its change: the size the buffer needs read
+    from the device at every rollout step (`int(env_ids.max().item())`), where the baseline grows it from the
+    slice's end, known on the host."""
+    before = count_steps(warm(grid_config(preallocated_last_actions="seed_before")), 4)
+    baseline = count_steps(warm(grid_config(preallocated_last_actions=False)), 4)
+    assert before.host_reads == {"item": 4} and baseline.syncs == 0, (reads(before), reads(baseline))
 
 
 def test_cpu_time_index_reads_no_device_index_per_step() -> None:

@@ -57,6 +57,20 @@ def test_switch_is_bitwise_equivalent(task: str, switch: str) -> None:
     assert_same_run(train(task), train(task, **{switch: other}))
 
 
+@pytest.mark.parametrize("task", ["cartpole", "pendulum"])
+def test_the_seeds_before_of_the_gradient_check_is_bitwise_equivalent(task: str) -> None:
+    """`grad_finite_from_norm=seed_before` reads every gradient and skips a step the optimized check skips: on
+    finite gradients it steps as both other values do, bit for bit (a NaN update: the effect test)."""
+    assert_same_run(train(task), train(task, grad_finite_from_norm="seed_before"))
+
+
+def test_the_seeds_before_preset_is_the_baseline_plus_the_seeds_extra_code() -> None:
+    before, baseline = PerfConfig.preset("seed_before"), PerfConfig.preset("baseline")
+    differs = {f.name for f in PerfConfig.switches() if getattr(before, f.name) != getattr(baseline, f.name)}
+    assert differs == {"grad_finite_from_norm", "preallocated_last_actions"}
+    assert all(getattr(before, name) == "seed_before" for name in differs)
+
+
 def test_all_baseline_equals_all_optimized_except_the_fused_kernel() -> None:
     """Everything but the optimizer kernel and the host's sums of the logged losses (which round differently:
     `test_loss_statistics_read_on_the_host_match_the_device_sums`) at its baseline value reproduces the optimized

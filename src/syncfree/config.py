@@ -750,6 +750,11 @@ def _validate_perf(perf: PerfConfig) -> None:
     check(perf.compile in ("off", "auto", "hot", "step"), "perf.compile", "off, auto, hot, step", perf.compile)
     check(perf.autocast in ("off", "auto", "bf16"), "perf.autocast", "off, auto, bf16", perf.autocast)
     check(perf.cuda_graphs in ("off", "auto", "on"), "perf.cuda_graphs", "off, auto, on", perf.cuda_graphs)
+    for f in PerfConfig.switches():
+        seed_before, value = f.metadata["seed_before"], getattr(perf, f.name)
+        if seed_before != f.metadata["baseline"]:  # a switch with the seed's before as a third value
+            check(isinstance(value, bool) or value == seed_before, f"perf.{f.name}", f"true, false, {seed_before}",
+                  value)
     check(perf.cuda_graphs != "on" or perf.compile != "off", "perf.cuda_graphs",
           "off or auto while perf.compile=off (CUDA graphs replay compiled graphs)", perf.cuda_graphs)
     for f in PerfConfig.switches():
@@ -828,10 +833,21 @@ def key_hint(key: str, root: type = TrainConfig) -> str:
 BAD_VALUE = re.compile(r'Parser key "([\w.]+)": Expected a (.+?)\. Got value: (.*)$')
 """How the parser reports a value of the wrong type or outside a choice."""
 
+BAD_UNION_VALUE = re.compile(r'Parser key "([\w.]+)": Does not validate against any of the Union subtypes '
+                             r'Subtypes: \[(.*?)\] .*Given value: (.*)$')
+"""... and a value outside each type of a union (`bool | Literal["seed_before"]`), its message on one line."""
+
 
 def value_error_line(message: str) -> str | None:
     """The parser's message for a bad value as one line in syncfree's words (`ppo.schedule='adaptiv' is invalid;
     allowed: fixed, adaptive, linear; did you mean adaptive?`), or None for another message."""
+    union = BAD_UNION_VALUE.search(" ".join(message.split()))
+    if union is not None:  # `true, false or seed_before`: each subtype's allowed values
+        key, subtypes, value = union.groups()
+        words = {"<class 'bool'>": "true, false"}
+        allowed = [words.get(t.strip(), t.strip()) for t in re.split(r",\s*(?=<class|typing)", subtypes)]
+        allowed = [re.sub(r"typing\.Literal\[(.*)\]", r"\1", a).replace("'", "") for a in allowed]
+        return f"{key}={value!r} is invalid; allowed: {', '.join(allowed)}"
     match = BAD_VALUE.search(message)
     if match is None:
         return None

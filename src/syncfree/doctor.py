@@ -283,10 +283,13 @@ def with_switches(perf: PerfConfig, settings: list[str]) -> PerfConfig:
         name, _, text = setting.partition("=")
         if name not in fields:
             raise UserError(f"doctor: --switch {setting!r}: no switch {name!r} (see `syncfree switches`)")
-        default = fields[name].default
-        if isinstance(default, bool):
+        default, seed_before = fields[name].default, fields[name].metadata["seed_before"]
+        if isinstance(default, bool) and isinstance(seed_before, str) and text == seed_before:
+            changes[name] = text
+        elif isinstance(default, bool):
+            allowed = "true or false" if isinstance(seed_before, bool) else f"true, false or {seed_before}"
             if text.lower() not in ("true", "false"):
-                raise UserError(f"doctor: --switch {setting!r}: {name} is true or false")
+                raise UserError(f"doctor: --switch {setting!r}: {name} is {allowed}")
             changes[name] = text.lower() == "true"
         elif isinstance(default, int):
             try:
@@ -391,7 +394,7 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--task", help="a task (see `syncfree tasks`)")
     target.add_argument("--env", help="module:factory returning a syncfree VecEnv or an rsl_rl VecEnv")
-    parser.add_argument("--perf", choices=("optimized", "baseline"), default="optimized",
+    parser.add_argument("--perf", choices=("optimized", "baseline", "seed_before"), default="optimized",
                         help="the switches' preset (the env-side switches act on manager-based envs, g1-track's)")
     parser.add_argument("--switch", action="append", default=[], metavar="NAME=VALUE",
                         help="set one switch after the preset (repeatable), e.g. --switch fast_history=false")

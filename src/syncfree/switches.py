@@ -44,6 +44,8 @@ def listing(task: str | None = None, compile: Literal["off", "auto", "hot", "ste
         kind = " (a check, not an optimization)" if f.metadata["check"] else ""
         if f.default != f.metadata["optimized"]:  # a default that chooses per run (compile=auto)
             kind += f" default={f.default}"
+        if f.metadata["seed_before"] != f.metadata["baseline"]:
+            kind += f" seed's before={f.metadata['seed_before']}"
         lines.append(f"{f.name}: baseline={f.metadata['baseline']} optimized={f.metadata['optimized']}{kind}  "
                      f"[{f.metadata['seed']}]{mark}\n    {' '.join((docs.get(f.name) or '').split())}")
     return "\n".join(lines)

@@ -27,7 +27,7 @@ from syncfree.algo.symmetry import Symmetry, build_symmetry
 from syncfree.config import PPOConfig, TokenPolicyConfig, TrainConfig
 from syncfree.core.compile import hot, mark_static, use_cuda_graphs
 from syncfree.core.phases import UNTIMED, Phases
-from syncfree.core.switches import PerfConfig, Scope
+from syncfree.core.switches import SEED_BEFORE, PerfConfig, Scope
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.errors import POLICY_MEMORY, STORAGE_MEMORY, UserError, allocating
 from syncfree.policy.actor_critic import ActorCritic, PolicyBase, auto_lowers_mlps, set_autocast
@@ -97,7 +97,7 @@ class FeedForwardPPO(Algorithm):
         elif perf.compile == "step":
             adapt = self.optim.next_learning_rate if self.optim.adapt_per_minibatch else None
             self.whole_step = MinibatchStep(policy, self.minibatch_losses, self.optim.optimizer, cfg.max_grad_norm,
-                                            adapt, skip_nonfinite=perf.grad_finite_from_norm,
+                                            adapt, skip_nonfinite=perf.grad_finite_from_norm is True,
                                             clip_groups=self.optim.clip_groups)
             self._whole_step = hot(self.whole_step, perf, device)
 
@@ -305,6 +305,8 @@ class FeedForwardPPO(Algorithm):
             return "perf.device_loss_stats=false"
         if self.optim.adaptive and not self.perf.device_adaptive_lr:
             return "perf.device_adaptive_lr=false"
+        if self.perf.grad_finite_from_norm == SEED_BEFORE:
+            return "perf.grad_finite_from_norm=seed_before (a host read per gradient)"
         return None
 
     def minibatch_order(self, batch_size: int) -> Tensor:

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from syncfree.config import PPOConfig
-from syncfree.core.switches import PerfConfig
+from syncfree.core.switches import SEED_BEFORE, PerfConfig
 
 
 class Collective(Protocol):
@@ -56,7 +56,7 @@ class PolicyOptimizer:
             foreach=False if isinstance(optimizer_lr, Tensor) and not perf.fused_adamw else None,
         )
         self.found_inf = torch.zeros((), dtype=torch.float32, device=device)
-        if perf.grad_finite_from_norm and perf.fused_adamw:
+        if perf.grad_finite_from_norm is True and perf.fused_adamw:
             # read by the fused kernel: skips the step when 1 (torch reads it with getattr; its stubs do not declare it)
             self.optimizer.found_inf = self.found_inf  # type: ignore[attr-defined]
         self.skipped_steps = torch.zeros((), dtype=torch.int64, device=device)
@@ -110,6 +110,9 @@ class PolicyOptimizer:
         """Clip the gradients and step, skipping (and counting) steps with non-finite gradients
         (`grad_finite_from_norm`; off, every step is taken, as in rsl_rl)."""
         grad_norm = self.clip_gradients()
+        if self.perf.grad_finite_from_norm == SEED_BEFORE:
+            self.step_if_every_gradient_is_finite()
+            return grad_norm
         if not self.perf.grad_finite_from_norm:  # rsl_rl: no check, a non-finite gradient reaches AdamW
             self.optimizer.step()
             return grad_norm
@@ -120,6 +123,16 @@ class PolicyOptimizer:
         elif not bool(self.found_inf):  # one host read: the for-loop AdamW cannot skip on the device
             self.optimizer.step()
         return grad_norm
+
+    def step_if_every_gradient_is_finite(self) -> None:
+        """The humanoid pipeline's check before its change (`grad_finite_from_norm=seed_before`): each parameter's
+        gradient tested on the host, one read per tensor up to the first that is not finite, which skips the step
+        (counted)."""
+        gradients = (p.grad for group in self.optimizer.param_groups for p in group["params"] if p.grad is not None)
+        if all(bool(torch.isfinite(grad).all()) for grad in gradients):
+            self.optimizer.step()
+        else:
+            self.skipped_steps.add_(1)
 
     def adapt_learning_rate(self, kl_mean: Tensor) -> None:
         """Divide the learning rate by 1.5 when the KL is above twice its target, multiply below half of it."""

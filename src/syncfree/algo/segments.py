@@ -18,7 +18,8 @@ Switches (all bitwise-equivalent; the optimized value is the default):
 - `cpu_time_index`: the store reads the slice's time index from a host mirror; off, from the device tensor
   (`.item()`, a host sync per store).
 - `preallocated_last_actions`: `last_actions` sized to `total_agents` once; off, grown on demand as slices reach
-  past its end (a new tensor and a copy each time it grows, in the first rollout).
+  past its end (a new tensor and a copy each time it grows, in the first rollout); `seed_before`, as off, and the
+  size needed read from the device at every store, as the gridworld code did before its change.
 - `cached_minibatch_indices`: sequential minibatch indices computed once per (minibatch, size) and one all-ones
   priority-weight tensor reused; off, both rebuilt for every minibatch.
 
@@ -37,6 +38,7 @@ import torch
 from torch import Tensor
 
 from syncfree.core.fields import Field
+from syncfree.core.switches import SEED_BEFORE
 from syncfree.errors import UserError
 
 
@@ -72,7 +74,7 @@ class SegmentBuffer:
 
     def __init__(self, fields: dict[str, Field], segments: int, bptt_horizon: int, total_agents: int,
                  state_shapes: Sequence[tuple[int, ...]] = (), device: torch.device | str = "cpu", *,
-                 cpu_time_index: bool = True, preallocated_last_actions: bool = True,
+                 cpu_time_index: bool = True, preallocated_last_actions: bool | str = True,
                  cached_minibatch_indices: bool = True) -> None:
         if total_agents < 1 or bptt_horizon < 1:
             raise UserError(f"segment buffer: total_agents={total_agents} and bptt_horizon={bptt_horizon} "
@@ -111,7 +113,7 @@ class SegmentBuffer:
         """Host bookkeeping: whether each agent writes to a row (else to its scratch row)."""
 
         action = fields.get("actions", Field((), torch.int64))
-        if preallocated_last_actions:
+        if preallocated_last_actions is True:
             self.last_actions = torch.zeros(total_agents, *action.shape, dtype=action.dtype, device=self.device)
         else:
             self.last_actions = torch.zeros(0, *action.shape, dtype=action.dtype, device=self.device)
@@ -158,6 +160,8 @@ class SegmentBuffer:
             for snapshot, value in zip(self._states, state, strict=True):
                 snapshot.index_copy_(0, rows, value)
         if "actions" in data:
+            if self.preallocated_last_actions == SEED_BEFORE:  # the size needed, read from the device each store
+                self._grow_last_actions(int(self._range[env].max().item()) + 1)
             self._last_actions_for(env).copy_(data["actions"])
         self.t_in_row[env].add_(1)
         if self.t_in_row_cpu is not None:
@@ -180,12 +184,14 @@ class SegmentBuffer:
             self.t_in_row_cpu[env] = 0
         self.free_idx += real
 
-    def _last_actions_for(self, env: slice) -> Tensor:
-        if self.last_actions.shape[0] < env.stop:
-            grown = torch.zeros(env.stop, *self.last_actions.shape[1:], dtype=self.last_actions.dtype,
-                                device=self.device)
+    def _grow_last_actions(self, size: int) -> None:
+        if self.last_actions.shape[0] < size:
+            grown = torch.zeros(size, *self.last_actions.shape[1:], dtype=self.last_actions.dtype, device=self.device)
             grown[: self.last_actions.shape[0]] = self.last_actions
             self.last_actions = grown
+
+    def _last_actions_for(self, env: slice) -> Tensor:
+        self._grow_last_actions(env.stop)
         return self.last_actions[env]
 
     def previous_actions(self, env: slice) -> Tensor:

@@ -1,4 +1,5 @@
-"""The configurations `syncfree bench` compares: baseline, optimized, and per switch the ablation rows.
+"""The configurations `syncfree bench` compares: baseline, optimized, and the ablation rows: per switch, and the
+seeds' before (`SEEDS_BEFORE`).
 
 An ablation row is left out where its switch changes nothing (`PerfConfig.inert_switches` on the bench's
 sizes): a leave-one-out row where the switch is inert beside the optimized ones, an add-one-in row where it is inert
@@ -14,6 +15,10 @@ from syncfree.core.device import resolve_device
 from syncfree.core.switches import PerfConfig, Scope
 from syncfree.errors import UserError
 from syncfree.tasks import switch_scope
+
+SEEDS_BEFORE = "seeds' before"
+"""The row of the seeds' own code before their changes: the baseline, with the switches whose seed's before did more
+than the conventional code at that value (`PerfConfig.preset("seed_before")`)."""
 
 
 def bench_configurations(bench: BenchConfig) -> list[tuple[str, PerfConfig]]:
@@ -73,6 +78,15 @@ def _ablations(add_one_in: bool, compile: bool, scopes: list[Scope] | None
                and (compile or f.name != "compile")]
     kept: list[tuple[str, PerfConfig]] = []
     skipped: dict[str, str] = {}
+    before = PerfConfig.preset("seed_before")
+    if not compile:
+        before = dataclasses.replace(before, compile="off")
+    seed_befores = [f.name for f in PerfConfig.switches() if f.metadata["seed_before"] != f.metadata["baseline"]]
+    reasons = [before.inert_reason(name, scope) for name in seed_befores for scope in scopes or ()]
+    if scopes and all(reasons):  # every switch whose seed's before differs is inert at every size
+        skipped[SEEDS_BEFORE] = cast(str, reasons[-1])
+    else:
+        kept.append((SEEDS_BEFORE, before))
 
     def add(name: str, perf: PerfConfig, switch: str, beside: PerfConfig) -> None:
         reasons = [beside.inert_reason(switch, scope) for scope in scopes or ()]

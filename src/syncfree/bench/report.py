@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from syncfree.bench.hardware import PEAK_SIZE
+from syncfree.bench.matrix import SEEDS_BEFORE
 from syncfree.core.phases import ALL_PHASES
 
 HOURS = 1.0
@@ -117,6 +118,11 @@ def markdown(result: dict[str, Any]) -> str:
                   + ("Configurations with `compile` on (`optimized` and the rows that keep its `compile`) compile the "
                      "policy's rollout step and each minibatch's losses; the others run eagerly." if b.get("compile", True)
                      else "All configurations run eagerly (`--compile false`).")]
+    if any(SEEDS_BEFORE in size["configs"] for size in result["sizes"]):
+        lines += ["", f"`{SEEDS_BEFORE}`: the baseline with the seeds' own code before their changes where it did "
+                  "more than the conventional code (`--perf.NAME seed_before`: every gradient's finiteness read on "
+                  "the host per minibatch; the previous-action buffer's size read from the device per rollout step, "
+                  "recurrent algorithm). Its ratio against `optimized` is the gain the seeds' own runs would see."]
     skipped = result.get("skipped_rows") or {}
     if skipped:
         by_reason: dict[str, list[str]] = {}

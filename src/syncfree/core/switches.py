@@ -120,7 +120,8 @@ def _whole_step_graph(scope: Scope, perf: PerfConfig) -> str | None:
     """Inert where the minibatch update is one compiled graph (`compile=step`, feed-forward, one process, the
     optimized loss-statistics and learning-rate paths): its AdamW and gradients are the graph's own."""
     if (scope.whole_step_update and perf.compile == "step" and perf.device_loss_stats
-            and (perf.device_adaptive_lr or not scope.adaptive_lr) and scope.world_size == 1):
+            and (perf.device_adaptive_lr or not scope.adaptive_lr) and perf.grad_finite_from_norm != SEED_BEFORE
+            and scope.world_size == 1):
         return "compile=step makes the whole minibatch update one graph with its own AdamW and gradients"
     return None
 
@@ -183,19 +184,26 @@ def _sequential_cache(scope: Scope, perf: PerfConfig) -> str | None:
     return None
 
 
+SEED_BEFORE = "seed_before"
+"""The value of a switch whose seed's code before its change did more than the conventional baseline: that code,
+a second named off path (`PerfConfig.preset("seed_before")`; the bench's "seeds' before" row)."""
+
+
 def switch(*, baseline: Any, optimized: Any, seed: str, requires: dict[str, Any] | None = None,
            process_wide: bool = False, variants: tuple[Any, ...] = (), check: bool = False,
-           inert: Inert | None = None, default: Any = None) -> Any:
+           inert: Inert | None = None, default: Any = None, seed_before: Any = None) -> Any:
     """A perf switch: defaults to its optimized value (or `default`, a value that picks one of the two for the
     run, such as `compile=auto`) and records both polarities, its origin, the values of
     other switches its optimized value needs (`requires`), whether it changes the whole process for good
     (`process_wide`: then trainers in one process cannot compare its two values), and other values worth a bench
     row of their own (`variants`, with the same `requires`). `check`: not an optimization but a debugging check
     that both presets leave at one value (the conventional code's), so the bench has no row for it. `inert`: where
-    it changes nothing (None: it acts everywhere)."""
-    return field(default=optimized if default is None else default, metadata={"baseline": baseline, "optimized": optimized, "seed": seed,
-                                              "requires": requires or {}, "process_wide": process_wide,
-                                              "variants": variants, "check": check, "inert": inert})
+    it changes nothing (None: it acts everywhere). `seed_before`: the value that runs the seed's own code before its
+    change, where that code differs from the conventional baseline (None: the baseline is the seed's before)."""
+    return field(default=optimized if default is None else default,
+                 metadata={"baseline": baseline, "optimized": optimized, "seed": seed, "requires": requires or {},
+                           "process_wide": process_wide, "variants": variants, "check": check, "inert": inert,
+                           "seed_before": baseline if seed_before is None else seed_before})
 
 
 RETIRED = {
@@ -218,11 +226,14 @@ class PerfConfig:
     """Accumulate a per-env non-finite flag on the device and read it once per iteration. Off: test
     observations and rewards with `isfinite(...).all()` on the host at every step."""
 
-    grad_finite_from_norm: bool = switch(baseline=False, optimized=True, seed="humanoid: fast_gradient_finite_check")
+    grad_finite_from_norm: bool | Literal["seed_before"] = switch(baseline=False, optimized=True,
+                                                                  seed="humanoid: fast_gradient_finite_check",
+                                                                  seed_before=SEED_BEFORE)
     """Judge gradient finiteness from the gradient norm the clip computes and skip a bad step without a host read
     (fused AdamW's `found_inf`; one read with the plain optimizer). Off: rsl_rl 5.5.1, which checks nothing: a
-    non-finite gradient reaches AdamW. (The humanoid pipeline's check before its change, an `isfinite` read per
-    parameter tensor, did more than rsl_rl and is not kept.)"""
+    non-finite gradient reaches AdamW. `seed_before`: the humanoid pipeline's check before its change, which did
+    more than rsl_rl: every parameter's gradient tested with `isfinite(...).all()`, one host read each, and the step
+    skipped (and counted) when one is not finite (the minibatch update then runs as under `compile=hot`)."""
 
     fused_adamw: bool = switch(baseline=False, optimized=True, seed="humanoid: optim adamw_torch_fused",
                                inert=_whole_step_graph)
@@ -363,12 +374,14 @@ class PerfConfig:
     an enabled loss declares that it needs it; the chosen action's log-prob and the entropy come from the logits
     and their log-normaliser either way. Off: the table computed, emitted and stored every rollout step."""
 
-    preallocated_last_actions: bool = switch(baseline=False, optimized=True,
-                                             seed="gridworld: last actions sized to total agents",
-                                             inert=_RECURRENT)
+    preallocated_last_actions: bool | Literal["seed_before"] = switch(
+        baseline=False, optimized=True, seed="gridworld: last actions sized to total agents", inert=_RECURRENT,
+        seed_before=SEED_BEFORE)
     """Size the previous-action buffer to all agents when the buffer is built. Off: grown on demand when a slice of
     agents first reaches past its end (a new tensor and a copy; the recurrent algorithm steps all agents as one
-    slice, so that is once, at the first rollout step: the switch saves start-up work, not per-step work)."""
+    slice, so that is once, at the first rollout step: the switch saves start-up work, not per-step work).
+    `seed_before`: the gridworld code before its change, which grew it the same way but decided whether to from
+    the slice's largest agent id, read from the device at every store (`int(env_ids.max().item())`)."""
 
     cpu_time_index: bool = switch(baseline=False, optimized=True, seed="gridworld: CPU mirror of t_in_row",
                                   inert=_RECURRENT)
@@ -431,8 +444,9 @@ class PerfConfig:
     one loss per step, summed, so each optimizer step runs `gradient_length` small forwards and their backwards."""
 
     @classmethod
-    def preset(cls, which: Literal["baseline", "optimized"]) -> PerfConfig:
-        """All switches at their `baseline` or `optimized` value."""
+    def preset(cls, which: Literal["baseline", "optimized", "seed_before"]) -> PerfConfig:
+        """All switches at their `baseline` or `optimized` value; `seed_before`: at the baseline, where the seed's
+        code before its change differs from it at that code (`SEED_BEFORE`)."""
         return cls(**{f.name: f.metadata[which] for f in dataclasses.fields(cls)})
 
     @classmethod
