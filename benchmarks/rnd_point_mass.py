@@ -31,12 +31,14 @@ SETTINGS = {"ppo": [], "ppo + rnd": ["--rnd.enabled", "true"]}
 EVAL_ENVS = 1000
 
 
-def train(setting: str, seed: int, iterations: int, runs: Path) -> Path:
-    folder = runs / f"{setting.replace(' ', '').replace('+', '-')}-seed{seed}-{iterations}it"
+def train(setting: str, seed: int, iterations: int, runs: Path, rnd_args: list[str]) -> Path:
+    extra = rnd_args if setting == "ppo + rnd" else []
+    tag = "".join(f"-{a.removeprefix('--rnd.')}" for a in extra).replace("_", "")
+    folder = runs / f"{setting.replace(' ', '').replace('+', '-')}-seed{seed}-{iterations}it{tag}"
     if not (folder / "latest.pt").is_file():
         command = [sys.executable, "-m", "syncfree", "train", "--task", "point-mass-goal", "--seed", str(seed),
                    "--iterations", str(iterations), "--log.dir", str(runs), "--log.run_name", folder.name,
-                   "--log.progress", "false", *SETTINGS[setting]]
+                   "--log.progress", "false", *SETTINGS[setting], *extra]
         subprocess.run(command, check=True, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     return folder
 
@@ -63,20 +65,24 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2, help="runs at a time (one thread each)")
     parser.add_argument("--runs", type=Path, default=ROOT / "runs" / "rnd-point-mass")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "rnd-point-mass-cpu")
+    parser.add_argument("--rnd-arg", dest="rnd_args", action="append", default=[],
+                        help="a further `rnd.*` setting of the `ppo + rnd` runs (repeatable), e.g. "
+                             "--rnd-arg=--rnd.final_step=800")
     args = parser.parse_args()
     jobs = [(setting, seed) for seed in args.seeds for setting in SETTINGS]
     with ThreadPoolExecutor(args.jobs) as pool:
-        folders = list(tqdm(pool.map(lambda job: train(*job, args.iterations, args.runs), jobs), total=len(jobs),
-                            desc="rnd", unit="run"))
+        folders = list(tqdm(pool.map(lambda job: train(*job, args.iterations, args.runs, args.rnd_args), jobs),
+                            total=len(jobs), desc="rnd", unit="run"))
     results = [{"setting": setting, "seed": seed, **measure(folder)}
                for (setting, seed), folder in zip(jobs, folders, strict=True)]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"iterations": args.iterations, "eval_envs": EVAL_ENVS,
-                                                       "results": results}, indent=1))
+                                                       "rnd_args": args.rnd_args, "results": results}, indent=1))
     steps = results[0]["env_steps"]
     lines = [f"# Random network distillation on point-mass-goal ({args.iterations} iterations, {steps:,} env steps "
              f"per run, seeds {args.seeds})", "",
-             "Rerun: `python benchmarks/rnd_point_mass.py`. Success: the fraction of "
+             f"Rerun: `python benchmarks/rnd_point_mass.py --iterations {args.iterations} --seeds "
+             f"{' '.join(map(str, args.seeds))}{''.join(' --rnd-arg=' + a for a in args.rnd_args)}`. Success: the fraction of "
              f"{EVAL_ENVS:,} evaluation episodes (most likely actions) that reached the goal; mean ± standard "
              "deviation over the seeds.", "",
              "| setting | success | evaluation return (steps inside the goal) | seeds at >= 80 % | seeds below 20 % |",
