@@ -38,8 +38,8 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
     "zero_grad_set_to_none": [("algo/optim.py", "set_to_none=self.perf.zero_grad_set_to_none", "set_to_none=False")],
     "deterministic": [("train/runner.py", "set_deterministic(cfg.perf.deterministic)", "set_deterministic(False)")],
     "compile": [("core/compile.py", 'if perf.compile == "off":', "if True:")],
-    "autocast": [(f"algo/{algorithm}.py", "set_autocast(policy, cfg.perf.autocast, device)",
-                  'set_autocast(policy, "off", device)') for algorithm in ("feedforward", "recurrent")],
+    "autocast": [("algo/feedforward.py", "set_autocast(policy, cfg.perf.autocast, device)",
+                  'set_autocast(policy, "off", device)')],
     "retain_host_memory": [("train/runner.py", "if cfg.perf.retain_host_memory:", "if False:")],
     "cuda_graphs": [("core/compile.py", 'mode = "reduce-overhead" if use_cuda_graphs(perf, device) else None',
                      "mode = None")],
@@ -230,6 +230,21 @@ ASSERTION = re.compile(r"^E\s+(AssertionError|assert )", re.MULTILINE)
 """How a failing effect test's output shows an assertion that failed (rather than an error the cut caused)."""
 
 
+def optimizer_wiring(switch: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """Cuts of the policy optimizer's wiring in each algorithm that builds it (the first cut is in the optimizer,
+    which all share): each builds it with `switch` at its baseline."""
+    off = f"__import__('dataclasses').replace(perf, {switch}=False)"
+    return [("baseline path, feed-forward algorithm",
+             [("algo/feedforward.py", "PolicyOptimizer(self.params, cfg, perf, device, dist, clip_groups)",
+               f"PolicyOptimizer(self.params, cfg, {off}, device, dist, clip_groups)")]),
+            ("baseline path, recurrent algorithm",
+             [("algo/recurrent.py", "if p.requires_grad], cfg, perf, device, dist,",
+               f"if p.requires_grad], cfg, {off}, device, dist,")]),
+            ("baseline path, distillation",
+             [("algo/distillation.py", "PolicyOptimizer(self.params, optim_cfg, perf, device, dist)",
+               f"PolicyOptimizer(self.params, optim_cfg, {off}, device, dist)")])]
+
+
 PATH_CUTS: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
     # the chunk's rows gathered (copied) where its steps are consecutive and a view serves
     "whole_chunk_distillation": [
@@ -282,6 +297,20 @@ PATH_CUTS: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
                                            "physx.gpu_max_num_partitions = perf.physics_partitions",
                                            "physx.gpu_max_num_partitions = 1")]),
     ],
+    # each further algorithm's wiring, cut alone: the recurrent policy's, the student's, the teacher's
+    "autocast": [
+        ("baseline path, recurrent algorithm", [("algo/recurrent.py", "set_autocast(policy, cfg.perf.autocast, device)",
+                                                 'set_autocast(policy, "off", device)')]),
+        ("baseline path, distillation student", [("algo/distillation.py",
+                                                  "set_autocast(policy, cfg.perf.autocast, device)",
+                                                  'set_autocast(policy, "off", device)')]),
+        ("baseline path, distillation teacher", [("algo/distillation.py",
+                                                  "set_autocast(teacher, cfg.perf.autocast, device)",
+                                                  'set_autocast(teacher, "off", device)')]),
+    ],
+    # the policy optimizer's wiring in each further algorithm that builds it, cut there alone
+    **{switch: optimizer_wiring(switch) for switch in ("fused_adamw", "zero_grad_set_to_none", "grad_finite_from_norm")},
+    "device_adaptive_lr": optimizer_wiring("device_adaptive_lr")[:2],  # distillation steps at a fixed rate
     # the second adapter the switch acts in, each shape cut there alone
     "host_env_worker": [
         ("baseline path, MettaGrid", [("tasks/grid_arena.py",

@@ -140,23 +140,36 @@ def test_deferred_nonfinite_check_reads_nothing_per_step() -> None:
     assert off.host_reads["__bool__"] >= 2 * 4, reads(off)  # observations and rewards, every step
 
 
-@pytest.mark.parametrize("compile", ["off", "step"])
-def test_grad_finite_from_norm_skips_a_non_finite_step_unread(compile: str) -> None:
-    """NaN returns make every minibatch's value loss, and so its gradient, NaN. On, each of the update's 4 steps is
-    skipped and counted, the parameters untouched, without a host read, on the eager path and on `compile=step`'s
-    whole-minibatch function; off (rsl_rl, which checks nothing) the NaN reaches AdamW and the critic."""
-    def nan_update(optimized: bool) -> tuple[Runner, Counts, int]:
-        runner = warm(one_switch("pendulum", "grad_finite_from_norm", optimized, perf__compile=compile))
-        skipped = int(runner.algorithm.optim.skipped_steps)
+def poison_gradients(runner: Runner, algorithm: str) -> None:
+    """Make every gradient of the next update non-finite: NaN returns for feed-forward PPO (its value loss is NaN,
+    on both update paths); elsewhere a NaN gradient for the first parameter, by a hook."""
+    if algorithm == "feed-forward":
         runner.algorithm.storage.returns.fill_(float("nan"))
+    else:
+        runner.algorithm.optim.params[0].register_hook(lambda grad: torch.full_like(grad, float("nan")))
+
+
+@pytest.mark.parametrize("algorithm,compile", [("feed-forward", "off"), ("feed-forward", "step"),
+                                               ("recurrent", "off"), ("distillation", "off")])
+def test_grad_finite_from_norm_skips_a_non_finite_step_unread(algorithm: str, compile: str,
+                                                             teacher_checkpoint: str) -> None:
+    """Non-finite gradients at every optimizer step of an update. On, each step is skipped and counted, the
+    parameters untouched, without a host read, on the eager path and on `compile=step`'s whole-minibatch function,
+    in each algorithm that steps the policy optimizer; off (rsl_rl, which checks nothing) the NaN reaches AdamW and
+    the parameters."""
+    def nan_update(optimized: bool) -> tuple[Runner, Counts, int]:
+        runner = warm(algorithm_config(algorithm, teacher_checkpoint, grad_finite_from_norm=optimized, compile=compile))
+        skipped = int(runner.algorithm.optim.skipped_steps)
+        poison_gradients(runner, algorithm)
         counts = count_update(runner)
         return runner, counts, int(runner.algorithm.optim.skipped_steps) - skipped
 
     (on, on_counts, on_skipped), (off, off_counts, off_skipped) = nan_update(True), nan_update(False)
-    assert on_counts.syncs == 0 and on_skipped == 4, (reads(on_counts), on_skipped)
-    assert all(torch.isfinite(p).all() for p in on.policy.parameters())
+    steps = optimizer_steps(on)
+    assert on_counts.syncs == 0 and on_skipped == steps, (reads(on_counts), on_skipped)
+    assert all(torch.isfinite(p).all() for p in on.algorithm.optim.params)
     assert off_counts.syncs == 0 and off_skipped == 0
-    assert not torch.isfinite(off.policy.critic[0].weight).all()
+    assert not all(torch.isfinite(p).all() for p in off.algorithm.optim.params)
 
 
 @pytest.mark.parametrize("compile", ["off", "step"])
@@ -200,26 +213,65 @@ def test_device_loss_stats_reads_no_loss_per_minibatch(compile: str) -> None:
     assert off.host_reads == {"item": 3 * 4}, reads(off)  # surrogate, value and entropy, as rsl_rl logs them
 
 
-def test_fused_adamw_runs_one_fused_kernel_per_step() -> None:
-    """On: one fused kernel, nothing read on the host. Off: PyTorch's default AdamW, a kernel per step of the
-    formula and, on a CPU, each parameter tensor's step count read on the host (and the skip decision with it)."""
-    on_runner = warm(one_switch("pendulum", "fused_adamw", True))
-    on = count_minibatch(on_runner)
-    off = count_minibatch(warm(one_switch("pendulum", "fused_adamw", False)))
-    assert on.ops["aten::_fused_adamw_"] == 1 and off.ops["aten::_fused_adamw_"] == 0
+@pytest.fixture(scope="module")
+def teacher_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A pendulum policy trained for one iteration, a teacher for distillation."""
+    folder = tmp_path_factory.mktemp("teacher")
+    cfg = small_config("pendulum")
+    cfg.iterations, cfg.log.progress = 1, False
+    runner = Runner(cfg, run_dir=folder / "run")
+    runner.learn()
+    runner.close()
+    return str(folder / "run" / "latest.pt")
+
+
+OPTIMIZING_ALGORITHMS = ["feed-forward", "recurrent", "distillation"]
+"""The algorithms that build the policy optimizer (`syncfree.algo.optim.PolicyOptimizer`) from the switches, each
+its own wiring."""
+
+
+def algorithm_config(algorithm: str, teacher: str, **perf: object) -> TrainConfig:
+    """pendulum's small preset with every switch optimized but those given, for one algorithm: PPO with an MLP
+    policy, PPO with the recurrent MLP policy, or distillation of an MLP student from `teacher`."""
+    if algorithm == "recurrent":
+        return conftest.recurrent_config(**perf)
+    cfg = small_config("pendulum", **perf)
+    if algorithm == "distillation":
+        cfg.distill.teacher, cfg.distill.gradient_length = teacher, 4
+    return cfg
+
+
+def optimizer_steps(runner: Runner) -> int:
+    return runner.algorithm.minibatches_per_update
+
+
+@pytest.mark.parametrize("algorithm", OPTIMIZING_ALGORITHMS)
+def test_fused_adamw_runs_one_fused_kernel_per_step(algorithm: str, teacher_checkpoint: str) -> None:
+    """On: one fused kernel per optimizer step, nothing read on the host. Off: PyTorch's default AdamW, a kernel
+    per step of the formula and, on a CPU, each parameter tensor's step count read on the host (and the skip
+    decision with it), in each algorithm that steps the policy optimizer."""
+    on_runner = warm(algorithm_config(algorithm, teacher_checkpoint, fused_adamw=True))
+    on = count_update(on_runner)
+    off = count_update(warm(algorithm_config(algorithm, teacher_checkpoint, fused_adamw=False)))
+    steps = optimizer_steps(on_runner)
+    assert on.ops["aten::_fused_adamw_"] == steps and off.ops["aten::_fused_adamw_"] == 0
     assert off.num_ops > on.num_ops  # the foreach implementation: a kernel per step of the formula
     assert on.syncs == 0, reads(on)
     if conftest.TEST_DEVICE == "cpu":
-        assert off.host_reads == {"item": len(list(on_runner.policy.parameters())), "__bool__": 1}, reads(off)
+        tensors = len(on_runner.algorithm.optim.params)
+        assert off.host_reads == {"item": tensors * steps, "__bool__": steps}, reads(off)
 
 
-@pytest.mark.parametrize("compile", ["off", "step"])
-def test_device_adaptive_lr_reads_no_kl_per_minibatch(compile: str) -> None:
-    on = warm(one_switch("pendulum", "device_adaptive_lr", True, perf__compile=compile))
-    off = warm(one_switch("pendulum", "device_adaptive_lr", False, perf__compile=compile))
+@pytest.mark.parametrize("algorithm,compile", [("feed-forward", "off"), ("feed-forward", "step"),
+                                               ("recurrent", "off")])
+def test_device_adaptive_lr_reads_no_kl_per_minibatch(algorithm: str, compile: str) -> None:
+    """Each minibatch's KL adapts the rate on the device; off, it is compared on the host and a Python float
+    written back, in both PPO algorithms (distillation steps at a fixed rate)."""
+    on = warm(algorithm_config(algorithm, "", device_adaptive_lr=True, compile=compile))
+    off = warm(algorithm_config(algorithm, "", device_adaptive_lr=False, compile=compile))
     assert on.cfg.ppo.schedule == "adaptive"
     assert count_update(on).syncs == 0
-    assert count_update(off).syncs >= 4  # each minibatch's KL compared on the host, a Python float written back
+    assert count_update(off).syncs >= optimizer_steps(off)
 
 
 def test_validate_distributions_reads_the_host_per_step() -> None:
@@ -229,18 +281,25 @@ def test_validate_distributions_reads_the_host_per_step() -> None:
     assert on.host_reads["__bool__"] >= 2 * 3 and off.syncs == 0, (reads(on), reads(off))
 
 
-def test_zero_grad_set_to_none_fills_no_gradient_with_zeros() -> None:
+@pytest.mark.parametrize("algorithm", OPTIMIZING_ALGORITHMS)
+def test_zero_grad_set_to_none_fills_no_gradient_with_zeros(algorithm: str, teacher_checkpoint: str) -> None:
+    """On: no gradient zero-filled, the gradients freed between steps. Off: each optimizer step zero-fills every
+    gradient the optimizer holds."""
     def zeroing(counts: Counts) -> int:
         return sum(n for op, n in counts.ops.items() if "zero_" in op)
 
-    on = warm(one_switch("pendulum", "zero_grad_set_to_none", True))
-    off = warm(one_switch("pendulum", "zero_grad_set_to_none", False))
-    assert zeroing(count_minibatch(on)) == 0
-    assert zeroing(count_minibatch(off)) >= 1
-    assert all(p.grad is not None for p in off.policy.parameters())  # kept, zeroed
-    on.algorithm.optim.begin_update()
-    on.algorithm.optim.optimizer.zero_grad(set_to_none=on.cfg.perf.zero_grad_set_to_none)
-    assert all(p.grad is None for p in on.policy.parameters())
+    on = warm(algorithm_config(algorithm, teacher_checkpoint, zero_grad_set_to_none=True))
+    off = warm(algorithm_config(algorithm, teacher_checkpoint, zero_grad_set_to_none=False))
+    params = off.algorithm.optim.params
+    # every step's gradients zero-filled (one `_foreach_zero_` over all of them); the rest is the update's bookkeeping
+    assert zeroing(count_update(off)) - zeroing(count_update(on)) == optimizer_steps(off)
+    assert all(p.grad is not None for p in params)  # kept, zeroed
+    calls = {}
+    for name, runner in (("on", on), ("off", off)):
+        with count_syncs() as calls[name]:
+            runner.algorithm.optim.zero_grad()  # what each of the update's steps calls first
+    assert zeroing(calls["on"]) == 0 and zeroing(calls["off"]) == 1
+    assert all(p.grad is None for p in on.algorithm.optim.params)
 
 
 def deterministic_settings() -> tuple[bool, bool, bool]:
@@ -281,7 +340,8 @@ def test_deterministic_turns_torch_deterministic_mode_on(monkeypatch, tmp_path: 
 
 
 class DtypesOfMatmuls(TorchDispatchMode):
-    """The input dtypes of the matrix products dispatched under it."""
+    """The input dtypes of the matrix products dispatched under it (under inference mode a linear layer reaches it
+    as `linear`, else as `addmm` or `mm`: one count per layer either way)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -290,24 +350,30 @@ class DtypesOfMatmuls(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.addmm):
             self.dtypes[args[-1].dtype] += 1
+        elif func.overloadpacket is torch.ops.aten.linear:
+            self.dtypes[args[0].dtype] += 1
         return func(*args, **(kwargs or {}))
 
 
-def test_autocast_runs_the_hidden_layers_in_bfloat16() -> None:
-    def matmul_dtypes(autocast: str) -> Counter:
-        cfg = small_config("pendulum", autocast=autocast)
-        runner = Runner(cfg)
-        obs = torch.randn(4, runner.policy.actor_obs_dim)
-        with torch.no_grad(), DtypesOfMatmuls() as mode:
-            runner.policy.act(obs, torch.randn(4, runner.policy.critic_obs_dim))
+@pytest.mark.parametrize("algorithm", OPTIMIZING_ALGORITHMS)
+def test_autocast_runs_the_hidden_layers_in_bfloat16(algorithm: str, teacher_checkpoint: str) -> None:
+    """A rollout step's two networks (the actor and the critic; in distillation the student's actor and the
+    teacher's, each wired on its own) under `bf16`: every hidden layer's product in bfloat16, each network's output
+    layer in float32, each layer once; off, all in float32. In each algorithm, whose wiring is its own."""
+    def rollout_dtypes(autocast: str) -> Counter:
+        runner = Runner(algorithm_config(algorithm, teacher_checkpoint, autocast=autocast))
+        with torch.inference_mode(), DtypesOfMatmuls() as mode:
+            runner.rollout_step(0)
         return mode.dtypes
 
-    on, off = matmul_dtypes("bf16"), matmul_dtypes("off")
-    mlps = [m for m in Runner(small_config("pendulum")).policy.modules() if isinstance(m, MLP)]
-    outputs = len(mlps)  # the actor's and the critic's
-    hidden = sum(isinstance(layer, torch.nn.Linear) for m in mlps for layer in m) - outputs
-    assert on == Counter({torch.bfloat16: hidden, torch.float32: outputs})  # each layer once, in its precision
-    assert off == Counter({torch.float32: hidden + outputs})
+    on, off = rollout_dtypes("bf16"), rollout_dtypes("off")
+    layers, outputs = off[torch.float32], 2
+    assert off == Counter({torch.float32: layers}) and layers > outputs
+    assert on == Counter({torch.bfloat16: layers - outputs, torch.float32: outputs})
+    runner = Runner(algorithm_config(algorithm, teacher_checkpoint))
+    acting = [runner.policy] if algorithm != "distillation" else [runner.policy.actor, runner.algorithm.teacher.actor]
+    mlps = [m for network in acting for m in network.modules() if isinstance(m, MLP)]
+    assert layers == sum(isinstance(layer, torch.nn.Linear) for m in mlps for layer in m)  # every layer ran once
 
 
 def test_autocast_runs_the_recurrent_token_mlp_in_bfloat16() -> None:
