@@ -445,8 +445,8 @@ class PerfConfig:
 
     @classmethod
     def preset(cls, which: Literal["baseline", "optimized", "seed_before"]) -> PerfConfig:
-        """All switches at their `baseline` or `optimized` value; `seed_before`: at the baseline, where the seed's
-        code before its change differs from it at that code (`SEED_BEFORE`)."""
+        """All switches at their `baseline` or `optimized` value; `seed_before`: at the baseline, but at
+        `SEED_BEFORE` where the seed's code before its change did more than the baseline."""
         return cls(**{f.name: f.metadata[which] for f in dataclasses.fields(cls)})
 
     @classmethod
