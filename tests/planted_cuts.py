@@ -286,10 +286,13 @@ PATH_CUTS: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
         ("baseline path, compile=step", [("algo/feedforward.py", "self._whole_step = hot(self.whole_step, perf, device)",
                                           "self._whole_step = self.whole_step")]),
     ],
-    # the whole-step update's in-place state left unmarked: CUDA graph trees skip the graph
+    # the whole-step update's in-place state, or the rollout it reads, left unmarked: CUDA graph trees skip the graph
+    # or copy the rollout in at every replay
     "cuda_graphs": [
         ("baseline path, state not static", [("algo/feedforward.py", "            mark_static(self.perf, self.device, *data",
                                               "            (lambda *tensors: None)(self.perf, self.device, *data")]),
+        ("baseline path, rollout not static", [("algo/feedforward.py", "mark_static(self.perf, self.device, *data, ",
+                                                "mark_static(self.perf, self.device, ")]),
     ],
     # the value ignored for a fixed one (the optimized preset's)
     "physics_partitions": [

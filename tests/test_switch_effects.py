@@ -27,6 +27,7 @@ from syncfree.core import compile as compile_module
 from syncfree.core.counters import Counts, count_syncs
 from syncfree.core.device import set_deterministic
 from syncfree.policy.actor_critic import MLP
+from syncfree.tasks import switch_scope
 from syncfree.train.runner import Runner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -416,10 +417,16 @@ def test_cuda_graphs_compile_in_reduce_overhead_mode_on_cuda(monkeypatch) -> Non
         assert modes and set(modes) == {mode}, (value, modes)
         written = [state[k] for state in runner.algorithm.optim.optimizer.state.values()
                    for k in ("exp_avg", "exp_avg_sq")] + [runner.algorithm.stats]
+        rollout = list(runner.algorithm.storage.flat())  # views made per call: compared by address and shape
         if value == "auto":
             assert len(written) > 1 and {id(t) for t in written} <= {id(t) for t in marked}
+            assert {(t.data_ptr(), t.shape) for t in rollout} <= {(t.data_ptr(), t.shape) for t in marked}
         else:
             assert marked == []
+    # what `syncfree switches` reports agrees: live for this run on a CUDA device, inert on this CPU
+    cfg = small_config("cartpole", compile="step")
+    assert PerfConfig(compile="step").inert_reason("cuda_graphs", switch_scope(cfg, "cuda")) is None
+    assert PerfConfig(compile="step").inert_reason("cuda_graphs", switch_scope(cfg, "cpu")) is not None
 
 
 # ------------------------------------------------------------------------------------ env and model switches
