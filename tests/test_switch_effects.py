@@ -21,7 +21,6 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import conftest
 from conftest import small_config
-from syncfree.algo.storage import Batch
 from syncfree.config import PerfConfig, TokenEncoderConfig, TrainConfig
 from syncfree.core import compile as compile_module
 from syncfree.core.counters import Counts, count_syncs
@@ -109,13 +108,6 @@ def count_steps(runner: Runner, steps: int) -> Counts:
     with torch.inference_mode(), count_syncs() as counts:
         for t in range(steps):
             runner.rollout_step(t % runner.cfg.ppo.steps_per_env)
-    return counts
-
-
-def count_minibatch(runner: Runner) -> Counts:
-    batch = Batch(*(x[:64] for x in runner.algorithm.storage.flat()))
-    with count_syncs() as counts:
-        runner.algorithm.minibatch_update(batch)
     return counts
 
 
