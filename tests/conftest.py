@@ -89,6 +89,21 @@ def update_stats(runner, progress: float = 0.0) -> dict[str, torch.Tensor]:
     return {name: value.double() for name, value in runner.algorithm.statistics().items()}
 
 
+def pendulum_teacher(folder: Path) -> str:
+    """A pendulum policy trained for one iteration under `folder` (once: a later call finds it), a teacher for
+    distillation."""
+    from syncfree.train.runner import Runner
+
+    checkpoint = folder / "teacher" / "latest.pt"
+    if not checkpoint.exists():
+        cfg = small_config("pendulum")
+        cfg.iterations, cfg.log.progress = 1, False
+        runner = Runner(cfg, run_dir=checkpoint.parent)
+        runner.learn()
+        runner.close()
+    return str(checkpoint)
+
+
 def train_iterations(cfg: TrainConfig) -> tuple:
     """Train `cfg.iterations` one at a time: (trainer, every finished episode, every iteration's record)."""
     from syncfree.train.runner import Runner

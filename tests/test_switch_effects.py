@@ -208,14 +208,7 @@ def test_device_loss_stats_reads_no_loss_per_minibatch(compile: str) -> None:
 
 @pytest.fixture(scope="module")
 def teacher_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """A pendulum policy trained for one iteration, a teacher for distillation."""
-    folder = tmp_path_factory.mktemp("teacher")
-    cfg = small_config("pendulum")
-    cfg.iterations, cfg.log.progress = 1, False
-    runner = Runner(cfg, run_dir=folder / "run")
-    runner.learn()
-    runner.close()
-    return str(folder / "run" / "latest.pt")
+    return conftest.pendulum_teacher(tmp_path_factory.mktemp("teacher"))
 
 
 OPTIMIZING_ALGORITHMS = ["feed-forward", "recurrent", "distillation"]
