@@ -10,6 +10,7 @@ from typing import Any
 from syncfree.bench.hardware import PEAK_SIZE
 from syncfree.bench.matrix import SEEDS_BEFORE
 from syncfree.core.phases import ALL_PHASES
+from syncfree.core.switches import PerfConfig
 
 HOURS = 1.0
 """Wall-clock budget for the seeds' view (env steps done in that time)."""
@@ -119,10 +120,11 @@ def markdown(result: dict[str, Any]) -> str:
                      "policy's rollout step and each minibatch's losses; the others run eagerly." if b.get("compile", True)
                      else "All configurations run eagerly (`--compile false`).")]
     if any(SEEDS_BEFORE in size["configs"] for size in result["sizes"]):
+        names = ", ".join(f"`{f.name}`" for f in PerfConfig.switches()
+                          if f.metadata["seed_before"] != f.metadata["baseline"])
         lines += ["", f"`{SEEDS_BEFORE}`: the baseline with the seeds' own code before their changes where it did "
-                  "more than the conventional code (`--perf.NAME seed_before`: every gradient's finiteness read on "
-                  "the host per minibatch; the previous-action buffer's size read from the device per rollout step, "
-                  "recurrent algorithm). Its ratio against `optimized` is the gain the seeds' own runs would see."]
+                  f"more than the conventional code (`seed_before` for {names}; docs/switches.md says what each "
+                  "does). Its ratio against `optimized` is the gain the seeds' own runs would see."]
     skipped = result.get("skipped_rows") or {}
     if skipped:
         by_reason: dict[str, list[str]] = {}
