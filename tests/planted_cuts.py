@@ -245,6 +245,19 @@ def optimizer_wiring(switch: str) -> list[tuple[str, list[tuple[str, str, str]]]
                f"PolicyOptimizer(self.params, optim_cfg, {off}, device, dist)")])]
 
 
+GYMNASIUM_SYNC_ROWS = """\
+        import numpy as np
+        obs, reward, terminated, truncated, infos = self.env.step(self.actions)
+        self.obs[...], self.reward[...], self.terminated[...], self.truncated[...] = obs, reward, terminated, truncated
+        ended = infos.get("_final_obs")
+        self.ended[...] = False if ended is None else ended
+        if ended is not None and ended.any():
+            rows = np.flatnonzero(ended)
+            self.final_obs[rows] = np.stack(infos["final_obs"][rows])
+        return
+"""
+"""A Gymnasium part's step through its sync vector env, which merges every env's info dict (the adapter drops them)."""
+
 PATH_CUTS: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
     # the chunk's rows gathered (copied) where its steps are consecutive and a view serves
     "whole_chunk_distillation": [
@@ -285,6 +298,19 @@ PATH_CUTS: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
                                       "self.env.compile_step(lambda fn: fn)")]),
         ("baseline path, compile=step", [("algo/feedforward.py", "self._whole_step = hot(self.whole_step, perf, device)",
                                           "self._whole_step = self.whole_step")]),
+        # the critic's values of the episodes' last observations computed eagerly before the record step's graph
+        ("baseline path, bootstrap values", [("algo/feedforward.py",
+                                              "                self._record_step(step, row, observed)\n",
+                                              "                with torch.no_grad():\n"
+                                              "                    self.final_values(step)\n"
+                                              "                self._record_step(step, row, observed)\n")]),
+        # the whole-step graph's gradient norms by the eager foreach kernel, as the eager clip computes them
+        ("baseline path, gradient norms", [("algo/minibatch_step.py",
+                                            "torch.stack([torch.linalg.vector_norm(g) for g in grads])",
+                                            "torch.stack(torch._foreach_norm(grads))")]),
+        # every graph's inputs asserted again at each call, as torch.compile's defaults do
+        ("baseline path, input asserts", [("core/compile.py", '= {"size_asserts": False}',
+                                           '= {"size_asserts": True}')]),
     ],
     # the whole-step update's in-place state, or the rollout it reads, left unmarked: CUDA graph trees skip the graph
     # or copy the rollout in at every replay
@@ -322,12 +348,27 @@ PATH_CUTS: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
         ("work thrown away, MettaGrid", [("envs/adapters/mettagrid.py",
                                           "        self.local.step()\n        self.worker.wait()\n",
                                           "        self.worker.wait()\n        self.local.step()\n")]),
+        # each part's rows stepped through Gymnasium's sync vector env, its info dicts merged and dropped
+        ("conventional stepping of the rows, Gymnasium", [("envs/adapters/gymnasium_rows.py",
+                                                           "        self.steps += 1\n",
+                                                           "        self.steps += 1\n" + GYMNASIUM_SYNC_ROWS)]),
+        # both sides of a worker call sleep on the socket, woken by the scheduler at every step
+        ("baseline path, sleeping between calls", [("envs/adapters/host_worker.py", "SPIN_SECONDS = 0.002",
+                                                    "SPIN_SECONDS = 0.0")]),
     ],
 }
 """Switch -> (shape, cut) for the further paths a switch acts on, each planted on its own."""
 
+CUT_TESTS = {("compile", "baseline path, bootstrap values"):
+             "test_compile.py::test_compiled_record_step_computes_the_bootstrap_values_inside_its_graph",
+             ("compile", "baseline path, input asserts"):
+             "test_compile.py::test_graphs_do_not_assert_their_inputs_again_at_every_call",
+             ("host_env_worker", "baseline path, sleeping between calls"):
+             "test_gymnasium_adapter.py::test_the_worker_polls_between_steps_rather_than_sleeping"}
+"""(switch, shape) -> the effect test of a further path where it is not the switch's own (`EFFECT_TESTS`)."""
 
-def run_cut(switch: str, edits: list[tuple[str, str, str]], work: Path) -> tuple[bool, str]:
+
+def run_cut(switch: str, edits: list[tuple[str, str, str]], work: Path, effect_test: str) -> tuple[bool, str]:
     """(whether the effect test failed under the cut `edits`, the test's last output line)."""
     cut = Path(tempfile.mkdtemp(prefix=f"{switch}-", dir=work))
     shutil.copytree(ROOT / "src", cut / "src")
@@ -337,7 +378,7 @@ def run_cut(switch: str, edits: list[tuple[str, str, str]], work: Path) -> tuple
         if text.count(old) < 1:
             raise SystemExit(f"planted_cuts: {switch}: {old!r} is not in {relative} any more; update the cut")
         path.write_text(text.replace(old, new))
-    test = f"tests/{EFFECT_TESTS[switch]}"
+    test = f"tests/{effect_test}"
     env = {**os.environ, "PYTHONPATH": str(cut / "src")}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test], cwd=ROOT,
                          env=env, capture_output=True, text=True)
@@ -360,10 +401,11 @@ def main(argv: list[str]) -> int:
     blind, rows = [], []
     with tempfile.TemporaryDirectory() as work:
         for switch, shape, edits in tqdm(cuts, desc="planted cuts", unit="cut"):
-            failed, last = run_cut(switch, edits, Path(work))
+            effect_test = CUT_TESTS.get((switch, shape), EFFECT_TESTS[switch])
+            failed, last = run_cut(switch, edits, Path(work), effect_test)
             verdict = "caught" if failed else "NOT CAUGHT"
-            tqdm.write(f"{switch} ({shape}): {verdict} by {EFFECT_TESTS[switch]} ({last})")
-            rows.append(f"| `{switch}` | {shape} | {verdict} by `{EFFECT_TESTS[switch].split('::')[1]}` |")
+            tqdm.write(f"{switch} ({shape}): {verdict} by {effect_test} ({last})")
+            rows.append(f"| `{switch}` | {shape} | {verdict} by `{effect_test.split('::')[1]}` |")
             if not failed:
                 blind.append(f"{switch} ({shape})")
     print("| switch | cut shape | effect test |\n|---|---|---|\n" + "\n".join(rows))

@@ -8,6 +8,7 @@ within a stated tolerance on identical inputs, with inductor drawing random numb
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -133,12 +134,16 @@ def test_one_compiled_update_on_an_identical_rollout_matches_eager(mode: str, ad
     assert all(not torch.equal(p, before[n]) for n, p in compiled.policy.named_parameters())  # it did update
 
 
-def dispatched_ops(fn: Callable[[], object]) -> int:
-    """The aten ops `fn` dispatches from Python: every op of eager code; compiled code dispatches only the kernels
-    its graphs call out to (matrix products) and the ops around its graphs."""
+def dispatched_op_names(fn: Callable[[], object]) -> Counter[str]:
+    """The aten ops `fn` dispatches from Python, by name: every op of eager code; compiled code dispatches only the
+    kernels its graphs call out to (matrix products) and the ops around its graphs."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         fn()
-    return sum(event.name.startswith("aten::") for event in profile.events())
+    return Counter(event.name for event in profile.events() if event.name.startswith("aten::"))
+
+
+def dispatched_ops(fn: Callable[[], object]) -> int:
+    return sum(dispatched_op_names(fn).values())
 
 
 def phase_ops(runner: Runner) -> tuple[int, int]:
@@ -222,6 +227,73 @@ def test_compiled_phases_dispatch_a_fraction_of_eager_ops_and_compile_once(case:
             hot.cfg.iterations = 1
             hot.learn()
             assert update <= 0.5 * phase_ops(hot)[1]
+            # the gradients' norms are the graph's own kernels, not a call out to the eager foreach kernel
+            update_ops = dispatched_op_names(lambda: trainers[mode].algorithm.update(progress=0.5))
+            assert update_ops["aten::_foreach_norm"] == 0, update_ops
+
+
+def ops_outside_graphs(fn: Callable[[], object]) -> int:
+    """The aten ops `fn` dispatches outside every compiled graph (a graph's calls out to kernels, e.g. its matrix
+    products, are profiled inside its `Torch-Compiled Region`)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        fn()
+
+    def inside(event) -> bool:
+        while event is not None:
+            if event.name.startswith("Torch-Compiled Region"):
+                return True
+            event = event.cpu_parent
+        return False
+
+    return sum(event.name.startswith("aten::") and not inside(event) for event in profile.events())
+
+
+@pytest.mark.parametrize("mode", ["hot", "step"])
+def test_compiled_record_step_computes_the_bootstrap_values_inside_its_graph(mode: str) -> None:
+    """The values time-outs bootstrap from (the critic on the episodes' last observations) are part of the record
+    step's graph: a compiled record dispatches no op outside it, where the eager one runs the critic and the rest
+    op by op."""
+    runners = {compiled: Runner(small_config("gym:CartPole-v1", compile=compiled, host_env_worker=False))
+               for compiled in ("off", mode)}
+    outside = {}
+    for compiled, runner in runners.items():
+        runner.cfg.iterations = 1
+        runner.learn()
+        algorithm = runner.algorithm
+        with torch.inference_mode():
+            step = runner.env.step(algorithm.act(runner.obs, 0))
+            assert "final_obs" in step.info  # the Gymnasium adapter's final observations, which the bootstrap reads
+            outside[compiled] = ops_outside_graphs(lambda a=algorithm, s=step: a.record(0, s))
+    assert outside[mode] == 0 and outside["off"] > 20, outside
+
+
+def test_graphs_do_not_assert_their_inputs_again_at_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A graph of `hot` runs its kernels without re-asserting each input's sizes and strides (dynamo's guards have
+    matched them): torch.compile's default graph asserts every input at every call."""
+    import torch._C._dynamo.guards as guards
+
+    asserted = Counter[str]()
+    original = guards.assert_size_stride
+
+    def counted(*args):
+        asserted["inputs"] += 1
+        return original(*args)
+
+    monkeypatch.setattr(guards, "assert_size_stride", counted)  # read when a graph's module loads
+    inputs = [torch.randn(5, 3, device=TEST_DEVICE) for _ in range(4)]
+
+    def fused(a, b, c, d):  # a function no other test compiles, so its graph's module loads under the patch
+        return (a * b + c).tanh() - d * 0.731
+
+    calls = {}
+    for name, graph in (("hot", hot(fused, PerfConfig(compile="hot"), torch.device(TEST_DEVICE))),
+                        ("default", torch.compile(fused, fullgraph=True, dynamic=False))):
+        graph(*inputs)  # compiles
+        asserted.clear()
+        for _ in range(3):
+            torch.testing.assert_close(graph(*inputs), fused(*inputs))
+        calls[name] = asserted["inputs"]
+    assert calls == {"hot": 0, "default": 3 * len(inputs)}, calls
 
 
 @pytest.mark.usefixtures("same_random_numbers")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import gymnasium
 import numpy as np
@@ -295,6 +296,36 @@ def test_host_env_worker_closes_its_process_and_names_a_dead_one() -> None:
     assert process.poll() is None
     env.close()
     assert process.returncode == 0
+
+
+def voluntary_context_switches(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("voluntary_ctxt_switches")))
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads the kernel's per-process counts")
+def test_the_worker_polls_between_steps_rather_than_sleeping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps that follow each other closely (a rollout's) find the worker polling its socket: it is not put to sleep
+    and woken by the scheduler at each step (sleeping on the socket costs one voluntary context switch per step).
+    Where the process may run on one core, the worker does not poll (the two sides would take turns)."""
+    from syncfree.envs.adapters import host_worker
+
+    monkeypatch.setattr(host_worker, "usable_cores", lambda: 2)
+    env = make_gymnasium("CartPole-v1", 4, seed=0, worker=True)
+    worker = env.vector_env.worker
+    env.reset()
+    actions = torch.zeros(4, dtype=torch.int64)
+    env.step(actions)
+    before = voluntary_context_switches(worker.process.pid)
+    for _ in range(200):
+        env.step(actions)
+    slept = voluntary_context_switches(worker.process.pid) - before
+    env.close()
+    assert worker.spin == host_worker.SPIN_SECONDS and slept < 100, slept
+    monkeypatch.setattr(host_worker, "usable_cores", lambda: 1)
+    env = make_gymnasium("CartPole-v1", 2, seed=0, worker=True)
+    assert env.vector_env.worker.spin == 0.0
+    env.close()
 
 
 def test_host_env_worker_refuses_what_it_cannot_split() -> None:

@@ -543,9 +543,11 @@ def test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps(monkeyp
     simulations): with the switch on, the trainer's process steps half of the envs, every one of its steps runs
     while the worker's call is in flight, and the worker stepped the other half as often; off, this process steps
     every env and no worker exists. Counted at the part that steps here (the worker's fresh interpreter runs the
-    same classes unpatched)."""
+    same classes unpatched). The split's Gymnasium rows step each env themselves: Gymnasium's sync vector env,
+    which the switch off steps through, is not stepped with it on."""
     pytest.importorskip("mettagrid")
     from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+    from gymnasium.vector import SyncVectorEnv
 
     from syncfree.envs.adapters import gymnasium as gym_adapter
     from syncfree.envs.adapters import host_worker, mettagrid_sims
@@ -568,6 +570,10 @@ def test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps(monkeyp
         monkeypatch.setattr(cls, "step", counted)
 
     count(CartPoleEnv, lambda env: 1)
+    vector_steps = Counter[str]()
+    sync_step = SyncVectorEnv.step
+    monkeypatch.setattr(SyncVectorEnv, "step", lambda self, *args: (vector_steps.update(["sync"]),
+                                                                    sync_step(self, *args))[1])
     count(mettagrid_sims.Simulations, lambda sims: sims.num_simulations)
     gym_cfg = preset("gym:CartPole-v1")
     gym_cfg.env.num_envs, gym_cfg.seed, gym_cfg.log.progress = 4, 0, False
@@ -581,6 +587,7 @@ def test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps(monkeyp
         env = runner.env
         split = env.vector_env if isinstance(env, gym_adapter.GymnasiumVecEnv) else env._sims
         stepped.clear()  # what building and the first reset did
+        vector_steps.clear()
         runner.learn()
         return runner, split
 
@@ -589,12 +596,14 @@ def test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps(monkeyp
         steps, envs = cfg.iterations * cfg.ppo.steps_per_env, cfg.env.num_envs
         runner, on = run(cfg, True)
         assert isinstance(on, parts) and stepped == {"here": envs // 2 * steps, "overlapped": envs // 2 * steps}
+        assert vector_steps["sync"] == 0
         on.worker.call("__getattribute__", "steps")
         assert on.worker.wait() == steps
         runner.env.close()
         runner, off = run(cfg, False)
         runner.env.close()
         assert not isinstance(off, parts) and stepped == {"here": envs * steps, "overlapped": 0}
+        assert vector_steps["sync"] == (steps if cfg is gym_cfg else 0)
 
 
 def test_preallocated_last_actions_never_regrow() -> None:

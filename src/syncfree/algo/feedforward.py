@@ -187,13 +187,12 @@ class FeedForwardPPO(Algorithm):
 
     def record(self, t: int, step: StepResult) -> None:
         row, observer = self.storage.rows[t], self.observer
-        bootstrap_values = self.final_values(step)
         observed = observer.rows(t) if observer is not None and observer.fused else None
-        if self.perf.compile != "off":  # one graph: normalizers, storage and the observer's bookkeeping
+        if self.perf.compile != "off":  # one graph: bootstrap values, normalizers, storage, the observer's bookkeeping
             with self.phases("stats"):
-                self._record_step(step, bootstrap_values, row, observed)
+                self._record_step(step, row, observed)
         else:
-            self.record_step(step, bootstrap_values, row, observed, self.phases)
+            self.record_step(step, row, observed, self.phases)
         if observer is not None and observed is None:  # the conventional monitors read the host: outside the step
             with self.phases("stats"):
                 observer.record(t, step)
@@ -209,10 +208,13 @@ class FeedForwardPPO(Algorithm):
             store_policy(row, actor_obs, obs["critic"], act)
         return act.actions
 
-    def record_step(self, step: StepResult, bootstrap_values: Tensor | None, row: StepRow,
-                    observed: tuple[Tensor, ...] | None, phase: Phases = UNTIMED) -> None:
-        """Normalizer updates, the env's side of the storage and (given its rows) the observer's bookkeeping of one
-        step; eagerly as the `normalizer`, `store` and `stats` phases, or as one graph (`_record_step`)."""
+    def record_step(self, step: StepResult, row: StepRow, observed: tuple[Tensor, ...] | None,
+                    phase: Phases = UNTIMED) -> None:
+        """The bootstrap values of the episodes that ended, normalizer updates, the env's side of the storage and
+        (given its rows) the observer's bookkeeping of one step; eagerly as the `act`, `normalizer`, `store` and
+        `stats` phases, or as one graph (`_record_step`)."""
+        with phase("act"), torch.no_grad():  # before the normalizers move: the value the policy had at the step
+            bootstrap_values = self.final_values(step)
         with phase("normalizer"):
             self.update_normalizers(step.obs)
         with phase("store"):
@@ -231,8 +233,7 @@ class FeedForwardPPO(Algorithm):
         """Time-outs bootstrap from the value of the episode's last observation, when the env provides it."""
         if "final_obs" not in step.info:
             return None
-        with self.phases("act"), torch.inference_mode():
-            return self.policy.value(step.info["final_obs"]["critic"])
+        return self.policy.value(step.info["final_obs"]["critic"])
 
     def compute_returns(self, obs: dict[str, Tensor]) -> None:
         s = self.storage

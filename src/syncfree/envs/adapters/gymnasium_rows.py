@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from syncfree.envs.adapters.host_worker import SharedArrays
 
 try:
@@ -29,6 +27,7 @@ class GymnasiumRows:
 
     def __init__(self, arrays: SharedArrays, env_id: str, first: int, count: int, kwargs: dict[str, Any]) -> None:
         self.env = make_sync(env_id, count, **kwargs)
+        self.envs = self.env.envs
         self.first = first
         self.steps = 0
         """Vector steps taken (each steps all `count` envs)."""
@@ -41,16 +40,20 @@ class GymnasiumRows:
         self.obs[...] = obs
 
     def step(self) -> None:
+        """Each env's step, and where its episode ended its reset, written straight into this part's rows: the
+        calls, in the order, of Gymnasium's sync vector env with same-step autoreset, without what the adapter does
+        not read (that env's merging of every env's info dict into arrays, its copies of the batch)."""
         self.steps += 1
-        obs, reward, terminated, truncated, infos = self.env.step(self.actions)
-        self.obs[...], self.reward[...], self.terminated[...], self.truncated[...] = obs, reward, terminated, truncated
-        ended = infos.get("_final_obs")
-        if ended is not None and ended.any():
-            self.ended[...] = ended
-            rows = np.flatnonzero(ended)
-            self.final_obs[rows] = np.stack(infos["final_obs"][rows])
-        else:
-            self.ended[...] = False
+        obs, final_obs, reward, terminated, truncated, ended = (
+            self.obs, self.final_obs, self.reward, self.terminated, self.truncated, self.ended)
+        actions = self.actions
+        for i, env in enumerate(self.envs):
+            observation, reward[i], terminated[i], truncated[i], _ = env.step(actions[i])
+            ended[i] = terminated[i] or truncated[i]
+            if ended[i]:
+                final_obs[i] = observation
+                observation, _ = env.reset()
+            obs[i] = observation
 
     def close(self) -> None:
         self.env.close()

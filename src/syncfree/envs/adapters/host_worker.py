@@ -5,8 +5,9 @@ child process attaches by name: what the worker's simulator writes there is what
 pickled or copied. `HostWorker` starts one such process (a fresh interpreter: no state of this process is
 inherited, so a torch or compiler thread here cannot deadlock it), builds the simulator's part there from a
 picklable factory, and sends it one method call at a time over a socket pair (`call` then `wait`, so this process
-can work in between). An exception in the worker comes back as one `UserError` line naming the call; a worker that
-died is named with its exit code.
+can work in between); each side polls the socket for a moment before it sleeps on it (`SPIN_SECONDS`). An
+exception in the worker comes back as one `UserError` line naming the call; a worker that died is named with its
+exit code.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import traceback
 import weakref
 from collections.abc import Callable
@@ -35,6 +37,22 @@ ALIGN = 64
 
 Layout = dict[str, tuple[tuple[int, ...], str]]
 """Array name -> (shape, numpy dtype string)."""
+
+
+SPIN_SECONDS = 0.002
+"""How long either side of a call polls the socket before it blocks on it (with a second core; on one, polling
+would keep the other side from running). A process blocked on a socket is woken by the scheduler, which takes tens
+of microseconds, twice per call (the worker's wake-up, then the caller's); a step of a few envs takes about a
+millisecond, and the gap between two steps (the policy's act) less, so both sides poll through it and block only
+through longer pauses (the update)."""
+
+
+def receive(conn: multiprocessing.connection.Connection, spin: float) -> Any:
+    """The next message on `conn`: polled for up to `spin` seconds, then waited for."""
+    deadline = time.perf_counter() + spin
+    while not conn.poll(0) and time.perf_counter() < deadline:
+        pass
+    return conn.recv()
 
 
 def usable_cores() -> int:
@@ -99,7 +117,7 @@ def _release(shm: SharedMemory, owner: bool) -> None:
 
 def _serve(conn: multiprocessing.connection.Connection) -> None:
     """The worker process: build the part from the shared arrays, then answer calls until told to stop."""
-    handle, factory, args = conn.recv()
+    handle, factory, args, spin = conn.recv()
     arrays = SharedArrays.attach(handle)
     try:
         part = factory(arrays, *args)
@@ -110,7 +128,7 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
         return
     try:
         while True:
-            message = conn.recv()
+            message = receive(conn, spin)
             if message is None:
                 break
             method, call_args = message
@@ -153,8 +171,10 @@ class HostWorker:
                                             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
         self._conn = multiprocessing.connection.Connection(ours.detach())
         self._pending = False
+        self.spin = SPIN_SECONDS if usable_cores() > 1 else 0.0
+        """How long each side polls before it blocks (`SPIN_SECONDS`; 0 where the process may run on one core)."""
         try:
-            self._send((arrays.handle, factory, args))
+            self._send((arrays.handle, factory, args, self.spin))
             self.wait()  # built, or the builder's error
         except BaseException:
             self.close()
@@ -174,7 +194,7 @@ class HostWorker:
 
     def wait(self) -> Any:
         try:
-            status, value = self._conn.recv()
+            status, value = receive(self._conn, self.spin)
         except (EOFError, OSError):
             self._pending = False
             raise UserError(self._died()) from None
