@@ -267,6 +267,29 @@ def test_compiled_record_step_computes_the_bootstrap_values_inside_its_graph(mod
     assert outside[mode] == 0 and outside["off"] > 20, outside
 
 
+@pytest.mark.usefixtures("same_random_numbers")
+def test_compiled_bootstrap_values_match_eager() -> None:
+    """Time-outs with a final observation (the Gymnasium adapter's): the compiled record step, which computes the
+    critic's values of the final observations inside its graph, stores the reward plus gamma times those values, as
+    the eager record step does, within the tolerance; both from the values before the step's normalizer update."""
+    stored = []
+    for mode in ("off", "hot"):
+        runner = Runner(small_config("gym:CartPole-v1", compile=mode, host_env_worker=False))
+        algorithm = runner.algorithm
+        torch.manual_seed(1)
+        with torch.inference_mode():
+            step = runner.env.step(algorithm.act(runner.obs, 0))
+            final_obs = {"critic": step.info["final_obs"]["critic"] + 0.5}  # not the step's own observation
+            step = step._replace(truncated=torch.ones_like(step.truncated), terminated=torch.zeros_like(step.terminated),
+                                 info={**step.info, "final_obs": final_obs})
+            expected = step.reward + runner.cfg.ppo.gamma * runner.policy.value(final_obs["critic"])
+            algorithm.record(0, step)
+        reward = algorithm.storage.rewards[0].clone()
+        torch.testing.assert_close(reward, expected, **TOLERANCE)
+        stored.append(reward)
+    torch.testing.assert_close(stored[0], stored[1], **TOLERANCE)
+
+
 def test_graphs_do_not_assert_their_inputs_again_at_every_call(monkeypatch: pytest.MonkeyPatch) -> None:
     """A graph of `hot` runs its kernels without re-asserting each input's sizes and strides (dynamo's guards have
     matched them): torch.compile's default graph asserts every input at every call."""
