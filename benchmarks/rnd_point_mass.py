@@ -1,14 +1,19 @@
 """Random network distillation on point-mass-goal: how often trained policies reach the sparse goal, with and without
 `rnd`.
 
-    python benchmarks/rnd_point_mass.py [--seeds 0 1 2 3 4] [--iterations 100] [--jobs 2]
+    python benchmarks/rnd_point_mass.py [--seeds 0 1 2 3 4] [--iterations 100] [--jobs 2] [--settings ppo]
+        [--arg=--ppo.lam=0.99 ...] [--rnd-arg=--rnd.final_step=800 ...]
 
 Each run is the point-mass-goal preset (1,024 envs x 32 steps per iteration, so both settings take the same env
 steps; its own process, one thread) with one of: `ppo` (PPO alone), `ppo + rnd` (`--rnd.enabled true`, the preset's
 RND settings: weight 0.5 fading linearly to 0 by env step 1,500, state normalization, 64x64 networks with a 16-wide
 embedding). After training, `syncfree.evaluate` runs 1,000 fresh envs (seed 12345, the same for every run) with the
 policy's most likely actions, each's first episode; an episode's return is the number of steps it spent inside the
-goal, so the success is the fraction of episodes with a return above 0.
+goal, so the success is the fraction of episodes with a return above 0. The same envs are played again with actions
+drawn from the policy (seeded with 12345): where the actions are clipped, the most likely action is not the average
+of what the trained policy does, and the two successes can differ. `--arg` adds a setting to every run, `--rnd-arg`
+to the `ppo + rnd` runs; each run's folder is named by its setting, seed, iterations and these, and a folder with a
+`latest.pt` is measured again without training.
 
 Writes benchmarks/results/rnd-point-mass-cpu/results.json and results.md (mean and standard deviation over the
 seeds, and each seed's figures)."""
@@ -29,11 +34,12 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = {"ppo": [], "ppo + rnd": ["--rnd.enabled", "true"]}
 EVAL_ENVS = 1000
+EVAL_SEED = 12345
 
 
-def train(setting: str, seed: int, iterations: int, runs: Path, rnd_args: list[str]) -> Path:
-    extra = rnd_args if setting == "ppo + rnd" else []
-    tag = "".join(f"-{a.removeprefix('--rnd.')}" for a in extra).replace("_", "")
+def train(setting: str, seed: int, iterations: int, runs: Path, rnd_args: list[str], args: list[str]) -> Path:
+    extra = [*args, *(rnd_args if setting == "ppo + rnd" else [])]
+    tag = "".join(f"-{a.removeprefix('--').removeprefix('rnd.')}" for a in extra).replace("_", "")
     folder = runs / f"{setting.replace(' ', '').replace('+', '-')}-seed{seed}-{iterations}it{tag}"
     if not (folder / "latest.pt").is_file():
         command = [sys.executable, "-m", "syncfree", "train", "--task", "point-mass-goal", "--seed", str(seed),
@@ -46,11 +52,14 @@ def train(setting: str, seed: int, iterations: int, runs: Path, rnd_args: list[s
 def measure(folder: Path) -> dict[str, float]:
     import syncfree
 
-    returns = syncfree.evaluate(syncfree.load(folder / "latest.pt"), num_envs=EVAL_ENVS, seed=12345)
+    policy = syncfree.load(folder / "latest.pt")
+    greedy = syncfree.evaluate(policy, num_envs=EVAL_ENVS, seed=EVAL_SEED)
+    sampled = syncfree.evaluate(policy, num_envs=EVAL_ENVS, seed=EVAL_SEED, sample=True)
     records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     reached = [r["iteration"] for r in records if r.get("mean_return", 0.0) > 0.0]
-    return {"success": float((returns > 0).mean()), "eval_return": float(returns.mean()),
-            "env_steps": records[-1]["env_steps"], "first_iteration_reached": reached[0] if reached else None}
+    return {"success": float((greedy > 0).mean()), "eval_return": float(greedy.mean()),
+            "sampled_success": float((sampled > 0).mean()), "env_steps": records[-1]["env_steps"],
+            "first_iteration_reached": reached[0] if reached else None}
 
 
 def summary(values: list[float]) -> str:
@@ -68,35 +77,44 @@ def main() -> None:
     parser.add_argument("--rnd-arg", dest="rnd_args", action="append", default=[],
                         help="a further `rnd.*` setting of the `ppo + rnd` runs (repeatable), e.g. "
                              "--rnd-arg=--rnd.final_step=800")
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
+    parser.add_argument("--arg", dest="args", action="append", default=[],
+                        help="a further setting of every run (repeatable), e.g. --arg=--ppo.lam=0.99")
     args = parser.parse_args()
-    jobs = [(setting, seed) for seed in args.seeds for setting in SETTINGS]
+    jobs = [(setting, seed) for seed in args.seeds for setting in args.settings]
     with ThreadPoolExecutor(args.jobs) as pool:
-        folders = list(tqdm(pool.map(lambda job: train(*job, args.iterations, args.runs, args.rnd_args), jobs),
-                            total=len(jobs), desc="rnd", unit="run"))
+        runs = pool.map(lambda job: train(*job, args.iterations, args.runs, args.rnd_args, args.args), jobs)
+        folders = list(tqdm(runs, total=len(jobs), desc="rnd", unit="run"))
     results = [{"setting": setting, "seed": seed, **measure(folder)}
                for (setting, seed), folder in zip(jobs, folders, strict=True)]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps({"iterations": args.iterations, "eval_envs": EVAL_ENVS,
-                                                       "rnd_args": args.rnd_args, "results": results}, indent=1))
+                                                       "eval_seed": EVAL_SEED,
+                                                       "args": args.args, "rnd_args": args.rnd_args,
+                                                       "results": results}, indent=1))
     steps = results[0]["env_steps"]
+    settings = "".join(f" --{name}={value}" for name, values in (("arg", args.args), ("rnd-arg", args.rnd_args))
+                       for value in values)
+    if args.settings != list(SETTINGS):
+        settings += " --settings " + " ".join(f'"{setting}"' for setting in args.settings)
     lines = [f"# Random network distillation on point-mass-goal ({args.iterations} iterations, {steps:,} env steps "
              f"per run, seeds {args.seeds})", "",
              f"Rerun: `python benchmarks/rnd_point_mass.py --iterations {args.iterations} --seeds "
-             f"{' '.join(map(str, args.seeds))}{''.join(' --rnd-arg=' + a for a in args.rnd_args)}`. Success: the fraction of "
-             f"{EVAL_ENVS:,} evaluation episodes (most likely actions) that reached the goal; mean ± standard "
-             "deviation over the seeds.", "",
-             "| setting | success | evaluation return (steps inside the goal) | seeds at >= 80 % | seeds below 20 % |",
-             "|---|---|---|---|---|"]
-    for setting in SETTINGS:
+             f"{' '.join(map(str, args.seeds))}{settings}`. Success: the fraction of {EVAL_ENVS:,} evaluation "
+             "episodes (most likely actions) that reached the goal; mean ± standard deviation over the seeds. The last "
+             "column plays actions drawn from the policy instead (seeded with the same seed).", "",
+             "| setting | success | evaluation return (steps inside the goal) | seeds at >= 80 % | seeds below 20 % "
+             "| success, sampled actions |", "|---|---|---|---|---|---|"]
+    for setting in args.settings:
         rows = [r for r in results if r["setting"] == setting]
         success = [r["success"] for r in rows]
         lines.append(f"| {setting} | {summary(success)} | {summary([r['eval_return'] for r in rows])} | "
                      f"{sum(s >= 0.8 for s in success)} of {len(rows)} | {sum(s < 0.2 for s in success)} of "
-                     f"{len(rows)} |")
-    lines += ["", "| setting | seed | success | evaluation return | first iteration with a training episode inside "
-              "the goal |", "|---|---|---|---|---|"]
+                     f"{len(rows)} | {summary([r['sampled_success'] for r in rows])} |")
+    lines += ["", "| setting | seed | success | evaluation return | success, sampled actions | first iteration with "
+              "a training episode inside the goal |", "|---|---|---|---|---|---|"]
     lines += [f"| {r['setting']} | {r['seed']} | {r['success']:.3f} | {r['eval_return']:.1f} | "
-              f"{r['first_iteration_reached'] or 'never'} |" for r in results]
+              f"{r['sampled_success']:.3f} | {r['first_iteration_reached'] or 'never'} |" for r in results]
     (args.out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
