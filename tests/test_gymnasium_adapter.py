@@ -316,12 +316,17 @@ def test_the_worker_polls_between_steps_rather_than_sleeping(monkeypatch: pytest
     env.reset()
     actions = torch.zeros(4, dtype=torch.int64)
     env.step(actions)
-    before = voluntary_context_switches(worker.process.pid)
-    for _ in range(200):
-        env.step(actions)
-    slept = voluntary_context_switches(worker.process.pid) - before
+    slept = []  # the best of three tries: a busy machine preempts the polling sides now and then (150 of 200 steps
+    for _ in range(3):  # slept with two busy processes on the two cores, 11 in the next try; 7 idle)
+        before = voluntary_context_switches(worker.process.pid)
+        for _ in range(200):
+            env.step(actions)
+        slept.append(voluntary_context_switches(worker.process.pid) - before)
+        if slept[-1] < 100:
+            break
     env.close()
-    assert worker.spin == host_worker.SPIN_SECONDS and slept < 100, slept
+    # without polling every step sleeps: 234 to 334 switches in 200 steps, idle or busy
+    assert worker.spin == host_worker.SPIN_SECONDS and min(slept) < 100, slept
     monkeypatch.setattr(host_worker, "usable_cores", lambda: 1)
     env = make_gymnasium("CartPole-v1", 2, seed=0, worker=True)
     assert env.vector_env.worker.spin == 0.0
