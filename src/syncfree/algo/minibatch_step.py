@@ -42,10 +42,15 @@ class StepState(NamedTuple):
 
 def global_norm_clip_coefficient(grads: list[Tensor], max_norm: float) -> tuple[Tensor, Tensor]:
     """(total L2 norm of all gradients, the factor that scales them to at most `max_norm`): the arithmetic of
-    `torch.nn.utils.clip_grad_norm_` (each gradient's norm, then the norm of those). Each norm is its own
-    `vector_norm`, which the graph computes in its own kernels: `torch._foreach_norm`, which the eager clip calls,
-    has no lowering and would leave the graph for an eager kernel at every minibatch."""
-    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    `torch.nn.utils.clip_grad_norm_` (each gradient's norm, then the norm of those). Eagerly the norms are one
+    `torch._foreach_norm`, as the eager clip takes them; compiled, each is its own `vector_norm`, which the graph
+    computes in its own kernels: `_foreach_norm` has no lowering and would leave the graph for an eager kernel at
+    every minibatch."""
+    if torch.compiler.is_compiling():
+        norms = [torch.linalg.vector_norm(g) for g in grads]
+    else:
+        norms = list(torch._foreach_norm(grads))
+    total = torch.linalg.vector_norm(torch.stack(norms))
     return total, (max_norm / (total + 1e-6)).clamp(max=1.0)
 
 
