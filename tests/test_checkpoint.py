@@ -20,15 +20,16 @@ from syncfree.train import checkpoint
 from syncfree.train.runner import Runner
 
 
-@pytest.mark.parametrize("task", ["cartpole", "pendulum", "g1-track"])
-def test_resume_continues_exactly(task: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("task, random_start", [("cartpole", False), ("pendulum", False), ("g1-track", False),
+                                                 ("pendulum", True)])
+def test_resume_continues_exactly(task: str, random_start: bool, tmp_path: Path) -> None:
     cfg = small_config(task)
-    cfg.iterations = 4
+    cfg.iterations, cfg.env.random_start = 4, random_start
     straight = Runner(cfg, run_dir=tmp_path / "straight")
     straight.learn()
 
     cfg = small_config(task)
-    cfg.iterations, cfg.save_every = 2, 100
+    cfg.iterations, cfg.save_every, cfg.env.random_start = 2, 100, random_start
     first = Runner(cfg, run_dir=tmp_path / "split")
     first.learn()
     first.close()
@@ -157,7 +158,8 @@ def test_a_config_of_the_earlier_layout_is_read_in_this_one(task: str, tmp_path:
             assert (cfg.env.history, cfg.env.sampler_bin_frames, cfg.env.backend) == (3, 25, "torch")
             assert cfg.policy.token.num_tokens == 2 and "map" not in names and not hasattr(cfg, "losses")
         else:
-            assert names == {"num_envs", "max_episode_length"} and cfg.policy.actor_hidden == [16]
+            assert names == {"num_envs", "max_episode_length", "random_start"} and not cfg.env.random_start
+            assert cfg.policy.actor_hidden == [16]
             assert not hasattr(cfg.ppo, "bptt_horizon") and not hasattr(cfg.policy, "token")
     assert config_from_dict(dataclasses.asdict(cfg)) == cfg  # this layout reads back as it is
 

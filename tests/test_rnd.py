@@ -335,6 +335,9 @@ def test_the_documented_figures_are_the_benchmarks_results() -> None:
         results = (root / "benchmarks" / "results" / folder / "results.md").read_text()
         summary = [line for line in results.splitlines() if line.startswith("| ppo") and "±" in line]
         assert len(summary) == 2 and all(line in docs for line in summary), (folder, summary)
+    variant = (root / "benchmarks" / "results" / "rnd-point-mass-walls-variant-cpu" / "results.md").read_text()
+    successes = [line.split(" | ")[1] for line in variant.splitlines() if line.startswith("| ppo") and "±" in line]
+    assert len(successes) == 2 and all(success in docs for success in successes), successes
 
 
 def test_the_documented_cost_is_the_side_by_side_results() -> None:

@@ -43,6 +43,11 @@ class TimeLimitEnvConfig(EnvConfig):
 
     max_episode_length: int = 0
     """Time limit in env steps; 0 keeps the task's own (500 for CartPole, 200 for Pendulum, 500 for g1-track)."""
+    random_start: bool = False
+    """Training starts each env's first episode at a random step of its time limit (rsl_rl's
+    `init_at_random_ep_len`), so that the envs' episodes do not all end in the same step: where few episodes end
+    early, a rollout would otherwise hold the same part of every episode, and the next another. Evaluation starts
+    every episode at step 0."""
 
     def validate(self) -> None:
         super().validate()

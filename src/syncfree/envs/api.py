@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import torch
 from torch import Tensor
 
+from syncfree.errors import UserError
+
 if TYPE_CHECKING:
     from syncfree.envs.mirror import Mirror
 
@@ -103,6 +105,12 @@ class VecEnv(ABC):
         """Called by the trainer with `perf.compile` on: an env whose step (or part of it) is a pure tensor
         function may replace it by `wrap(fn)`, a whole compiled graph of it. Envs that cannot leave it."""
 
+    def start_at_random_steps(self) -> None:
+        """Move each env's running episode to a random step of its time limit, after `reset` (the trainer calls it
+        with `env.random_start`, as rsl_rl's `init_at_random_ep_len` moves Isaac Lab's counters), so that the
+        envs' episodes do not all end in the same step. An env without step counters refuses."""
+        raise UserError(f"env.random_start: {type(self).__name__} keeps no episode step counts to start at random")
+
     def mirror(self) -> Mirror | None:
         """The env's mirror symmetry (`syncfree.envs.mirror`: how observations and actions reflect), which
         `symmetry` settings train with; None: the env has none (a run can name one, `symmetry.mirror`)."""
@@ -161,6 +169,9 @@ class TorchVecEnv(VecEnv):
     def step(self, actions: Tensor) -> StepResult:
         return self._transition(actions, self._initial_state())
 
+    def start_at_random_steps(self) -> None:
+        draw_episode_steps(self.episode_length, self.max_episode_length, self.generator)
+
     def _transition(self, actions: Tensor, fresh: dict[str, Tensor]) -> StepResult:
         """`step` without its random draws (`fresh`: the states finished envs restart from): a pure function of
         tensors, which `compile_step` may compile."""
@@ -204,3 +215,9 @@ class TorchVecEnv(VecEnv):
                 raise ValueError(f"env state {name!r}: expected shape {tuple(target.shape)}, got {got}")
             target.copy_(state[name])
         self.generator.set_state(state["generator"])
+
+
+def draw_episode_steps(episode_length: Tensor, max_episode_length: int, generator: torch.Generator) -> None:
+    """Each env's step count drawn uniformly from [0, max_episode_length), in place (`start_at_random_steps`)."""
+    episode_length.copy_(torch.randint(0, max_episode_length, episode_length.shape, generator=generator,
+                                       device=episode_length.device))

@@ -22,7 +22,7 @@ import torch
 
 from syncfree.algo import algorithm_for
 from syncfree.algo.base import CheckpointReader
-from syncfree.config import TrainConfig, to_dict, validate
+from syncfree.config import TimeLimitEnvConfig, TrainConfig, to_dict, validate
 from syncfree.core.compile import hot
 from syncfree.core.device import apply_threads, choose_threads, resolve_device, set_deterministic
 from syncfree.core.memory import retain_freed_memory
@@ -150,8 +150,9 @@ class Runner:
             """Per-iteration all-reduce: summed statistics, any rank's non-finite flag, any rank's stop request."""
             self.transfer.register("ranks", lambda: self._shared)
 
-        self.obs = self.env.reset()
-        self.algorithm.reset_episodes()
+        self.obs: dict[str, torch.Tensor]
+        """The env's current observations."""
+        self.reset_env()
         self.iteration = 0
         self.env_steps = 0
         """Env steps of all ranks."""
@@ -449,8 +450,10 @@ class Runner:
             self.dist.broadcast_module(self.algorithm.rnd.module)
 
     def reset_env(self) -> None:
-        """New episodes everywhere."""
+        """New episodes everywhere (with `env.random_start`, each at a random step of its time limit)."""
         self.obs = self.env.reset()
+        if isinstance(self.cfg.env, TimeLimitEnvConfig) and self.cfg.env.random_start:
+            self.env.start_at_random_steps()
         self.algorithm.reset_episodes()
 
     def open_logger(self) -> None:

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from syncfree.core.switches import PerfConfig
-from syncfree.envs.api import StepResult, VecEnv
+from syncfree.envs.api import StepResult, VecEnv, draw_episode_steps
 from syncfree.envs.managers.commands import CommandTerm
 from syncfree.envs.managers.events import EventManager, EventTerm
 from syncfree.envs.managers.log import EnvLog
@@ -130,6 +130,9 @@ class ManagerBasedEnv(VecEnv):
         self.after_step()
         info = {"episode_return": self._final_return, "episode_length": self._final_length}
         return StepResult(self.observations.compute(), reward, terminated, truncated, info)
+
+    def start_at_random_steps(self) -> None:
+        draw_episode_steps(self.episode_length, self.max_episode_length, self.generator)
 
     def update_kinematics(self) -> None:
         """Body poses and velocities from the current joint and root state (after stepping or writing state)."""
