@@ -101,6 +101,16 @@ def test_non_finite_weights_are_refused(where: str, trained: Path, tmp_path: Pat
         assert "diverged.pt: " in (err := one_line_error(capsys)) and "non-finite" in err
 
 
+@pytest.mark.parametrize("lr", ["corrupt", float("nan"), [1e-3]])
+def test_a_learning_rate_that_is_no_number_is_refused_in_one_line(lr: object, trained: Path, tmp_path: Path,
+                                                                  capsys) -> None:
+    state = checkpoint.load(trained)
+    state["ppo"]["lr"] = lr
+    checkpoint.save_atomic(state, tmp_path / "odd-lr.pt")
+    assert main(["train", "--resume", str(tmp_path / "odd-lr.pt")]) == 2  # (`eval` reads the policy alone)
+    assert "odd-lr.pt: " in (err := one_line_error(capsys)) and "lr" in err
+
+
 def test_the_earlier_format_still_loads_and_restores_every_random_stream(trained: Path, tmp_path: Path) -> None:
     """Format 1 kept NumPy's RNG state as a NumPy array and had no envelope: read with NumPy's array globals only."""
     state = checkpoint.load(trained)

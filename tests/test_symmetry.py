@@ -196,6 +196,8 @@ def odd_mirror(env: Any) -> Reflection:
      "symmetry: the mirror loss compares mean actions; cartpole has discrete actions (continuous only)"),
     (["--task", "pendulum", "--symmetry.mirror_loss", "true"],
      "symmetry: Pendulum (pendulum) has no mirror (VecEnv.mirror); name one with symmetry.mirror=module:function"),
+    (["--task", "point-mass-goal", "--symmetry.augment", "true"],  # its goal is off the y axis
+     "symmetry: PointMassGoal (point-mass-goal) has no mirror (VecEnv.mirror)"),
     (["--task", "point-mass", "--symmetry.augment", "true", "--symmetry.mirror", "test_symmetry:odd_mirror"],
      "symmetry: symmetry.mirror='test_symmetry:odd_mirror' fails on actions of shape (2, 2)"),
     (["--task", "point-mass", "--symmetry.log_only", "true", "--symmetry.mirror", "test_symmetry:nothing"],

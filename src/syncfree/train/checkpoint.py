@@ -238,9 +238,9 @@ def _check_finite(state: dict[str, Any], path: Path) -> None:
     for name, tensor in tensors.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise UserError(f"checkpoint {path}: {name} holds non-finite values (the run had diverged); not loaded")
-    lr = state["ppo"].get("lr") if isinstance(state["ppo"], dict) else None
-    if lr is not None and not math.isfinite(float(lr)):
-        raise UserError(f"checkpoint {path}: ppo.lr is {float(lr)}; not loaded")
+    lr = state["ppo"].get("lr") if isinstance(state["ppo"], dict) else None  # a tensor: checked above
+    if isinstance(lr, int | float) and not math.isfinite(lr):  # anything else: the schema names what it is
+        raise UserError(f"checkpoint {path}: ppo.lr is {lr}; not loaded")
 
 
 def _tensors(tree: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:

@@ -42,7 +42,7 @@ class PointMass(TorchVecEnv):
     def _observe(self) -> dict[str, Tensor]:
         return {"policy": self.state, "critic": self.state}
 
-    def mirror(self) -> Reflection:
+    def mirror(self) -> Reflection | None:
         """Reflection in the y axis: x, vx and the x force change sign (the dynamics and the reward, which depends
         on the distance and the force's size, are the same for the reflected state)."""
         state = SignedPermutation(range(4), [-1.0, 1.0, -1.0, 1.0], self.device)
@@ -75,3 +75,7 @@ class PointMassGoal(PointMass):
         goal = torch.tensor(self.goal, device=position.device)
         inside = (position - goal).norm(dim=-1) < self.goal_radius
         return inside.float(), position.norm(dim=-1) > self.box
+
+    def mirror(self) -> None:
+        """None: the goal lies off the y axis, so point-mass's reflection in it would not keep the reward."""
+        return None
