@@ -46,8 +46,9 @@ class TimeLimitEnvConfig(EnvConfig):
     random_start: bool = False
     """Training starts each env's first episode at a random step of its time limit (rsl_rl's
     `init_at_random_ep_len`), so that the envs' episodes do not all end in the same step: where few episodes end
-    early, a rollout would otherwise hold the same part of every episode, and the next another. Evaluation starts
-    every episode at step 0."""
+    early, a rollout would otherwise hold the same part of every episode, and the next another. As in Isaac Lab,
+    the first episodes' reported lengths (and g1-track's per-step tracking metrics, divided by them) count from the
+    drawn step. Evaluation starts every episode at step 0."""
 
     def validate(self) -> None:
         super().validate()
