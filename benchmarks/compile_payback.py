@@ -33,8 +33,8 @@ import torch
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
-TASKS = ["cartpole", "cartpole-continuous", "pendulum", "point-mass", "point-mass-goal", "gym:CartPole-v1", "gym:Hopper-v5",
-         "gym:Humanoid-v5", "grid-arena", "g1-track"]
+TASKS = ["cartpole", "cartpole-continuous", "pendulum", "point-mass", "point-mass-goal", "point-mass-maze",
+         "gym:CartPole-v1", "gym:Hopper-v5", "gym:Humanoid-v5", "grid-arena", "g1-track"]
 ITERATIONS = {"g1-track": 3, "grid-arena": 4}
 """Iterations per run where one iteration takes tens of seconds (default: `--iterations`)."""
 TABLE = ROOT / "src" / "syncfree" / "train" / "compile_payback.json"

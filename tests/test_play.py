@@ -37,7 +37,7 @@ def assert_drawn(frames: list[np.ndarray], count: int, width: int, height: int) 
     assert any(np.abs(frame.astype(int) - frames[0]).mean() > 0.2 for frame in frames[1:])
 
 
-@pytest.mark.parametrize("task", ["pendulum", "cartpole", "point-mass"])
+@pytest.mark.parametrize("task", ["pendulum", "cartpole", "point-mass", "point-mass-goal", "point-mass-maze"])
 def test_a_classic_task_plays_into_an_mp4_and_a_gif(task: str, tmp_path: Path, capsys) -> None:
     ckpt = checkpoint(task, tmp_path)
     video = tmp_path / "out.mp4"

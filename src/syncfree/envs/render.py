@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -67,19 +68,62 @@ def draw_pendulum(state: list[float], width: int, height: int) -> np.ndarray:
 
 def draw_point_mass(state: list[float], width: int, height: int) -> np.ndarray:
     """The point in its 4 m box, the goal (the origin) marked."""
+    image, draw, at = _point_mass_box(width, height)
+    (cx, cy), r = at(0.0, 0.0), 0.02 * min(width, height)
+    draw.line([(cx - 2 * r, cy), (cx + 2 * r, cy)], fill=INK, width=2)
+    draw.line([(cx, cy - 2 * r), (cx, cy + 2 * r)], fill=INK, width=2)
+    _draw_point(draw, at(state[0], state[1]), 2 * r)
+    return np.asarray(image)
+
+
+def draw_point_mass_goal(state: list[float], width: int, height: int) -> np.ndarray:
+    """The point in point-mass-goal's 4 m box, its goal disc marked."""
+    from syncfree.envs.builtin.point_mass import PointMassGoal as Goal
+
+    image, draw, at = _point_mass_box(width, height)
+    (gx, gy), gr = at(*Goal.goal), Goal.goal_radius * 0.5 * min(width, height) / Goal.box
+    draw.ellipse([gx - gr, gy - gr, gx + gr, gy + gr], outline=ACCENT, width=2)
+    _draw_point(draw, at(state[0], state[1]), 0.04 * min(width, height))
+    return np.asarray(image)
+
+
+def _point_mass_box(width: int, height: int) -> tuple[Image.Image, ImageDraw.ImageDraw,
+                                                      Callable[[float, float], tuple[float, float]]]:
+    """A canvas with point-mass's 4 m box drawn, and the pixel of a point (x, y) in metres."""
     from syncfree.envs.builtin.point_mass import PointMass
+
+    image, draw = _canvas(width, height)
+    scale = 0.5 * min(width, height) / PointMass.box
+
+    def at(x: float, y: float) -> tuple[float, float]:
+        return width / 2 + x * scale, height / 2 - y * scale
+
+    draw.rectangle([*at(-PointMass.box, PointMass.box), *at(PointMass.box, -PointMass.box)], outline=INK, width=2)
+    return image, draw, at
+
+
+def _draw_point(draw: ImageDraw.ImageDraw, p: tuple[float, float], r: float) -> None:
+    draw.ellipse([p[0] - r, p[1] - r, p[0] + r, p[1] + r], fill=ACCENT)
+
+
+def draw_point_mass_maze(state: list[float], width: int, height: int) -> np.ndarray:
+    """The point in point-mass-maze's corridor: the outer walls, the wall between the lanes and the goal disc."""
+    from syncfree.envs.builtin.point_mass import PointMassMaze as Maze
 
     x, y, _, _ = state
     image, draw = _canvas(width, height)
-    scale = 0.5 * min(width, height) / PointMass.box
-    center = (width / 2, height / 2)
-    box = PointMass.box * scale
-    draw.rectangle([center[0] - box, center[1] - box, center[0] + box, center[1] + box], outline=INK, width=2)
-    r = 0.02 * min(width, height)
-    draw.line([(center[0] - 2 * r, center[1]), (center[0] + 2 * r, center[1])], fill=INK, width=2)
-    draw.line([(center[0], center[1] - 2 * r), (center[0], center[1] + 2 * r)], fill=INK, width=2)
-    p = (center[0] + x * scale, center[1] - y * scale)
-    draw.ellipse([p[0] - 2 * r, p[1] - 2 * r, p[0] + 2 * r, p[1] + 2 * r], fill=ACCENT)
+    (left, bottom), (right, top) = Maze.low, Maze.high
+    margin = 0.1 * min(width, height)
+    scale = min((width - 2 * margin) / (right - left), (height - 2 * margin) / (top - bottom))
+
+    def at(px: float, py: float) -> tuple[float, float]:
+        return (width / 2 + (px - (left + right) / 2) * scale, height / 2 - (py - (bottom + top) / 2) * scale)
+
+    draw.rectangle([*at(left, top), *at(right, bottom)], outline=INK, width=2)
+    draw.line([at(left, Maze.wall_y), at(Maze.wall_end, Maze.wall_y)], fill=INK, width=3)
+    (gx, gy), gr = at(*Maze.goal), Maze.goal_radius * scale
+    draw.ellipse([gx - gr, gy - gr, gx + gr, gy + gr], outline=ACCENT, width=2)
+    _draw_point(draw, at(x, y), 0.03 * min(width, height))
     return np.asarray(image)
 
 
