@@ -7,16 +7,17 @@ goal, with and without `rnd`.
 Each run is the task's preset (point-mass-goal's: 1,024 envs x 32 steps per iteration; point-mass-maze's: 2,048;
 both settings take the same env steps; its own process, one thread) with one of: `ppo` (PPO alone), `ppo + rnd`
 (`--rnd.enabled true`, the preset's RND settings: weight 0.5 fading linearly to 0, by env step 1,500 on
-point-mass-goal and 800 on point-mass-maze, state normalization, 64x64 networks with a 16-wide embedding). After training, `syncfree.evaluate` runs 1,000 fresh envs (seed 12345, the same for every run) with the
-policy's most likely actions, each's first episode; an episode's return is the number of steps it spent inside the
+point-mass-goal and 800 on point-mass-maze, state normalization, 64x64 networks with a 16-wide embedding). After
+training, `syncfree.evaluate` runs 1,000 fresh envs (seed 12345, the same for every run) with the policy's most
+likely actions, each's first episode; an episode's return is the number of steps it spent inside the
 goal, so the success is the fraction of episodes with a return above 0. The same envs are played again with actions
 drawn from the policy (seeded with 12345): where the actions are clipped, the most likely action is not the average
 of what the trained policy does, and the two successes can differ. `--arg` adds a setting to every run, `--rnd-arg`
 to the `ppo + rnd` runs; each run's folder is named by its setting, seed, iterations and these, and a folder with a
 `latest.pt` is measured again without training.
 
-Writes benchmarks/results/rnd-point-mass-cpu/ (point-mass-maze: rnd-point-mass-maze-cpu/) results.json and results.md (mean and standard deviation over the
-seeds, and each seed's figures)."""
+Writes results.json and results.md (mean and standard deviation over the seeds, and each seed's figures) to
+benchmarks/results/rnd-point-mass-cpu/ (point-mass-maze: rnd-point-mass-maze-cpu/)."""
 
 from __future__ import annotations
 
@@ -91,7 +92,8 @@ def main() -> None:
         args.out = ROOT / "benchmarks" / "results" / name
     jobs = [(setting, seed) for seed in args.seeds for setting in args.settings]
     with ThreadPoolExecutor(args.jobs) as pool:
-        runs = pool.map(lambda job: train(args.task, *job, args.iterations, args.runs, args.rnd_args, args.args), jobs)
+        runs = pool.map(lambda job: train(args.task, *job, args.iterations, args.runs, args.rnd_args, args.args),
+                        jobs)
         folders = list(tqdm(runs, total=len(jobs), desc="rnd", unit="run"))
     results = [{"setting": setting, "seed": seed, **measure(folder, args.task)}
                for (setting, seed), folder in zip(jobs, folders, strict=True)]

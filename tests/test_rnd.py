@@ -367,8 +367,8 @@ def test_the_maze_wall_stops_a_point_that_would_cross_it_and_the_gap_lets_it_thr
 
 def test_no_constant_force_reaches_the_maze_goal_and_a_turning_one_does() -> None:
     """What makes the maze an exploration task: a policy whose force has drifted to one direction (PPO's, where no
-    reward tells it otherwise) never reaches the goal in any of 72 directions (from four starts each); one that turns at the
-    corridor's bends does, within the time limit."""
+    reward tells it otherwise) never reaches the goal in any of 72 directions (from four starts each); one that turns
+    at the corridor's bends does, within the time limit."""
     from syncfree.envs.builtin.point_mass import PointMassMaze
 
     angles = torch.arange(72) * (2 * torch.pi / 72)

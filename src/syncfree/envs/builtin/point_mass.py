@@ -90,7 +90,7 @@ class PointMassMaze(PointMassGoal):
     in any direction and the drag bounds the speed at 1 m/s, so the goal takes about 5 m and 120 of the 200 steps;
     walls stop the point (its velocity across a wall is zeroed). No constant force reaches the goal: it carries the
     point into a corner of one lane and holds it there (`tests/test_rnd.py` tries 72 directions). A policy must turn
-    at the corridor's bends, which random forces (reaching about 0.7 m from the start) never show it."""
+    at the corridor's bends, which random forces (reaching about 0.7 m from the start) do not show it."""
 
     goal = (0.0, 0.8)
     goal_radius = 0.25
