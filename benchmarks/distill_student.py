@@ -59,13 +59,13 @@ def untrained_return(task: str, num_envs: int, kind: str, seed: int) -> float:
     import torch
 
     from syncfree.algo import algorithm_for
-    from syncfree.tasks import make_task_env, preset, with_policy_kind
+    from syncfree.tasks import make_task_env, preset, with_algorithm
     from syncfree.train.evaluate import evaluate_task
 
     cfg = preset(task)
     cfg.env.num_envs, cfg.policy.init_std = num_envs, 0.1
     if kind != "mlp":
-        cfg = with_policy_kind(cfg, kind)
+        cfg = with_algorithm(cfg, "recurrent-ppo" if kind == "recurrent" else kind)
     torch.manual_seed(seed)
     policy = algorithm_for(cfg).build_policy(cfg, make_task_env(cfg, 1, torch.device("cpu"), seed))
     return float(evaluate_task(cfg, policy, EVAL_ENVS, torch.device("cpu"), EVAL_SEED).mean())

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from syncfree.config import LossesConfig
+from syncfree.algo.settings import LossesConfig
 from syncfree.tasks import preset
 from syncfree.train.runner import Runner
 

@@ -150,12 +150,12 @@ def train_one(task: str, learner: str, seed: int) -> dict:
     from syncfree.algo import FeedForwardPPO, algorithm_for
     from syncfree.core.switches import PerfConfig
     from syncfree.policy.actor_critic import native_bf16
-    from syncfree.tasks import make_env, preset, with_policy_kind
+    from syncfree.tasks import make_env, preset, with_algorithm
 
     torch.set_num_threads(1)
     study, cfg = study_of(task), preset(task)
     if learner == "syncfree-recurrent":
-        cfg = with_policy_kind(cfg, "recurrent")
+        cfg = with_algorithm(cfg, "recurrent-ppo")
     cfg.seed, cfg.device, cfg.iterations, cfg.log.progress = seed, "cpu", study.iterations, False
     cfg.env.num_envs = study.num_envs or cfg.env.num_envs
     if learner == "syncfree-baseline":

@@ -20,8 +20,8 @@ from pathlib import Path
 import torch
 
 from syncfree.bench.run import machine_info
-from syncfree.config import RecurrentPolicyConfig
 from syncfree.policy.recurrent import EMPTY_TOKEN, TokenEncoder
+from syncfree.policy.settings import RecurrentPolicyConfig
 
 
 def observations(rows: int, tokens: int, gen: torch.Generator) -> torch.Tensor:

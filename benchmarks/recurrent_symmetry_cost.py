@@ -17,9 +17,9 @@ from pathlib import Path
 
 import torch
 
+from syncfree.algo.settings import SymmetryConfig
 from syncfree.bench.report import save_results
-from syncfree.config import SymmetryConfig
-from syncfree.tasks import preset, with_policy_kind
+from syncfree.tasks import preset, with_algorithm
 from syncfree.train.runner import Runner
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ SETTINGS = {"ppo": SymmetryConfig(),
 
 
 def trainer(setting: str, num_envs: int) -> Runner:
-    cfg = with_policy_kind(preset("point-mass"), "recurrent")
+    cfg = with_algorithm(preset("point-mass"), "recurrent-ppo")
     cfg.env.num_envs, cfg.perf.compile, cfg.log.progress, cfg.device = num_envs, "off", False, "cpu"
     cfg.symmetry = SETTINGS[setting]
     return Runner(cfg)

@@ -24,15 +24,15 @@ import torch
 from side_by_side_rsl_rl import rsl_rl_config
 
 from syncfree.bench.run import machine_info
-from syncfree.config import RecurrentCoreConfig
 from syncfree.core.counters import count_syncs
 from syncfree.envs.adapters.rsl_rl import SyncfreeToRslRl
-from syncfree.tasks import make_env, preset, with_policy_kind
+from syncfree.policy.settings import RecurrentCoreConfig
+from syncfree.tasks import make_env, preset, with_algorithm
 from syncfree.train.runner import Runner
 
 
 def syncfree_learner(task: str, hidden: int, compile_mode: str):
-    cfg = with_policy_kind(preset(task), "recurrent")
+    cfg = with_algorithm(preset(task), "recurrent-ppo")
     cfg.policy.rnn = RecurrentCoreConfig(hidden=hidden)
     cfg.perf.compile, cfg.log.progress, cfg.device, cfg.iterations = compile_mode, False, "cpu", 10**6
     runner = Runner(cfg)
@@ -46,7 +46,7 @@ def syncfree_learner(task: str, hidden: int, compile_mode: str):
 def rsl_rl_learner(task: str, hidden: int):
     from rsl_rl.runners import OnPolicyRunner
 
-    cfg = with_policy_kind(preset(task), "recurrent")
+    cfg = with_algorithm(preset(task), "recurrent-ppo")
     cfg.policy.rnn = RecurrentCoreConfig(hidden=hidden)
     torch.manual_seed(cfg.seed)
     env = SyncfreeToRslRl(make_env(task, cfg.env.num_envs, seed=cfg.seed))

@@ -28,12 +28,13 @@ from pathlib import Path
 
 import torch
 
+from syncfree.algo.settings import RNDConfig, SymmetryConfig
 from syncfree.bench.config import BenchConfig, train_config
 from syncfree.bench.floor import Floor
 from syncfree.bench.report import save_results
 from syncfree.bench.run import machine_info
 from syncfree.bench.timing import count_iteration, sync, time_iterations
-from syncfree.config import PerfConfig, RNDConfig, SymmetryConfig
+from syncfree.config import PerfConfig
 from syncfree.core.compile import hot
 from syncfree.core.counters import Counts, count_syncs
 from syncfree.core.device import resolve_device
@@ -100,7 +101,7 @@ def rsl_rl_config(cfg, check_for_nan: bool, compile_mode: str | None, rnn: bool 
                 "obs_normalization": cfg.policy.normalize_obs}
         if not rnn:
             return base
-        from syncfree.config import RecurrentCoreConfig
+        from syncfree.policy.settings import RecurrentCoreConfig
 
         core = getattr(cfg.policy, "rnn", RecurrentCoreConfig())
         return {**base, "class_name": "RNNModel", "rnn_type": core.core, "rnn_hidden_dim": core.hidden,

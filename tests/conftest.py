@@ -10,8 +10,11 @@ import torch
 import torch._dynamo
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from syncfree.config import PerfConfig, PPOConfig, RecurrentCoreConfig, RecurrentFlatTrainConfig, TrainConfig
-from syncfree.tasks import config_class
+from syncfree.algo.configs import RecurrentPPOTrainConfig
+from syncfree.algo.settings import PPOConfig
+from syncfree.config import PerfConfig, TrainConfig
+from syncfree.policy.settings import RecurrentCoreConfig
+from syncfree.tasks import default_config
 
 os.environ.setdefault("TORCH_COMPILE_DISABLE", "1")
 torch._dynamo.config.disable = os.environ["TORCH_COMPILE_DISABLE"] == "1"
@@ -34,7 +37,7 @@ def one_thread():
 def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
     """The small preset of the equivalence tests: 32 envs x 8 steps, 2 epochs x 2 minibatches, `perf.compile` off
     unless given (the compiled path has tests of its own); the task's config type with its defaults otherwise."""
-    cfg = config_class(task)(task=task, seed=3, device=TEST_DEVICE, iterations=3)
+    cfg = default_config(task, seed=3, device=TEST_DEVICE, iterations=3)
     cfg.env.num_envs = 32
     cfg.env.max_episode_length = 10  # episodes end by time-out as well as by failure
     cfg.policy = dataclasses.replace(cfg.policy, actor_hidden=[32, 32], critic_hidden=[32, 32])
@@ -44,15 +47,25 @@ def small_config(task: str = "cartpole", **perf: bool) -> TrainConfig:
     return cfg
 
 
-def recurrent_config(task: str = "pendulum", **perf) -> RecurrentFlatTrainConfig:
+def recurrent_config(task: str = "pendulum", **perf) -> RecurrentPPOTrainConfig:
     """`small_config` with `policy.kind=recurrent` (the recurrent MLP policy, an LSTM of 16, one segment per env's
     rollout), 2 iterations."""
-    from syncfree.tasks import with_policy_kind
+    from syncfree.tasks import with_algorithm
 
-    cfg = with_policy_kind(small_config(task, **perf), "recurrent")
-    assert isinstance(cfg, RecurrentFlatTrainConfig) and cfg.ppo.horizon() == cfg.ppo.steps_per_env
+    cfg = with_algorithm(small_config(task, **perf), "recurrent-ppo")
+    assert isinstance(cfg, RecurrentPPOTrainConfig) and cfg.ppo.horizon() == cfg.ppo.steps_per_env
     cfg.policy.rnn = RecurrentCoreConfig(hidden=16)
     cfg.iterations = 2
+    return cfg
+
+
+def distill_config(teacher: str, task: str = "pendulum", **perf) -> TrainConfig:
+    """`small_config` distilling from the checkpoint `teacher` (`--algorithm distillation`), in chunks of 4 of its 8
+    steps."""
+    from syncfree.tasks import with_algorithm
+
+    cfg = with_algorithm(small_config(task, **perf), "distillation")
+    cfg.distill.teacher, cfg.distill.gradient_length = teacher, 4
     return cfg
 
 

@@ -240,7 +240,8 @@ def _two_rank_rnd_worker(rank: int, tmp: str) -> None:
     """RND on 2 ranks: 2 iterations, a resume of the 2-process checkpoint and one more; then one predictor step on
     each rank's half of a minibatch (gradients averaged over ranks)."""
     from syncfree.algo.rnd import RND
-    from syncfree.config import PerfConfig, RNDConfig
+    from syncfree.algo.settings import RNDConfig
+    from syncfree.config import PerfConfig
 
     _join(tmp, rank, timeout=60)
     out: dict = {}

@@ -181,7 +181,7 @@ def test_what_switches_report_for_autocast_is_what_runs(task_kind: str, device: 
 
     from syncfree.policy import actor_critic
     from syncfree.policy.actor_critic import MLP
-    from syncfree.tasks import algorithm_for, make_task_env, preset, switch_scope, with_policy_kind
+    from syncfree.tasks import algorithm_for, make_task_env, preset, switch_scope, with_algorithm
 
     task, _, kind = task_kind.partition("/")
     if task == "grid-arena":
@@ -189,8 +189,10 @@ def test_what_switches_report_for_autocast_is_what_runs(task_kind: str, device: 
     if task.startswith("gym:"):
         pytest.importorskip("gymnasium")
     cfg = preset(task)
-    if kind:
-        cfg = with_policy_kind(cfg, kind)
+    if kind == "recurrent":
+        cfg = with_algorithm(cfg, "recurrent-ppo")
+    elif kind:
+        cfg.policy.kind = kind
     monkeypatch.setattr(actor_critic, "native_bf16", lambda d: fast_bf16 and d.type == "cpu")
     env = make_task_env(cfg, 1, torch.device("cpu"), 0)  # the task's env as its runs build it, one of them
     torch.manual_seed(0)

@@ -18,7 +18,7 @@ from syncfree.envs.check import CHECK_STEPS
 from syncfree.envs.render import draw_pendulum
 from syncfree.errors import NonFiniteError
 from syncfree.tasks import TASKS
-from syncfree.tasks.classic import ClassicConfig, classic_task
+from syncfree.tasks.classic import classic_config, classic_task
 from syncfree.train import checkpoint
 from syncfree.train.runner import Runner
 
@@ -76,7 +76,7 @@ def test_bad_config_is_one_line_naming_the_key(capsys, argv: list[str], culprit:
     (["--num-envs", "4"], "did you mean env.num_envs?"),
     (["--ppo.num_envs", "4"], "did you mean env.num_envs?"),
     (["--envs.num_envs", "4"], "did you mean env.num_envs?"),  # a section misspelt
-    (["--learning_rate", "0.1"], "did you mean ppo.learning_rate or rnd.learning_rate or distill.learning_rate?"),
+    (["--learning_rate", "0.1"], "did you mean ppo.learning_rate or rnd.learning_rate?"),
     (["--seeed", "1"], "did you mean seed?"),
 ])
 def test_a_mistyped_option_or_value_is_one_line_with_a_suggestion(capsys, argv: list[str], line: str) -> None:
@@ -186,7 +186,7 @@ def test_non_finite_env_output_stops_at_iteration_end_naming_envs(tmp_path: Path
 
 
 def test_non_finite_via_cli_is_one_line_exit_2(capsys, monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setitem(TASKS, "nan-pendulum", classic_task("nan-pendulum", "test", NaNPendulum, ClassicConfig,
+    monkeypatch.setitem(TASKS, "nan-pendulum", classic_task("nan-pendulum", "test", NaNPendulum, classic_config,
                                                             draw_pendulum))
     code, err = run_cli(capsys, "train", "--task", "nan-pendulum", "--iterations", "3", "--env.num_envs", "16",
                         "--ppo.steps_per_env", "8", "--log.dir", str(tmp_path), "--log.progress", "false")

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import small_config
 from syncfree.bench.config import BenchConfig
-from syncfree.bench.hardware import compute_dtype, flops_per_env_step, hardware_fraction
+from syncfree.bench.hardware import compute_dtype, hardware_fraction
 from syncfree.bench.matrix import SEEDS_BEFORE, bench_configurations, configurations, skipped_rows
 from syncfree.cli import main
 from syncfree.config import PerfConfig
@@ -58,7 +58,8 @@ def test_policy_flops_per_step_are_counted_from_the_layer_shapes() -> None:
     runner = Runner(small_config("pendulum", autocast="off"))  # `auto` would pick bfloat16 on CPUs that have it
     runner.learn()
     forward = 2 * (3 * 32 + 32 * 32 + 32 * 1) * 2
-    assert flops_per_env_step(runner) == {"rollout": forward, "update": 2 * (3 * forward - 2 * 2 * 3 * 32)}
+    assert runner.algorithm.flops_per_env_step(runner.obs) == {"rollout": forward,
+                                                               "update": 2 * (3 * forward - 2 * 2 * 3 * 32)}
     assert compute_dtype(runner) == "float32"
     fraction = hardware_fraction(1000.0, forward, {"float32": 1.0, "bfloat16": 2.0}, "bfloat16")
     assert fraction == {"dtype": "bfloat16", "fraction": pytest.approx(1000.0 * forward / 2e9)}

@@ -47,7 +47,7 @@ def test_grid_arena_rows_cover_the_switches_the_recurrent_trainer_reads(monkeypa
 
 
 def test_grid_arena_minibatches_divide_the_segments(monkeypatch) -> None:
-    def small_preset(task: str):
+    def small_preset(task: str, algorithm: str | None = None):
         cfg = preset(task)
         cfg.ppo.num_minibatches = 16  # divides num_envs * steps_per_env (32) but not the 8 segments of 1 simulation
         return cfg
@@ -71,7 +71,7 @@ def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
     size = result["sizes"][0]
     agents = result["recurrent"]["agents_per_env"]
     assert size["num_envs"] == 1 and size["num_agents"] == agents
-    assert size["steps_per_iteration"] == agents * result["train"]["steps_per_env"]  # agent steps
+    assert size["steps_per_iteration"] == agents * result["train"]["ppo"]["steps_per_env"]  # agent steps
     assert set(size["configs"]) == {"baseline", "optimized", SEEDS_BEFORE, "optimized, autocast=bf16"} | {
         f"optimized - {s}" for s in SWITCHES_READ if s not in ("compile", "host_env_worker")}
     assert "one env" in result["skipped_rows"]["optimized - host_env_worker"]

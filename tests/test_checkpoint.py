@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -162,6 +163,44 @@ def test_a_config_of_the_earlier_layout_is_read_in_this_one(task: str, tmp_path:
             assert cfg.policy.actor_hidden == [16]
             assert not hasattr(cfg.ppo, "bptt_horizon") and not hasattr(cfg.policy, "token")
     assert config_from_dict(dataclasses.asdict(cfg)) == cfg  # this layout reads back as it is
+
+
+BEFORE_ALGORITHM = Path(__file__).parent / "data" / "before-algorithm"
+"""Configs and checkpoints written before a config named its algorithm (its README says how)."""
+
+
+@pytest.mark.parametrize(("name", "algorithm"), [("ppo", "ppo"), ("recurrent", "recurrent-ppo"),
+                                                 ("distillation", "distillation")])
+def test_configs_and_checkpoints_written_before_the_algorithm_was_named_still_read(
+        name: str, algorithm: str, tmp_path: Path) -> None:
+    """A run's `config.yaml` and checkpoint from before `--algorithm`: the algorithm that trained it is the one its
+    policy kind and teacher said, the other algorithms' sections (which it never read) are dropped, a
+    distillation's rollout length moves to `distill.steps_per_env`; as a `--config` file, a stored dict and a
+    checkpoint, which evaluates and (but the distillation, whose teacher is gone) resumes."""
+    import yaml
+
+    from syncfree.cli import parse_train_config
+    from syncfree.tasks import config_from_dict
+    from syncfree.train.evaluate import evaluate_task, load_policy
+    from syncfree.train.session import resume, resume_config
+
+    stored = yaml.safe_load((BEFORE_ALGORITHM / f"{name}.yaml").read_text())
+    assert "algorithm" not in stored and "distill" in stored
+    for cfg in (config_from_dict(stored), parse_train_config(["--config", str(BEFORE_ALGORITHM / f"{name}.yaml")]),
+                checkpoint.read(BEFORE_ALGORITHM / f"{name}.pt")[0]):
+        assert (cfg.algorithm, cfg.task, cfg.env.num_envs, cfg.rollout_steps()) == (algorithm, "pendulum", 4, 8)
+        assert config_from_dict(dataclasses.asdict(cfg)) == cfg
+    loaded = load_policy(BEFORE_ALGORITHM / f"{name}.pt")
+    returns = evaluate_task(loaded.cfg, loaded.policy, 2, loaded.device, 0)
+    assert loaded.iteration == 1 and returns.shape == (2,) and bool(np.isfinite(returns).all())
+    if name == "distillation":
+        return
+    cfg = resume_config(BEFORE_ALGORITHM / f"{name}.pt")
+    cfg.iterations, cfg.log.dir = 2, str(tmp_path)
+    runner = Runner(cfg, run_dir=tmp_path / "resumed")
+    resume(runner, BEFORE_ALGORITHM / f"{name}.pt")
+    assert runner.learn()["iteration"] == 2
+    runner.close()
 
 
 def test_the_kickstarter_teacher_committed_in_the_earlier_layout_still_loads() -> None:

@@ -118,7 +118,7 @@ def test_switches_for_a_task_mark_the_inert_ones_with_the_reason(capsys) -> None
     cfg = preset("point-mass")
     chosen = choose_compile(cfg, torch.device("cpu")).mode
     assert main(["switches", "--task", "point-mass"]) == 0  # under the mode auto chooses for the preset's run
-    assert capsys.readouterr().out.startswith(f"point-mass (perf.compile={chosen}, device=cpu)")
+    assert capsys.readouterr().out.startswith(f"point-mass, ppo (perf.compile={chosen}, device=cpu)")
     assert main(["switches", "--task", "point-mass", "--perf.compile", "off"]) == 0
     marks = {line.split(":")[0]: line for line in capsys.readouterr().out.splitlines() if "live" in line}
     assert "fused_adamw" in marks and "zero_grad_set_to_none" in marks  # eager: the optimizer kernel acts
@@ -243,7 +243,7 @@ def test_threads_are_chosen_and_said(monkeypatch, tmp_path: Path, caplog) -> Non
             assert main(["train", "--task", "cartpole", "--iterations", "1", "--env.num_envs", "16", "--threads", "2",
                          "--log.dir", str(tmp_path), "--log.progress", "false"]) == 0
         assert torch.get_num_threads() == 2
-        assert "training cartpole on cpu, 2 threads (threads), perf.compile=" in caplog.text
+        assert "training cartpole with PPO on cpu, 2 threads (threads), perf.compile=" in caplog.text
     finally:
         torch.set_num_threads(before)
 
@@ -267,7 +267,7 @@ def test_the_run_folder_holds_its_config_and_it_reads_back(tmp_path: Path) -> No
 @pytest.mark.parametrize(("argv", "yaml_text", "guess"), [
     (["--ppo.learning_rat", "1e-3"], None, "did you mean ppo.learning_rate?"),
     (["--iteration", "3"], None, "did you mean iterations?"),
-    (["--ppp.learning_rate", "1e-3"], None, "did you mean ppo.learning_rate or rnd.learning_rate or distill.learning_rate?"),
+    (["--ppp.learning_rate", "1e-3"], None, "did you mean ppo.learning_rate or rnd.learning_rate?"),
     ([], "task: pendulum\nppo:\n  learning_rat: 0.001\n", "did you mean ppo.learning_rate?"),
     ([], "task: pendulum\niteration: 3\n", "did you mean iterations?"),
     ([], "task: grid-arena\nenv:\n  agent_per_env: 3\n", "did you mean env.agents_per_env?"),

@@ -19,15 +19,17 @@ import torch._inductor.config as inductor_config
 from conftest import (
     TEST_DEVICE,
     copy_trained_state,
+    distill_config,
     grid_config,
     pendulum_teacher,
     recurrent_config,
     small_config,
     update_stats,
 )
+from syncfree.algo.settings import RNDConfig
 from syncfree.algo.storage import Batch
 from syncfree.cli import main
-from syncfree.config import DistillConfig, PerfConfig, RNDConfig
+from syncfree.config import PerfConfig
 from syncfree.core.compile import compile_counts, hot
 from syncfree.errors import UserError
 from syncfree.tasks import make_env
@@ -181,8 +183,7 @@ COMPILED_CASES = {
     "feed-forward with RND": lambda mode, tmp: dataclasses.replace(small_config("point-mass", compile=mode),
                                                                    rnd=RNDConfig(enabled=True, weight=0.5)),
     "recurrent": lambda mode, tmp: grid_config(1, compile=mode),
-    "distillation": lambda mode, tmp: dataclasses.replace(
-        small_config("pendulum", compile=mode), distill=DistillConfig(teacher=pendulum_teacher(tmp), gradient_length=4)),
+    "distillation": lambda mode, tmp: distill_config(pendulum_teacher(tmp), compile=mode),
 }
 """Each algorithm `perf.compile` compiles (one task each), built for a mode."""
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 import warnings
 from pathlib import Path
@@ -15,23 +16,18 @@ import torch
 from conftest import small_config
 from syncfree.algo import Distillation, RecurrentDistillation, algorithm_for
 from syncfree.algo.distillation import chunks
+from syncfree.algo.settings import DistillConfig
 from syncfree.bench.timing import count_iteration
-from syncfree.config import (
-    DistillConfig,
-    PerfConfig,
-    PolicyConfig,
-    RecurrentCoreConfig,
-    RecurrentMLPPolicyConfig,
-    TrainConfig,
-)
+from syncfree.config import PerfConfig, TrainConfig, with_values
 from syncfree.core.counters import count_syncs
 from syncfree.core.phases import PhaseCounter
 from syncfree.envs.api import ActionSpec
 from syncfree.errors import UserError
 from syncfree.policy.actor_critic import ActorCritic
 from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
+from syncfree.policy.settings import PolicyConfig, RecurrentCoreConfig, RecurrentMLPPolicyConfig
 from syncfree.rsl_rl.checkpoint import to_rsl_rl
-from syncfree.tasks import switch_scope
+from syncfree.tasks import preset, switch_scope, with_algorithm
 from syncfree.train.runner import Runner
 from syncfree.train.session import resume
 
@@ -201,10 +197,13 @@ def test_logged_loss_stays_on_the_device_unless_device_loss_stats_is_off() -> No
 # -- training end to end ----------------------------------------------------------------------------------
 
 
-def pendulum(tmp_path: Path, name: str, **changes: object) -> TrainConfig:
-    cfg = small_config("pendulum")
+def pendulum(tmp_path: Path, name: str, algorithm: str = "distillation", **changes: object) -> TrainConfig:
+    """`small_config("pendulum")` trained by `algorithm` (distillation: in chunks of 4 of its 8 steps), with
+    `changes` (`section__field` for a section's)."""
+    cfg = with_algorithm(small_config("pendulum"), algorithm)
     cfg.log.dir, cfg.log.run_name, cfg.log.progress, cfg.iterations = str(tmp_path), name, False, 2
-    cfg.distill.gradient_length = 4  # of 8 steps per rollout
+    if algorithm != "ppo":
+        cfg.distill.gradient_length = 4
     for key, value in changes.items():
         section, _, field = key.partition("__")
         if field:
@@ -219,7 +218,7 @@ def teacher_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A privileged teacher: its actor reads the critic's group (the same terms on pendulum, which is enough to
     check which group each network reads)."""
     tmp = tmp_path_factory.mktemp("teacher")
-    runner = Runner(pendulum(tmp, "teacher", policy__actor_obs="critic"), run_dir=tmp / "teacher")
+    runner = Runner(pendulum(tmp, "teacher", "ppo", policy__actor_obs="critic"), run_dir=tmp / "teacher")
     runner.learn()
     runner.close()
     return tmp / "teacher" / "latest.pt"
@@ -264,7 +263,8 @@ def test_the_student_imitates_the_teacher_after_training(tmp_path: Path, teacher
 
 def test_the_switch_acts_only_in_distillation(teacher_checkpoint: Path) -> None:
     ppo = small_config("pendulum")
-    distill = dataclasses.replace(ppo, distill=DistillConfig(teacher=str(teacher_checkpoint)))
+    distill = with_algorithm(ppo, "distillation")
+    distill.distill.teacher = str(teacher_checkpoint)
     device = torch.device("cpu")
     assert PerfConfig().inert_reason("whole_chunk_distillation", switch_scope(ppo, device)) is not None
     scope = switch_scope(distill, device)
@@ -274,18 +274,32 @@ def test_the_switch_acts_only_in_distillation(teacher_checkpoint: Path) -> None:
 
 
 @pytest.mark.parametrize(("changes", "culprit"), [
+    ({"distill__teacher": ""}, "distill.teacher"),
     ({"distill__loss": "l1"}, "distill.loss"),
     ({"distill__gradient_length": 0}, "distill.gradient_length"),
-    ({"distill__teacher": "x.pt", "distill__gradient_length": 9}, "distill.gradient_length"),  # 8 steps
+    ({"distill__gradient_length": 9}, "distill.gradient_length"),  # 8 steps
+    ({"distill__steps_per_env": 0}, "distill.steps_per_env"),
     ({"distill__learning_rate": 0.0}, "distill.learning_rate"),
     ({"distill__max_grad_norm": -1.0}, "distill.max_grad_norm"),
-    ({"distill__teacher": "x.pt", "rnd": dataclasses.replace(TrainConfig().rnd, enabled=True)}, "rnd.enabled"),
     ({"policy__actor_obs": "privileged"}, "policy.actor_obs"),
+    ({"policy__kind": "recurrent"}, "policy.kind"),
 ])
 def test_bad_settings_name_their_key(tmp_path: Path, changes: dict[str, object], culprit: str) -> None:
-    cfg = pendulum(tmp_path, "bad", **changes)
+    cfg = pendulum(tmp_path, "bad", **{"distill__teacher": "x.pt", **changes})
     with pytest.raises(UserError, match=culprit):
         cfg.validate()
+
+
+def test_ppos_extensions_are_no_settings_of_distillation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """rsl_rl refuses RND and symmetry with distillation; here they are not in its settings at all: a key of them is
+    one line naming the algorithms that have it."""
+    from syncfree.cli import main
+
+    cfg = pendulum(tmp_path, "bad", distill__teacher="x.pt")
+    with pytest.raises(UserError, match="unknown key 'rnd'"):
+        with_values(cfg, {"rnd.enabled": True})
+    assert main(["train", "--task", "pendulum", "--algorithm", "distillation", "--rnd.enabled", "true"]) == 2
+    assert "rnd.* are settings of --algorithm ppo or recurrent-ppo, not distillation" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("task", "message"), [
@@ -294,7 +308,7 @@ def test_bad_settings_name_their_key(tmp_path: Path, changes: dict[str, object],
 ])
 def test_a_teacher_that_does_not_fit_the_task_is_refused_in_one_line(tmp_path: Path, teacher_checkpoint: Path,
                                                                      task: str, message: str) -> None:
-    cfg = small_config(task)
+    cfg = with_algorithm(small_config(task), "distillation")
     cfg.distill.teacher, cfg.distill.gradient_length = str(teacher_checkpoint), 4
     with pytest.raises(UserError, match=f"distill.teacher: .*{message}"):
         Runner(cfg)
@@ -306,7 +320,7 @@ def test_a_missing_teacher_and_a_ppo_checkpoint_resumed_as_distillation_are_refu
         Runner(pendulum(tmp_path, "a", distill__teacher=str(tmp_path / "missing.pt")))
     cfg = pendulum(tmp_path, "b", distill__teacher=str(teacher_checkpoint), iterations=4, policy__actor_obs="critic")
     runner = Runner(cfg, run_dir=tmp_path / "b")
-    with pytest.raises(UserError, match="trained by PPO but this run trains by distillation"):
+    with pytest.raises(UserError, match="trained by ppo but this run trains by distillation"):
         resume(runner, teacher_checkpoint)
 
 
@@ -356,13 +370,15 @@ def test_compiled_distillation_compiles_whole_graphs_and_matches_eager(tmp_path:
 
 def test_bench_distills_from_a_teacher_with_a_row_for_the_switch(tmp_path: Path, teacher_checkpoint: Path,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    """`syncfree bench --distill_teacher`: every configuration distills; the switch has its leave-one-out row and
-    the PPO-only switches are left out; the optimized student reads the host once per iteration."""
+    """`syncfree bench --algorithm distillation`: every configuration distills; the switch has its leave-one-out row
+    and the PPO-only switches are left out; the optimized student reads the host once per iteration."""
     import json
 
     from syncfree.cli import main
 
-    code = main(["bench", "--task", "pendulum", "--distill_teacher", str(teacher_checkpoint), "--num_envs", "[16]",
+    settings = json.dumps({"distill.teacher": str(teacher_checkpoint)})
+    code = main(["bench", "--task", "pendulum", "--algorithm", "distillation", "--settings", settings,
+                 "--num_envs", "[16]",
                  "--ablations", "true", "--add_one_in", "false", "--repeats", "1", "--iterations", "1",
                  "--min_seconds", "0", "--compile", "false", "--threads", "1", "--out", str(tmp_path)])
     assert code == 0
@@ -373,7 +389,7 @@ def test_bench_distills_from_a_teacher_with_a_row_for_the_switch(tmp_path: Path,
     opt, cut = configs["optimized"]["counts"], configs["optimized - whole_chunk_distillation"]["counts"]
     assert (opt["syncs_per_step"], opt["syncs_per_minibatch"], opt["syncs_per_iteration"]) == (0, 0, 1)
     assert opt["ops_per_minibatch"] < cut["ops_per_minibatch"]
-    assert "distilling from" in capsys.readouterr().out
+    assert "(quick profile), distillation" in capsys.readouterr().out
 
 
 # -- a recurrent student ------------------------------------------------------------------------------------
@@ -403,9 +419,7 @@ def recurrent_distiller(steps: int, envs: int, cfg: DistillConfig, seed: int = 0
 
 def test_a_recurrent_student_trains_from_a_teacher_and_reads_the_host_once_per_iteration(
         tmp_path: Path, teacher_checkpoint: Path) -> None:
-    from syncfree.tasks import with_policy_kind
-
-    cfg = with_policy_kind(pendulum(tmp_path, "rnn", distill__teacher=str(teacher_checkpoint)), "recurrent")
+    cfg = pendulum(tmp_path, "rnn", "recurrent-distillation", distill__teacher=str(teacher_checkpoint))
     cfg.policy.rnn = RecurrentCoreConfig(hidden=16)
     assert algorithm_for(cfg) is RecurrentDistillation
     runner = Runner(cfg, run_dir=tmp_path / "rnn")
@@ -422,32 +436,32 @@ def test_a_recurrent_student_trains_from_a_teacher_and_reads_the_host_once_per_i
         export_checkpoint(str(tmp_path / "rnn" / "latest.pt"), tmp_path / "onnx")
 
 
-def test_settings_the_other_algorithm_reads_are_named_as_unused() -> None:
-    """PPO's settings change nothing in distillation (but the rollout's length), and `distill.*` nothing in PPO:
-    a run that sets them is told (`TrainConfig.unused_settings`, the one-line warning at the start)."""
-    ppo = small_config("pendulum")
-    distilling = dataclasses.replace(ppo, distill=DistillConfig(teacher="t.pt", gradient_length=4),
-                                     ppo=dataclasses.replace(ppo.ppo, learning_rate=0.01, steps_per_env=16))
-    assert [key for key, _ in distilling.unused_settings(ppo)] == ["ppo.learning_rate=0.01"]
-    plain = dataclasses.replace(ppo, distill=DistillConfig(learning_rate=0.01))
-    assert [key for key, _ in plain.unused_settings(ppo)] == ["distill.learning_rate=0.01"]
-    from syncfree.tasks import with_policy_kind
+def test_a_teacher_chooses_distillation_and_a_recurrent_policy_the_recurrent_student(
+        capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """Naming a teacher chooses distillation from PPO's preset, with a line saying so; with `policy.kind=recurrent`
+    the recurrent student; PPO's settings that distillation shares (the rollout's length) carry over."""
+    from syncfree.cli import parse_train_config
 
-    recurrent = with_policy_kind(ppo, "recurrent")  # the recurrent PPO section's own fields were never set
-    recurrent.distill = DistillConfig(teacher="t.pt", gradient_length=4)
-    assert recurrent.unused_settings(ppo) == []
+    caplog.set_level(logging.INFO, logger="syncfree")
+    cfg = parse_train_config(["--task", "pendulum", "--distill.teacher", "t.pt", "--iterations", "3"])
+    assert cfg.algorithm == "distillation" and cfg.distill.teacher == "t.pt" and cfg.iterations == 3
+    assert cfg.distill.steps_per_env == preset("pendulum").ppo.steps_per_env
+    assert "distill.teacher names a teacher: training with --algorithm distillation" in caplog.text
+    recurrent = parse_train_config(["--task", "pendulum", "--distill.teacher", "t.pt", "--policy.kind", "recurrent"])
+    assert recurrent.algorithm == "recurrent-distillation"
+    assert algorithm_for(recurrent) is RecurrentDistillation
 
 
 def test_switches_listing_judges_a_distillation_run(capsys: pytest.CaptureFixture[str]) -> None:
     from syncfree.cli import main
 
-    assert main(["switches", "--task", "pendulum", "--distill"]) == 0
+    assert main(["switches", "--task", "pendulum", "--algorithm", "distillation"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("pendulum, distilling")
+    assert out.startswith("pendulum, distillation")
     line = next(x for x in out.splitlines() if x.startswith("whole_chunk_distillation:"))
     assert line.endswith("live")
     assert "INERT: distillation steps at a fixed rate" in out and "INERT: distillation evaluates no critic" in out
-    assert main(["switches", "--distill"]) == 2
+    assert main(["switches", "--algorithm", "distillation"]) == 2
 
 
 @pytest.mark.parametrize(("change", "message"), [

@@ -169,7 +169,8 @@ def test_rnd_trains_on_two_ranks_with_its_gradients_averaged(tmp_path: Path) -> 
     across ranks through training and a resume; one predictor step on each rank's half of a minibatch equals one
     step on the whole minibatch in one process (its gradients averaged over ranks)."""
     from syncfree.algo.rnd import RND
-    from syncfree.config import PerfConfig, RNDConfig
+    from syncfree.algo.settings import RNDConfig
+    from syncfree.config import PerfConfig
 
     obs = torch.randn(8, 4, generator=torch.Generator().manual_seed(3))
     torch.save(obs, tmp_path / "rnd_obs.pt")
@@ -244,7 +245,7 @@ def test_torchrun_trains_and_resumes_across_world_sizes(tmp_path: Path,
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     # rank 0 only; torchrun sets OMP_NUM_THREADS=1 for its workers
-    assert result.stderr.count("training pendulum on cpu, 1 thread (OMP_NUM_THREADS), perf.compile=") == 1
+    assert result.stderr.count("training pendulum with PPO on cpu, 1 thread (OMP_NUM_THREADS), perf.compile=") == 1
     assert ": 2 ranks x 16 envs x 8 steps" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -14,9 +14,9 @@ import torch
 import syncfree
 from conftest import small_config
 from syncfree.cli import main
-from syncfree.config import TokenEncoderConfig
 from syncfree.errors import UserError
 from syncfree.export import export_checkpoint
+from syncfree.policy.settings import TokenEncoderConfig
 from syncfree.policy.token_encoder import ENCODER_INDEX_PART
 from syncfree.train import checkpoint
 from syncfree.train.runner import Runner

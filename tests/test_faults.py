@@ -33,7 +33,7 @@ from test_checkpoint_safety import Payload
 from syncfree.cli import main
 from syncfree.envs.render import draw_cartpole
 from syncfree.tasks import TASKS
-from syncfree.tasks.classic import ClassicConfig, classic_task
+from syncfree.tasks.classic import classic_config, classic_task
 from syncfree.train import checkpoint
 
 SMALL = ["--task", "pendulum", "--env.num_envs", "16", "--ppo.steps_per_env", "8", "--log.progress", "false",
@@ -121,7 +121,7 @@ def nan_weights(ctx: Ctx) -> list[str]:
 
 def nan_observations(env_class: type) -> Callable[[Ctx], list[str]]:
     def arrange(ctx: Ctx) -> list[str]:
-        ctx.monkeypatch.setitem(TASKS, "nan-task", classic_task("nan-task", "test", env_class, ClassicConfig,
+        ctx.monkeypatch.setitem(TASKS, "nan-task", classic_task("nan-task", "test", env_class, classic_config,
                                                                 draw_cartpole))
         return ["train", *SMALL, "--task", "nan-task", "--iterations", "3", "--save_every", "1", "--log.dir",
                 str(ctx.tmp), "--log.run_name", "run"]

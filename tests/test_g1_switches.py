@@ -11,9 +11,10 @@ import torch
 
 from conftest import assert_same_state, small_config, train_iterations
 from syncfree.algo.storage import Batch
-from syncfree.config import PerfConfig, TokenEncoderConfig
+from syncfree.config import PerfConfig
 from syncfree.core.counters import count_syncs
 from syncfree.policy.actor_critic import chunked_value
+from syncfree.policy.settings import TokenEncoderConfig
 from syncfree.train.runner import Runner
 
 ENV_SWITCHES = ["shared_obs_terms", "reset_without_sync", "fast_history", "batched_command_metrics",

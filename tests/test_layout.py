@@ -172,3 +172,86 @@ def test_the_branch_check_sees_a_planted_branch(tmp_path: Path) -> None:
     (tmp_path / "algo" / "y.py").write_text('if cfg.policy.kind == "token":\n    pass\n')
     assert sorted(kind_and_task_branches(tmp_path)) == ["train/x.py:1: 'grid-arena'", "train/x.py:1: 'gym:'",
                                                         "train/x.py:2: policy.kind", "train/x.py:3: 'recurrent'"]
+
+
+SETTINGS_OWNERS = ("algo", "policy", "tasks")
+"""The parts that may read an algorithm's settings or ask for an algorithm's or a policy's class: the algorithms, the
+policies and the task registry (whose presets are configs of an algorithm)."""
+
+
+def owned_classes(root: Path = ROOT) -> set[str]:
+    """The names of the classes `algo/` and `policy/` define."""
+    return {node.name for part in ("algo", "policy") for path in (root / part).rglob("*.py")
+            for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef)}
+
+
+def algorithm_sections() -> set[str]:
+    """The sections of the algorithms' config types that a run's config does not have by itself (`ppo`, `policy`,
+    `distill`, ...)."""
+    import dataclasses
+
+    from syncfree.algo import ALGORITHMS
+    from syncfree.config import TrainConfig
+
+    run = {f.name for f in dataclasses.fields(TrainConfig)}
+    return {f.name for a in ALGORITHMS.values() for f in dataclasses.fields(a.config_type)} - run
+
+
+def _names(node: ast.expr) -> list[str]:
+    """The class names an `isinstance` second argument gives (a name, `module.Name`, a tuple or `A | B`)."""
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Attribute):
+        return [node.attr]
+    if isinstance(node, ast.Tuple):
+        return [n for e in node.elts for n in _names(e)]
+    if isinstance(node, ast.BinOp):
+        return _names(node.left) + _names(node.right)
+    return []
+
+
+def _reads_a_config(node: ast.expr) -> bool:
+    """Whether an expression is a config: a name (or an attribute) that says so (`cfg`, `self.cfg`, `loaded.config`)."""
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name in ("cfg", "config") or name.endswith("_cfg") or name.endswith("_config")
+
+
+def algorithm_specific_code(root: Path = ROOT, classes: set[str] | None = None,
+                            sections: set[str] | None = None) -> list[str]:
+    """`file:line` of every `isinstance`/`issubclass` check against a class of `algo/` or `policy/`, and of every
+    read of an algorithm's section from a config, outside `SETTINGS_OWNERS`."""
+    classes = owned_classes() if classes is None else classes
+    sections = algorithm_sections() if sections is None else sections
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if relative.parts[0] in SETTINGS_OWNERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2):
+                found += [f"{relative}:{node.lineno}: isinstance {name}" for name in _names(node.args[1])
+                          if name in classes]
+            elif isinstance(node, ast.Attribute) and node.attr in sections and _reads_a_config(node.value):
+                found.append(f"{relative}:{node.lineno}: .{node.attr}")
+    return found
+
+
+def test_only_the_algorithms_policies_and_tasks_read_an_algorithms_settings_or_ask_its_class() -> None:
+    assert algorithm_specific_code() == []
+
+
+def test_the_algorithm_check_sees_planted_reads_and_checks(tmp_path: Path) -> None:
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "x.py").write_text("if isinstance(runner.algorithm, (RecurrentPPO, int)):\n"
+                                             "    steps = self.cfg.ppo.steps_per_env\n"
+                                             "teacher = loaded.cfg.distill.teacher if issubclass(a, algo.Distillation) "
+                                             "else None\n"
+                                             "policy = runner.policy\n")
+    (tmp_path / "algo").mkdir()
+    (tmp_path / "algo" / "y.py").write_text("class RecurrentPPO:\n    steps = cfg.ppo.steps_per_env\n")
+    assert owned_classes() >= {"RecurrentPPO", "Distillation", "ActorCritic", "PPOConfig"}
+    assert algorithm_sections() >= {"ppo", "policy", "rnd", "symmetry", "losses", "distill"}
+    assert sorted(algorithm_specific_code(tmp_path, {"RecurrentPPO", "Distillation"}, {"ppo", "distill"})) == [
+        "train/x.py:1: isinstance RecurrentPPO", "train/x.py:2: .ppo", "train/x.py:3: .distill",
+        "train/x.py:3: isinstance Distillation"]

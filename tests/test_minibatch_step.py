@@ -21,8 +21,9 @@ from syncfree.algo.minibatch_step import (
     group_clip_coefficients,
 )
 from syncfree.algo.optim import PolicyOptimizer
+from syncfree.algo.settings import PPOConfig
 from syncfree.bench.timing import count_iteration
-from syncfree.config import PerfConfig, PPOConfig
+from syncfree.config import PerfConfig
 from syncfree.core.memory import live_tensor_storages
 from syncfree.train.runner import Runner
 

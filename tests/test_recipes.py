@@ -146,44 +146,30 @@ def test_a_switch_is_one_field_that_the_catalogue_bench_and_tests_then_see(tmp_p
     assert "1 failed" in checks.stdout and "reuse_toy_buffer" in checks.stdout, checks.stdout[-2000:]
 
 
-def test_an_algorithm_is_chosen_by_its_config_type(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import dataclasses
+def test_an_algorithm_is_chosen_by_its_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
     import torch
 
     from syncfree import algo
-    from syncfree.tasks import TASKS, TaskSpec
-    from syncfree.tasks.classic import ClassicConfig, pendulum_preset
+    from syncfree.tasks import preset, with_algorithm
     from syncfree.train.runner import Runner
 
     source = tmp_path / "sign_ppo.py"
     source.write_text(recipe_blocks()["src/syncfree/algo/sign_ppo.py"])
     spec = importlib.util.spec_from_file_location("sign_ppo", source)
     module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "sign_ppo", module)  # a dataclass reads its module's names
     spec.loader.exec_module(module)
-    monkeypatch.setattr(algo, "ALGORITHMS", (module.SignPPO, *algo.ALGORITHMS))
+    monkeypatch.setitem(algo.ALGORITHMS, "sign-ppo", module.SignPPO)
 
-    @dataclasses.dataclass
-    class SignPendulumConfig(module.SignPPOConfig, ClassicConfig):
-        """Pendulum's options, trained by SignPPO."""
-
-    def preset(task: str) -> SignPendulumConfig:
-        cfg = SignPendulumConfig(**{k: v for k, v in vars(pendulum_preset(task)).items()})
-        cfg.env.num_envs, cfg.ppo.steps_per_env, cfg.iterations, cfg.log.progress = 16, 8, 2, False
-        cfg.perf.compile = "off"
-        return cfg
-
-    pendulum = TASKS["pendulum"]
-    monkeypatch.setitem(TASKS, "sign-pendulum", TaskSpec("sign-pendulum", "pendulum by SignPPO", SignPendulumConfig,
-                                                         {"default": preset}, pendulum.make_env, module.SignPPO))
-    from syncfree.tasks import preset as task_preset
-
-    cfg = task_preset("sign-pendulum")
+    cfg = with_algorithm(preset("pendulum"), "sign-ppo")
+    cfg.env.num_envs, cfg.ppo.steps_per_env, cfg.iterations, cfg.log.progress = 16, 8, 2, False
+    cfg.perf.compile = "off"
     assert algo.algorithm_for(cfg) is module.SignPPO
     runner = Runner(cfg)
     record = runner.learn()
     assert isinstance(runner.algorithm, module.SignPPO) and record["iteration"] == 2
     assert set(runner.algorithm.storage.advantages.unique().tolist()) <= {-1.0, 0.0, 1.0}
     assert torch.isfinite(torch.tensor(record["value_loss"]))
-    assert algo.algorithm_for(pendulum_preset("pendulum")) is algo.FeedForwardPPO  # other configs keep theirs
+    assert algo.algorithm_for(preset("pendulum")) is algo.FeedForwardPPO  # other configs keep theirs

@@ -15,12 +15,12 @@ from conftest import assert_same_state, recurrent_config
 from syncfree.algo.recurrent import RecurrentPPO
 from syncfree.bench.timing import count_iteration
 from syncfree.cli import main
-from syncfree.config import RecurrentCoreConfig, RecurrentMLPPolicyConfig
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import ActionSpec
 from syncfree.errors import UserError
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
+from syncfree.policy.settings import RecurrentCoreConfig, RecurrentMLPPolicyConfig
 from syncfree.tasks import config_from_dict, switch_scope
 from syncfree.train.runner import Runner
 

@@ -24,7 +24,7 @@ from conftest import (
     update_on_one_rollout,
 )
 from syncfree.algo.rnd import RND
-from syncfree.config import RNDConfig
+from syncfree.algo.settings import RNDConfig
 from syncfree.core.switches import PerfConfig
 from syncfree.errors import UserError
 from syncfree.train import checkpoint

@@ -14,9 +14,10 @@ pytest.importorskip("mettagrid")
 
 from conftest import assert_same_state, grid_config, recurrent_config
 from syncfree.algo.recurrent import RecurrentPPO
+from syncfree.algo.settings import LossesConfig
 from syncfree.bench.timing import count_iteration
 from syncfree.cli import main
-from syncfree.config import LossesConfig, PerfConfig, TrainConfig
+from syncfree.config import PerfConfig, TrainConfig
 from syncfree.errors import UserError
 from syncfree.tasks import preset, switch_scope
 from syncfree.train import checkpoint

@@ -21,11 +21,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import conftest
 from conftest import small_config
-from syncfree.config import PerfConfig, TokenEncoderConfig, TrainConfig
+from syncfree.config import PerfConfig, TrainConfig
 from syncfree.core import compile as compile_module
 from syncfree.core.counters import Counts, count_syncs
 from syncfree.core.device import set_deterministic
 from syncfree.policy.actor_critic import MLP
+from syncfree.policy.settings import TokenEncoderConfig
 from syncfree.tasks import switch_scope
 from syncfree.train.runner import Runner
 
@@ -221,10 +222,9 @@ def algorithm_config(algorithm: str, teacher: str, **perf: object) -> TrainConfi
     policy, PPO with the recurrent MLP policy, or distillation of an MLP student from `teacher`."""
     if algorithm == "recurrent":
         return conftest.recurrent_config(**perf)
-    cfg = small_config("pendulum", **perf)
     if algorithm == "distillation":
-        cfg.distill.teacher, cfg.distill.gradient_length = teacher, 4
-    return cfg
+        return conftest.distill_config(teacher, **perf)
+    return small_config("pendulum", **perf)
 
 
 def optimizer_steps(runner: Runner) -> int:

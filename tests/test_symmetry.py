@@ -12,15 +12,16 @@ import torch
 
 from conftest import refused_training, small_config, trained_host_reads, update_on_one_rollout
 from syncfree.algo.feedforward import FeedForwardPPO
+from syncfree.algo.settings import PPOConfig, SymmetryConfig
 from syncfree.algo.storage import Batch
 from syncfree.algo.symmetry import Symmetry
-from syncfree.config import PolicyConfig, PPOConfig, RecurrentCoreConfig, SymmetryConfig
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import ActionSpec
 from syncfree.envs.builtin.point_mass import PointMass
 from syncfree.envs.mirror import Reflection, SignedPermutation
 from syncfree.errors import UserError
 from syncfree.policy.actor_critic import ActorCritic
+from syncfree.policy.settings import PolicyConfig, RecurrentCoreConfig
 from syncfree.rsl_rl.checkpoint import to_rsl_rl
 from syncfree.train.runner import Runner
 
@@ -249,9 +250,9 @@ def test_the_documented_point_mass_figures_are_the_benchmarks_results() -> None:
 def recurrent_symmetric(augment: bool = True, mirror_loss: bool = True, coef: float = 0.5, normalize: bool = True,
                         **perf: Any) -> Any:
     """point-mass's small preset with the recurrent MLP policy (an LSTM of 16) and symmetry."""
-    from syncfree.tasks import with_policy_kind
+    from syncfree.tasks import with_algorithm
 
-    cfg = with_policy_kind(small_config("point-mass", **perf), "recurrent")
+    cfg = with_algorithm(small_config("point-mass", **perf), "recurrent-ppo")
     cfg.policy.rnn = RecurrentCoreConfig(hidden=16)
     cfg.policy.normalize_obs = normalize
     cfg.symmetry = SymmetryConfig(augment=augment, mirror_loss=mirror_loss, mirror_loss_coef=coef,

@@ -9,8 +9,9 @@ import torch
 
 from syncfree.algo.advantages import compute_gae
 from syncfree.algo.feedforward import FeedForwardPPO
+from syncfree.algo.settings import PPOConfig
 from syncfree.algo.storage import RolloutStorage
-from syncfree.config import PerfConfig, PPOConfig
+from syncfree.config import PerfConfig
 from syncfree.core.counters import count_syncs
 from syncfree.envs.api import ActionSpec
 from syncfree.policy.token_encoder import (

@@ -13,10 +13,10 @@ import torch
 from torch import nn
 
 from syncfree.algo.scope import warn_inert_switches
-from syncfree.config import TrainConfig, from_dict, merge, to_dict, validate
+from syncfree.config import TrainConfig, from_dict, merge, sections_of, to_dict
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError
-from syncfree.tasks import preset, preset_or_none, with_policy_kind
+from syncfree.tasks import choose_algorithm, default_config, preset, preset_or_none, validated, with_algorithm
 from syncfree.train import checkpoint
 from syncfree.train.callbacks import IterationCallback
 from syncfree.train.evaluate import LoadedPolicy, evaluate_task, load_policy
@@ -51,11 +51,12 @@ def merged(start: TrainConfig, overrides: dict[str, Any]) -> dict[str, Any]:
 
 def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None, run_dir: str | Path | bool = True,
           on_iteration: Sequence[IterationCallback] = (), **overrides: Any) -> TrainResult:
-    """Train PPO on a built-in task (its name, see `syncfree tasks`) or on your own env (any `VecEnv`).
+    """Train on a built-in task (its name, see `syncfree tasks`) or on your own env (any `VecEnv`), with the task's
+    algorithm (PPO for your own env) or the one `algorithm=` names (`syncfree.algo.ALGORITHMS`).
 
     The config starts from `config`, else the task's preset (your own env: the defaults, `num_envs` and `device`
     taken from the env, `task` its class name), and `overrides` change it: top-level fields as keywords
-    (`iterations=50`), sections as dicts (`ppo={"learning_rate": 3e-4}`), or dotted keys
+    (`iterations=50`, `algorithm="recurrent-ppo"`), sections as dicts (`ppo={"learning_rate": 3e-4}`), or dotted keys
     (`**{"ppo.learning_rate": 3e-4}`). A misspelt key is a `UserError` naming the nearest one.
 
     Metrics, `config.yaml` and checkpoints go to `runs/<task>-<time>/` (printed at start), or to `run_dir` if it is
@@ -80,14 +81,17 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     elif isinstance(task, str):
         start = preset(task)
     else:
-        start = TrainConfig(task=type(task).__name__, device=str(task.device))
+        start = default_config(type(task).__name__, None, device=str(task.device))
         start.env.num_envs = task.num_envs
     base = merged(start, overrides)
-    kind = base["policy"].get("kind") if isinstance(base.get("policy"), dict) else None
-    variant = with_policy_kind(start, kind) if isinstance(kind, str) else start
-    if variant is not start:  # the config type of another policy kind (recurrent on a task of flat observations)
-        start, base = variant, merged(variant, overrides)
-    cfg = validate(from_dict(type(start), base))
+    policy, distill = base.get("policy"), base.get("distill")
+    algorithm = choose_algorithm(start.algorithm, overrides.get("algorithm"),
+                                 policy.get("kind") if isinstance(policy, dict) else None,
+                                 distill.get("teacher") if isinstance(distill, dict) else None)
+    if algorithm != start.algorithm and not resume:  # another algorithm's config type, the shared settings kept
+        start = with_algorithm(start, algorithm)
+        base = merged(start, overrides)
+    cfg = validated(from_dict(type(start), base, sections=sections_of(start)))
     cfg.resume = resume
     folder = None
     if run_dir:
@@ -98,7 +102,7 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     runner = Runner(cfg, run_dir=folder, env=env, on_iteration=on_iteration)
     if resume:
         resume_run(runner, resume)
-    warn_inert_switches(runner.cfg, runner.switch_scope(), preset_or_none(runner.cfg.task))
+    warn_inert_switches(runner.cfg, runner.switch_scope(), preset_or_none(runner.cfg.task, runner.cfg.algorithm))
     try:
         record = runner.learn()
     finally:

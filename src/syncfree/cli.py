@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from syncfree.config import TrainConfig
 
 COMMANDS = {
-    "train": "train PPO on a task (default: cartpole, on CPU unless CUDA is available)",
+    "train": "train a task with its algorithm or --algorithm's (default: cartpole by PPO, on CPU unless CUDA is available)",
     "eval": "run a checkpoint's deterministic policy on N fresh envs and print the mean return",
     "play": "record a checkpoint's policy acting in one env as a video (MP4 or GIF)",
     "export": "write a checkpoint's deterministic actor as ONNX graphs (normalizer included)",
@@ -109,26 +109,37 @@ def interrupt(signum: int, frame: FrameType | None) -> None:
     os._exit(INTERRUPTED)
 
 
-def config_parser(prog: str, description: str, cls: type, default: Any) -> Any:
-    """A jsonargparse parser of the dataclass `cls` (its attribute docstrings as help), defaults from `default`."""
+def config_parser(prog: str, description: str, cls: type, default: Any, sections: dict[str, type] | None = None) -> Any:
+    """A jsonargparse parser of the dataclass `cls` (its attribute docstrings as help), defaults from `default`;
+    `sections` gives some sections another type than `cls` declares (a task's `env` type)."""
     from jsonargparse import ArgumentParser, set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)
     parser = ArgumentParser(prog=prog, exit_on_error=False, allow_abbrev=False, description=description)
-    parser.add_class_arguments(cls, as_group=False, default=default)
+    parser.add_class_arguments(cls, as_group=False, default=default, skip=set(sections or ()))
+    for name, section_type in (sections or {}).items():
+        parser.add_class_arguments(section_type, nested_key=name, default=getattr(default, name))
     return parser
 
 
 def parse_train_config(argv: Sequence[str]) -> TrainConfig:
-    """Defaults come from the task's preset (or the resumed checkpoint's config); arguments override them. The
-    options (and `--help`) are those of the task's own config type."""
-    from syncfree.config import from_dict, read_config_file, unknown_key_hint, validate, value_error_line
+    """Defaults come from the task's preset for the algorithm chosen (or the resumed checkpoint's config); arguments
+    override them. The options (and `--help`) are those of the algorithm's config type with the task's sections."""
+    from syncfree.config import from_dict, read_config_file, sections_of, unknown_key_hint, value_error_line
     from syncfree.core.device import resolve_device
-    from syncfree.tasks import config_file_arguments, preset, switch_scope, with_policy_kind
+    from syncfree.tasks import (
+        choose_algorithm,
+        config_file_arguments,
+        preset,
+        stored_algorithm,
+        switch_scope,
+        validated,
+        with_algorithm,
+    )
     from syncfree.train.session import resume_config
 
     pre = argparse.ArgumentParser(add_help=False)
-    for name in ("--task", "--resume", "--policy.kind"):
+    for name in ("--task", "--resume", "--algorithm", "--policy.kind", "--distill.teacher"):
         pre.add_argument(name)
     pre.add_argument("--config", action="append", default=[])
     known, _ = pre.parse_known_args(argv)
@@ -138,16 +149,18 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
         base = resume_config(known.resume)
     else:
         base = preset(known.task or from_config.get("task") or "cartpole")
-        policy = from_config.get("policy")
+        policy, distill = from_config.get("policy"), from_config.get("distill")
+        named = known.algorithm or (stored_algorithm(from_config) if from_config else None)
         kind = getattr(known, "policy.kind") or (policy.get("kind") if isinstance(policy, dict) else None)
-        if isinstance(kind, str):  # the options of the recurrent variant of the task's config type
-            base = with_policy_kind(base, kind)
+        teacher = getattr(known, "distill.teacher") or (distill.get("teacher") if isinstance(distill, dict) else None)
+        base = with_algorithm(base, choose_algorithm(base.algorithm, named, kind, teacher))
+    sections = sections_of(base)
     if config_path:  # a run's config.yaml of an earlier version is read in this one's layout
-        argv = config_file_arguments(list(argv), config_path, from_config, type(base))
+        argv = config_file_arguments(list(argv), config_path, from_config, type(base), sections)
     inert = base.perf.inert_switches(switch_scope(base, resolve_device(base.device)))
-    parser = config_parser("syncfree train", f"Train PPO on {base.task}; defaults shown are its preset. Switches "
-                           f"that change nothing for it here: {', '.join(inert) or 'none'} (`syncfree switches "
-                           f"--task {base.task}` says why).", type(base), base)
+    parser = config_parser("syncfree train", f"Train {base.task} with --algorithm {base.algorithm}; defaults shown "
+                           f"are its preset. Switches that change nothing for it here: {', '.join(inert) or 'none'} "
+                           f"(`syncfree switches --task {base.task}` says why).", type(base), base, sections)
     parser.add_argument("--config", action="config", help="YAML file with any of the options below.")
     try:
         ns = parser.parse_args(list(argv))
@@ -158,9 +171,23 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
         bad_value = value_error_line(message)
         if bad_value is not None:
             raise UserError(f"config: {bad_value}") from None
-        raise UserError(f"config: {message}{where}{unknown_key_hint(message, type(base))}") from None
+        hint = unknown_key_hint(message, type(base), sections)
+        raise UserError(f"config: {message}{where}{other_algorithms_hint(message, base.algorithm)}{hint}") from None
     ns.pop("config", None)
-    return validate(from_dict(type(base), ns.as_dict()))  # a task of another config type: one line when made
+    return validated(from_dict(type(base), ns.as_dict(), sections=sections))
+
+
+def other_algorithms_hint(message: str, algorithm: str) -> str:
+    """For an unknown key of a section that other algorithms have (`--distill.teacher` with PPO): which have it."""
+    import re
+
+    from syncfree.algo import algorithms_with
+    from syncfree.config.messages import UNKNOWN_KEY
+
+    match = next((m for m in (re.search(p, message) for p in UNKNOWN_KEY) if m), None)
+    section = match.group(1).split(".")[0] if match else ""
+    owners = [name for name in algorithms_with(section) if name != algorithm] if section else []
+    return f"; {section}.* are settings of --algorithm {' or '.join(owners)}, not {algorithm}" if owners else ""
 
 
 def cmd_train(argv: Sequence[str]) -> int:
@@ -309,12 +336,11 @@ def cmd_switches(argv: Sequence[str]) -> int:
     parser.add_argument("--perf.compile", dest="compile", choices=("off", "auto", "hot", "step"),
                         help="with --task: the compile mode to judge under (default: the preset's)")
     parser.add_argument("--device", help="with --task: the device to judge for (cpu, cuda; default: the preset's)")
-    parser.add_argument("--distill", action="store_true",
-                        help="with --task: judge for student-teacher distillation (distill.teacher) instead of PPO")
+    parser.add_argument("--algorithm", help="with --task: judge for this algorithm (default: the task's)")
     args = parser.parse_args(argv)
-    if (args.compile or args.device or args.distill) and not args.task:
-        raise UserError("switches: --perf.compile, --device and --distill need --task")
-    print(listing(args.task, args.compile, args.device, args.distill))
+    if (args.compile or args.device or args.algorithm) and not args.task:
+        raise UserError("switches: --perf.compile, --device and --algorithm need --task")
+    print(listing(args.task, args.compile, args.device, args.algorithm))
     return 0
 
 

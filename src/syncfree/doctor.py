@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from syncfree.config import TrainConfig, validate
+from syncfree.config import TrainConfig
 from syncfree.core import phases as phases_module
 from syncfree.core.counters import Counts, caller_site, tensors_in
 from syncfree.core.phases import ROLLOUT_PHASES, UPDATE_PHASES, PhaseCounter, Phases
@@ -35,7 +35,7 @@ from syncfree.core.switches import PerfConfig
 from syncfree.envs.adapters.staging import HostStaging
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError
-from syncfree.tasks import factory, make_task_env, preset
+from syncfree.tasks import factory, make_task_env, preset, validated
 from syncfree.train.runner import Runner
 
 ENV_PHASE = "env"
@@ -263,13 +263,13 @@ def examine_training(cfg: TrainConfig, warmup_iterations: int = 1, target: str =
             runner.learn()
     finally:
         runner.close()
-    p = cfg.ppo
+    algorithm = runner.algorithm
     per, unit = {}, {}
     for name in counter.counts:
         if name in ROLLOUT_PHASES:
-            per[name], unit[name] = p.steps_per_env, "step"
+            per[name], unit[name] = algorithm.steps_per_env, "step"
         elif name in UPDATE_PHASES:
-            per[name], unit[name] = p.num_epochs * p.num_minibatches, "minibatch"
+            per[name], unit[name] = algorithm.minibatches_per_update, "minibatch"
         else:  # advantages, logging
             per[name], unit[name] = 1, "iteration"
     return Report(target, counter.counts, per, unit, counter.repeats)
@@ -367,7 +367,7 @@ def run(args: argparse.Namespace) -> int:
         cfg.perf, cfg.device = perf, args.device
         cfg.env.num_envs = args.num_envs or cfg.env.num_envs
         cfg.log.tensorboard = False
-        report = examine_training(validate(cfg), max(args.warmup or 1, 1),
+        report = examine_training(validated(cfg), max(args.warmup or 1, 1),
                                   target=f"train {args.task} ({args.perf} switches)")
     else:
         if args.task:

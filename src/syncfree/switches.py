@@ -8,34 +8,31 @@ from typing import Literal
 import docstring_parser
 import torch
 
-from syncfree.config import validate
 from syncfree.core.device import resolve_device
 from syncfree.core.switches import PerfConfig
-from syncfree.tasks import preset, switch_scope
+from syncfree.tasks import preset, switch_scope, validated
 from syncfree.train.compile_choice import resolve_compile
 
 
 def listing(task: str | None = None, compile: Literal["off", "auto", "hot", "step"] | None = None,
-            device: str | None = None, distill: bool = False) -> str:
+            device: str | None = None, algorithm: str | None = None) -> str:
     """Every switch with its values, origin and doc; with `task`, marked live or inert (with the reason) on the
-    task's preset, under `compile` and on `device` (default: the preset's), training PPO or (`distill`) distilling
-    a student of the preset's policy from a teacher."""
+    task's preset, under `compile` and on `device` (default: the preset's), trained by the task's algorithm or
+    `algorithm` (from the preset's settings it shares)."""
     docs = {p.arg_name: p.description for p in docstring_parser.parse_from_object(PerfConfig).params}
     inert: dict[str, str] | None = None
     lines = []
     if task:
-        cfg = preset(task)
+        cfg = preset(task, algorithm=algorithm)
         cfg.perf.compile = compile or cfg.perf.compile
         cfg.device = device or cfg.device
-        if distill:  # where the switches act depends on the algorithm only, not on which teacher
-            cfg.distill.teacher = "teacher.pt"
-            cfg.distill.gradient_length = min(cfg.distill.gradient_length, cfg.ppo.steps_per_env)
-        cfg = validate(cfg)
+        if algorithm is None:  # another algorithm's settings may need a value of the user's (a teacher)
+            cfg = validated(cfg)
         # judged for the device asked for, present here or not; else where the preset would train
         where = torch.device(device) if device else resolve_device(cfg.device)
         cfg, _ = resolve_compile(cfg, where)
         inert = cfg.perf.inert_switches(switch_scope(cfg, where))
-        lines.append(f"{task}{', distilling' if distill else ''} (perf.compile={cfg.perf.compile}, device={where}): "
+        lines.append(f"{task}, {cfg.algorithm} (perf.compile={cfg.perf.compile}, device={where}): "
                      f"{len(PerfConfig.switches()) - len(inert)} switches act, {len(inert)} change nothing\n")
     for f in PerfConfig.switches():
         mark = ""

@@ -12,6 +12,7 @@ no host read, nothing allocated that a preallocated buffer could hold.
 
 from __future__ import annotations
 
+import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Protocol
@@ -22,10 +23,12 @@ from torch import Tensor, nn
 
 from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.rnd import RND
-from syncfree.config import PPOConfig, TrainConfig
+from syncfree.algo.settings import PPOConfig
+from syncfree.config import TrainConfig, flatten
 from syncfree.core.phases import Phases
 from syncfree.core.switches import Scope
 from syncfree.envs.api import StepResult, VecEnv
+from syncfree.errors import UserError
 from syncfree.policy.build import EnvShape
 from syncfree.policy.normalizer import RewardScale
 
@@ -67,8 +70,22 @@ class Algorithm(ABC):
     The class owns what differs between algorithms outside the loop too: the config type it trains from, building
     itself and its policy, evaluating a policy, where the perf switches act, and the bench's policy forward."""
 
-    config_type: ClassVar[type[TrainConfig]] = TrainConfig
-    """The config type this algorithm trains from (a task's config type derives from it)."""
+    name: ClassVar[str]
+    """The algorithm's name (`--algorithm NAME`)."""
+    description: ClassVar[str]
+    """One line for `syncfree algorithms`."""
+    label: ClassVar[str]
+    """How the start line and the help name it (`PPO`, `recurrent PPO`)."""
+    family: ClassVar[str]
+    """Algorithms of one family differ in the policy they train (`policy.kind`): PPO and recurrent PPO, distillation
+    into a feed-forward or a recurrent student."""
+    config_type: ClassVar[type[TrainConfig]]
+    """The config type this algorithm trains from: the run's settings and the algorithm's own sections."""
+    chosen_by_policy_kind: ClassVar[str | None] = None
+    """The `policy.kind` that, asked for on another algorithm of the family, chooses this one instead (recurrent PPO:
+    `recurrent`); None: none does."""
+    learning_rate_key: ClassVar[str] = "ppo.learning_rate"
+    """The setting a diverged run is told to lower."""
     export_refusal: ClassVar[str | None] = None
     """Why `syncfree export` cannot write this algorithm's policies (None: it can)."""
 
@@ -158,6 +175,22 @@ class Algorithm(ABC):
 
     stats: Tensor
     """The update's statistics (`stat_names`), summed over the iteration's minibatches on the device."""
+    max_skipped_updates: int = PPOConfig.max_skipped_updates
+    """A run stops once this many minibatch updates in a row were skipped for non-finite gradients (0: never)."""
+    skipped_updates_key: ClassVar[str] = "ppo.max_skipped_updates"
+    """The setting that gives `max_skipped_updates` (none: the class's own)."""
+
+    def divergence(self, stats: dict[str, float]) -> str | None:
+        """Why the run diverged, from the iteration's statistics on the host (`statistics()`): the update left
+        non-finite parameters, or skipped `max_skipped_updates` minibatch updates in a row; None while it did not."""
+        if stats["non_finite_parameters"] > 0:
+            return f"the update left non-finite parameters (the run diverged: try a smaller {self.learning_rate_key})"
+        limit = self.max_skipped_updates
+        if limit and stats["longest_skip_run"] >= limit:
+            setting = f" ({self.skipped_updates_key}={limit})" if self.skipped_updates_key else ""
+            return (f"{int(stats['longest_skip_run'])} minibatch updates in a row skipped for non-finite gradients"
+                    f"{setting}: the run diverged")
+        return None
 
     def backward_and_step(self, loss: Tensor, parts: Sequence[Tensor], kl_mean: Tensor | None) -> None:
         """The second half of a minibatch update, the same for every algorithm: gradients of `loss`, then the
@@ -174,6 +207,38 @@ class Algorithm(ABC):
         """Add one minibatch's statistics to `stats`, on the device."""
         with torch.no_grad():
             self.stats.add_(torch.stack((*parts, grad_norm)))
+
+    epochs: int = 1
+    """Passes over the rollout per update (`minibatches_per_update` steps in all)."""
+
+    def rows_per_minibatch(self) -> int:
+        """Rows one optimizer step's forward reads (what autocast's `auto` weighs)."""
+        return self.num_envs * self.steps_per_env * self.epochs // max(self.minibatches_per_update, 1)
+
+    @abstractmethod
+    def rollout_forward(self, obs: dict[str, Tensor]) -> None:
+        """One rollout step's policy forward for every row, as `act` runs it, storing nothing (the bench counts its
+        FLOPs)."""
+
+    @abstractmethod
+    def first_minibatch_loss(self) -> Tensor:
+        """The loss of the update's first optimizer step on the stored rollout, as `update` computes it (the bench
+        counts the FLOPs of its forward and backward)."""
+
+    def flops_per_env_step(self, obs: dict[str, Tensor]) -> dict[str, float]:
+        """Matrix-product FLOPs per env (agent) step of an iteration, counted eagerly from the operands' shapes:
+        `rollout` (the policy's forward of each step, from `obs`) and `update` (forward and backward of every
+        optimizer step, on the stored rollout; gradients cleared after)."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as rollout, torch.inference_mode():
+            self.rollout_forward(obs)
+        with FlopCounterMode(display=False) as update:
+            self.first_minibatch_loss().backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
+        for p in self.policy.parameters():
+            p.grad = None
+        return {"rollout": rollout.get_total_flops() / self.num_envs,
+                "update": update.get_total_flops() * self.minibatches_per_update / (self.num_envs * self.steps_per_env)}
 
     @abstractmethod
     def storage_tensors(self) -> list[Tensor]:
@@ -200,6 +265,19 @@ class Algorithm(ABC):
         """RND's entries of `statistics()` (none without RND)."""
         return {} if self.rnd is None else self.rnd.statistics(minibatches, self.steps_per_env * self.num_envs)
 
+    @classmethod
+    def check_resumable(cls, saved: dict[str, Any], cfg: TrainConfig, source: str) -> None:
+        """A run of `cfg` may continue a checkpoint trained with the config `saved` (a dict): the policy settings that
+        shape what its weights compute are the same (those of `POLICY_CHANGEABLE` may differ)."""
+        policy = getattr(cfg, "policy", None)
+        if policy is None:
+            return
+        trained = flatten(saved.get("policy", {}), "policy.")
+        for key, value in flatten(dataclasses.asdict(policy), "policy.").items():
+            if key not in POLICY_CHANGEABLE and key in trained and trained[key] != value:
+                raise UserError(f"{source}: trained with {key}={trained[key]!r} but this run has {key}={value!r}; the "
+                                "network's weights only mean something with the settings they were trained with")
+
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's state, the reward scale's statistics and RND's state (the policy's parameters are saved
         by the runner)."""
@@ -218,6 +296,11 @@ class Algorithm(ABC):
             self.reward_scale.load_state_dict(state["reward_scale"])
         if self.rnd is not None and "rnd" in state:
             self.rnd.load_state_dict(state["rnd"])
+
+
+POLICY_CHANGEABLE = ("policy.init_std", "policy.token.init_std", "policy.token.reconstruction_weight")
+"""Policy settings a resumed run may change: they shape a fresh network (a checkpoint's weights replace their
+effect) or weigh a loss, and leave what the saved weights compute as it was."""
 
 
 def reward_scale(cfg: PPOConfig, num_envs: int, device: torch.device) -> RewardScale | None:

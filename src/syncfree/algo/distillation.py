@@ -22,31 +22,28 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple, cast
+from typing import Any, ClassVar, NamedTuple, cast
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
 from syncfree.algo.base import Algorithm, CheckpointReader
+from syncfree.algo.configs import DistillationTrainConfig, PPOTrainConfig, RecurrentDistillationTrainConfig
 from syncfree.algo.feedforward import FeedForwardPPO
 from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.recurrent import RecurrentPPO
-from syncfree.config import (
-    DistillConfig,
-    PPOConfig,
-    RecurrentFlatTrainConfig,
-    RecurrentTrainConfig,
-    TrainConfig,
-)
+from syncfree.algo.settings import DistillConfig, PPOConfig
+from syncfree.config import TrainConfig
 from syncfree.core.compile import hot, use_cuda_graphs
 from syncfree.core.phases import UNTIMED, Phases
 from syncfree.core.switches import PerfConfig, Scope
 from syncfree.envs.api import StepResult, VecEnv
 from syncfree.errors import POLICY_MEMORY, STORAGE_MEMORY, UserError, allocating
-from syncfree.policy.actor_critic import ActorCritic, set_autocast
+from syncfree.policy.actor_critic import ActorCritic, auto_lowers_mlps, set_autocast
 from syncfree.policy.build import EnvShape, obs_dim
 from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
+from syncfree.policy.settings import PolicyConfig, RecurrentMLPPolicyConfig
 
 log = logging.getLogger("syncfree")
 
@@ -105,10 +102,11 @@ def load_teacher(path: str, env: EnvShape, read_checkpoint: CheckpointReader) ->
     except UserError as e:
         raise UserError(f"distill.teacher: {e}") from None
     where = f"distill.teacher: {path}"
-    if isinstance(cfg, RecurrentTrainConfig) or cfg.policy.kind != "mlp":
-        raise UserError(f"{where} holds a policy.kind={cfg.policy.kind} policy; the teacher is a feed-forward MLP "
-                        "policy")
-    group = cfg.policy.actor_obs
+    policy_cfg = getattr(cfg, "policy", None)
+    if not isinstance(policy_cfg, PolicyConfig) or policy_cfg.kind != "mlp":
+        raise UserError(f"{where} holds a policy of {cfg.algorithm} ({getattr(policy_cfg, 'kind', 'none')}); the "
+                        "teacher is a feed-forward MLP policy")
+    group = policy_cfg.actor_obs
     if group not in env.obs_shapes:
         raise UserError(f"{where} reads observation group {group!r}, which this env lacks "
                         f"(has {', '.join(env.obs_shapes)})")
@@ -123,7 +121,7 @@ def load_teacher(path: str, env: EnvShape, read_checkpoint: CheckpointReader) ->
     if recorded != widths:
         raise UserError(f"{where} was trained on observations of widths {recorded}; this env gives {widths} "
                         f"(the teacher reads {group!r})")
-    teacher = FeedForwardPPO.build_policy(cfg, env)
+    teacher = FeedForwardPPO.build_policy(cast(PPOTrainConfig, cfg), env)
     assert isinstance(teacher, ActorCritic)  # policy.kind=mlp
     try:
         teacher.load_state_dict(state["policy"])
@@ -137,6 +135,13 @@ def load_teacher(path: str, env: EnvShape, read_checkpoint: CheckpointReader) ->
 class Distillation(Algorithm):
     """The student (an `ActorCritic` whose critic is not trained) imitates `teacher` on `num_envs` envs."""
 
+    name = "distillation"
+    description = "student-teacher distillation into a feed-forward MLP student (distill.teacher: the teacher)"
+    label = "distillation"
+    family = "distillation"
+    config_type: ClassVar[type[TrainConfig]] = DistillationTrainConfig
+    learning_rate_key = "distill.learning_rate"
+    skipped_updates_key = ""
     policy: Any
     """An `ActorCritic` here; a `RecurrentMLPPolicy` in `RecurrentDistillation`."""
     stat_names = DISTILL_STATS
@@ -165,9 +170,9 @@ class Distillation(Algorithm):
         """`rows[t]`: the views of step t."""
         total = cfg.num_epochs * steps_per_env
         self.chunks, self.remainder = chunks(total, steps_per_env, cfg.gradient_length, device)
-        self.minibatches_per_update = len(self.chunks)
+        self.epochs, self.minibatches_per_update = cfg.num_epochs, len(self.chunks)
         if self.remainder is not None:
-            log.warning(f"distill: num_epochs x ppo.steps_per_env = {total} is not a multiple of "
+            log.warning(f"distill: num_epochs x steps_per_env = {total} is not a multiple of "
                           f"distill.gradient_length = {cfg.gradient_length}: the last {self.remainder.steps} steps of "
                           "each update count in the logged loss but take no optimizer step")
         self.stats = torch.zeros(len(self.stat_names), device=device)
@@ -187,11 +192,8 @@ class Distillation(Algorithm):
     # -- the class's side: building, evaluating, the switches' scope ---------------------------------------------
 
     @classmethod
-    def build(cls, cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
+    def build(cls, cfg: DistillationTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
               read_checkpoint: CheckpointReader | None = None) -> Distillation:
-        refusal = cls.refusal(cfg)
-        if refusal is not None:
-            raise UserError(f"distill: {refusal}")
         if read_checkpoint is None:
             raise UserError("distill.teacher: no way to read checkpoints was given")
         with allocating(POLICY_MEMORY):
@@ -199,30 +201,25 @@ class Distillation(Algorithm):
             teacher = load_teacher(cfg.distill.teacher, env, read_checkpoint).to(device)
         set_autocast(policy, cfg.perf.autocast, device)
         set_autocast(teacher, cfg.perf.autocast, device)
-        return cls(policy, teacher, cfg.distill, cfg.ppo.steps_per_env, cfg.perf, env.num_envs, device, dist)
+        return cls(policy, teacher, cfg.distill, cfg.distill.steps_per_env, cfg.perf, env.num_envs, device, dist)
 
     @classmethod
-    def refusal(cls, cfg: TrainConfig) -> str | None:
-        """Why this class cannot distil the student `cfg` asks for (None: it can)."""
-        if cfg.policy.kind != "mlp":
-            return f"policy.kind={cfg.policy.kind}; the student is a feed-forward MLP policy (policy.kind=mlp)"
-        return None
-
-    @classmethod
-    def build_policy(cls, cfg: TrainConfig, env: EnvShape) -> nn.Module:
-        return FeedForwardPPO.build_policy(cfg, env)
+    def build_policy(cls, cfg: DistillationTrainConfig, env: EnvShape) -> nn.Module:
+        return ActorCritic(obs_dim(env, cfg.policy.actor_obs), obs_dim(env, "critic"), env.action_spec, cfg.policy,
+                           validate_distributions=cfg.perf.validate_distributions,
+                           critic_chunk_size=cfg.perf.critic_chunk_size)
 
     @staticmethod
     def evaluate(policy: Any, env: VecEnv, greedy: bool = True) -> np.ndarray:
         return FeedForwardPPO.evaluate(policy, env, greedy)
 
     @classmethod
-    def scope(cls, cfg: TrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
-        ppo = FeedForwardPPO.scope(cfg, device_type, world_size, env_layer)
-        rows = cfg.env.rows() * cfg.distill.gradient_length  # a chunk's forward
+    def scope(cls, cfg: DistillationTrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
+        rows = max(cfg.env.rows() * cfg.distill.gradient_length, cfg.env.rows())  # a chunk's forward, a step's
         return Scope(distillation=True, whole_step_update=False, chunked_critic=False, adaptive_lr=False,
                      env_layer=env_layer, device=device_type, world_size=world_size, critic_rows=0,
-                     policy_rows=max(rows, cfg.env.rows()), auto_precision_modules=ppo.auto_precision_modules)
+                     policy_rows=rows, auto_precision_modules=auto_lowers_mlps(
+                         [*cfg.policy.actor_hidden, *cfg.policy.critic_hidden], rows))
 
     def obs_dims(self, env: EnvShape) -> dict[str, int]:
         return {"policy": self.policy.actor_obs_dim, "critic": obs_dim(env, "critic")}
@@ -231,6 +228,15 @@ class Distillation(Algorithm):
         act = hot(self.act_both, self.perf, self.device)
         frozen = {name: value.clone() for name, value in obs.items()}
         return lambda: [act(frozen)[0].clone() for _ in range(self.steps_per_env)]
+
+    def rollout_forward(self, obs: dict[str, Tensor]) -> None:
+        """The student's and the teacher's forwards."""
+        self.act_both(obs)
+
+    def first_minibatch_loss(self) -> Tensor:
+        """The first chunk's loss (the remainder's forward is left out)."""
+        self.begin_replay()
+        return self.chunk_loss(self.chunks[0])
 
     # -- rollout -------------------------------------------------------------------------------------------
 
@@ -387,6 +393,11 @@ class RecurrentDistillation(Distillation):
     `perf.whole_chunk_distillation`: the chunk's hidden states go through the MLP, the head and the loss at once;
     off, step by step (the cells run step by step either way)."""
 
+    name = "recurrent-distillation"
+    chosen_by_policy_kind = "recurrent"
+    description = "student-teacher distillation into a recurrent MLP student"
+    label = "recurrent distillation"
+    config_type = RecurrentDistillationTrainConfig
     export_refusal = ("the recurrent student cannot be exported (its state is carried between steps); "
                       "`syncfree eval` measures its return")
 
@@ -406,15 +417,11 @@ class RecurrentDistillation(Distillation):
         self._cell = hot(self.cell_step, perf, device)
 
     @classmethod
-    def refusal(cls, cfg: TrainConfig) -> str | None:
-        if not isinstance(cfg, RecurrentFlatTrainConfig):
-            return (f"task {cfg.task!r} trains the recurrent token policy; a recurrent student is the recurrent MLP "
-                    "policy of a task with flat observations")
-        return None
-
-    @classmethod
-    def build_policy(cls, cfg: TrainConfig, env: EnvShape) -> nn.Module:
-        return RecurrentPPO.build_policy(cast(RecurrentFlatTrainConfig, cfg), env)
+    def build_policy(cls, cfg: DistillationTrainConfig, env: EnvShape) -> nn.Module:
+        policy = cast(RecurrentMLPPolicyConfig, cfg.policy)
+        if policy.actor_obs != "policy":
+            raise UserError(f"policy.actor_obs={policy.actor_obs}: the recurrent student reads the policy group")
+        return RecurrentMLPPolicy(obs_dim(env, "policy"), obs_dim(env, "critic"), env.action_spec, policy)
 
     @staticmethod
     def evaluate(policy: Any, env: VecEnv, greedy: bool = True) -> np.ndarray:

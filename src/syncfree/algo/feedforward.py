@@ -19,12 +19,13 @@ from torch import Tensor
 
 from syncfree.algo.advantages import compute_gae, global_mean_std
 from syncfree.algo.base import Algorithm, CheckpointReader, reward_scale
+from syncfree.algo.configs import PPOTrainConfig
 from syncfree.algo.minibatch_step import MinibatchStep
 from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.rnd import RND, build_rnd
+from syncfree.algo.settings import PPOConfig
 from syncfree.algo.storage import Batch, RolloutStorage, StepRow, store_env, store_policy
 from syncfree.algo.symmetry import Symmetry, build_symmetry
-from syncfree.config import PPOConfig, TokenPolicyConfig, TrainConfig
 from syncfree.core.compile import hot, mark_static, use_cuda_graphs
 from syncfree.core.phases import UNTIMED, Phases
 from syncfree.core.switches import SEED_BEFORE, PerfConfig, Scope
@@ -32,6 +33,7 @@ from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.errors import POLICY_MEMORY, STORAGE_MEMORY, UserError, allocating
 from syncfree.policy.actor_critic import ActorCritic, PolicyBase, auto_lowers_mlps, set_autocast
 from syncfree.policy.build import EnvShape, obs_dim
+from syncfree.policy.settings import TokenPolicyConfig
 from syncfree.policy.token_encoder import TokenActorCritic, default_layout
 
 log = logging.getLogger("syncfree")
@@ -48,6 +50,11 @@ at every minibatch, as rsl_rl reads them."""
 class FeedForwardPPO(Algorithm):
     """PPO for a feed-forward policy (`ActorCritic` or `TokenActorCritic`) on `num_envs` envs."""
 
+    name = "ppo"
+    description = "PPO on flat rollouts: MLP or universal-token policies (rsl_rl's PPO)"
+    label = "PPO"
+    family = "ppo"
+    config_type = PPOTrainConfig
     policy: PolicyBase
 
     def __init__(self, policy: PolicyBase, cfg: PPOConfig, perf: PerfConfig, num_envs: int, critic_dim: int,
@@ -59,7 +66,8 @@ class FeedForwardPPO(Algorithm):
         self.rnd = rnd
         self.phases = Phases()
         self.steps_per_env, self.num_envs = cfg.steps_per_env, num_envs
-        self.minibatches_per_update = cfg.num_epochs * cfg.num_minibatches
+        self.max_skipped_updates = cfg.max_skipped_updates
+        self.epochs, self.minibatches_per_update = cfg.num_epochs, cfg.num_epochs * cfg.num_minibatches
         self.params = [p for p in policy.parameters() if p.requires_grad]
         clip_groups = policy.gradient_groups() if cfg.grad_clip == "per_network" else None
         self.optim = PolicyOptimizer(self.params, cfg, perf, device, dist, clip_groups)
@@ -104,7 +112,7 @@ class FeedForwardPPO(Algorithm):
     # -- the class's side: building, evaluating, the switches' scope ---------------------------------------------
 
     @classmethod
-    def build(cls, cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
+    def build(cls, cfg: PPOTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
               read_checkpoint: CheckpointReader | None = None) -> FeedForwardPPO:
         with allocating(POLICY_MEMORY):
             policy = cls.build_policy(cfg, env).to(device)
@@ -113,7 +121,7 @@ class FeedForwardPPO(Algorithm):
                    symmetry=build_symmetry(cfg, env, policy), rnd=build_rnd(cfg, env, device, dist))
 
     @classmethod
-    def build_policy(cls, cfg: TrainConfig, env: EnvShape) -> PolicyBase:
+    def build_policy(cls, cfg: PPOTrainConfig, env: EnvShape) -> PolicyBase:
         """`policy.kind`: `mlp` (`ActorCritic`) or `token` (`TokenActorCritic`, on the `tokenizer/` groups of a
         task that has them, g1-track)."""
         critic_dim = obs_dim(env, "critic")
@@ -159,7 +167,7 @@ class FeedForwardPPO(Algorithm):
         return first_return.cpu().numpy()
 
     @classmethod
-    def scope(cls, cfg: TrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
+    def scope(cls, cfg: PPOTrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
         p, rows = cfg.ppo, cfg.env.rows()
         largest = max(rows, rows * p.steps_per_env // max(p.num_minibatches, 1))  # a rollout step, a minibatch
         return Scope(token_policy=cfg.policy.kind == "token", env_layer=env_layer, device=device_type,
@@ -175,6 +183,14 @@ class FeedForwardPPO(Algorithm):
         actor_obs, critic_obs = self.policy.actor_input(obs).clone(), obs["critic"].clone()
         # each step's actions are copied out, as `act` stores them: a CUDA graph replay overwrites its outputs
         return lambda: [act(actor_obs, critic_obs).actions.clone() for _ in range(self.steps_per_env)]
+
+    def rollout_forward(self, obs: dict[str, Tensor]) -> None:
+        self.policy.act(self.policy.actor_input(obs), obs["critic"])
+
+    def first_minibatch_loss(self) -> Tensor:
+        data = self.storage.flat()
+        size = data[0].shape[0] // self.cfg.num_minibatches
+        return self.minibatch_losses(Batch(*(x[:size] for x in data)))[0]
 
     # -- rollout -------------------------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from syncfree.config import LossesConfig, PPOConfig
+from syncfree.algo.settings import LossesConfig, PPOConfig
 from syncfree.core.fields import Field
 from syncfree.errors import UserError
 from syncfree.policy.recurrent import SequenceEvaluation

@@ -8,7 +8,7 @@ from typing import Any, Protocol, cast
 import torch
 from torch import Tensor, nn
 
-from syncfree.config import PPOConfig
+from syncfree.algo.settings import PPOConfig
 from syncfree.core.switches import SEED_BEFORE, PerfConfig
 
 

@@ -24,20 +24,14 @@ import torch
 from torch import Tensor
 
 from syncfree.algo.base import Algorithm, CheckpointReader, reward_scale
+from syncfree.algo.configs import RecurrentPPOTrainConfig
 from syncfree.algo.losses import LossInputs, build_losses, needed_fields, needs_full_log_probs, teacher_fields
 from syncfree.algo.optim import Collective, PolicyOptimizer
 from syncfree.algo.rnd import RND, build_rnd
 from syncfree.algo.segments import Minibatch, SegmentBuffer, prioritized_beta
+from syncfree.algo.settings import LossesConfig, PPOConfig, RecurrentPPOConfig
 from syncfree.algo.symmetry import Symmetry, build_symmetry
 from syncfree.algo.vtrace import vtrace_advantages
-from syncfree.config import (
-    LossesConfig,
-    PPOConfig,
-    RecurrentFlatTrainConfig,
-    RecurrentMLPPolicyConfig,
-    RecurrentPPOConfig,
-    RecurrentTrainConfig,
-)
 from syncfree.core.compile import hot
 from syncfree.core.fields import Field
 from syncfree.core.phases import Phases
@@ -48,6 +42,7 @@ from syncfree.policy.actor_critic import auto_lowers_mlps, set_autocast
 from syncfree.policy.build import EnvShape, obs_dim
 from syncfree.policy.recurrent import EMPTY_TOKEN, RecurrentTokenPolicy, SequenceEvaluation, StepOutput
 from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
+from syncfree.policy.settings import RecurrentMLPPolicyConfig, RecurrentTokenPolicyConfig
 
 log = logging.getLogger("syncfree")
 
@@ -87,7 +82,8 @@ class RecurrentPPO(Algorithm):
         self.teacher, self.env_teacher = teacher, env_teacher
         self.phases = Phases()
         self.steps_per_env, self.num_envs = cfg.steps_per_env, num_agents
-        self.minibatches_per_update = cfg.num_epochs * cfg.num_minibatches
+        self.max_skipped_updates = cfg.max_skipped_updates
+        self.epochs, self.minibatches_per_update = cfg.num_epochs, cfg.num_epochs * cfg.num_minibatches
         self.losses = build_losses(losses, cfg)
         self.stat_names = (tuple(name for _, loss in self.losses for name in loss.stats)
                            + (("symmetry_loss",) if symmetry is not None else ()) + TRAINING_STATS)
@@ -150,12 +146,17 @@ class RecurrentPPO(Algorithm):
 
     # -- the class's side: building, evaluating, the switches' scope ---------------------------------------------
 
-    config_type = RecurrentTrainConfig
+    name = "recurrent-ppo"
+    chosen_by_policy_kind = "recurrent"
+    description = "PPO on BPTT segments: recurrent policies (policy.kind=recurrent chooses it)"
+    label = "recurrent PPO"
+    family = "ppo"
+    config_type = RecurrentPPOTrainConfig
     export_refusal = "the recurrent policy cannot be exported (its state is carried between steps); " \
         "`syncfree eval` measures its return"
 
     @classmethod
-    def build(cls, cfg: RecurrentTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
+    def build(cls, cfg: RecurrentPPOTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
               read_checkpoint: CheckpointReader | None = None) -> RecurrentPPO:
         """Also the teachers: a checkpoint's policy (`losses.teacher`, read with `read_checkpoint`) and the
         env's scripted one (`losses.supervised`)."""
@@ -172,9 +173,9 @@ class RecurrentPPO(Algorithm):
                    rnd=build_rnd(cfg, env, device, dist), symmetry=build_symmetry(cfg, env, policy))
 
     @classmethod
-    def build_policy(cls, cfg: RecurrentTrainConfig, env: EnvShape,
+    def build_policy(cls, cfg: RecurrentPPOTrainConfig, env: EnvShape,
                      emit_full_log_probs: bool | None = None) -> RecurrentPolicy:
-        """The recurrent MLP policy of `policy.rnn` on flat observations (`RecurrentFlatTrainConfig`), or the
+        """The recurrent MLP policy of `policy.rnn` on flat observations (`RecurrentMLPPolicyConfig`), or the
         recurrent token policy of `policy.recurrent`, on token observations and discrete actions; the token policy
         emits full log-probabilities when its losses need them (`emit_full_log_probs`, by default from `cfg`)."""
         if cfg.policy.actor_obs != "policy":
@@ -182,7 +183,8 @@ class RecurrentPPO(Algorithm):
                             "(only the feed-forward MLP actor reads another)")
         if isinstance(cfg.policy, RecurrentMLPPolicyConfig):
             return RecurrentMLPPolicy(obs_dim(env, "policy"), obs_dim(env, "critic"), env.action_spec, cfg.policy)
-        if env.action_spec.kind != "discrete" or len(env.obs_shapes.get("policy", ())) != 2:
+        if not isinstance(cfg.policy, RecurrentTokenPolicyConfig) or env.action_spec.kind != "discrete" or len(
+                env.obs_shapes.get("policy", ())) != 2:
             raise UserError(f"policy.kind=recurrent: task {cfg.task!r} has no token observations or no discrete "
                             "actions")
         if emit_full_log_probs is None:
@@ -199,9 +201,9 @@ class RecurrentPPO(Algorithm):
     def load_teacher(cls, path: str, env: EnvShape, read_checkpoint: CheckpointReader) -> RecurrentTokenPolicy:
         """The recurrent policy of the checkpoint at `path`, frozen, emitting its full log-probabilities."""
         cfg, state = read_checkpoint(path)
-        if not isinstance(cfg, RecurrentTrainConfig):
-            raise UserError(f"losses.teacher: {path} holds a policy.kind={cfg.policy.kind} policy, not a recurrent "
-                            "one")
+        if not isinstance(cfg, RecurrentPPOTrainConfig):
+            raise UserError(f"losses.teacher: {path} was trained by {cfg.algorithm}, not recurrent-ppo: its policy is "
+                            "not a recurrent one")
         if tuple(state["action_spec"]) != (env.action_spec.kind, env.action_spec.size):
             raise UserError(f"losses.teacher: {path} acts in {tuple(state['action_spec'])} but this env has "
                             f"{(env.action_spec.kind, env.action_spec.size)}")
@@ -236,18 +238,18 @@ class RecurrentPPO(Algorithm):
         return first_return.cpu().numpy()
 
     @classmethod
-    def scope(cls, cfg: RecurrentTrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
+    def scope(cls, cfg: RecurrentPPOTrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
         p = cfg.ppo  # rows are agents; the critic is not chunked here anyway
-        flat = isinstance(cfg, RecurrentFlatTrainConfig)
+        flat = not isinstance(cfg.policy, RecurrentTokenPolicyConfig)
         agents = cfg.env.rows()
         largest = max(agents, agents * p.steps_per_env // max(p.num_minibatches, 1))  # a step, a minibatch's rows
         return Scope(flat_rollouts=False, whole_step_update=False, chunked_critic=False, cuda_graph_replay=False,
-                     segment_buffer=True, full_log_probs=not isinstance(cfg, RecurrentFlatTrainConfig),
+                     segment_buffer=True, full_log_probs=not flat,
                      env_layer=env_layer, device=device_type,
                      adaptive_lr=p.schedule == "adaptive", world_size=world_size, critic_rows=cfg.env.rows(),
                      full_log_probs_needed=needs_full_log_probs(build_losses(cfg.losses, p)),
                      sequential_minibatches=p.minibatch_sampler == "sequential" or p.prio_alpha <= 0,
-                     token_sets=not isinstance(cfg, RecurrentFlatTrainConfig),
+                     token_sets=not flat,
                      policy_rows=largest,  # the token encoder stays float32 under `auto`
                      auto_precision_modules=flat and auto_lowers_mlps(
                          [*cfg.policy.actor_hidden, *cfg.policy.critic_hidden], largest))
@@ -271,6 +273,14 @@ class RecurrentPPO(Algorithm):
             return actions
 
         return rollout
+
+    def rollout_forward(self, obs: dict[str, Tensor]) -> None:
+        last = self.buffer.previous_actions(self._everyone) if "last_actions" in self.buffer.data else None
+        step: StepFn = self.policy.step
+        step(self.policy.rollout_input(obs), self.state, self.done, last)
+
+    def first_minibatch_loss(self) -> Tensor:
+        return self.minibatch_loss(self.minibatch(0, self.buffer.segments // self.cfg.num_minibatches, 1.0))[0]
 
     @staticmethod
     def full_log_probs_needed(losses: LossesConfig, cfg: PPOConfig, perf: PerfConfig) -> bool:

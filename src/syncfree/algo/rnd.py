@@ -24,9 +24,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from syncfree.algo.configs import PPOTrainConfig
 from syncfree.algo.minibatch_step import MinibatchStep, StepState
 from syncfree.algo.optim import Collective, GradientAllReduce
-from syncfree.config import RNDConfig, TrainConfig
+from syncfree.algo.settings import RNDConfig
 from syncfree.core.compile import hot
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import VecEnv
@@ -214,7 +215,7 @@ class RND:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-def build_rnd(cfg: TrainConfig, env: VecEnv, device: torch.device, dist: Collective | None) -> RND | None:
+def build_rnd(cfg: PPOTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None) -> RND | None:
     """The run's `RND`, or None with `rnd.enabled` off; one line naming what stands in the way when it cannot apply."""
     rnd = cfg.rnd
     if not rnd.enabled:

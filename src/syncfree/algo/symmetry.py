@@ -21,8 +21,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from syncfree.algo.configs import PPOTrainConfig
+from syncfree.algo.settings import SymmetryConfig
 from syncfree.algo.storage import Batch
-from syncfree.config import SymmetryConfig, TrainConfig
 from syncfree.core.imports import load_callable
 from syncfree.envs.api import VecEnv
 from syncfree.envs.mirror import Mirror
@@ -70,7 +71,7 @@ class Symmetry:
         return loss if self.trains_mirror_loss else loss.detach()
 
 
-def build_symmetry(cfg: TrainConfig, env: VecEnv, policy: nn.Module) -> Symmetry | None:
+def build_symmetry(cfg: PPOTrainConfig, env: VecEnv, policy: nn.Module) -> Symmetry | None:
     """The run's `Symmetry`, or None when its `symmetry` settings are all off; one line naming what stands in the way
     when they cannot apply (a policy or action kind it does not cover, an env without a mirror, a mirror that does not
     fit the env's shapes)."""

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-from syncfree.config import TrainConfig
+from syncfree.config import TrainConfig, with_values
 from syncfree.core.switches import PerfConfig
 from syncfree.errors import UserError
-from syncfree.tasks import get_task, preset
+from syncfree.tasks import get_task, preset, validated
 
 Profile = Literal["quick", "full", "gpu-smoke"]
-DISTILL_GRADIENT_LENGTH = 15
-"""rsl_rl's default `gradient_length`: the bench's distillation takes the largest divisor of the rollout up to it."""
 
 
 @dataclass
@@ -66,10 +64,12 @@ class BenchConfig:
     """False: every configuration runs eagerly and the `compile` rows are left out (no compile time to wait
     for; for checking the bench itself)."""
     seed: int = 0
-    distill_teacher: str = ""
-    """A teacher checkpoint for the task: every configuration then distills a student from it (`distill.teacher`,
-    `distill.gradient_length` the largest divisor of the preset's rollout steps up to rsl_rl's default 15) instead
-    of training PPO."""
+    algorithm: str = ""
+    """The algorithm every configuration trains with (empty: the task's; `syncfree train --help` lists them), from
+    the preset's settings it shares."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """Settings of every configuration by dotted key, applied to the preset before the switches, e.g.
+    `{"distill.teacher": "runs/t/latest.pt"}` (distillation's teacher)."""
 
     def checked(self) -> BenchConfig:
         """This config, after one line naming the first bad value."""
@@ -93,20 +93,16 @@ class BenchConfig:
 
 
 def train_config(bench: BenchConfig, num_envs: int, perf: PerfConfig) -> TrainConfig:
-    """The task's preset at `num_envs`, with `perf`; its minibatch count lowered until it divides the rollout."""
-    cfg = preset(bench.task)
+    """The task's preset for the bench's algorithm at `num_envs`, with its `settings` and `perf`; what must divide the
+    rollout lowered until it does (`TrainConfig.fit_to_rollout`)."""
+    cfg = preset(bench.task, algorithm=bench.algorithm or None)
+    if bench.settings:
+        cfg = with_values(cfg, bench.settings)
     cfg.env.num_envs, cfg.perf, cfg.seed, cfg.device = num_envs, perf, bench.seed, bench.device
     if bench.backend:
         if not hasattr(cfg.env, "backend"):
             raise UserError(f"bench: task {bench.task!r} has no env.backend (backend={bench.backend!r})")
         setattr(cfg.env, "backend", bench.backend)  # noqa: B010 - a field some tasks' env sections have
     cfg.log.progress = False
-    if bench.distill_teacher:
-        steps = cfg.ppo.steps_per_env
-        cfg.distill.teacher = bench.distill_teacher
-        cfg.distill.gradient_length = max(d for d in range(1, min(steps, DISTILL_GRADIENT_LENGTH) + 1)
-                                          if steps % d == 0)
-    rows = cfg.minibatch_rows()[0]
-    while rows % cfg.ppo.num_minibatches:
-        cfg.ppo.num_minibatches -= 1
-    return cfg
+    cfg.fit_to_rollout()
+    return validated(cfg)

@@ -1,8 +1,8 @@
 """Efficiency against the hardware: the policy's FLOPs per env step over the device's matrix-product peak.
 
-FLOPs come from the shapes of the matrix products the policy runs (`torch.utils.flop_counter`, which counts
-`mm`, `addmm`, `bmm` and convolutions from their operands' shapes): one rollout forward of all envs, and one
-minibatch's forward and backward, scaled to an iteration. The peak is the GFLOP/s of a large square matrix product
+FLOPs come from the shapes of the matrix products the policy runs (`Algorithm.flops_per_env_step`, through
+`torch.utils.flop_counter`, which counts `mm`, `addmm`, `bmm` and convolutions from their operands' shapes): one
+rollout forward of all envs, and one minibatch's forward and backward, scaled to an iteration. The peak is the GFLOP/s of a large square matrix product
 in the same dtype, measured on the same device in the same run. The fraction says how much of what the device can
 multiply the training loop uses; the rest goes to the env, elementwise kernels, launches and the host.
 """
@@ -14,17 +14,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode
 
-from syncfree.algo.distillation import Distillation
-from syncfree.algo.feedforward import FeedForwardPPO
-from syncfree.algo.recurrent import RecurrentPPO, StepFn
-from syncfree.algo.storage import Batch
 from syncfree.bench.timing import sync
 from syncfree.train.runner import Runner
 
 if TYPE_CHECKING:
-    from syncfree.policy.actor_critic import PolicyBase
+    pass
 
 PEAK_SIZE = 2048
 """Side of the square matrices of the peak measurement (large enough to reach the kernel's best rate)."""
@@ -52,62 +47,11 @@ def matmul_peak(device: torch.device, dtype: torch.dtype, seconds: float = 1.0, 
     return best
 
 
-def flops_per_env_step(runner: Runner) -> dict[str, float]:
-    """Matrix-product FLOPs per env (or agent) step of `runner`'s iteration: `rollout` (the policy's forward of
-    each step) and `update` (forward and backward of every minibatch of every epoch), counted eagerly on the data
-    of its last iteration."""
-    algorithm, cfg = runner.algorithm, runner.cfg.ppo
-    rows = algorithm.num_envs
-    if isinstance(algorithm, Distillation):
-        return distillation_flops(algorithm, runner.obs)
-    with FlopCounterMode(display=False) as rollout, torch.inference_mode():
-        if isinstance(algorithm, RecurrentPPO):
-            last = algorithm.buffer.previous_actions(slice(0, rows)) if "last_actions" in algorithm.buffer.data else None
-            step: StepFn = algorithm.policy.step
-            step(algorithm.policy.rollout_input(runner.obs), algorithm.state, algorithm.done, last)
-        else:
-            policy = cast("PolicyBase", runner.policy)  # the feed-forward algorithm's policy
-            policy.act(policy.actor_input(runner.obs), runner.obs["critic"])
-    minibatches = cfg.num_epochs * cfg.num_minibatches
-    with FlopCounterMode(display=False) as update:
-        if isinstance(algorithm, RecurrentPPO):
-            loss = algorithm.minibatch_loss(algorithm.minibatch(0, algorithm.buffer.segments // cfg.num_minibatches,
-                                                                1.0))[0]
-        else:
-            assert isinstance(algorithm, FeedForwardPPO)
-            data = algorithm.storage.flat()
-            size = data[0].shape[0] // cfg.num_minibatches
-            loss = algorithm.minibatch_losses(Batch(*(x[:size] for x in data)))[0]
-        loss.backward()
-    for p in runner.policy.parameters():
-        p.grad = None
-    steps = rows * algorithm.steps_per_env
-    return {"rollout": rollout.get_total_flops() / rows,
-            "update": update.get_total_flops() * minibatches / steps}
-
-
-def distillation_flops(algorithm: Distillation, obs: dict[str, torch.Tensor]) -> dict[str, float]:
-    """`flops_per_env_step` of distillation: the student's and the teacher's forwards per step; the student's
-    forward and backward over each optimizer step's chunk (the remainder's forward left out)."""
-    rows = algorithm.num_envs
-    with FlopCounterMode(display=False) as rollout, torch.inference_mode():
-        algorithm.act_both(obs)
-    first = algorithm.chunks[0]
-    with FlopCounterMode(display=False) as update:
-        algorithm.begin_replay()
-        algorithm.chunk_loss(first).backward()
-    for p in algorithm.policy.parameters():
-        p.grad = None
-    return {"rollout": rollout.get_total_flops() / rows,
-            "update": update.get_total_flops() * len(algorithm.chunks) / (rows * algorithm.steps_per_env)}
-
-
 def compute_dtype(runner: Runner) -> str:
     """The dtype of the policy's matrix products: `bfloat16` where autocast runs a module's hidden layers in it on
     the update's minibatches (most of an iteration's FLOPs; with `autocast=auto`, calls smaller than the module's
     `autocast_min_work` stay float32), else `float32`."""
-    algorithm = runner.algorithm
-    rows = algorithm.num_envs * algorithm.steps_per_env // runner.cfg.ppo.num_minibatches
+    rows = runner.algorithm.rows_per_minibatch()
     in_bf16 = (getattr(m, "autocast_dtype", None) is torch.bfloat16
                and rows * getattr(m, "width", 0) >= cast(int, m.autocast_min_work) for m in runner.policy.modules())
     return "bfloat16" if any(in_bf16) else "float32"

@@ -76,22 +76,18 @@ def _hardware(row: dict[str, Any]) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    m, b, t = result["machine"], result["bench"], result["train"]
+    m, b = result["machine"], result["bench"]
     recurrent = result.get("recurrent")
     agents = recurrent["agents_per_env"] if recurrent else None
     unit = "agent steps" if recurrent else "steps"
-    per_iteration = (f"{t['steps_per_env']} steps per agent in BPTT segments of {t['bptt_horizon'] or t['steps_per_env']}"
-                     if recurrent else f"{t['steps_per_env']} steps per env")
-    distill = result.get("distill")
-    update = (f"{distill['num_epochs']} epoch(s) in chunks of {distill['gradient_length']} steps, one optimizer step "
-              "each (distillation)" if distill else f"{t['num_epochs']} epochs x {t['num_minibatches']} minibatches")
+    iteration, algorithm = result["iteration"], result["algorithm"]
     lines = [
         f"# syncfree bench: {b['task']}{' on ' + b['backend'] + ' physics' if b.get('backend') else ''} "
-        f"({b['profile']} profile){', distilling from ' + b['distill_teacher'] if b.get('distill_teacher') else ''}",
+        f"({b['profile']} profile), {algorithm}",
         "",
         f"Machine: {m['device']}{' (' + m['gpu'] + ')' if 'gpu' in m else ''}, {m['processor']}, "
         f"{m['cpu_count']} cores, torch {m['torch']} ({m['torch_threads']} threads), Python {m['python']}. "
-        f"Per iteration: {per_iteration}, {update}. {b['repeats']} interleaved repeats, each measurement at least {b['iterations']} iterations "
+        f"Per iteration: {iteration}. {b['repeats']} interleaved repeats, each measurement at least {b['iterations']} iterations "
         f"and {b.get('min_seconds', 0):g} s, after {b['warmup']} warm-up; bench wall time "
         f"{result['wall_seconds']:.0f} s.",
         "",

@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 from syncfree.bench.config import BenchConfig, train_config
 from syncfree.bench.floor import Floor
-from syncfree.bench.hardware import compute_dtype, flops_per_env_step, hardware_fraction, measure_peaks
+from syncfree.bench.hardware import compute_dtype, hardware_fraction, measure_peaks
 from syncfree.bench.matrix import bench_configurations, skipped_rows
 from syncfree.bench.timing import count_iteration, summarize, tensor_bytes, time_iterations, time_phases
 from syncfree.core.device import resolve_device
@@ -90,8 +90,9 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
     times, floor_time, iterations = interleave(runners, floor, bench, progress)
     live_after_timing = live_bytes(runners["optimized"].device)
     first = next(iter(runners.values()))
-    steps_per_iteration = first.cfg.ppo.steps_per_env * first.env.num_envs
-    flops = flops_per_env_step(runners["optimized"])
+    steps_per_iteration = first.algorithm.steps_per_env * first.env.num_envs
+    optimized = runners["optimized"]
+    flops = optimized.algorithm.flops_per_env_step(optimized.obs)
     rows = {}
     for name, runner in runners.items():
         row = summarize(times[name], times["baseline"], steps_per_iteration)
@@ -127,7 +128,7 @@ def bench_scaling(bench: BenchConfig, progress: tqdm) -> list[dict[str, Any]]:
             time_iterations(runner, bench.warmup)
         times, floor_time, _ = interleave(runners, Floor(bench, num_envs), bench)
         optimized = runners["optimized"]
-        steps = optimized.cfg.ppo.steps_per_env * optimized.env.num_envs
+        steps = optimized.algorithm.steps_per_env * optimized.env.num_envs
         point: dict[str, Any] = {"num_envs": num_envs, "floor_steps_per_s": steps / floor_time["total"]}
         for name, ts in times.items():
             median = statistics.median(ts)
@@ -159,8 +160,9 @@ def run(bench: BenchConfig) -> dict[str, Any]:
     out = {
         "bench": dataclasses.asdict(bench),
         "machine": machine_info(device),
-        "train": dataclasses.asdict(cfg.ppo),
-        **({"distill": dataclasses.asdict(cfg.distill)} if cfg.distill.enabled() else {}),
+        "algorithm": cfg.algorithm,
+        "train": cfg.algorithm_settings(),
+        "iteration": cfg.describe_iteration(),
         "sizes": sizes,
         "scaling": scaling,
         "skipped_rows": skipped_rows(bench),

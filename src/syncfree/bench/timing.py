@@ -32,8 +32,7 @@ def count_iteration(runner: Runner) -> dict[str, Any]:
     recorder = PhaseCounter()
     with runner.phases.attached(recorder):
         time_iterations(runner, 1)
-    cfg = runner.cfg.ppo
-    per = {"step": cfg.steps_per_env, "minibatch": runner.algorithm.minibatches_per_update}
+    per = {"step": runner.algorithm.steps_per_env, "minibatch": runner.algorithm.minibatches_per_update}
     phases = {name: {"syncs": c.syncs, "ops": c.num_ops, "allocations": c.allocations,
                      "allocated_bytes": c.allocated_bytes} for name, c in recorder.counts.items()}
 

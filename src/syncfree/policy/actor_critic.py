@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 import torch
 from torch import Tensor, nn
 
-from syncfree.config import PolicyConfig
 from syncfree.envs.api import ActionSpec
 from syncfree.policy.heads import CategoricalHead, GaussianHead
 from syncfree.policy.normalizer import RunningNorm
+from syncfree.policy.settings import PolicyConfig
 
 _ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU}
 

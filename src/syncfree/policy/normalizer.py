@@ -65,3 +65,8 @@ class RewardScale(nn.Module):
         scaled = (reward / torch.sqrt(self.stats.var + self.eps)).clamp(-self.clip, self.clip)
         returns.masked_fill_(done.unsqueeze(1), 0.0)
         return scaled
+
+
+def running_norms(module: nn.Module) -> list[RunningNorm]:
+    """The running normalizers inside `module` (with several processes, each is merged over the ranks)."""
+    return [m for m in module.modules() if isinstance(m, RunningNorm)]

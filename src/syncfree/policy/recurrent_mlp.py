@@ -16,13 +16,13 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from syncfree.config import RecurrentMLPPolicyConfig
 from syncfree.core.fields import Field
 from syncfree.envs.api import ActionSpec
 from syncfree.policy.actor_critic import actor_and_critic_parameters, mlp
 from syncfree.policy.heads import CategoricalHead, GaussianHead
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.policy.recurrent import SequenceEvaluation, StepOutput
+from syncfree.policy.settings import RecurrentMLPPolicyConfig
 
 FlatObs = tuple[Tensor, Tensor]
 """(actor observation, critic observation): `[batch, dim]` each in a rollout step, `[S, T, dim]` in a replay."""

@@ -18,11 +18,11 @@ from typing import cast
 import torch
 from torch import Tensor, nn
 
-from syncfree.config import TokenEncoderConfig
 from syncfree.envs.api import ActionSpec
 from syncfree.policy.actor_critic import PolicyBase, chunked_value, mlp
 from syncfree.policy.heads import GaussianHead
 from syncfree.policy.normalizer import RunningNorm
+from syncfree.policy.settings import TokenEncoderConfig
 
 POLICY_PART = "policy"
 """Layout part read by the decoder (proprioception with history and command)."""

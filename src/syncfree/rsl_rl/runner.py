@@ -19,9 +19,10 @@ import torch
 from torch import Tensor, nn
 
 from syncfree.algo.base import CheckpointReader
+from syncfree.algo.configs import PPOTrainConfig
 from syncfree.algo.distillation import Distillation
 from syncfree.algo.rnd import RND
-from syncfree.config import PolicyConfig, TrainConfig
+from syncfree.config import TrainConfig
 from syncfree.core.device import set_deterministic
 from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
 from syncfree.errors import UserError
@@ -29,6 +30,7 @@ from syncfree.policy.actor_critic import ActorCritic
 from syncfree.policy.heads import GaussianHead
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
+from syncfree.policy.settings import PolicyConfig
 from syncfree.rsl_rl.checkpoint import (
     from_rsl_rl,
     load_optimizer_from_rsl_rl,
@@ -184,7 +186,7 @@ def fresh_teacher(teacher: PolicyConfig, env: RslRlVecEnv) -> CheckpointReader:
     def read(path: str) -> tuple[TrainConfig, dict[str, Any]]:
         width = int(env.obs_shapes["critic"][0])
         policy = ActorCritic(width, width, env.action_spec, teacher)
-        return TrainConfig(task="rsl_rl", policy=teacher), {
+        return PPOTrainConfig(task="rsl_rl", policy=teacher), {
             "action_spec": (env.action_spec.kind, env.action_spec.size), "obs_dims": {"policy": width, "critic": width},
             "policy": policy.state_dict()}
     return read

@@ -4,13 +4,14 @@ time limit a run may change."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
 
-from syncfree.algo.feedforward import FeedForwardPPO
-from syncfree.config import PPOConfig, TimeLimitEnvConfig, TrainConfig
+from syncfree.algo.configs import PPOTrainConfig
+from syncfree.algo.settings import PPOConfig
+from syncfree.config import TimeLimitEnvConfig, TrainConfig
 from syncfree.envs.api import VecEnv
 from syncfree.envs.builtin.classic import CartPole, Pendulum
 from syncfree.envs.builtin.point_mass import PointMass, PointMassGoal, PointMassMaze
@@ -24,15 +25,13 @@ from syncfree.envs.render import (
 from syncfree.tasks.spec import Drawer, Preset, TaskSpec
 
 
-@dataclass
-class ClassicConfig(TrainConfig):
-    """A classic task: the defaults, with a time limit a run may change."""
-
-    env: TimeLimitEnvConfig = field(default_factory=TimeLimitEnvConfig)
+def classic_config(task: str) -> PPOTrainConfig:
+    """PPO's defaults on a classic task, whose env section is a time limit a run may change."""
+    return PPOTrainConfig(task=task, env=TimeLimitEnvConfig())
 
 
-def cartpole_preset(task: str) -> ClassicConfig:
-    cfg = ClassicConfig(task=task)
+def cartpole_preset(task: str) -> PPOTrainConfig:
+    cfg = classic_config(task)
     cfg.env.num_envs = 64
     # a fixed rate: the adaptive one sat at its 1e-2 ceiling after 91 % of the updates (the KL target never bound);
     # at a fixed 3e-3 cartpole-continuous failed 1 seed of 5, at 5e-3 and 1e-2 none
@@ -42,8 +41,8 @@ def cartpole_preset(task: str) -> ClassicConfig:
     return cfg
 
 
-def pendulum_preset(task: str) -> ClassicConfig:
-    cfg = ClassicConfig(task=task)
+def pendulum_preset(task: str) -> PPOTrainConfig:
+    cfg = classic_config(task)
     cfg.env.num_envs = 256
     # a fixed rate: the adaptive one sat at a bound in 20 % of the iterations and let seed 0 collapse late
     cfg.ppo = PPOConfig(steps_per_env=32, num_epochs=5, num_minibatches=4, learning_rate=1e-3, gamma=0.95,
@@ -52,8 +51,8 @@ def pendulum_preset(task: str) -> ClassicConfig:
     return cfg
 
 
-def point_mass_preset(task: str) -> ClassicConfig:
-    cfg = ClassicConfig(task=task)
+def point_mass_preset(task: str) -> PPOTrainConfig:
+    cfg = classic_config(task)
     cfg.env.num_envs = 4096
     cfg.policy.actor_hidden, cfg.policy.critic_hidden = [128, 128], [128, 128]
     # a fixed rate: adapting to a KL of 0.01 from 1e-3, the rate sat at its 1e-2 ceiling after 95 % of the
@@ -64,7 +63,7 @@ def point_mass_preset(task: str) -> ClassicConfig:
     return cfg
 
 
-def point_mass_goal_preset(task: str) -> ClassicConfig:
+def point_mass_goal_preset(task: str) -> PPOTrainConfig:
     """point-mass's settings at 1,024 envs and 32 steps, for exploration: PPO alone, or with random network
     distillation (`--rnd.enabled true`; the weight, its schedule and the networks below are what the docs' figures
     used: a bonus of weight 0.5 that fades to 0 by env step 1,500 of the run's 3,200)."""
@@ -78,13 +77,14 @@ def point_mass_goal_preset(task: str) -> ClassicConfig:
     return cfg
 
 
-def point_mass_maze_preset(task: str) -> ClassicConfig:
+def point_mass_maze_preset(task: str) -> PPOTrainConfig:
     """point-mass-goal's settings at 2,048 envs x 32 steps for 60 iterations, with RND's weight fading to 0 by env
     step 800 of the run's 1,920 (what the docs' figures used). No episode ends before its time limit in the maze, so
     the episodes start at random steps of it (`env.random_start`), lest every rollout hold the same part of every
     episode; the observations are not normalized, and GAE's lambda is 0.99, for a reward that comes late."""
     cfg = point_mass_goal_preset(task)
-    cfg.env.num_envs, cfg.env.random_start = 2048, True
+    cfg.env.num_envs = 2048
+    cast(TimeLimitEnvConfig, cfg.env).random_start = True
     cfg.policy.normalize_obs = False
     cfg.ppo.lam = 0.99
     cfg.iterations = 60
@@ -103,15 +103,19 @@ ClassicEnv = CartPole | Pendulum | PointMass | PointMassGoal
 def classic_task(name: str, description: str, env_type: Callable[..., ClassicEnv], preset: Preset,
                  picture: Picture) -> TaskSpec:
     """A task of `env_type` (a torch env whose only option is the time limit), drawn by `picture`."""
-    def make_env(cfg: ClassicConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
-        return env_type(num_envs, device, seed, cfg.env.max_episode_length)
+    def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
+        return env_type(num_envs, device, seed, time_limit(cfg))
 
-    def render(cfg: ClassicConfig, device: torch.device, seed: int, width: int,
-               height: int) -> tuple[VecEnv, Drawer]:
-        env = env_type(1, device, seed, cfg.env.max_episode_length)
+    def render(cfg: TrainConfig, device: torch.device, seed: int, width: int, height: int) -> tuple[VecEnv, Drawer]:
+        env = env_type(1, device, seed, time_limit(cfg))
         return env, lambda: picture(env.state[0].tolist(), width, height)
 
-    return TaskSpec(name, description, ClassicConfig, {"default": preset}, make_env, FeedForwardPPO, render=render)
+    return TaskSpec(name, description, TimeLimitEnvConfig, {"default": preset}, make_env, "ppo", render=render)
+
+
+def time_limit(cfg: TrainConfig) -> int:
+    """The time limit the config gives the env (0: the env's own)."""
+    return cast(TimeLimitEnvConfig, cfg.env).max_episode_length
 
 
 def continuous_cartpole(num_envs: int, device: torch.device, seed: int, max_episode_length: int) -> CartPole:

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from syncfree.algo.feedforward import FeedForwardPPO
-from syncfree.config import TrainConfig
+from syncfree.algo.configs import PPOTrainConfig
+from syncfree.config import EnvConfig, TrainConfig
 from syncfree.core.imports import is_callable_name, load_callable
 from syncfree.envs.api import VecEnv
 from syncfree.envs.check import check_env
@@ -75,11 +75,11 @@ def build(task: str, num_envs: int | None, device: torch.device | str, seed: int
     return env
 
 
-def preset(task: str) -> TrainConfig:
+def preset(task: str) -> PPOTrainConfig:
     """syncfree's defaults, with the factory's env count and device: its `num_envs` and `device` defaults, else
     those of an env made once to ask."""
     takes = _parameters(load(task))
-    cfg = TrainConfig(task=task)
+    cfg = PPOTrainConfig(task=task)
     defaults = {name: p.default for name, p in takes.items() if p.default is not inspect.Parameter.empty}
     if isinstance(defaults.get("num_envs"), int) and "device" in takes:
         cfg.env.num_envs = defaults["num_envs"]
@@ -95,7 +95,7 @@ def resolve(task: str) -> TaskSpec:
     def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
         return build(task, num_envs, device, seed)
 
-    return TaskSpec(task, f"your env from {task}", TrainConfig, {"default": preset}, make_env, FeedForwardPPO,
+    return TaskSpec(task, f"your env from {task}", EnvConfig, {"default": preset}, make_env, "ppo",
                     cannot_render="an env from a factory has no renderer syncfree knows")
 
 

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass
+from typing import cast
 
 import torch
 
-from syncfree.algo.feedforward import FeedForwardPPO
-from syncfree.config import PPOConfig, TimeLimitEnvConfig, TokenPolicyConfig, TrainConfig
+from syncfree.algo.configs import PPOTrainConfig
+from syncfree.algo.settings import PPOConfig
+from syncfree.config import TimeLimitEnvConfig, TrainConfig
 from syncfree.envs.api import VecEnv
 from syncfree.envs.builtin.g1_track.config import G1TrackOptions
+from syncfree.policy.settings import TokenPolicyConfig
 from syncfree.tasks.spec import Drawer, TaskSpec
 
 
@@ -23,23 +25,28 @@ class G1TrackEnvConfig(G1TrackOptions, TimeLimitEnvConfig):
         G1TrackOptions.validate(self, max_encoders)
 
 
-@dataclass
-class G1TrackConfig(TrainConfig):
+def token_policy(cfg: TrainConfig) -> TokenPolicyConfig | None:
+    """The universal-token policy's settings when the config trains it (its envs then observe the tokenizer's
+    groups)."""
+    policy = getattr(cfg, "policy", None)
+    return policy if isinstance(policy, TokenPolicyConfig) and policy.kind == "token" else None
+
+
+def check(cfg: TrainConfig) -> None:
+    """The token policy has an encoder for each encoder type the envs assign."""
+    policy = token_policy(cfg)
+    if policy is not None:
+        env_config(cfg).validate(len(policy.token.encoders))
+
+
+def env_config(cfg: TrainConfig) -> G1TrackEnvConfig:
+    """The env section, of g1-track's type (`make_task_env` checks it)."""
+    return cast(G1TrackEnvConfig, cfg.env)
+
+
+def preset(task: str) -> PPOTrainConfig:
     """Train a G1 to track reference motions, with an MLP or the universal-token policy."""
-
-    POLICY_KINDS: ClassVar[tuple[str, ...]] = ("mlp", "token")
-
-    env: G1TrackEnvConfig = field(default_factory=G1TrackEnvConfig)
-    policy: TokenPolicyConfig = field(default_factory=TokenPolicyConfig)
-
-    def validate(self) -> None:
-        super().validate()
-        if self.policy.kind == "token":  # at most as many encoder types as the token policy has encoders
-            self.env.validate(len(self.policy.token.encoders))
-
-
-def preset(task: str) -> G1TrackConfig:
-    cfg = G1TrackConfig(task=task)
+    cfg = PPOTrainConfig(task=task, env=G1TrackEnvConfig(), policy=TokenPolicyConfig())
     cfg.env.num_envs = 4096
     cfg.policy.actor_hidden, cfg.policy.critic_hidden = [512, 256, 128], [512, 256, 128]
     cfg.policy.init_std = 0.5  # at 1.0 the action-rate penalty outweighs tracking and ending episodes pays
@@ -51,7 +58,7 @@ def preset(task: str) -> G1TrackConfig:
     return cfg
 
 
-def small_preset(task: str) -> G1TrackConfig:
+def small_preset(task: str) -> PPOTrainConfig:
     """The quick preset tests use."""
     cfg = preset(task)
     cfg.env.num_envs = 32
@@ -62,14 +69,15 @@ def small_preset(task: str) -> G1TrackConfig:
     return cfg
 
 
-def make_env(cfg: G1TrackConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
+def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
     from syncfree.envs.builtin.g1_track import make_g1_track
 
-    return make_g1_track(num_envs, device, seed, cfg.env.max_episode_length, options=cfg.env,
-                         tokenizer=cfg.policy.kind == "token", perf=cfg.perf)
+    env = env_config(cfg)
+    return make_g1_track(num_envs, device, seed, env.max_episode_length, options=env,
+                         tokenizer=token_policy(cfg) is not None, perf=cfg.perf)
 
 
-def render(cfg: G1TrackConfig, device: torch.device, seed: int, width: int, height: int) -> tuple[VecEnv, Drawer]:
+def render(cfg: TrainConfig, device: torch.device, seed: int, width: int, height: int) -> tuple[VecEnv, Drawer]:
     from syncfree.envs.builtin.g1_track import G1TrackEnv
     from syncfree.envs.render import G1Renderer
 
@@ -81,6 +89,6 @@ def render(cfg: G1TrackConfig, device: torch.device, seed: int, width: int, heig
 TASKS = (
     TaskSpec("g1-track", "Unitree G1 (29 joints) tracks whole-body reference motions; physics: torch PD joints with "
              "the root driven along the reference (default), or MuJoCo / MuJoCo Warp with contacts (env.backend); "
-             "adaptive start sampling", G1TrackConfig, {"default": preset, "small": small_preset}, make_env,
-             FeedForwardPPO, env_layer=True, render=render),
+             "adaptive start sampling", G1TrackEnvConfig, {"default": preset, "small": small_preset}, make_env, "ppo",
+             env_layer=True, render=render, sections={"ppo": {"policy": TokenPolicyConfig}}, check=check),
 )

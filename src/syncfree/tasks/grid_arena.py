@@ -4,18 +4,20 @@ BPTT segments (`syncfree.envs.adapters.mettagrid`, `syncfree.algo.recurrent`).""
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
 import torch
 
-from syncfree.algo.recurrent import RecurrentPPO
-from syncfree.config import EnvConfig, RecurrentPPOConfig, RecurrentTrainConfig
+from syncfree.algo.configs import RecurrentPPOTrainConfig
+from syncfree.algo.settings import LossesConfig, RecurrentPPOConfig
+from syncfree.config import EnvConfig, TrainConfig
 from syncfree.core.device import resolve_device
 from syncfree.envs.adapters.host_worker import worth_a_worker
 from syncfree.envs.adapters.mettagrid_map import MettaGridMap
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError, check
+from syncfree.policy.settings import RecurrentTokenPolicyConfig
 from syncfree.tasks.spec import BenchSizes, TaskSpec
 
 
@@ -35,20 +37,22 @@ class GridArenaEnvConfig(MettaGridMap, EnvConfig):
         MettaGridMap.validate(self, prefix)
 
 
-@dataclass
-class GridArenaConfig(RecurrentTrainConfig):
-    """Train agents on MettaGrid maps with the recurrent token policy and its teacher losses."""
-
-    env: GridArenaEnvConfig = field(default_factory=GridArenaEnvConfig)
-
-    def validate(self) -> None:
-        super().validate()
-        check(self.losses.supervised == 0 or self.env.map == "mines", "losses.supervised",
-              "0 unless env.map=mines (the scripted teacher walks to mines)", self.losses.supervised)
+def env_config(cfg: TrainConfig) -> GridArenaEnvConfig:
+    """The env section, of grid-arena's type (`make_task_env` checks it)."""
+    return cast(GridArenaEnvConfig, cfg.env)
 
 
-def preset(task: str) -> GridArenaConfig:
-    cfg = GridArenaConfig(task=task)
+def check_config(cfg: TrainConfig) -> None:
+    """The scripted teacher of `losses.supervised` walks to mines: only the `mines` map has it."""
+    losses = getattr(cfg, "losses", None)
+    if isinstance(losses, LossesConfig):
+        check(losses.supervised == 0 or env_config(cfg).map == "mines", "losses.supervised",
+              "0 unless env.map=mines (the scripted teacher walks to mines)", losses.supervised)
+
+
+def preset(task: str) -> RecurrentPPOTrainConfig:
+    """Agents on MettaGrid maps trained with the recurrent token policy (and its teacher losses)."""
+    cfg = RecurrentPPOTrainConfig(task=task, env=GridArenaEnvConfig(), policy=RecurrentTokenPolicyConfig())
     cfg.env.num_envs = 16  # MettaGrid simulations (x 4 agents)
     cfg.ppo = RecurrentPPOConfig(steps_per_env=32, num_epochs=4, num_minibatches=4, learning_rate=3e-3,
                                  schedule="fixed", gamma=0.99, lam=0.95, entropy_coef=0.01, value_loss_coef=0.5,
@@ -58,25 +62,25 @@ def preset(task: str) -> GridArenaConfig:
     return cfg
 
 
-def make_env(cfg: GridArenaConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
+def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
     """`num_envs` MettaGrid simulations of `cfg.env`'s map."""
     try:  # imports mettagrid: only when asked for
         from syncfree.envs.adapters.mettagrid import MettaGridSpec, MettaGridVecEnv
     except ImportError:
         raise UserError("task grid-arena needs MettaGrid: pip install 'syncfree[grid]'") from None
-    return MettaGridVecEnv(MettaGridSpec.of(cfg.env), num_envs, device, seed,
+    return MettaGridVecEnv(MettaGridSpec.of(env_config(cfg)), num_envs, device, seed,
                            cache_game_config=cfg.perf.cache_game_config,
                            worker=cfg.perf.host_env_worker and worth_a_worker(num_envs))
 
 
-def env_only(cfg: GridArenaConfig, num_envs: int, repeats: int) -> dict[str, Any]:
+def env_only(cfg: TrainConfig, num_envs: int, repeats: int) -> dict[str, Any]:
     """Agent steps per second of stepping `num_envs` simulations with random actions drawn beforehand, without
     training: MettaGrid alone (`mettagrid_raw_throughput`) and through the adapter (`env_only_throughput`),
     alternated `repeats` times (median, min, max)."""
     from syncfree.envs.adapters.mettagrid import MettaGridSpec, mettagrid_raw_throughput
     from syncfree.envs.throughput import env_only_throughput
 
-    spec = MettaGridSpec.of(cfg.env)
+    spec = MettaGridSpec.of(env_config(cfg))
     env = make_env(cfg, num_envs, resolve_device(cfg.device), cfg.seed)
     raw, adapter = [], []
     try:
@@ -107,7 +111,8 @@ device."""
 TASKS = (
     TaskSpec("grid-arena", "MettaGrid gridworld (C++ core, CPU), many agents per simulation, token observations, 5 "
              "discrete actions; map from env.map (default: mines, which pay a heart per push); recurrent policy",
-             GridArenaConfig, {"default": preset}, make_env, RecurrentPPO,
+             GridArenaEnvConfig, {"default": preset}, make_env, "recurrent-ppo",
+             sections={"recurrent-ppo": {"policy": RecurrentTokenPolicyConfig}}, check=check_config,
              cannot_render="its MettaGrid simulations have no renderer here; `syncfree eval` measures its return",
              bench_profiles=BENCH_PROFILES, env_only=env_only,
              env_switches=frozenset({"cache_game_config", "host_env_worker"})),

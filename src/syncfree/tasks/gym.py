@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from syncfree.algo.feedforward import FeedForwardPPO
-from syncfree.config import PPOConfig, TrainConfig
+from syncfree.algo.configs import PPOTrainConfig
+from syncfree.algo.settings import PPOConfig
+from syncfree.config import EnvConfig, TrainConfig
 from syncfree.envs.adapters.host_worker import worth_a_worker
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError
@@ -22,9 +23,9 @@ BENCH_PROFILES: dict[str, BenchSizes] = {
 """Sizes in Gymnasium envs, which step on the host one after another (the presets run 16)."""
 
 
-def preset(task: str) -> TrainConfig:
+def preset(task: str) -> PPOTrainConfig:
     """CleanRL's MuJoCo PPO settings; Humanoid's own (wider networks, longer rollouts, an adaptive rate)."""
-    cfg = TrainConfig(task=task)
+    cfg = PPOTrainConfig(task=task)
     cfg.env.num_envs = 16  # Gymnasium envs step on the host, one core: few envs, longer rollouts
     if task.startswith(f"{PREFIX}Humanoid"):
         cfg.policy.actor_hidden, cfg.policy.critic_hidden = [256, 256], [256, 256]
@@ -74,7 +75,7 @@ def resolve(task: str) -> TaskSpec:
 
         return env, draw
 
-    return TaskSpec(task, f"the Gymnasium env {env_id}", TrainConfig, {"default": preset}, make_env, FeedForwardPPO,
+    return TaskSpec(task, f"the Gymnasium env {env_id}", EnvConfig, {"default": preset}, make_env, "ppo",
                     render=render, bench_profiles=BENCH_PROFILES, env_switches=frozenset({"host_env_worker"}))
 
 

@@ -18,7 +18,6 @@ from typing import Any, cast
 
 import torch
 
-from syncfree.algo.feedforward import FeedForwardPPO
 from syncfree.config import EnvConfig, LogConfig, TrainConfig
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError, check
@@ -41,13 +40,6 @@ class MjlabEnvConfig(EnvConfig):
 
     motion_file: str = ""
     """A motion `.npz` for mjlab's tracking tasks (their `commands.motion.motion_file`); empty for other tasks."""
-
-
-@dataclass
-class MjlabConfig(TrainConfig):
-    """A `mjlab:` task: the runner config mjlab ships for it, mapped (`syncfree.tasks.rsl_rl_config`)."""
-
-    env: MjlabEnvConfig = dataclasses.field(default_factory=MjlabEnvConfig)
 
 
 def registry() -> ModuleType:
@@ -76,22 +68,24 @@ def _task_id(task: str) -> str:
     return task_id
 
 
-def preset(task: str) -> MjlabConfig:
-    """The runner config mjlab ships for the task, mapped; its env count."""
+def preset(task: str) -> TrainConfig:
+    """The runner config mjlab ships for the task, mapped (its algorithm's config type); its env count."""
     mjlab = registry()
     task_id = _task_id(task)
     rl_cfg = dataclasses.asdict(mjlab.load_rl_cfg(task_id))
     mapped = from_rsl_rl(rl_cfg, None, int(mjlab.load_env_cfg(task_id).scene.num_envs), "auto")
-    cfg = MjlabConfig(**{f.name: getattr(mapped.config, f.name) for f in dataclasses.fields(TrainConfig)
-                         if f.name != "env"})
-    cfg.task = task
-    cfg.env.num_envs = mapped.config.env.num_envs
+    cfg = dataclasses.replace(mapped.config, task=task, env=MjlabEnvConfig(num_envs=mapped.config.env.num_envs))
     cfg.save_every = mapped.save_interval
     cfg.log = LogConfig()  # where a run logs is the command line's choice (mjlab's script defaults to W&B)
     return cfg
 
 
-def make_env(cfg: MjlabConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
+def env_config(cfg: TrainConfig) -> MjlabEnvConfig:
+    """The env section, of a `mjlab:` task's type (`make_task_env` checks it)."""
+    return cast(MjlabEnvConfig, cfg.env)
+
+
+def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
     """mjlab's env of the task and its `RslRlVecEnvWrapper` (actions clipped as its runner config says), seen
     through `RslRlVecEnv` with the observation groups of that config."""
     from mjlab.envs import ManagerBasedRlEnv
@@ -103,12 +97,11 @@ def make_env(cfg: MjlabConfig, num_envs: int, device: torch.device, seed: int) -
     task_id = _task_id(cfg.task)
     env_cfg = mjlab.load_env_cfg(task_id)
     env_cfg.scene.num_envs, env_cfg.seed = num_envs, seed
-    motion = env_cfg.commands.get("motion")
-    if cfg.env.motion_file:
-        check(motion is not None, "env.motion_file", f"empty ({task_id} has no motion command)", cfg.env.motion_file)
-        check(Path(cfg.env.motion_file).is_file(), "env.motion_file", "an existing motion .npz file",
-              cfg.env.motion_file)
-        motion.motion_file = cfg.env.motion_file
+    motion, motion_file = env_cfg.commands.get("motion"), env_config(cfg).motion_file
+    if motion_file:
+        check(motion is not None, "env.motion_file", f"empty ({task_id} has no motion command)", motion_file)
+        check(Path(motion_file).is_file(), "env.motion_file", "an existing motion .npz file", motion_file)
+        motion.motion_file = motion_file
     elif motion is not None and not motion.motion_file:
         raise UserError(f"env.motion_file: {task_id} tracks a motion: give its .npz (mjlab's csv_to_npz.py makes one)")
     rl_cfg = mjlab.load_rl_cfg(task_id)
@@ -119,8 +112,8 @@ def make_env(cfg: MjlabConfig, num_envs: int, device: torch.device, seed: int) -
 
 def resolve(task: str) -> TaskSpec:
     _task_id(task)
-    return TaskSpec(task, f"mjlab's {task[len(PREFIX):]}", MjlabConfig, {"default": preset}, make_env,
-                    FeedForwardPPO, cannot_render="mjlab's envs draw with mjlab's own viewer (mjlab's play script)",
+    return TaskSpec(task, f"mjlab's {task[len(PREFIX):]}", MjlabEnvConfig, {"default": preset}, make_env, "ppo",
+                    cannot_render="mjlab's envs draw with mjlab's own viewer (mjlab's play script)",
                     bench_profiles=BENCH_PROFILES)
 
 

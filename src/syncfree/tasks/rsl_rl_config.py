@@ -9,8 +9,8 @@ Every key is one of three kinds, and nothing else is accepted:
 - **refused**, in one line naming the key and why: a value syncfree cannot honour (RND, a CNN model, another
   optimizer...), or a key neither rsl_rl nor syncfree knows.
 
-rsl_rl 5's `RNNModel` (actor and critic) maps to `policy.kind=recurrent`: the recurrent MLP policy, trained by the
-recurrent algorithm on one BPTT segment per env's rollout, as rsl_rl trains it.
+rsl_rl 5's `RNNModel` (actor and critic) maps to the recurrent MLP policy, trained by `recurrent-ppo` on one BPTT
+segment per env's rollout, as rsl_rl trains it (a distillation's recurrent student: `recurrent-distillation`).
 
 `docs/rsl_rl.md` has the table.
 """
@@ -19,31 +19,27 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
-from syncfree.config import (
-    DistillConfig,
-    PolicyConfig,
-    PPOConfig,
-    RecurrentCoreConfig,
-    RecurrentMLPPolicyConfig,
-    RNDConfig,
-    SymmetryConfig,
-    TrainConfig,
-    from_dict,
-    merge,
-    to_dict,
-    validate,
+from syncfree.algo.configs import (
+    DistillationTrainConfig,
+    PPOTrainConfig,
+    RecurrentDistillationTrainConfig,
+    RecurrentPPOTrainConfig,
+    convert,
 )
+from syncfree.algo.settings import DistillConfig, PPOConfig, RNDConfig, SymmetryConfig
+from syncfree.config import TrainConfig, validate, with_values
 from syncfree.core.imports import load_callable
 from syncfree.errors import UserError
+from syncfree.policy.settings import PolicyConfig, RecurrentCoreConfig, RecurrentMLPPolicyConfig
 
 RSL_RL_STD_OFFSET = 0.01
 """rsl_rl's `EmpiricalNormalization` divides by its running standard deviation plus this."""
 
 MAPPED: dict[str, str] = {
     "seed": "seed",
-    "num_steps_per_env": "ppo.steps_per_env",
+    "num_steps_per_env": "ppo.steps_per_env (a distillation's: distill.steps_per_env)",
     "save_interval": "the runner's checkpoint interval (model_<it>.pt, as rsl_rl)",
     "max_iterations": "iterations (the length the schedules see; the script passes it to learn())",
     "obs_groups": "the observation groups the actor and the critic read, concatenated",
@@ -201,7 +197,7 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
     for key in ("num_steps_per_env", "save_interval", "algorithm"):
         if key not in cfg:
             raise refuse(key, "missing (rsl_rl's runner needs it)")
-    out = TrainConfig(task="rsl_rl", device=device)
+    out = PPOTrainConfig(task="rsl_rl", device=device)
     out.env.num_envs = num_envs
     out.seed = int(cfg.get("seed", 42))
     out.iterations = int(cfg.get("max_iterations") or out.iterations)
@@ -217,16 +213,14 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
     out.ppo = dataclasses.replace(ppo_config(algorithm), steps_per_env=int(cfg["num_steps_per_env"]))
     out.symmetry = symmetry
     policy = policy_config(cfg, widths)
-    if isinstance(policy, RecurrentMLPPolicyConfig):
-        from syncfree.tasks import with_policy_kind  # the registry imports this module
-
-        out = with_policy_kind(out, "recurrent")  # symmetry too (rsl_rl refuses it): see docs/symmetry.md
+    if isinstance(policy, RecurrentMLPPolicyConfig):  # symmetry too (rsl_rl refuses it): see docs/symmetry.md
+        out = convert(out, RecurrentPPOTrainConfig)
     out.policy = policy
-    out = runner_settings(out, cfg)
-    return Mapped(out, obs_groups, int(cfg["save_interval"]), out.ppo.steps_per_env, mirror_function)
+    steps = out.ppo.steps_per_env
+    return Mapped(runner_settings(out, cfg), obs_groups, int(cfg["save_interval"]), steps, mirror_function)
 
 
-def runner_settings(out: TrainConfig, cfg: Mapping[str, Any]) -> TrainConfig:
+def runner_settings(out: ConfigT, cfg: Mapping[str, Any]) -> ConfigT:
     """The settings every runner config has: mixed precision, compile, the logger, and the `syncfree` overrides
     (applied last)."""
     if cfg["algorithm"].get("use_mixed_precision"):
@@ -291,24 +285,19 @@ def distillation_from_rsl_rl(cfg: dict[str, Any], obs: Mapping[str, Any] | None,
                                   init_std=teacher.init_std, normalize_obs=teacher.normalize,
                                   obs_norm_std_offset=RSL_RL_STD_OFFSET if teacher.normalize else 0.0,
                                   std_type=teacher.std_type, actor_obs="critic")
-    out = TrainConfig(task="rsl_rl", device=device)
+    kind = RecurrentDistillationTrainConfig if isinstance(policy, RecurrentMLPPolicyConfig) else DistillationTrainConfig
+    out = kind(task="rsl_rl", device=device, policy=policy)
     out.env.num_envs = num_envs
     out.seed = int(cfg.get("seed", 42))
     out.iterations = int(cfg.get("max_iterations") or out.iterations)
-    out.ppo = dataclasses.replace(out.ppo, steps_per_env=int(cfg["num_steps_per_env"]))
-    if isinstance(policy, RecurrentMLPPolicyConfig):
-        from syncfree.tasks import with_policy_kind  # the registry imports this module
-
-        out = with_policy_kind(out, "recurrent")
-    out.policy = policy
     max_grad_norm = values["max_grad_norm"]
-    out.distill = DistillConfig(teacher=RSL_RL_TEACHER, loss=values["loss_type"],
-                                gradient_length=int(values["gradient_length"]),
+    out.distill = DistillConfig(teacher=RSL_RL_TEACHER, steps_per_env=int(cfg["num_steps_per_env"]),
+                                loss=values["loss_type"], gradient_length=int(values["gradient_length"]),
                                 num_epochs=int(values["num_learning_epochs"]),
                                 learning_rate=float(values["learning_rate"]),
                                 max_grad_norm=float(max_grad_norm) if max_grad_norm else 0.0)
-    out = runner_settings(out, cfg)
-    return Mapped(out, obs_groups, int(cfg["save_interval"]), out.ppo.steps_per_env, None, teacher_policy,
+    steps = out.distill.steps_per_env
+    return Mapped(runner_settings(out, cfg), obs_groups, int(cfg["save_interval"]), steps, None, teacher_policy,
                   "distribution_cfg" in cfg["teacher"] and cfg["teacher"]["distribution_cfg"] is not None)
 
 
@@ -646,12 +635,12 @@ def _std_type(value: Any, key: str) -> StdType:
     return cast(StdType, value)
 
 
-def apply_overrides(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
+ConfigT = TypeVar("ConfigT", bound=TrainConfig)
+
+
+def apply_overrides(cfg: ConfigT, overrides: Mapping[str, Any]) -> ConfigT:
     """`cfg` with `overrides` (dotted key -> value) applied; a misspelt key names the nearest one."""
-    tree = to_dict(cfg)
-    for key, value in overrides.items():
-        merge(tree, str(key).split("."), value)
     try:
-        return cast(TrainConfig, validate(from_dict(type(cfg), tree)))
+        return validate(with_values(cfg, overrides))
     except UserError as e:
         raise refuse("syncfree", str(e)) from None

@@ -1,4 +1,5 @@
-"""A task is one registry entry: its config type, presets, env factory, algorithm, renderer and help."""
+"""A task is one registry entry: its env's settings type, presets, env factory, default algorithm, renderer and
+help."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from syncfree.algo.base import Algorithm
-from syncfree.config import TrainConfig
+from syncfree.algo import algorithm_named
+from syncfree.algo.configs import convert
+from syncfree.config import EnvConfig, TrainConfig
 from syncfree.envs.api import VecEnv
+from syncfree.errors import UserError
 
 EnvFactory = Callable[[Any, int, torch.device, int], VecEnv]
-"""`make_env(cfg, num_envs, device, seed)`: `num_envs` envs of the task with the options its config gives (the
-config is the task's own type)."""
+"""`make_env(cfg, num_envs, device, seed)`: `num_envs` envs of the task with the options its config gives (its
+`env` section is of the task's `env_config` type)."""
 
 Drawer = Callable[[], np.ndarray]
 """Draws env 0 as it is now: an [height, width, 3] uint8 image."""
@@ -24,7 +27,12 @@ Renderer = Callable[[Any, torch.device, int, int, int], tuple[VecEnv, Drawer]]
 """`render(cfg, device, seed, width, height)`: one env of the task made to be drawn, and its drawer."""
 
 Preset = Callable[[str], TrainConfig]
-"""A preset: the task's config for the task name it is given (a `gym:<id>` family shares its presets)."""
+"""A preset: the task's config for the task name it is given (a `gym:<id>` family shares its presets), of the
+config type of the algorithm it names."""
+
+ConfigCheck = Callable[[Any], None]
+"""Checks across a task's sections that no section can make alone (g1-track: its env's encoder types against the token
+policy's encoders); one line (`UserError`) naming the key."""
 
 BenchSizes = dict[str, Any]
 """A bench profile's defaults for a task: `num_envs`, `scaling`, `ablations`, `repeats`, `iterations`."""
@@ -45,14 +53,13 @@ class TaskSpec:
     name: str
     description: str
     """One line for `syncfree tasks`."""
-    config: type[TrainConfig]
-    """The task's config type: `TrainConfig`, or a subclass whose sections hold what its envs, policy and
-    algorithm read (settings typed once, each section validating itself)."""
+    env_config: type[EnvConfig]
+    """The type of the task's `env` section: the options its envs read (settings typed once, validating itself)."""
     presets: Mapping[str, Preset]
-    """Named presets; `default` is what `syncfree train --task` starts from."""
+    """Named presets; `default` is what `syncfree train --task` starts from (its algorithm is the task's)."""
     make_env: EnvFactory
-    algorithm: type[Algorithm]
-    """The algorithm that trains the task's policies (its `config_type` is a base of `config`)."""
+    algorithm: str
+    """The algorithm that trains the task unless `--algorithm` names another (`syncfree.algo.ALGORITHMS`)."""
     env_layer: bool = False
     """The env is manager-based (observation groups, history, commands): it reads the env-side switches."""
     env_switches: frozenset[str] = frozenset()
@@ -65,21 +72,36 @@ class TaskSpec:
     env_only: Callable[[Any, int, int], dict[str, Any]] | None = None
     """`env_only(cfg, num_envs, repeats)`: the bench's report of the env's own stepping speed (e.g. a simulator
     alone and through its adapter), beside the training rows; None: not reported."""
+    sections: Mapping[str, Mapping[str, type]] = field(default_factory=dict)
+    """Algorithm name -> the types the task gives some of that algorithm's sections (g1-track's PPO `policy` section
+    offers the token policy too)."""
+    algorithm_presets: Mapping[str, Preset] = field(default_factory=dict)
+    """Presets for algorithms other than the task's own, by algorithm name; an algorithm without one starts from the
+    default preset's settings that it shares (`syncfree.algo.configs.convert`)."""
+    check: ConfigCheck | None = None
+    """Checks of a config of this task across its sections (after each section's own)."""
 
     def __post_init__(self) -> None:
         if "default" not in self.presets:
             raise ValueError(f"task {self.name!r}: its presets need a 'default' one")
-        if not issubclass(self.config, self.algorithm.config_type):
-            raise ValueError(f"task {self.name!r}: config type {self.config.__name__} is not a "
-                             f"{self.algorithm.config_type.__name__}, which {self.algorithm.__name__} trains from")
+        if not issubclass(self.env_config, EnvConfig):
+            raise ValueError(f"task {self.name!r}: env_config {self.env_config.__name__} is not an EnvConfig")
 
-    def preset(self, size: str = "default", name: str | None = None) -> TrainConfig:
-        """The preset named `size`, for the task name `name` (default: the spec's)."""
+    def section_types(self, algorithm: str) -> dict[str, type]:
+        """The types this task gives the sections of a config of `algorithm`: its `env`, and any of `sections`."""
+        return {"env": self.env_config, **self.sections.get(algorithm, {})}
+
+    def preset(self, size: str = "default", name: str | None = None, algorithm: str | None = None) -> TrainConfig:
+        """The preset named `size`, for the task name `name` (default: the spec's), trained by `algorithm` (default:
+        the preset's own)."""
         if size not in self.presets:
-            from syncfree.errors import UserError
-
             raise UserError(f"task {self.name}: no preset {size!r}; it has {', '.join(self.presets)}")
-        return self.presets[size](name or self.name)
+        cfg = self.presets[size](name or self.name)
+        if algorithm is None or algorithm == cfg.algorithm:
+            return cfg
+        if algorithm in self.algorithm_presets:
+            return self.algorithm_presets[algorithm](name or self.name)
+        return convert(cfg, algorithm_named(algorithm).config_type, self.section_types(algorithm))
 
 
 @dataclass(frozen=True)

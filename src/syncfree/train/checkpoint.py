@@ -22,9 +22,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from syncfree.config import TrainConfig, validate
+from syncfree.config import TrainConfig
 from syncfree.errors import UserError
-from syncfree.tasks import config_from_dict
+from syncfree.tasks import config_from_dict, validated
 
 FORMAT_VERSION = 2
 """2: the envelope above. 1 (earlier versions): the state itself, its NumPy RNG state a NumPy array; still read,
@@ -212,7 +212,7 @@ def read(path: str | Path) -> tuple[TrainConfig, dict[str, Any]]:
     if not isinstance(state["config"], dict):
         raise UserError(f"checkpoint {path}: its config is not a mapping")
     try:
-        return validate(config_from_dict(state["config"])), state
+        return validated(config_from_dict(state["config"])), state
     except (UserError, TypeError) as e:
         raise UserError(f"checkpoint {path}: {e}") from None
 

@@ -225,6 +225,3 @@ class NormalizerSync:
             norm.var.copy_(var)
         self.snapshot()
 
-
-def running_norms(module: nn.Module) -> list[RunningNorm]:
-    return [m for m in module.modules() if isinstance(m, RunningNorm)]

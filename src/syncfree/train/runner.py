@@ -22,7 +22,7 @@ import torch
 
 from syncfree.algo import algorithm_for
 from syncfree.algo.base import CheckpointReader
-from syncfree.config import TimeLimitEnvConfig, TrainConfig, to_dict, validate
+from syncfree.config import TimeLimitEnvConfig, TrainConfig, flatten, to_dict
 from syncfree.core.compile import hot
 from syncfree.core.device import apply_threads, choose_threads, resolve_device, set_deterministic
 from syncfree.core.memory import retain_freed_memory
@@ -33,11 +33,12 @@ from syncfree.envs.check import check_env
 from syncfree.envs.managers.env import ManagerBasedEnv
 from syncfree.errors import ENV_MEMORY, UPDATE_MEMORY, NonFiniteError, UserError, allocating
 from syncfree.policy.actor_critic import describe_precision
-from syncfree.tasks import make_task_env, switch_scope
+from syncfree.policy.normalizer import running_norms
+from syncfree.tasks import make_task_env, stored_algorithm, switch_scope, validated
 from syncfree.train import checkpoint
 from syncfree.train.callbacks import Callbacks, IterationCallback
 from syncfree.train.compile_choice import resolve_compile
-from syncfree.train.distributed import Distributed, NormalizerSync, running_norms
+from syncfree.train.distributed import Distributed, NormalizerSync
 from syncfree.train.logger import RunLogger, WandbRun, copy_records
 from syncfree.train.monitors import StepMonitors
 from syncfree.train.progress import Progress
@@ -59,7 +60,7 @@ class Runner:
                  read_checkpoint: CheckpointReader | None = None) -> None:
         self.read_checkpoint: CheckpointReader = read_checkpoint or checkpoint.read
         """How the algorithm reads the checkpoints its config names (a teacher): syncfree's files by default."""
-        self.cfg = validate(cfg)
+        self.cfg = validated(cfg)
         self.dist = dist or Distributed.current()
         """None in a single process: then no collective runs and nothing below differs from one process."""
         self.rank = self.dist.rank if self.dist is not None else 0
@@ -119,7 +120,7 @@ class Runner:
         """The precision `perf.autocast` resolved to here, in words."""
         self.phases = self.algorithm.phases
         """Attach a recorder (`syncfree.core.phases`) to time or count each phase of the hot loop."""
-        self.monitors = StepMonitors(cfg.ppo.steps_per_env, self.env.num_envs, self.device, cfg.perf)
+        self.monitors = StepMonitors(self.algorithm.steps_per_env, self.env.num_envs, self.device, cfg.perf)
         self.algorithm.observer = self.monitors
         if cfg.perf.compile != "off":
             self.env.compile_step(lambda fn: hot(fn, cfg.perf, self.device))
@@ -348,16 +349,10 @@ class Runner:
                             "tried", self.iteration, self.logger.path, e.strerror or e)
 
     def check_divergence(self, stats: dict[str, float], where: str) -> None:
-        """Stop, before the iteration is saved, when the update left NaN or infinite parameters or skipped
-        `ppo.max_skipped_updates` minibatch updates in a row for non-finite gradients."""
-        if stats["non_finite_parameters"] > 0:
-            raise NonFiniteError(f"{where}iteration {self.iteration}: the update left non-finite parameters (the run "
-                                 f"diverged: try a smaller ppo.learning_rate); stopped; {self.kept()}")
-        limit = self.cfg.ppo.max_skipped_updates
-        if limit and stats["longest_skip_run"] >= limit:
-            raise NonFiniteError(f"{where}iteration {self.iteration}: {int(stats['longest_skip_run'])} minibatch "
-                                 "updates in a row skipped for non-finite gradients (ppo.max_skipped_updates="
-                                 f"{limit}): the run diverged; stopped; {self.kept()}")
+        """Stop, before the iteration is saved, when the algorithm says the run diverged (`Algorithm.divergence`)."""
+        reason = self.algorithm.divergence(stats)
+        if reason is not None:
+            raise NonFiniteError(f"{where}iteration {self.iteration}: {reason}; stopped; {self.kept()}")
 
     # -- checkpoints -------------------------------------------------------------------------------------
 
@@ -510,7 +505,8 @@ class Runner:
 
 
 def check_compatible(state: dict[str, Any], runner: Runner, source: str) -> None:
-    """A checkpoint must match the task's observation and action shapes and the env count."""
+    """A checkpoint must match the task's observation and action shapes and the env count, and have been trained by
+    the run's algorithm with the settings its weights mean something under (`Algorithm.check_resumable`)."""
     env = runner.env
     expected = {"task": runner.cfg.task, "obs_dims": runner.algorithm.obs_dims(env),
                 "action_spec": (env.action_spec.kind, env.action_spec.size), "num_envs": env.num_envs}
@@ -520,31 +516,8 @@ def check_compatible(state: dict[str, Any], runner: Runner, source: str) -> None
             got = tuple(got)
         if got != value:
             raise UserError(f"{source}: {key} is {got!r} but this run has {value!r}")
-    saved_distill = state["config"].get("distill")
-    trained_by = "distillation" if isinstance(saved_distill, dict) and saved_distill.get("teacher") else "PPO"
-    runs_by = "distillation" if runner.cfg.distill.enabled() else "PPO"
-    if trained_by != runs_by:
-        raise UserError(f"{source}: trained by {trained_by} but this run trains by {runs_by} (distill.teacher "
-                        f"{'set' if runs_by == 'distillation' else 'empty'}); a resumed run keeps its algorithm, whose "
-                        "optimizer state the checkpoint holds")
-    saved = flatten(state["config"].get("policy", {}), "policy.")
-    for key, value in flatten(to_dict(runner.cfg.policy), "policy.").items():
-        if key not in POLICY_CHANGEABLE and key in saved and saved[key] != value:
-            raise UserError(f"{source}: trained with {key}={saved[key]!r} but this run has {key}={value!r}; the "
-                            "network's weights only mean something with the settings they were trained with")
-
-
-POLICY_CHANGEABLE = ("policy.init_std", "policy.token.init_std", "policy.token.reconstruction_weight")
-"""Policy settings a resumed run may change: they shape a fresh network (a checkpoint's weights replace their
-effect) or weigh a loss, and leave what the saved weights compute as it was."""
-
-
-def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"a": {"b": 1}}` as `{"a.b": 1}`; lists compared as tuples."""
-    flat: dict[str, Any] = {}
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = tuple(value) if isinstance(value, list) else value
-    return flat
+    trained_by = stored_algorithm(state["config"])
+    if trained_by != runner.cfg.algorithm:
+        raise UserError(f"{source}: trained by {trained_by} but this run trains by {runner.cfg.algorithm} "
+                        "(--algorithm); a resumed run keeps its algorithm, whose optimizer state the checkpoint holds")
+    runner.algorithm.check_resumable(state["config"], runner.cfg, source)

@@ -98,10 +98,11 @@ def train(cfg: TrainConfig, dist: Distributed | None) -> int:
              f" as a new run (--resume_in_place true writes on in {Path(cfg.resume).parent} instead)")
     cfg = trainer.cfg  # as it runs: perf.compile=auto resolved
     ranks = f"{dist.world_size} ranks x " if dist is not None else ""
-    info("training %s on %s: %s%s x %d steps per iteration, %d iterations -> %s", cfg.task, trainer.execution(), ranks,
-         cfg.env.describe(trainer.env.num_envs), cfg.ppo.steps_per_env, cfg.iterations, run_dir)
+    info("training %s with %s on %s: %s%s x %d steps per iteration, %d iterations -> %s", cfg.task,
+         trainer.algorithm.label, trainer.execution(), ranks, cfg.env.describe(trainer.env.num_envs),
+         trainer.algorithm.steps_per_env, cfg.iterations, run_dir)
     if main_rank:
-        warn_inert_switches(cfg, trainer.switch_scope(), preset_or_none(cfg.task))
+        warn_inert_switches(cfg, trainer.switch_scope(), preset_or_none(cfg.task, cfg.algorithm))
     if trainer.compiles_first_iteration() and trainer.iteration < cfg.iterations:
         info("perf.compile=%s: the first iteration compiles the loop (seconds to minutes on a CPU; a later run of "
              "the same config reuses torch's compile caches in %s)", cfg.perf.compile, compile_cache_dir())
