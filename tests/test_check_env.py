@@ -62,7 +62,7 @@ class Mistaken(Pendulum):
 
 
 @pytest.mark.parametrize(("mistake", "line"), [
-    ("declared_width", "env Mistaken: reset()['policy']: expected shape (16, 4) (num_envs, *obs_shapes['policy']), "
+    ("declared_width", "env Mistaken: _observe()['policy']: expected shape (16, 4) (num_envs, *obs_shapes['policy']), "
                        "got shape (16, 3)"),
     ("no_action_spec", "env Mistaken: action_spec: expected declared on the env (a VecEnv attribute), got missing"),
     ("missing_group", "env Mistaken: reset()['critic']: expected the group obs_shapes declares"),
