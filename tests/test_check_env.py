@@ -56,6 +56,8 @@ class Mistaken(Pendulum):
             return out._replace(terminated=out.terminated.float())
         if self.mistake == "obs_shape":
             return out._replace(obs={**out.obs, "critic": out.obs["critic"][:, :2]})
+        if self.mistake == "obs_dtype":
+            return out._replace(obs={**out.obs, "policy": out.obs["policy"].double()})
         if self.mistake == "tuple":
             return tuple(out)  # type: ignore[return-value]
         return out
@@ -71,6 +73,7 @@ class Mistaken(Pendulum):
     ("reward_dtype", "env Mistaken: step().reward: expected a floating-point tensor, got torch.int64"),
     ("done_dtype", "env Mistaken: step().terminated: expected a bool tensor, got torch.float32"),
     ("obs_shape", "env Mistaken: step().obs['critic']: expected shape (16, 3)"),
+    ("obs_dtype", "env Mistaken: step().obs['policy']: expected torch.float32, got torch.float64"),
     ("tuple", "env Mistaken: step(): expected a StepResult"),
 ])
 def test_a_mistake_in_a_users_env_is_one_line_before_anything_compiles(mistake: str, line: str) -> None:

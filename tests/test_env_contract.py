@@ -82,6 +82,8 @@ class Reach(TorchVecEnv):
 FAULTS = {
     "reward_column": "env Reach: _advance() reward: expected shape (16,) (one per env), got shape (16, 1)",
     "discrete_reward": "env Reach: _advance() reward: expected shape (16,) (one per env), got shape (16, 16)",
+    "discrete_in_place": "env Reach: step(actions) raised RuntimeError: output with shape [16, 1] doesn't match the "
+                         "broadcast shape [16, 16] (at {module}.py:",
     "no_super_init": "env Reach: no device: its __init__ must call super().__init__(num_envs, device, seed) before "
                      "the env is used",
     "float64_obs": "env Reach: _observe()['policy']: expected torch.float32, got torch.float64",
@@ -113,12 +115,12 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_each_fault_of_a_users_env_is_one_user_error_through_learn(user_module, fault: str) -> None:
-    module, _ = user_module
+    module, name = user_module
     with pytest.raises(UserError) as error:
         syncfree.learn(getattr(module, f"make_{fault}")(), run_dir=False, iterations=1, perf={"compile": "off"},
                        log={"progress": False})
     message = str(error.value)
-    assert message.startswith(FAULTS[fault]) and "\n" not in message, message
+    assert message.startswith(FAULTS[fault].format(module=name)) and "\n" not in message, message
 
 
 @pytest.mark.parametrize("fault", sorted(FAULTS))
@@ -127,7 +129,17 @@ def test_each_fault_of_a_users_env_is_one_line_and_exit_2_through_the_cli(user_m
     assert main(["train", "--task", f"{name}:make_{fault}", "--iterations", "1", "--perf.compile", "off",
                  "--log.progress", "false", "--log.dir", "runs"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("syncfree: error: " + FAULTS[fault]) and "\n" not in err, err
+    assert err.startswith("syncfree: error: " + FAULTS[fault].format(module=name)) and "\n" not in err, err
+
+
+def test_the_env_that_step_raised_in_names_the_actions_it_was_given(user_module) -> None:
+    module, name = user_module
+    line = next(i for i, text in enumerate(MODULE.splitlines(), 1) if text.endswith("# [N, 1] += [N] fails"))
+    with pytest.raises(UserError) as error:
+        check_env(module.make_discrete_in_place())
+    assert str(error.value).endswith(f"(at {name}.py:{line}, in _advance); it was given actions of shape (16,) "
+                                     "torch.int64 [0, 0, 0, 0, ...] (action_spec discrete, 3 choices)"), error.value
+    assert isinstance(error.value.__cause__, RuntimeError)  # the original, for a debugger
 
 
 @pytest.mark.parametrize(("env_type", "actions", "ops"), [
