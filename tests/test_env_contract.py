@@ -5,6 +5,7 @@ expected and what came, before any torch error; through `syncfree.learn` a `User
 from __future__ import annotations
 
 import importlib
+import logging
 import re
 import sys
 import textwrap
@@ -17,9 +18,10 @@ import torch
 import syncfree
 from syncfree.cli import main
 from syncfree.core.counters import count_syncs
+from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.envs.builtin.classic import CartPole, Pendulum
 from syncfree.envs.builtin.point_mass import PointMass
-from syncfree.envs.check import check_env
+from syncfree.envs.check import CHECK_STEPS, LONGEST_CHECKED_EPISODE, check_env
 from syncfree.errors import UserError
 
 MODULE = '''
@@ -105,7 +107,7 @@ def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     imported once)."""
     name = "user_reach_" + re.sub(r"\W", "_", request.node.name)[-60:]
     factories = "".join(f'\n\ndef make_{fault}(num_envs=16, device="cpu", seed=0):\n'
-                        f'    return Reach(num_envs, device, seed, fault="{fault}")\n' for fault in FAULTS)
+                        f'    return Reach(num_envs, device, seed, fault="{fault}")\n' for fault in [*FAULTS, "float64_reward"])
     (tmp_path / f"{name}.py").write_text(textwrap.dedent(MODULE) + factories)
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -140,6 +142,81 @@ def test_the_env_that_step_raised_in_names_the_actions_it_was_given(user_module)
     assert str(error.value).endswith(f"(at {name}.py:{line}, in _advance); it was given actions of shape (16,) "
                                      "torch.int64 [0, 0, 0, 0, ...] (action_spec discrete, 3 choices)"), error.value
     assert isinstance(error.value.__cause__, RuntimeError)  # the original, for a debugger
+
+
+def test_float64_rewards_train_with_one_warning(user_module, caplog) -> None:
+    """Rewards are stored as float32: right, but the env's float64 arithmetic buys nothing."""
+    module, _ = user_module
+    with caplog.at_level(logging.WARNING, logger="syncfree"):
+        result = syncfree.learn(module.make_float64_reward(), run_dir=False, iterations=1, ppo={"steps_per_env": 8},
+                                perf={"compile": "off"}, log={"progress": False})
+    assert result.record["iteration"] == 1
+    lines = [r.getMessage() for r in caplog.records if "float64" in r.getMessage()]
+    assert lines == ["env Reach: step().reward is float64; the trainer keeps rewards in float32, so the env "
+                     "computes them in float64 for nothing"]
+
+
+class Endless(VecEnv):
+    """Declares a 10-step time limit and never ends an episode (only the last `stopping` envs time out)."""
+
+    def __init__(self, num_envs: int = 8, stopping: int = 0) -> None:
+        self.num_envs, self.device, self.max_episode_length = num_envs, torch.device("cpu"), 10
+        self.obs_shapes = {"policy": (2,), "critic": (2,)}
+        self.action_spec = ActionSpec("continuous", 1)
+        self.stopping, self.t, self.steps = stopping, 0, 0
+        self.obs = torch.zeros(num_envs, 2)
+
+    def reset(self) -> dict[str, torch.Tensor]:
+        self.t = 0
+        return {"policy": self.obs, "critic": self.obs}
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        self.t, self.steps = self.t + 1, self.steps + 1
+        truncated = torch.zeros(self.num_envs, dtype=torch.bool)
+        truncated[self.num_envs - self.stopping:] = self.t % self.max_episode_length == 0
+        zeros = torch.zeros(self.num_envs)
+        return StepResult({"policy": self.obs, "critic": self.obs}, zeros, torch.zeros_like(truncated), truncated,
+                          {"episode_return": zeros, "episode_length": zeros})
+
+
+def test_an_env_that_never_ends_an_episode_within_its_time_limit_is_one_warning(caplog) -> None:
+    """Training is right (no episode boundary to bootstrap across), but no return is ever logged and evaluation
+    scores NaN: a warning after `max_episode_length` steps, not an error."""
+    env = Endless(stopping=2)
+    with caplog.at_level(logging.WARNING, logger="syncfree"):
+        check_env(env)
+    assert env.steps == 10
+    assert [r.getMessage() for r in caplog.records] == [
+        "env Endless: 6 of 8 envs ran max_episode_length=10 steps (neutral actions) without ending an episode: their "
+        "returns are never logged and evaluation, which runs that many steps, scores them NaN; end each episode at "
+        "its time limit (truncated) or declare the limit the env keeps"]
+
+
+def test_a_time_limit_longer_than_checked_is_not_waited_for(caplog) -> None:
+    env = Endless()
+    env.max_episode_length = LONGEST_CHECKED_EPISODE + 1
+    with caplog.at_level(logging.WARNING, logger="syncfree"):
+        check_env(env)
+    assert env.steps == CHECK_STEPS and not caplog.records
+
+
+class CountedCartPole(CartPole):
+    steps = 0
+
+    def step(self, actions: torch.Tensor) -> StepResult:
+        self.steps += 1
+        return super().step(actions)
+
+
+def test_an_env_whose_episodes_all_end_is_stepped_no_further_and_not_warned_of(caplog) -> None:
+    env = Endless(stopping=8)
+    with caplog.at_level(logging.WARNING, logger="syncfree"):
+        check_env(env)
+    assert env.steps == 10 and not caplog.records
+    cartpole = CountedCartPole(8)  # action 0 pushes left: every pole falls long before the 500-step limit
+    with caplog.at_level(logging.WARNING, logger="syncfree"):
+        check_env(cartpole)
+    assert 3 <= cartpole.steps < 100 and not caplog.records
 
 
 @pytest.mark.parametrize(("env_type", "actions", "ops"), [

@@ -8,12 +8,16 @@ line too, naming the error, where it was raised and the actions it was given. Th
 given (`Runner(cfg, env=...)`, `syncfree.learn(env)`), before the policy is built; the built-in tasks' envs are
 checked by the test suite instead.
 
+What would train right but not as the env's author may think is a warning: float64 rewards (the trainer keeps
+float32), and envs that end no episode within the `max_episode_length` they declare.
+
 Observation tensors may be the same buffers from step to step (the env protocol lets an env reuse them; the trainer
 copies what it keeps), so reuse is not a mistake here.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import traceback
 from collections.abc import Callable, Mapping
@@ -26,16 +30,23 @@ from syncfree.envs.api import ActionSpec, StepResult, VecEnv
 from syncfree.envs.contract import check_observations, check_vector, is_obs_shapes, mistake
 from syncfree.errors import UserError, is_out_of_memory
 
+log = logging.getLogger("syncfree")
+
 CHECK_STEPS = 3
-"""Steps `check_env` takes by default."""
+"""Steps `check_env` takes at least."""
+LONGEST_CHECKED_EPISODE = 1000
+"""The longest `max_episode_length` within which `check_env` looks for every env's episode to end (a longer one
+would cost that many steps at every start)."""
 
 
 def check_env(env: VecEnv, steps: int = CHECK_STEPS) -> None:
-    """Reset `env` and step it `steps` times with neutral actions (zeros; action 0); raise `UserError` naming the
-    first field that does not match what the env declares (`num_envs`, `device`, `obs_shapes`, `action_spec`) or
-    the `VecEnv` protocol (reward, terminated and truncated `[num_envs]`, float and bool; float32 observations, or
-    uint8 tokens; finite values), or an error the env raised (with the actions it was given). The env is left
-    mid-episode: reset it before use."""
+    """Reset `env` and step it with neutral actions (zeros; action 0) `steps` times, and on until every env has
+    ended an episode or `max_episode_length` steps have passed (when the env declares one of at most
+    `LONGEST_CHECKED_EPISODE`); raise `UserError` naming the first field that does not match what the env declares
+    (`num_envs`, `device`, `obs_shapes`, `action_spec`) or the `VecEnv` protocol (reward, terminated and truncated
+    `[num_envs]`, float and bool; float32 observations, or uint8 tokens; finite values), or an error the env raised
+    (with the actions it was given). Float64 rewards and envs that end no episode within `max_episode_length` are a
+    warning each. The env is left mid-episode: reset it before use."""
     name = type(env).__name__
     num_envs = _declared(env, "num_envs")
     if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
@@ -55,9 +66,16 @@ def check_env(env: VecEnv, steps: int = CHECK_STEPS) -> None:
     _check_obs(name, "reset()", _call(name, "reset()", env.reset), shapes, num_envs, device)
     actions = (torch.zeros(num_envs, spec.size, device=device) if spec.kind == "continuous" else
                torch.zeros(num_envs, dtype=torch.int64, device=device))
+    limit = getattr(env, "max_episode_length", None)
+    limit = limit if isinstance(limit, int) and not isinstance(limit, bool) and \
+        1 <= limit <= LONGEST_CHECKED_EPISODE else 0
+    ended = torch.zeros(num_envs, dtype=torch.bool, device=device)
+    float64_rewards = False
     given = f"; it was given actions {_describe_actions(actions, spec)}"
-    for _ in range(steps):
+    taken = 0
+    while taken < steps or (taken < limit and not bool(ended.all())):
         result = _call(name, "step(actions)", env.step, actions, given=given)
+        taken += 1
         if not isinstance(result, StepResult):
             raise mistake(name, "step()", "a StepResult(obs, reward, terminated, truncated, info)",
                           type(result).__name__)
@@ -67,6 +85,17 @@ def check_env(env: VecEnv, steps: int = CHECK_STEPS) -> None:
             _check_vector(name, f"step().{field}", getattr(result, field), num_envs, device, floating=False)
         if not isinstance(result.info, dict):
             raise mistake(name, "step().info", "a dict", type(result.info).__name__)
+        float64_rewards |= result.reward.dtype == torch.float64
+        ended |= result.terminated | result.truncated
+    if float64_rewards:
+        log.warning("env %s: step().reward is float64; the trainer keeps rewards in float32, so the env computes "
+                    "them in float64 for nothing", name)
+    if limit and not bool(ended.all()):
+        log.warning("env %s: %d of %d envs ran max_episode_length=%d steps (neutral actions) without ending an "
+                    "episode: their returns are never logged and evaluation, which runs that many steps, scores them "
+                    "NaN; end each episode at its time limit (truncated) or declare the limit the env keeps",
+                    name, int((~ended).sum()), num_envs, limit)
+
 
 def _declared(env: VecEnv, attribute: str) -> Any:
     if not hasattr(env, attribute):
