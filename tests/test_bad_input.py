@@ -14,7 +14,6 @@ import torch
 from conftest import small_config
 from syncfree.cli import main
 from syncfree.envs.builtin.classic import CartPole, Pendulum
-from syncfree.envs.check import CHECK_STEPS
 from syncfree.envs.render import draw_pendulum
 from syncfree.errors import NonFiniteError
 from syncfree.tasks import TASKS
@@ -174,8 +173,9 @@ def test_non_finite_env_output_stops_at_iteration_end_naming_envs(tmp_path: Path
     with the monitor's message, whatever the sampler made of the NaN."""
     cfg = small_config(task, deferred_nonfinite_check=deferred, validate_distributions=validate)
     cfg.iterations, cfg.save_every = 5, 1
-    # the start-up check (`check_env`: a reset and CHECK_STEPS steps) observes before training does
-    env = env_class(cfg.env.num_envs, seed=cfg.seed, max_episode_length=10, nan_after=20 + 1 + CHECK_STEPS)
+    # the start-up check (`check_env`: a reset, and steps until every env's episode has ended: here at the 10-step
+    # time limit) observes before training does
+    env = env_class(cfg.env.num_envs, seed=cfg.seed, max_episode_length=10, nan_after=20 + 1 + 10)
     trainer = Runner(cfg, run_dir=tmp_path, env=env)
     with pytest.raises(NonFiniteError) as info:
         trainer.learn()

@@ -56,13 +56,15 @@ class Mistaken(Pendulum):
             return out._replace(terminated=out.terminated.float())
         if self.mistake == "obs_shape":
             return out._replace(obs={**out.obs, "critic": out.obs["critic"][:, :2]})
+        if self.mistake == "obs_dtype":
+            return out._replace(obs={**out.obs, "policy": out.obs["policy"].double()})
         if self.mistake == "tuple":
             return tuple(out)  # type: ignore[return-value]
         return out
 
 
 @pytest.mark.parametrize(("mistake", "line"), [
-    ("declared_width", "env Mistaken: reset()['policy']: expected shape (16, 4) (num_envs, *obs_shapes['policy']), "
+    ("declared_width", "env Mistaken: _observe()['policy']: expected shape (16, 4) (num_envs, *obs_shapes['policy']), "
                        "got shape (16, 3)"),
     ("no_action_spec", "env Mistaken: action_spec: expected declared on the env (a VecEnv attribute), got missing"),
     ("missing_group", "env Mistaken: reset()['critic']: expected the group obs_shapes declares"),
@@ -71,6 +73,7 @@ class Mistaken(Pendulum):
     ("reward_dtype", "env Mistaken: step().reward: expected a floating-point tensor, got torch.int64"),
     ("done_dtype", "env Mistaken: step().terminated: expected a bool tensor, got torch.float32"),
     ("obs_shape", "env Mistaken: step().obs['critic']: expected shape (16, 3)"),
+    ("obs_dtype", "env Mistaken: step().obs['policy']: expected torch.float32, got torch.float64"),
     ("tuple", "env Mistaken: step(): expected a StepResult"),
 ])
 def test_a_mistake_in_a_users_env_is_one_line_before_anything_compiles(mistake: str, line: str) -> None:

@@ -8,13 +8,14 @@ branch. Observation tensors are owned by the environment and stay valid until th
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor
 
+from syncfree.envs.contract import check_device, check_observations, check_vector, is_obs_shapes, mistake
 from syncfree.errors import UserError
 
 if TYPE_CHECKING:
@@ -121,11 +122,17 @@ class VecEnv(ABC):
         stepped again. Envs holding nothing of the kind leave it."""
 
 
+_BASE_STATE = frozenset({"num_envs", "device", "max_episode_length", "generator", "episode_return",
+                         "episode_length", "_final_return", "_final_length", "_checked"})
+"""What `TorchVecEnv.__init__` sets: one of them missing means a subclass never called it."""
+
+
 class TorchVecEnv(VecEnv):
     """Base of the torch-native tasks: episode bookkeeping and branchless auto-reset.
 
     Subclasses keep their physical state in tensors named in `state_names`, updated in place, and
-    implement `_advance`, `_initial_state` and `_observe`.
+    implement `_advance`, `_initial_state` and `_observe`. What they return is checked once, on its metadata, before
+    anything reads it (at the first reset and step: `_checked`); a mistake is one line naming the env and the output.
     """
 
     state_names: tuple[str, ...] = ()
@@ -143,6 +150,17 @@ class TorchVecEnv(VecEnv):
         self.episode_length = zeros(torch.int64)
         self._final_return = zeros(torch.float32)
         self._final_length = zeros(torch.int64)
+        self._checked = False
+        """Whether the first step has checked what the subclass returns; after it, steps check nothing."""
+
+    if not TYPE_CHECKING:  # hidden from type checkers, which would otherwise take any name as an env attribute
+        def __getattr__(self, name: str) -> Any:
+            """Only reached for a name the env lacks: the base's state lacking means `__init__` never ran."""
+            if name in _BASE_STATE:
+                raise UserError(f"env {type(self).__name__}: no {name}: its __init__ must call "
+                                "super().__init__(num_envs, device, seed) before the env is used (TorchVecEnv keeps "
+                                "its state there)")
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @abstractmethod
     def _advance(self, actions: Tensor) -> tuple[Tensor, Tensor]:
@@ -160,13 +178,21 @@ class TorchVecEnv(VecEnv):
         return low + (high - low) * u
 
     def reset(self) -> dict[str, Tensor]:
-        for name, value in self._initial_state().items():
+        fresh = self._initial_state()
+        if not self._checked:
+            self._check_initial_state(fresh)
+        for name, value in fresh.items():
             getattr(self, name).copy_(value)
         self.episode_return.zero_()
         self.episode_length.zero_()
-        return self._observe()
+        obs = self._observe()
+        if not self._checked:
+            self._check_observed(obs)
+        return obs
 
     def step(self, actions: Tensor) -> StepResult:
+        if not self._checked:
+            return self._first_step(actions)
         return self._transition(actions, self._initial_state())
 
     def start_at_random_steps(self) -> None:
@@ -176,6 +202,27 @@ class TorchVecEnv(VecEnv):
         """`step` without its random draws (`fresh`: the states finished envs restart from): a pure function of
         tensors, which `compile_step` may compile."""
         reward, terminated = self._advance(actions)
+        return self._finish(reward, terminated, fresh)
+
+    def _first_step(self, actions: Tensor) -> StepResult:
+        """`step`, eager, with what the subclass returns checked before anything reads it; later steps skip this."""
+        fresh = self._initial_state()
+        self._check_initial_state(fresh)
+        advanced = self._advance(actions)
+        name, device = type(self).__name__, self.device
+        if not isinstance(advanced, (tuple, list)) or len(advanced) != 2:
+            raise mistake(name, "_advance()", "a (reward, terminated) pair of tensors",
+                          f"{len(advanced)} values" if isinstance(advanced, (tuple, list)) else type(advanced).__name__)
+        reward, terminated = advanced
+        check_vector(name, "_advance() reward", reward, self.num_envs, device, floating=True)
+        check_vector(name, "_advance() terminated", terminated, self.num_envs, device, floating=False)
+        result = self._finish(reward, terminated, fresh)
+        self._check_observed(result.obs)
+        self._checked = True
+        return result
+
+    def _finish(self, reward: Tensor, terminated: Tensor, fresh: dict[str, Tensor]) -> StepResult:
+        """The step after `_advance`: episode bookkeeping, auto-reset of the finished envs, the observations."""
         self.episode_return.add_(reward)
         self.episode_length.add_(1)
         truncated = (self.episode_length >= self.max_episode_length) & ~terminated
@@ -187,11 +234,40 @@ class TorchVecEnv(VecEnv):
         return StepResult(self._observe(), reward, terminated, truncated, info)
 
     def compile_step(self, wrap: Callable[[Callable], Callable]) -> None:
-        """Run the deterministic part of every `step` through `wrap(fn)`; the random draws stay outside, on the
-        env's own generator, so the random stream is the same either way. Once per env: a second call keeps the
-        first wrapper."""
+        """Run the deterministic part of every `step` after the first (which checks what the subclass returns,
+        eagerly) through `wrap(fn)`; the random draws stay outside, on the env's own generator, so the random stream
+        is the same either way. Once per env: a second call keeps the first wrapper."""
         if "_transition" not in vars(self):
             vars(self)["_transition"] = wrap(self._transition)
+
+    def _check_initial_state(self, fresh: Any) -> None:
+        """`num_envs` as `__init__` was given it, and `_initial_state()`: one tensor per state the env holds, of the
+        state's shape, dtype and device, one row per env (finished envs restart from it with `torch.where`)."""
+        name, rows = type(self).__name__, self.episode_return.shape[0]
+        if self.num_envs != rows:
+            raise mistake(name, "num_envs", f"{rows} (the count given to TorchVecEnv.__init__)", repr(self.num_envs))
+        if not isinstance(fresh, Mapping):
+            raise mistake(name, "_initial_state()", "a dict of state name -> tensor", type(fresh).__name__)
+        for state, value in fresh.items():
+            field = f"_initial_state()[{state!r}]"
+            current = getattr(self, state, None) if isinstance(state, str) else None
+            if not isinstance(current, Tensor):
+                raise mistake(name, field, f"the name of a tensor the env holds (self.{state})",
+                              "no such tensor" if current is None else type(current).__name__)
+            if current.dim() == 0 or current.shape[0] != rows:
+                raise mistake(name, f"self.{state}", f"{rows} rows (one per env)", f"shape {tuple(current.shape)}")
+            check_device(name, f"self.{state}", current, self.device)
+            if not isinstance(value, Tensor):
+                raise mistake(name, field, "a tensor", type(value).__name__)
+            if value.shape != current.shape or value.dtype != current.dtype or value.device != current.device:
+                raise mistake(name, field, f"{_describe(current)} (as self.{state})", _describe(value))
+
+    def _check_observed(self, obs: Any) -> None:
+        """`_observe()`: the groups `obs_shapes` declares, once it is declared (`check_env` names a missing or
+        malformed declaration)."""
+        shapes = getattr(self, "obs_shapes", None)
+        if is_obs_shapes(shapes):
+            check_observations(type(self).__name__, "_observe()", obs, shapes, self.num_envs, self.device)
 
     def _reset_where(self, done: Tensor, fresh_states: dict[str, Tensor]) -> None:
         for name, fresh in fresh_states.items():
@@ -215,6 +291,10 @@ class TorchVecEnv(VecEnv):
                 raise ValueError(f"env state {name!r}: expected shape {tuple(target.shape)}, got {got}")
             target.copy_(state[name])
         self.generator.set_state(state["generator"])
+
+
+def _describe(value: Tensor) -> str:
+    return f"shape {tuple(value.shape)} {value.dtype} on {value.device}"
 
 
 def draw_episode_steps(episode_length: Tensor, max_episode_length: int, generator: torch.Generator) -> None:
