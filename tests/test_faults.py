@@ -29,6 +29,7 @@ import pytest
 import torch
 from test_bad_input import NaNCartPole, NaNPendulum
 from test_checkpoint_safety import Payload
+from test_run_folder import full_disk_at_the_end
 
 from syncfree.cli import main
 from syncfree.envs.render import draw_cartpole
@@ -204,6 +205,12 @@ def disk_fills_after_the_first_save(ctx: Ctx) -> list[str]:
             "run"]
 
 
+def disk_full_at_the_end(ctx: Ctx) -> list[str]:
+    """The disk fills after the first save, and the run's logs (metrics, TensorBoard) cannot flush as they close."""
+    full_disk_at_the_end(ctx.monkeypatch)
+    return [*disk_fills_after_the_first_save(ctx), "--log.tensorboard", "true"]
+
+
 def first_checkpoint_kept(ctx: Ctx) -> None:
     run = ctx.tmp / "run"
     assert files(run) == ["checkpoint_000001.pt", "config.yaml", "latest.pt", "metrics.jsonl"]  # no .tmp left
@@ -352,6 +359,9 @@ FAULTS = [
     Fault("disk fills after the first save", disk_fills_after_the_first_save, 2,
           r"iteration 3: checkpoint not saved: cannot write .*No space left on device.*newest checkpoint "
           r".*run/latest\.pt", first_checkpoint_kept),
+    Fault("disk full at the end, logs included", disk_full_at_the_end, 2,
+          r"iteration 3: checkpoint not saved: cannot write .*No space left on device.*newest checkpoint "
+          r".*run/latest\.pt$", latest_at(1)),
     Fault("run name reused", reused_run_name, 2, r"run folder .*run already holds a run \(latest\.pt\); choose another "
           r"log\.run_name, or continue that run with --resume .*run/latest\.pt --resume_in_place true", unchanged),
     Fault("stale .tmp files of a killed save", stale_tmp_files, 0, r"removed 2 temporary file\(s\)", no_tmp_left),

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes.util
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +87,8 @@ def test_a_gymnasium_mujoco_env_draws_itself(tmp_path: Path) -> None:
     (["--video", "out.avi"], {}, "unknown format '.avi'"),
     (["--steps", "0"], {}, "--steps=0 is invalid"),
     (["--video", "g1.mp4"], {"MUJOCO_GL": "bogus"}, "MUJOCO_GL='bogus'"),
+    (["--video", "g1.mp4"], {"MUJOCO_GL": "glfw", "DISPLAY": "", "WAYLAND_DISPLAY": ""},
+     "MUJOCO_GL='glfw' renders only with a display, and DISPLAY is not set; set MUJOCO_GL to egl"),
     (["--steps", "100000000", "--video", "long.gif"], {}, "play: --steps 100000000 at 640x480 keeps 85830.7 GiB of "
      "frames until the GIF is written, more than the "),
 ])
@@ -97,6 +103,26 @@ def test_bad_play_input_is_one_line(args: list[str], env: dict, message: str, tm
     assert main(["play", str(ckpt), *steps, *args]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize(("value", "says"), [
+    ("bogus", "MUJOCO_GL='bogus' is not an OpenGL backend MuJoCo can render with (RuntimeError: invalid value "),
+    ("osmesa", "MUJOCO_GL='osmesa': MuJoCo cannot load its osmesa OpenGL library ("),
+])
+def test_a_mujoco_gl_that_mujoco_cannot_load_is_one_line(value: str, says: str, tmp_path: Path) -> None:
+    """MuJoCo loads the backend `MUJOCO_GL` names as it is imported (a traceback from inside PyOpenGL, before any
+    task is drawn), so a fresh process: one line with the value, the values to use and the packages they need."""
+    if value == "osmesa" and ctypes.util.find_library("OSMesa"):
+        pytest.skip("OSMesa is installed here")
+    ckpt = checkpoint("pendulum", tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYOPENGL_PLATFORM"}  # set by MuJoCo's EGL import here
+    done = subprocess.run([sys.executable, "-m", "syncfree", "play", str(ckpt), "--steps", "2"], capture_output=True,
+                          text=True, timeout=300, env={**env, "MUJOCO_GL": value, "OMP_NUM_THREADS": "1"})
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"syncfree: error: {says}"), lines[0]
+    assert "set MUJOCO_GL to egl (headless, on a GPU or through Mesa; Debian: apt-get install libegl1" in lines[0]
+    assert not (ckpt.parent / "play.mp4").exists()
 
 
 def test_a_missing_renderer_package_is_one_line(tmp_path: Path, capsys) -> None:

@@ -7,6 +7,7 @@ import errno
 import json
 import logging
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -85,6 +86,44 @@ def test_a_run_folder_that_disappears_stops_the_run_in_one_line(tmp_path: Path) 
 
     with pytest.raises(UserError, match=r"run folder .*run disappeared during iteration 2; stopped"):
         small_run(tmp_path / "run", iterations=3, on_iteration=[remove])
+
+
+def full_disk_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The disk is full when the run's logs close: the metrics file is /dev/full (every write, and the flush at
+    close, fails with ENOSPC) and TensorBoard's writer cannot flush or close."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from syncfree.train import logger
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    real_open = open
+    monkeypatch.setattr(logger, "open", lambda path, *args, **kwargs: real_open("/dev/full", *args, **kwargs),
+                        raising=False)
+    monkeypatch.setattr(SummaryWriter, "flush", full)
+    monkeypatch.setattr(SummaryWriter, "close", full)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_logs_that_cannot_be_written_as_the_run_closes_are_one_warning(tmp_path: Path, monkeypatch, caplog,
+                                                                       capsys) -> None:
+    """Closing the logs on a full disk: one warning names each log that lost records, no traceback (it was three
+    chained ones), and the run's last line still says where its checkpoint is."""
+    pytest.importorskip("tensorboard")
+    full_disk_at_the_end(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="syncfree"):
+        assert main(["train", "--task", "pendulum", "--iterations", "2", "--env.num_envs", "8", "--ppo.steps_per_env",
+                     "4", "--perf.compile", "off", "--log.progress", "false", "--log.tensorboard", "true",
+                     "--log.dir", str(tmp_path), "--log.run_name", "run"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    closing = [r.getMessage() for r in caplog.records if r.getMessage().startswith("closing the run's logs")]
+    run = tmp_path / "run"
+    assert closing == [f"closing the run's logs: {run / 'metrics.jsonl'} (No space left on device), TensorBoard's "
+                       f"{run / 'tensorboard'} (No space left on device) not written in full; their last records "
+                       "may be missing"], caplog.text
+    assert re.fullmatch(rf"done at iteration 2 .*; checkpoint {re.escape(str(run / 'latest.pt'))}",
+                        caplog.records[-1].getMessage()), caplog.text
 
 
 def test_a_metrics_write_that_fails_is_a_warning_and_training_goes_on(tmp_path: Path, monkeypatch, caplog) -> None:

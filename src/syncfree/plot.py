@@ -21,7 +21,8 @@ DEFAULT_METRICS = ("mean_return", "reward_per_agent_step", "mean_length", "value
 
 
 def read_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """The run's records, and its config when it wrote one. One line naming the file when it cannot be read."""
+    """The run's records, and its config when it wrote one. One line naming the file when it cannot be read, and
+    the line of a record that is no JSON object; record i is line i + 1 (only a cut last line is skipped)."""
     path = run_dir / "metrics.jsonl"
     try:
         lines = path.read_text().splitlines()
@@ -30,15 +31,48 @@ def read_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None
     records = []
     for number, line in enumerate(lines, 1):
         try:
-            records.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             if number < len(lines):  # only the last line may be cut short (a run killed while writing it)
                 raise UserError(f"plot: {path}, line {number}: not a JSON record") from None
+            continue
+        if not isinstance(record, dict):
+            raise UserError(f"plot: {path}, line {number}: not a JSON record (a {type(record).__name__}, not an "
+                            "object)")
+        records.append(record)
     if not records:
         raise UserError(f"plot: {path} holds no record yet")
-    config_path = run_dir / "config.yaml"
-    config = yaml.safe_load(config_path.read_text()) if config_path.is_file() else None
-    return records, config
+    return records, read_config(run_dir / "config.yaml")
+
+
+def read_config(path: Path) -> dict[str, Any] | None:
+    """The run's config (which runs are seeds of one config), None when the run wrote none; one line naming the
+    file when it is no YAML mapping."""
+    if not path.is_file():
+        return None
+    try:
+        config = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise UserError(f"plot: cannot read {path} ({' '.join(str(e).split())[:120]})") from None
+    if not isinstance(config, dict):
+        raise UserError(f"plot: {path}: not a run's config (a YAML {type(config).__name__}, not a mapping)")
+    return config
+
+
+def points(run_dir: Path, records: list[dict[str, Any]], name: str) -> list[tuple[float, float]]:
+    """(env steps in millions, value) of the records that hold metric `name` (a metric missing from some records is
+    normal); a value or an env step count that is no number is one line naming the file and line."""
+    return [(number(run_dir, line, record, "env_steps") / 1e6, number(run_dir, line, record, name))
+            for line, record in enumerate(records, 1) if name in record]
+
+
+def number(run_dir: Path, line: int, record: dict[str, Any], key: str) -> float:
+    """`record[key]`, which must be a number (JSON's true and false are not)."""
+    value = record.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value
+    found = f"{key} is {json.dumps(value)[:40]}, not a number" if key in record else f"the record has no {key}"
+    raise UserError(f"plot: {run_dir / 'metrics.jsonl'}, line {line}: {found}")
 
 
 def group_runs(runs: dict[Path, tuple[list[dict], dict | None]]) -> dict[str, list[Path]]:
@@ -93,7 +127,7 @@ def plot(run_dirs: list[Path], out: Path, metrics: list[str] | None = None, titl
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.4), squeeze=False)
     for ax, name in zip(axes[0], metrics, strict=True):
         for label, members in groups.items():
-            curves = [[(r["env_steps"] / 1e6, r[name]) for r in runs[d][0] if name in r] for d in members]
+            curves = [points(d, runs[d][0], name) for d in members]
             curves = [c for c in curves if c]
             if not curves:
                 continue

@@ -4,9 +4,10 @@ Gymnasium envs by their own renderer. A task's spec picks its drawer (`syncfree.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -130,10 +131,59 @@ def draw_point_mass_maze(state: list[float], width: int, height: int) -> np.ndar
 # -- g1-track, with MuJoCo --------------------------------------------------------------------------------------
 
 
+GL_BACKENDS = {"egl": ("headless, on a GPU or through Mesa", "libegl1 libgl1-mesa-dri"),
+               "osmesa": ("headless, in software", "libosmesa6"),
+               "glfw": ("with a display", "")}
+"""The values of `MUJOCO_GL` that MuJoCo renders with here: where each works, and the Debian packages it needs."""
+
+
+def gl_choices(but: str = "") -> str:
+    """The `MUJOCO_GL` values other than `but`, each with what it needs, as a phrase."""
+    named = [f"{name} ({where}{f'; Debian: apt-get install {packages}' if packages else ''})"
+             for name, (where, packages) in GL_BACKENDS.items() if name != but]
+    return ", ".join(named[:-1]) + f" or {named[-1]}" if len(named) > 1 else named[0]
+
+
+def mujoco_gl_error(error: BaseException) -> UserError:
+    """One line for a `MUJOCO_GL` that MuJoCo cannot render with: the value, MuJoCo's reason, and what to do."""
+    value = os.environ.get("MUJOCO_GL", "")
+    backend = value.strip().lower()
+    text = str(error).strip()
+    reason = f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+    if backend not in GL_BACKENDS:
+        return UserError(f"MUJOCO_GL={value!r} is not an OpenGL backend MuJoCo can render with ({reason}); set "
+                         f"MUJOCO_GL to {gl_choices()}, or unset it")
+    where, packages = GL_BACKENDS[backend]
+    remedy = f"install it (Debian: apt-get install {packages})" if packages else f"it renders only {where}"
+    return UserError(f"MUJOCO_GL={value!r}: MuJoCo cannot load its {backend} OpenGL library ({reason}); {remedy}, "
+                     f"or set MUJOCO_GL to {gl_choices(backend)}")
+
+
+@contextlib.contextmanager
+def importing_mujoco() -> Iterator[None]:
+    """Around `import mujoco`: MuJoCo loads the OpenGL backend `MUJOCO_GL` names as it is imported, and a value it
+    does not know or a backend whose library is missing fails that import with a traceback from inside PyOpenGL;
+    this makes it one line (`mujoco_gl_error`)."""
+    try:
+        yield
+    except (RuntimeError, AttributeError, OSError) as e:
+        if not os.environ.get("MUJOCO_GL", "").strip():
+            raise
+        raise mujoco_gl_error(e) from None
+
+
+def gl_backend() -> str:
+    """The OpenGL backend play renders with: `MUJOCO_GL` if set (egl, osmesa, glfw), else GLFW with a display and
+    EGL without one."""
+    return os.environ.get("MUJOCO_GL", "").strip().lower() or ("glfw" if os.environ.get("DISPLAY") else "egl")
+
+
 def gl_context(width: int, height: int):
-    """An OpenGL context for offscreen rendering: `MUJOCO_GL` if set (egl, osmesa, glfw), else GLFW with a display
-    and EGL without one."""
-    backend = os.environ.get("MUJOCO_GL", "").lower() or ("glfw" if os.environ.get("DISPLAY") else "egl")
+    """An OpenGL context for offscreen rendering, through `gl_backend()`."""
+    backend = gl_backend()
+    if backend == "glfw" and not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        raise UserError(f"MUJOCO_GL='glfw' renders only with a display, and DISPLAY is not set; set MUJOCO_GL to "
+                        f"{gl_choices('glfw')}")
     try:
         if backend == "egl":
             from mujoco.egl import GLContext
@@ -142,12 +192,12 @@ def gl_context(width: int, height: int):
         elif backend == "glfw":
             from mujoco.glfw import GLContext
         else:
-            raise UserError(f"MUJOCO_GL={backend!r}: allowed for play: egl, osmesa, glfw")
+            raise UserError(f"MUJOCO_GL={backend!r} is not a backend play renders with; set MUJOCO_GL to "
+                            f"{gl_choices()}")
         context = GLContext(width, height)
     except (ImportError, RuntimeError, AttributeError) as e:
-        raise UserError(f"play: no OpenGL context through {backend} ({str(e).strip().splitlines()[0]}); headless "
-                        "rendering needs EGL or OSMesa (Debian: apt-get install libegl1 libgl1-mesa-dri, or "
-                        "libosmesa6 with MUJOCO_GL=osmesa)") from None
+        raise UserError(f"play: no OpenGL context through {backend} ({str(e).strip().splitlines()[0]}); set "
+                        f"MUJOCO_GL to {gl_choices()}") from None
     context.make_current()
     return context
 
@@ -171,7 +221,12 @@ class G1Renderer:
         self.robot, self.reference = mujoco.MjData(self.model), mujoco.MjData(self.model)
         self.offset = np.array([0.0, reference_offset, 0.0])
         self.context = gl_context(width, height)
-        self.render_context = mujoco.MjrContext(self.model, mujoco.mjtFontScale.mjFONTSCALE_150)
+        try:
+            self.render_context = mujoco.MjrContext(self.model, mujoco.mjtFontScale.mjFONTSCALE_150)
+        except mujoco.FatalError as e:  # the backend made no usable context (GLFW without a working display)
+            self.context.free()
+            raise UserError(f"play: MuJoCo has no OpenGL context through {gl_backend()} ({e}); set MUJOCO_GL to "
+                            f"{gl_choices()}") from None
         mujoco.mjr_setBuffer(mujoco.mjtFramebuffer.mjFB_OFFSCREEN, self.render_context)
         self.scene = mujoco.MjvScene(self.model, maxgeom=4 * self.model.ngeom + 100)
         self.option, self.perturb, self.camera = mujoco.MjvOption(), mujoco.MjvPerturb(), mujoco.MjvCamera()

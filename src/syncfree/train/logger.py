@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from syncfree.errors import UserError
+
+log = logging.getLogger("syncfree")
 
 
 class RunLogger:
@@ -57,11 +60,22 @@ class RunLogger:
             self._wandb.log(scalars, step=step)
 
     def close(self) -> None:
-        self._file.close()
+        """Close every writer, even when one fails to write what it still holds (a full disk): its last records are
+        lost, which one warning says; the run ends as it would, its checkpoints being written apart from its logs."""
+        closers = [(str(self.path), self._file.close)]
         if self._tb is not None:
-            self._tb.close()
+            closers.append((f"TensorBoard's {self.path.parent / 'tensorboard'}", self._tb.close))
         if self._wandb is not None:
-            self._wandb.finish()
+            closers.append(("W&B", self._wandb.finish))
+        failed = []
+        for name, close in closers:
+            try:
+                close()
+            except OSError as e:
+                failed.append(f"{name} ({e.strerror or e})")
+        if failed:
+            log.warning("closing the run's logs: %s not written in full; their last records may be missing",
+                        ", ".join(failed))
 
 
 @dataclass(frozen=True)

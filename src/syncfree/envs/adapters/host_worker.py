@@ -7,19 +7,23 @@ inherited, so a torch or compiler thread here cannot deadlock it), builds the si
 picklable factory, and sends it one method call at a time over a socket pair (`call` then `wait`, so this process
 can work in between); each side polls the socket for a moment before it sleeps on it (`SPIN_SECONDS`). An
 exception in the worker comes back as one `UserError` line naming the call; a worker that died is named with its
-exit code.
+exit code; one that stays silent (a simulator that hangs) is named in a warning (`SILENT_SECONDS`), and `close`
+kills it if it does not stop within `GRACE_SECONDS`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import multiprocessing.connection
 import os
+import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import weakref
@@ -31,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from syncfree.errors import UserError
+
+log = logging.getLogger("syncfree")
 
 ALIGN = 64
 """Each array starts at a multiple of this many bytes."""
@@ -47,12 +53,24 @@ millisecond, and the gap between two steps (the policy's act) less, so both side
 through longer pauses (the update)."""
 
 
-def receive(conn: multiprocessing.connection.Connection, spin: float) -> Any:
-    """The next message on `conn`: polled for up to `spin` seconds, then waited for."""
-    deadline = time.perf_counter() + spin
-    while not conn.poll(0) and time.perf_counter() < deadline:
-        pass
-    return conn.recv()
+SILENT_SECONDS = 30.0
+"""A call the worker has not answered after this long is named in one warning: its simulator may hang, and nothing
+but a second Ctrl-C (or SIGTERM) ends the run then. A step or reset of a host simulator's envs takes milliseconds,
+building them in the worker a few seconds."""
+
+GRACE_SECONDS = 3.0
+"""How long `close` lets the worker finish the call it is in, close its envs and exit before it kills the worker
+(one whose simulator hangs never answers). Closing a worker that answers takes a fraction of this."""
+
+
+def arrived(conn: multiprocessing.connection.Connection, spin: float, timeout: float | None) -> bool:
+    """Whether a message waits on `conn`: polled for up to `spin` seconds, then slept on for up to `timeout` (None:
+    until one comes). The syscalls of a plain poll-then-read: the time limit rides on the sleeping poll."""
+    end = time.perf_counter() + spin
+    while time.perf_counter() < end:
+        if conn.poll(0):
+            return True
+    return conn.poll(timeout)
 
 
 def usable_cores() -> int:
@@ -128,7 +146,8 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
         return
     try:
         while True:
-            message = receive(conn, spin)
+            arrived(conn, spin, None)
+            message = conn.recv()
             if message is None:
                 break
             method, call_args = message
@@ -143,6 +162,16 @@ def _serve(conn: multiprocessing.connection.Connection) -> None:
         if close is not None:
             close()
         arrays.close()
+
+
+def _exit_with_parent(fd: int) -> None:
+    """End this process once the trainer's end of the socket `fd` is closed (the trainer exited, even killed or
+    ended at once by a third Ctrl-C), though the call it serves never returns; runs in a thread of its own, asleep
+    until then."""
+    poller = select.poll()
+    poller.register(fd, select.POLLRDHUP)
+    poller.poll()
+    os._exit(1)
 
 
 def _one_line(e: BaseException) -> str:
@@ -161,7 +190,8 @@ class HostWorker:
     socket pair: it inherits no thread or lock of this process (as `spawn` would not), and, unlike
     multiprocessing's `spawn`, it does not import the caller's main script again, so a script without an
     `if __name__ == "__main__":` guard starts it safely. It exits when told to, or when this process goes away; it
-    ignores Ctrl-C, which reaches the trainer, whose `close()` then stops it."""
+    ignores Ctrl-C, which reaches the trainer, whose `close()` then stops it (a second Ctrl-C while the worker does
+    not answer ends the run: `close` kills the worker after `GRACE_SECONDS`)."""
 
     def __init__(self, name: str, arrays: SharedArrays, factory: Callable[..., Any], *args: Any) -> None:
         self.name = name
@@ -171,6 +201,8 @@ class HostWorker:
                                             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL)
         self._conn = multiprocessing.connection.Connection(ours.detach())
         self._pending = False
+        self._call = f"{getattr(factory, '__name__', 'factory')}(...)"
+        """The call the worker was last given (named when it is silent)."""
         self.spin = SPIN_SECONDS if usable_cores() > 1 else 0.0
         """How long each side polls before it blocks (`SPIN_SECONDS`; 0 where the process may run on one core)."""
         try:
@@ -191,10 +223,14 @@ class HostWorker:
 
     def call(self, method: str, *args: Any) -> None:
         self._send((method, args))
+        self._call = f"{method}(...)"
 
     def wait(self) -> Any:
         try:
-            status, value = receive(self._conn, self.spin)
+            if not arrived(self._conn, self.spin, SILENT_SECONDS):
+                log.warning("%s (worker process): its %s has not returned in %g s; still waiting (a simulator that "
+                            "hangs never returns: a second Ctrl-C ends the run)", self.name, self._call, SILENT_SECONDS)
+            status, value = self._conn.recv()
         except (EOFError, OSError):
             self._pending = False
             raise UserError(self._died()) from None
@@ -215,19 +251,35 @@ class HostWorker:
         return self.process.poll() is None
 
     def close(self) -> None:
-        if self.alive:
-            try:
-                if self._pending:
-                    self._conn.recv()
-                self._conn.send(None)
-            except (EOFError, OSError):
-                pass
-            try:
-                self.process.wait(timeout=5.0)
-            except subprocess.TimeoutExpired:
+        """Stop the worker; one that has not stopped within `GRACE_SECONDS`, or whose stopping is interrupted,
+        is killed."""
+        try:
+            if self.alive and not self._stopped():
+                log.warning("%s (worker process): not stopped within %g s of closing (its last call: %s); killed "
+                            "it", self.name, GRACE_SECONDS, self._call)
+        finally:
+            if self.alive:
                 self.process.kill()
                 self.process.wait()
-        self._conn.close()
+            self._pending = False
+            self._conn.close()
+
+    def _stopped(self) -> bool:
+        """Tell the worker to stop once it has answered the call it is in; whether it exited within
+        `GRACE_SECONDS`."""
+        deadline = time.monotonic() + GRACE_SECONDS
+        try:
+            if self._pending:
+                if not self._conn.poll(GRACE_SECONDS):
+                    return False
+                self._conn.recv()
+            self._conn.send(None)
+            self.process.wait(max(0.0, deadline - time.monotonic()))
+        except (EOFError, OSError):  # it went away by itself
+            pass
+        except subprocess.TimeoutExpired:
+            return False
+        return True
 
 
 __all__ = ["HostWorker", "SharedArrays", "usable_cores", "worth_a_worker"]
@@ -235,4 +287,6 @@ __all__ = ["HostWorker", "SharedArrays", "usable_cores", "worth_a_worker"]
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it then stops the worker
+    if hasattr(select, "POLLRDHUP"):  # Linux
+        threading.Thread(target=_exit_with_parent, args=(int(sys.argv[1]),), daemon=True).start()
     _serve(multiprocessing.connection.Connection(int(sys.argv[1])))

@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import mujoco
 import numpy as np
 import torch
 
+from syncfree.envs.render import importing_mujoco
 from syncfree.errors import UserError
+
+with importing_mujoco():  # the first import of MuJoCo here: it reads MUJOCO_GL as it is imported
+    import mujoco
 
 _JOINT_TYPE_NAMES = {
     int(mujoco.mjtJoint.mjJNT_FREE): "free",
