@@ -387,9 +387,6 @@ class RecurrentDistillation(Distillation):
     `perf.whole_chunk_distillation`: the chunk's hidden states go through the MLP, the head and the loss at once;
     off, step by step (the cells run step by step either way)."""
 
-    export_refusal = ("the recurrent student cannot be exported (its state is carried between steps); "
-                      "`syncfree eval` measures its return")
-
     def __init__(self, policy: RecurrentMLPPolicy, teacher: ActorCritic, cfg: DistillConfig, steps_per_env: int,
                  perf: PerfConfig, num_envs: int, device: torch.device, dist: Collective | None = None) -> None:
         super().__init__(policy, teacher, cfg, steps_per_env, perf, num_envs, device, dist)

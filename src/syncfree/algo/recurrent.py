@@ -151,8 +151,6 @@ class RecurrentPPO(Algorithm):
     # -- the class's side: building, evaluating, the switches' scope ---------------------------------------------
 
     config_type = RecurrentTrainConfig
-    export_refusal = "the recurrent policy cannot be exported (its state is carried between steps); " \
-        "`syncfree eval` measures its return"
 
     @classmethod
     def build(cls, cfg: RecurrentTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,

@@ -9,11 +9,10 @@ itself is syncfree's `Runner` on the env through `RslRlVecEnv`.
 
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -26,8 +25,8 @@ from syncfree.core.device import set_deterministic
 from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
 from syncfree.errors import UserError
 from syncfree.policy.actor_critic import ActorCritic
+from syncfree.policy.deploy import DeployedActor, OnnxRecurrentActor, restart
 from syncfree.policy.heads import GaussianHead
-from syncfree.policy.normalizer import RunningNorm
 from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
 from syncfree.rsl_rl.checkpoint import (
     from_rsl_rl,
@@ -384,9 +383,9 @@ class InferencePolicy(nn.Module):
         super().__init__()
         self.policy = policy
         self.groups = list(groups)
-        self.is_recurrent = isinstance(policy, RecurrentMLPPolicy)
+        self.is_recurrent = policy.is_recurrent
         self.state: tuple[Tensor, ...] | None = None
-        """The recurrent actor's state (None: zero, at the next call's batch size)."""
+        """The actor's state (None: zero, at the next call's batch size; a feed-forward actor's is empty)."""
 
     def forward(self, obs: Any) -> Tensor:
         if isinstance(obs, Tensor):
@@ -395,11 +394,9 @@ class InferencePolicy(nn.Module):
             actor_obs = obs[self.groups[0]]
         else:
             actor_obs = torch.cat([obs[g] for g in self.groups], dim=-1)
-        if not isinstance(self.policy, RecurrentMLPPolicy):
-            return self.policy.act_deterministic(actor_obs)
-        if self.state is None or self.state[0].shape[0] != actor_obs.shape[0]:
+        if self.state is None or any(s.shape[0] != actor_obs.shape[0] for s in self.state):
             self.state = self.policy.initial_actor_state(actor_obs.shape[0], actor_obs.device)
-        actions, state = self.policy.act_deterministic(actor_obs, self.state)
+        actions, state = self.policy.act_carrying(actor_obs, self.state)
         self.state = tuple(s.detach() for s in state)  # a graph through every past call would grow without end
         return actions
 
@@ -407,156 +404,18 @@ class InferencePolicy(nn.Module):
         if hidden_state is not None:
             raise UserError("rsl_rl runner: reset(hidden_state=...) is not supported; reset(dones) zeroes the state "
                             "of the envs whose episode ended")
-        if dones is None or self.state is None:
-            self.state = None
-        else:
-            keep = (dones == 0).unsqueeze(-1).to(self.state[0].dtype)
-            self.state = tuple(s * keep for s in self.state)
+        self.state = None if dones is None or self.state is None else restart(self.state, dones)
 
     @property
     def output_std(self) -> Tensor:
         return cast(GaussianHead, self.policy.head).std()
 
     def as_jit(self) -> nn.Module:
-        if isinstance(self.policy, RecurrentMLPPolicy):
-            return DeployedRecurrentActor.of(self.policy)
-        return DeployedActor(self.policy)
+        return self.policy.torchscript_actor()
 
     def as_onnx(self, verbose: bool = False) -> DeployedActor | OnnxRecurrentActor:
-        if isinstance(self.policy, RecurrentMLPPolicy):
-            return OnnxRecurrentActor(self.policy)
-        return DeployedActor(self.policy)
-
-
-def normalizer_buffers(module: nn.Module, norm: nn.Module, dim: int) -> None:
-    """`mean` and `scale` buffers on `module`: the observation normalizer `norm` as `(obs - mean) / scale`."""
-    if isinstance(norm, RunningNorm):
-        scale = norm.var.sqrt() + norm.std_offset if norm.std_offset else torch.sqrt(norm.var + norm.eps)
-        mean = norm.mean
-    else:
-        mean, scale = torch.zeros(dim), torch.ones(dim)
-    module.register_buffer("mean", mean.detach().clone())
-    module.register_buffer("scale", scale.detach().clone())
-
-
-class DeployedActor(nn.Module):
-    """A copy of the deterministic actor for export (TorchScript and ONNX): `(obs - mean) / scale`, then the
-    MLP; equal to the live policy's `act_deterministic` (the same operations in the same order)."""
-
-    is_recurrent = False
-    if TYPE_CHECKING:  # buffers (annotated only for the type checker: TorchScript cannot read the annotations)
-        mean: Tensor
-        scale: Tensor
-
-    def __init__(self, policy: ActorCritic) -> None:
-        super().__init__()
-        self.input_names, self.output_names = ["obs"], ["actions"]
-        normalizer_buffers(self, policy.actor_norm, policy.actor_obs_dim)
-        self.mlp = nn.Sequential(*copy.deepcopy(list(policy.actor)))
-        self.input_size = policy.actor_obs_dim
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.mlp((x - self.mean) / self.scale)
-
-    @torch.jit.export
-    def reset(self) -> None:
-        """No recurrent state (rsl_rl's exported models have this method)."""
-
-    def get_dummy_inputs(self) -> tuple[Tensor]:
-        return (torch.zeros(1, self.input_size),)
-
-
-def torch_rnn(policy: RecurrentMLPPolicy) -> nn.LSTM | nn.GRU:
-    """The actor's stacked cells as one `torch.nn.LSTM` (or `GRU`) with the same weights: the module rsl_rl's
-    exported recurrent models hold."""
-    cells = policy.actor_core.cells
-    first = cells[0]
-    rnn = (nn.LSTM if isinstance(first, nn.LSTMCell) else nn.GRU)(first.input_size, first.hidden_size, len(cells))
-    with torch.no_grad():
-        for layer, cell in enumerate(cells):
-            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
-                getattr(rnn, f"{name}_l{layer}").copy_(getattr(cell, name))
-    return rnn
-
-
-class DeployedRecurrentActor(nn.Module):
-    """The recurrent actor for TorchScript, as rsl_rl exports its own: one env (`obs [1, D] -> actions [1, A]`),
-    its state kept in buffers from call to call, `reset()` zeroes it. `of(policy)` gives the LSTM's or the GRU's
-    (TorchScript compiles one `forward` per class)."""
-
-    is_recurrent = True
-    if TYPE_CHECKING:
-        mean: Tensor
-        scale: Tensor
-        hidden_state: Tensor
-        cell_state: Tensor
-
-    @staticmethod
-    def of(policy: RecurrentMLPPolicy) -> DeployedRecurrentActor:
-        lstm = isinstance(policy.actor_core.cells[0], nn.LSTMCell)
-        return (DeployedLSTMActor if lstm else DeployedGRUActor)(policy)
-
-    def __init__(self, policy: RecurrentMLPPolicy) -> None:
-        super().__init__()
-        normalizer_buffers(self, policy.actor_norm, policy.actor_obs_dim)
-        self.rnn = torch_rnn(policy)
-        self.mlp = nn.Sequential(*copy.deepcopy(list(policy.actor)))
-        size = (self.rnn.num_layers, 1, self.rnn.hidden_size)
-        self.register_buffer("hidden_state", torch.zeros(size))
-        self.register_buffer("cell_state", torch.zeros(size if isinstance(self.rnn, nn.LSTM) else (0,)))
-
-    @torch.jit.export
-    def reset(self) -> None:
-        self.hidden_state[:] = 0.0
-        self.cell_state[:] = 0.0
-
-
-class DeployedLSTMActor(DeployedRecurrentActor):
-    def forward(self, x: Tensor) -> Tensor:
-        x, (h, c) = self.rnn(((x - self.mean) / self.scale).unsqueeze(0), (self.hidden_state, self.cell_state))
-        self.hidden_state[:] = h
-        self.cell_state[:] = c
-        return self.mlp(x.squeeze(0))
-
-
-class DeployedGRUActor(DeployedRecurrentActor):
-    def forward(self, x: Tensor) -> Tensor:
-        x, h = self.rnn(((x - self.mean) / self.scale).unsqueeze(0), self.hidden_state)
-        self.hidden_state[:] = h
-        return self.mlp(x.squeeze(0))
-
-
-class OnnxRecurrentActor(nn.Module):
-    """The recurrent actor for ONNX, as rsl_rl exports its own: inputs `obs`, `h_in` (and `c_in` for an LSTM,
-    `[layers, 1, hidden]`), outputs `actions`, `h_out` (and `c_out`); the caller carries the state."""
-
-    is_recurrent = True
-    if TYPE_CHECKING:
-        mean: Tensor
-        scale: Tensor
-
-    def __init__(self, policy: RecurrentMLPPolicy) -> None:
-        super().__init__()
-        normalizer_buffers(self, policy.actor_norm, policy.actor_obs_dim)
-        self.rnn = torch_rnn(policy)
-        self.mlp = nn.Sequential(*copy.deepcopy(list(policy.actor)))
-        self.lstm = isinstance(self.rnn, nn.LSTM)
-        self.input_size = policy.actor_obs_dim
-        state = ["h", "c"] if self.lstm else ["h"]
-        self.input_names = ["obs", *(f"{s}_in" for s in state)]
-        self.output_names = ["actions", *(f"{s}_out" for s in state)]
-
-    def forward(self, obs: Tensor, h_in: Tensor, c_in: Tensor | None = None) -> tuple[Tensor, ...]:
-        x = ((obs - self.mean) / self.scale).unsqueeze(0)
-        if self.lstm:
-            x, (h, c) = self.rnn(x, (h_in, c_in))
-            return self.mlp(x.squeeze(0)), h, c
-        x, h = self.rnn(x, h_in)
-        return self.mlp(x.squeeze(0)), h
-
-    def get_dummy_inputs(self) -> tuple[Tensor, ...]:
-        state = torch.zeros(self.rnn.num_layers, 1, self.rnn.hidden_size)
-        return (torch.zeros(1, self.input_size), *([state, state.clone()] if self.lstm else [state]))
+        """rsl_rl's signature; `verbose` changes nothing here."""
+        return self.policy.onnx_actor()
 
 
 class Logger:
