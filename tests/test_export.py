@@ -279,3 +279,11 @@ def test_bad_input_is_one_line_and_exit_2(capsys, pendulum: Runner, tmp_path: Pa
     assert "onnxscript not installed" in line and "pip install 'syncfree[export]'" in line
     assert not list(tmp_path.glob("*.onnx"))
 
+
+@pytest.mark.parametrize("name", ["pendulum-actor.onnx", "pendulum-actor.json"])
+def test_a_folder_where_a_file_goes_is_one_line_and_nothing_is_written(capsys, pendulum: Runner, tmp_path: Path,
+                                                                       name: str) -> None:
+    (tmp_path / name).mkdir()
+    line = export_error(capsys, str(pendulum.run_dir / "latest.pt"), "--out", str(tmp_path))
+    assert f"export: {tmp_path / name} is a folder" in line
+    assert [p.name for p in tmp_path.iterdir()] == [name]

@@ -71,6 +71,9 @@ def export_checkpoint(path: str | Path, out_dir: str | Path | None = None, forma
     stem = loaded.cfg.task.replace(":", "-")
     files = {graph.name: out / f"{stem}-{graph.name}.onnx" for graph in deployment.graphs}
     sidecar = out / f"{stem}-actor.json"
+    for file in [*files.values(), sidecar]:  # before anything is written
+        if file.is_dir():
+            raise UserError(f"export: {file} is a folder; move it away or export elsewhere (--out)")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
