@@ -1,46 +1,34 @@
 """`OnPolicyRunner`, constructed and driven as rsl_rl 5's, training with syncfree's loop.
 
 What a script or a subclass of rsl_rl's runner reaches is here under rsl_rl's names: `learn`, `save`, `load`,
-`get_inference_policy`, `export_policy_to_jit` / `_to_onnx`, `add_git_repo_to_log`, `current_learning_iteration`,
-`cfg`, `env`, `device`, `alg` (`save()` / `load()` in rsl_rl's checkpoint layout, `get_policy()`,
-`learning_rate`, `optimizer`) and `logger` (`log_dir`, `writer`, `logger_type`, `save_model`). The training
-itself is syncfree's `Runner` on the env through `RslRlVecEnv`.
+`get_inference_policy` (`syncfree.rsl_rl.inference`), `export_policy_to_jit` / `_to_onnx`, `add_git_repo_to_log`,
+`current_learning_iteration`, `cfg`, `env`, `device`, `alg` (`syncfree.rsl_rl.algorithms`: `save()` / `load()` in
+rsl_rl's checkpoint layout, `get_policy()`, `learning_rate`, `optimizer`) and `logger` (`syncfree.rsl_rl.logger`:
+`log_dir`, `writer`, `logger_type`, `save_model`). The training itself is syncfree's `Runner` on the env through
+`RslRlVecEnv`.
 """
 
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Any, cast
 
 import torch
-from torch import Tensor, nn
 
 from syncfree.algo.base import CheckpointReader
-from syncfree.algo.distillation import Distillation
-from syncfree.algo.rnd import RND
 from syncfree.config import PolicyConfig, TrainConfig
 from syncfree.core.device import set_deterministic
 from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
 from syncfree.errors import UserError
 from syncfree.policy.actor_critic import ActorCritic
-from syncfree.policy.deploy import DeployedActor, OnnxRecurrentActor, restart
-from syncfree.policy.heads import GaussianHead
-from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
-from syncfree.rsl_rl.checkpoint import (
-    from_rsl_rl,
-    load_optimizer_from_rsl_rl,
-    optimizer_to_rsl_rl,
-    rnd_from_rsl_rl,
-    rnd_to_rsl_rl,
-    to_rsl_rl,
-)
+from syncfree.rsl_rl.algorithms import PPO, StudentTeacher
+from syncfree.rsl_rl.inference import InferencePolicy
+from syncfree.rsl_rl.logger import Logger
 from syncfree.tasks.rsl_rl_config import from_rsl_rl as config_from_rsl_rl
 from syncfree.train import checkpoint
 from syncfree.train.progress import Progress
 from syncfree.train.runner import Runner
-from syncfree.train.schema import check_optimizer_state
 
 
 class OnPolicyRunner:
@@ -187,285 +175,3 @@ def fresh_teacher(teacher: PolicyConfig, env: RslRlVecEnv) -> CheckpointReader:
             "action_spec": (env.action_spec.kind, env.action_spec.size), "obs_dims": {"policy": width, "critic": width},
             "policy": policy.state_dict()}
     return read
-
-
-class PPO:
-    """What rsl_rl's runner and its subclasses reach through `runner.alg`, over syncfree's algorithm."""
-
-    def __init__(self, runner: Runner, actor_groups: list[str]) -> None:
-        self._runner = runner
-        self.policy = cast(ActorCritic | RecurrentMLPPolicy, runner.policy)
-        self.optim = runner.algorithm.optim
-        self.optimizer = self.optim.optimizer
-        self.inference = InferencePolicy(self.policy, actor_groups)
-        self.rnd = runner.algorithm.rnd
-        """Random network distillation (rsl_rl's `alg.rnd`), when the config has `rnd_cfg`."""
-        self.source = "checkpoint"
-        """Named in load errors (the runner sets the file's path)."""
-
-    @property
-    def learning_rate(self) -> float:
-        return self.optim.current_learning_rate()
-
-    def load_rnd(self, loaded_dict: dict[str, Any]) -> None:
-        """rsl_rl's `rnd_state_dict` and `rnd_optimizer_state_dict` into this run's RND (checked first)."""
-        rnd = cast(RND, self.rnd)
-        if "rnd_state_dict" not in loaded_dict:
-            raise UserError(f"{self.source}: no rnd_state_dict (trained without RND; load it with "
-                            "load_cfg={..., 'rnd': False} to start the predictor new)")
-        state = rnd_from_rsl_rl(loaded_dict["rnd_state_dict"], rnd.module.state_dict(), self.source)
-        optimizer = loaded_dict.get("rnd_optimizer_state_dict")
-        try:
-            check_optimizer_state(optimizer, rnd.params, "rnd_optimizer_state_dict")
-        except UserError as e:
-            raise UserError(f"{self.source}: {e}") from None
-        rnd.load_state_dict({"module": state, "optimizer": optimizer})
-
-    def train_mode(self) -> None:
-        self.policy.train()
-
-    def eval_mode(self) -> None:
-        self.policy.eval()
-
-    def get_policy(self) -> InferencePolicy:
-        return self.inference
-
-    def save(self) -> dict[str, Any]:
-        actor, critic = to_rsl_rl(self.policy.state_dict())
-        saved = {"actor_state_dict": actor, "critic_state_dict": critic,
-                 "optimizer_state_dict": optimizer_to_rsl_rl(self.optim)}
-        if self.rnd is not None:  # rsl_rl's names: its runner loads them into its RandomNetworkDistillation
-            saved["rnd_state_dict"] = rnd_to_rsl_rl(self.rnd.module.state_dict())
-            saved["rnd_optimizer_state_dict"] = self.rnd.optimizer.state_dict()
-        return saved
-
-    def load(self, loaded_dict: dict[str, Any], load_cfg: dict[str, bool] | None = None, strict: bool = True) -> bool:
-        """rsl_rl's `PPO.load`: the parts `load_cfg` names (all by default); returns whether the caller takes the
-        checkpoint's iteration."""
-        load_cfg = load_cfg or {"actor": True, "critic": True, "optimizer": True, "iteration": True, "rnd": True}
-        nets = [net for net in ("actor", "critic") if load_cfg.get(net)]
-        for net in nets:
-            if f"{net}_state_dict" not in loaded_dict:
-                raise UserError(f"{self.source}: no {net}_state_dict")
-        actor = loaded_dict["actor_state_dict"] if "actor" in nets else None
-        critic = loaded_dict["critic_state_dict"] if "critic" in nets else None
-        load_networks(self.policy, actor, critic, nets, self.source, strict)
-        if load_cfg.get("optimizer"):
-            load_optimizer_from_rsl_rl(self.optim, loaded_dict.get("optimizer_state_dict"), self.source)
-        if load_cfg.get("rnd") and self.rnd is not None:  # as rsl_rl: a load_cfg without "rnd" leaves it new
-            self.load_rnd(loaded_dict)
-        return bool(load_cfg.get("iteration", False))
-
-
-def load_networks(policy: nn.Module, actor: dict[str, Tensor] | None, critic: dict[str, Tensor] | None,
-                  nets: list[str], source: str, strict: bool, named: str = "", optional: tuple[str, ...] = ()) -> None:
-    """rsl_rl's actor and/or critic state dicts (`nets` says which are read) into `policy`, checked: with `strict`
-    every key must have its counterpart (those under `optional` may be missing), and shapes and values must fit.
-    `named`: how rsl_rl's file names the actor's dict, when not `actor_state_dict` (a student, a teacher)."""
-    converted, unknown = from_rsl_rl(actor, critic, source)
-    own = policy.state_dict()
-    wanted = {key for key in own if _net_of(key) in nets and not key.startswith(optional)}
-
-    def name(key: str) -> str:
-        return _rsl_rl_name(key).replace("actor_state_dict", named) if named else _rsl_rl_name(key)
-
-    if named:
-        unknown = [key.replace("actor_state_dict", named) for key in unknown]
-    problems = [f"{key} has no counterpart in this policy" for key in unknown]
-    problems += [f"{name(key)} is not in this policy" for key in converted if key not in own]
-    problems += [f"{name(key)} is missing" for key in sorted(wanted - set(converted))]
-    if strict and problems:
-        raise UserError(f"{source}: {problems[0]} ({_hint(problems[0])})")
-    for key, value in converted.items():
-        if key not in own:
-            continue
-        if value.shape != own[key].shape:
-            raise UserError(f"{source}: {name(key)} has shape {tuple(value.shape)}; this policy's "
-                            f"is {tuple(own[key].shape)}")
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise UserError(f"{source}: {name(key)} holds NaN or infinite values")
-        own[key] = value
-    policy.load_state_dict(own)
-
-
-class StudentTeacher:
-    """What rsl_rl's distillation runner reaches through `runner.alg` (its `Distillation`), over syncfree's
-    distillation: `save()` / `load()` in rsl_rl's layout (`student_state_dict`, `teacher_state_dict`,
-    `optimizer_state_dict`), `teacher_loaded`, `get_policy()` (the student), `learning_rate`, `optimizer`."""
-
-    def __init__(self, runner: Runner, student_groups: list[str], teacher_noise: bool) -> None:
-        algorithm = cast(Distillation, runner.algorithm)
-        self._runner = runner
-        self.policy = cast(ActorCritic | RecurrentMLPPolicy, runner.policy)
-        self.student, self.teacher = self.policy, algorithm.teacher
-        self.optim = algorithm.optim
-        self.optimizer = self.optim.optimizer
-        self.inference = InferencePolicy(self.policy, student_groups)
-        self.teacher_noise = teacher_noise
-        """The teacher's section has a distribution: its noise parameter is saved and loaded."""
-        self.teacher_loaded = False
-        """Whether `load()` has given the teacher its weights (rsl_rl's runner refuses to learn before)."""
-        self.rnd = None
-        self.source = "checkpoint"
-
-    @property
-    def learning_rate(self) -> float:
-        return self.optim.current_learning_rate()
-
-    def train_mode(self) -> None:
-        self.policy.train()
-        self.teacher.eval()
-
-    def eval_mode(self) -> None:
-        self.policy.eval()
-        self.teacher.eval()
-
-    def get_policy(self) -> InferencePolicy:
-        return self.inference
-
-    def save(self) -> dict[str, Any]:
-        teacher = to_rsl_rl(self.teacher.state_dict())[0]
-        if not self.teacher_noise:
-            teacher = {k: v for k, v in teacher.items() if not k.startswith("distribution.")}
-        return {"student_state_dict": to_rsl_rl(self.policy.state_dict())[0], "teacher_state_dict": teacher,
-                "optimizer_state_dict": optimizer_to_rsl_rl(self.optim)}
-
-    def load(self, loaded_dict: dict[str, Any], load_cfg: dict[str, bool] | None = None, strict: bool = True) -> bool:
-        """rsl_rl's `Distillation.load`: from an RL checkpoint (`actor_state_dict`) the teacher only, by default;
-        from a distillation checkpoint the student, the teacher, the optimizer and the iteration."""
-        if load_cfg is None:
-            load_cfg = ({"teacher": True, "iteration": False} if "actor_state_dict" in loaded_dict else
-                        {"student": True, "teacher": True, "optimizer": True, "iteration": True})
-        if load_cfg.get("student"):
-            if "student_state_dict" not in loaded_dict:
-                raise UserError(f"{self.source}: no student_state_dict (an RL checkpoint: load its actor as the "
-                                "teacher with load_cfg={'teacher': True})")
-            load_networks(self.policy, loaded_dict["student_state_dict"], None, ["actor"], self.source, strict,
-                          "student_state_dict")
-        if load_cfg.get("teacher"):
-            name = "teacher_state_dict" if "teacher_state_dict" in loaded_dict else "actor_state_dict"
-            if name not in loaded_dict:
-                raise UserError(f"{self.source}: no teacher_state_dict nor actor_state_dict")
-            load_networks(self.teacher, loaded_dict[name], None, ["actor"], self.source, strict, name,
-                          optional=() if self.teacher_noise else ("head.",))
-            self.teacher_loaded = True
-        if load_cfg.get("optimizer"):
-            load_optimizer_from_rsl_rl(self.optim, loaded_dict.get("optimizer_state_dict"), self.source)
-        return bool(load_cfg.get("iteration", False))
-
-
-def _net_of(key: str) -> str:
-    part = key.split(".", 1)[0]
-    return "critic" if part.startswith("critic") else "actor"
-
-
-def _rsl_rl_name(key: str) -> str:
-    """A syncfree policy key as rsl_rl names it."""
-    actor, critic = to_rsl_rl({key: torch.zeros(1)})
-    return f"{'actor' if actor else 'critic'}_state_dict.{next(iter(actor or critic))}"
-
-
-def _hint(problem: str) -> str:
-    if "std_param" in problem:
-        return "the checkpoint's distribution_cfg.std_type differs from this config's"
-    if "obs_normalizer" in problem:
-        return "the checkpoint's obs_normalization differs from this config's"
-    return "the checkpoint was trained with other model settings"
-
-
-class InferencePolicy(nn.Module):
-    """The live actor as rsl_rl's `get_policy()` returns it: `policy(obs)` with obs the env's observation
-    TensorDict (or the actor's groups already concatenated) -> the deterministic action. A recurrent policy carries
-    its actor's state from call to call; `reset(dones)` zeroes it where `dones` is set (all of it without
-    `dones`), as rsl_rl's recurrent models do."""
-
-    def __init__(self, policy: ActorCritic | RecurrentMLPPolicy, groups: list[str]) -> None:
-        super().__init__()
-        self.policy = policy
-        self.groups = list(groups)
-        self.is_recurrent = policy.is_recurrent
-        self.state: tuple[Tensor, ...] | None = None
-        """The actor's state (None: zero, at the next call's batch size; a feed-forward actor's is empty)."""
-
-    def forward(self, obs: Any) -> Tensor:
-        if isinstance(obs, Tensor):
-            actor_obs = obs
-        elif len(self.groups) == 1:
-            actor_obs = obs[self.groups[0]]
-        else:
-            actor_obs = torch.cat([obs[g] for g in self.groups], dim=-1)
-        if self.state is None or any(s.shape[0] != actor_obs.shape[0] for s in self.state):
-            self.state = self.policy.initial_actor_state(actor_obs.shape[0], actor_obs.device)
-        actions, state = self.policy.act_carrying(actor_obs, self.state)
-        self.state = tuple(s.detach() for s in state)  # a graph through every past call would grow without end
-        return actions
-
-    def reset(self, dones: Tensor | None = None, hidden_state: Any = None) -> None:
-        if hidden_state is not None:
-            raise UserError("rsl_rl runner: reset(hidden_state=...) is not supported; reset(dones) zeroes the state "
-                            "of the envs whose episode ended")
-        self.state = None if dones is None or self.state is None else restart(self.state, dones)
-
-    @property
-    def output_std(self) -> Tensor:
-        return cast(GaussianHead, self.policy.head).std()
-
-    def as_jit(self) -> nn.Module:
-        return self.policy.torchscript_actor()
-
-    def as_onnx(self, verbose: bool = False) -> DeployedActor | OnnxRecurrentActor:
-        """rsl_rl's signature; `verbose` changes nothing here."""
-        return self.policy.onnx_actor()
-
-
-class Logger:
-    """What rsl_rl's runner and its subclasses reach through `runner.logger`: `log_dir`, `writer` (set while
-    training writes, None without a `log_dir`), `logger_type`, `git_status_repos` and `save_model`."""
-
-    def __init__(self, log_dir: str | None, runner: Runner, logger_type: str) -> None:
-        self.log_dir = log_dir
-        self.logger_type = logger_type
-        self.git_status_repos: list[str] = []
-        self._runner = runner
-
-    @property
-    def writer(self) -> Any:
-        return self._runner.logger
-
-    def init_logging_writer(self) -> None:
-        if self.log_dir is None:
-            return
-        self._runner.open_logger()
-        for repo in self.git_status_repos:
-            write_git_state(repo, Path(self.log_dir) / "git")
-
-    def stop_logging_writer(self) -> None:
-        if self._runner.logger is not None:
-            self._runner.logger.close()
-            self._runner.logger = None
-
-    def save_model(self, path: str, iteration: int) -> None:
-        """Upload the checkpoint to W&B when it is the logger (as rsl_rl's W&B writer does)."""
-        if self.logger_type == "wandb":
-            import wandb
-
-            if wandb.run is not None:
-                wandb.save(path, base_path=os.path.dirname(path))
-
-
-def write_git_state(repo_file_path: str, out_dir: Path) -> None:
-    """`<out_dir>/<repository>.diff`: the commit, `git status` and `git diff` of the repository holding
-    `repo_file_path` (nothing when it is in none, or git is missing)."""
-    where = Path(repo_file_path)
-    where = where if where.is_dir() else where.parent
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, check=True).stdout
-
-    try:
-        top = Path(git("rev-parse", "--show-toplevel").strip())
-        text = f"commit {git('rev-parse', 'HEAD').strip()}\n\n{git('status', '--short')}\n{git('diff')}"
-    except (OSError, subprocess.CalledProcessError):
-        return
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{top.name}.diff").write_text(text)
