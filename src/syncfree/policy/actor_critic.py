@@ -177,7 +177,7 @@ class PolicyBase(nn.Module):
         return actor_and_critic_parameters(self, [self.critic])
 
     def initial_actor_state(self, batch: int, device: torch.device | str = "cpu") -> tuple[Tensor, ...]:
-        """None: a feed-forward actor carries no state (`play` and the rsl_rl runner's inference policy ask every
+        """Empty: a feed-forward actor carries no state (`play` and the rsl_rl runner's inference policy ask every
         policy)."""
         return ()
 
