@@ -103,11 +103,11 @@ def test_export_computes_in_float32(tmp_path, monkeypatch) -> None:
 
     exported = []
 
-    def graphs_of(policy, rows=4):
+    def deployment(policy, rows):
         exported.append(policy)
         raise KeyboardInterrupt  # stop before writing anything
 
-    monkeypatch.setattr(export, "actor_graphs", graphs_of)
+    monkeypatch.setattr(type(loaded.policy), "deployment", deployment)
     with pytest.raises(KeyboardInterrupt):
         export.export_checkpoint(tmp_path / "latest.pt", tmp_path / "out")
     assert all(getattr(m, "autocast_dtype", None) is None for m in exported[0].modules())

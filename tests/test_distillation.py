@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import re
 import warnings
@@ -430,10 +431,10 @@ def test_a_recurrent_student_trains_from_a_teacher_and_reads_the_host_once_per_i
     counts = count_iteration(runner)
     assert (counts["syncs_per_step"], counts["syncs_per_minibatch"], counts["syncs_per_iteration"]) == (0, 0, 1)
     runner.close()
-    with pytest.raises(UserError, match="cannot be exported"):
-        from syncfree.export import export_checkpoint
+    from syncfree.export import export_checkpoint
 
-        export_checkpoint(str(tmp_path / "rnn" / "latest.pt"), tmp_path / "onnx")
+    files = export_checkpoint(str(tmp_path / "rnn" / "latest.pt"), tmp_path / "onnx")  # as any recurrent policy
+    assert json.loads(files[-1].read_text())["state"]["carried"][0]["input"] == "h_in"
 
 
 def test_a_teacher_chooses_distillation_and_a_recurrent_policy_the_recurrent_student(

@@ -12,13 +12,14 @@ import pytest
 import torch
 
 import syncfree
-from conftest import small_config
+from conftest import grid_config, recurrent_config, small_config
 from syncfree.cli import main
 from syncfree.errors import UserError
 from syncfree.export import export_checkpoint
-from syncfree.policy.settings import TokenEncoderConfig
+from syncfree.policy.settings import RecurrentCoreConfig, TokenEncoderConfig
 from syncfree.policy.token_encoder import ENCODER_INDEX_PART
 from syncfree.train import checkpoint
+from syncfree.train.evaluate import load_policy
 from syncfree.train.runner import Runner
 
 
@@ -131,6 +132,95 @@ def test_token_policy_encoder_decoder_and_combined_graphs(tmp_path: Path) -> Non
     assert meta["tokens"]["encoders"] == policy.encoder_names
 
 
+@pytest.mark.parametrize(("task", "core", "layers"), [("pendulum", "lstm", 2), ("cartpole", "gru", 1)])
+def test_a_recurrent_policy_steps_as_the_live_one_carrying_its_state(tmp_path: Path, task: str, core: str,
+                                                                     layers: int) -> None:
+    """The graph takes the state and returns the next one (`h_in`, `c_in` -> `h_out`, `c_out`, `[layers, batch,
+    hidden]`); stepped over an episode carrying it, from zeros, it acts as the live policy's `act_deterministic`."""
+    cfg = recurrent_config(task)
+    cfg.iterations, cfg.policy.rnn = 1, RecurrentCoreConfig(core=core, hidden=16, num_layers=layers)
+    trainer = Runner(cfg, run_dir=tmp_path / "run")
+    trainer.learn()
+    trainer.close()
+    policy = trainer.policy
+    files = export_checkpoint(tmp_path / "run" / "latest.pt", tmp_path / "onnx")
+    assert [f.name for f in files] == [f"{task}-actor.onnx", f"{task}-actor.json"]
+    state_names = ["h", "c"] if core == "lstm" else ["h"]
+    meta = json.loads(files[1].read_text())
+    assert meta["policy_kind"] == "recurrent" and meta["observation"]["input"] == "actor_obs"
+    graph = meta["graphs"]["actor"]
+    assert graph["exporter"] == "dynamo"
+    assert [i["name"] for i in graph["inputs"]] == ["actor_obs", *(f"{s}_in" for s in state_names)]
+    assert graph["inputs"][1] == {"name": "h_in", "shape": [layers, "batch", 16], "dtype": "float32"}
+    discrete = task == "cartpole"
+    assert [o["name"] for o in graph["outputs"]] == ["actions", *(["logits"] if discrete else []),
+                                                     *(f"{s}_out" for s in state_names)]
+    state = meta["state"]
+    assert [(c["input"], c["output"], c["shape"]) for c in state["carried"]] == [
+        (f"{s}_in", f"{s}_out", [layers, "batch", 16]) for s in state_names]
+    assert "the caller carries the state" in state["note"] and "zeros start an episode" in state["note"]
+
+    env = trainer.env
+    obs = env.reset()
+    live_state = policy.initial_actor_state(env.num_envs)
+    carried = {f"{s}_in": torch.zeros(layers, env.num_envs, 16) for s in state_names}
+    for _ in range(6):  # shorter than an episode: every row carries its state throughout
+        actor = obs["policy"]
+        with torch.no_grad():
+            expected, live_state = policy.act_deterministic(actor, live_state)
+        actions, *rest = run_onnx(files[0], actor_obs=actor, **carried)
+        after = rest[1:] if discrete else rest
+        carried = {f"{s}_in": torch.from_numpy(value) for s, value in zip(state_names, after, strict=True)}
+        if discrete:
+            np.testing.assert_array_equal(actions, expected.numpy())
+        else:
+            np.testing.assert_allclose(actions, expected.numpy(), rtol=0, atol=1e-5)
+        obs = env.step(expected).obs
+    assert not torch.equal(carried["h_in"], torch.zeros_like(carried["h_in"]))
+
+
+def test_the_grid_arena_recurrent_token_policy_steps_as_the_live_one_carrying_its_state(tmp_path: Path) -> None:
+    """The tokens the policy reads (uint8), the cell's state and the previous action one-hot in; the arg-max
+    action, the logits and the next state out: stepped from zeros it acts as the policy's greedy rollout step."""
+    pytest.importorskip("mettagrid")
+    cfg = grid_config(iterations=1)
+    trainer = Runner(cfg, run_dir=tmp_path / "run")
+    trainer.learn()
+    trainer.close()
+    loaded = load_policy(tmp_path / "run" / "latest.pt")
+    policy = loaded.policy
+    files = export_checkpoint(tmp_path / "run" / "latest.pt", tmp_path / "onnx")
+    meta = json.loads(files[1].read_text())
+    assert meta["policy_kind"] == "recurrent-token" and meta["action"]["kind"] == "discrete"
+    assert meta["graphs"]["actor"]["exporter"] == "dynamo"
+    read = cfg.policy.recurrent.max_tokens
+    assert meta["graphs"]["actor"]["inputs"][0] == {"name": "actor_obs", "shape": ["batch", read, 3], "dtype": "uint8"}
+    assert [c["input"] for c in meta["state"]["carried"]] == ["h_in", "c_in", "last_action_in"]
+
+    env = loaded.make_env(2, seed=1)
+    obs = env.reset()
+    n = env.num_envs
+    state, done = policy.initial_state(n), torch.ones(n, dtype=torch.bool)
+    last = torch.zeros(n, dtype=torch.int64)
+    carrying = policy.initial_actor_state(n)  # how play acts: the previous action rides in the state
+    carried = {"h_in": torch.zeros(n, 16), "c_in": torch.zeros(n, 16),
+               "last_action_in": torch.zeros(n, env.action_spec.size)}
+    for _ in range(6):
+        with torch.no_grad():
+            out, state = policy.step(obs["policy"], state, done, last, greedy=True)
+            carried_actions, carrying = policy.act_carrying(obs["policy"], carrying)
+        assert torch.equal(carried_actions, out.actions)
+        actions, _, h, c, previous = run_onnx(files[0], actor_obs=obs["policy"][:, :read], **carried)
+        np.testing.assert_array_equal(actions, out.actions.numpy())
+        np.testing.assert_allclose(h, state.h.numpy(), rtol=0, atol=1e-5)
+        carried = {"h_in": torch.from_numpy(h), "c_in": torch.from_numpy(c),
+                   "last_action_in": torch.from_numpy(previous)}
+        step = env.step(out.actions)
+        done, last, obs = step.terminated | step.truncated, out.actions, step.obs
+        assert not bool(done.any())  # no episode ends here: the graph's state runs on as the policy's
+    env.close()
+
+
 def test_dynamo_failure_falls_back_to_the_torchscript_exporter(pendulum: Runner, tmp_path: Path,
                                                                 monkeypatch) -> None:
     export = torch.onnx.export
@@ -178,7 +268,11 @@ def test_bad_input_is_one_line_and_exit_2(capsys, pendulum: Runner, tmp_path: Pa
     state["config"]["policy"]["kind"] = "recurrent"  # the MLP's weights, a config of the recurrent policy
     checkpoint.save_atomic(state, tmp_path / "recurrent.pt")
     line = export_error(capsys, str(tmp_path / "recurrent.pt"))
-    assert "recurrent.pt: config: ppo.bptt_horizon=16 is invalid" in line  # read as the recurrent variant's
+    assert "recurrent.pt: config: policy.kind='recurrent' is invalid; allowed: mlp" in line  # PPO's, as it says
+    state["config"]["algorithm"] = "recurrent-ppo"
+    checkpoint.save_atomic(state, tmp_path / "recurrent.pt")
+    line = export_error(capsys, str(tmp_path / "recurrent.pt"))
+    assert "recurrent.pt: config: ppo.bptt_horizon=16 is invalid" in line  # read as recurrent PPO's
     state["config"]["ppo"]["bptt_horizon"] = 0
     checkpoint.save_atomic(state, tmp_path / "recurrent.pt")
     line = export_error(capsys, str(tmp_path / "recurrent.pt"))
@@ -188,3 +282,12 @@ def test_bad_input_is_one_line_and_exit_2(capsys, pendulum: Runner, tmp_path: Pa
     line = export_error(capsys, good)
     assert "onnxscript not installed" in line and "pip install 'syncfree[export]'" in line
     assert not list(tmp_path.glob("*.onnx"))
+
+
+@pytest.mark.parametrize("name", ["pendulum-actor.onnx", "pendulum-actor.json"])
+def test_a_folder_where_a_file_goes_is_one_line_and_nothing_is_written(capsys, pendulum: Runner, tmp_path: Path,
+                                                                       name: str) -> None:
+    (tmp_path / name).mkdir()
+    line = export_error(capsys, str(pendulum.run_dir / "latest.pt"), "--out", str(tmp_path))
+    assert f"export: {tmp_path / name} is a folder" in line
+    assert [p.name for p in tmp_path.iterdir()] == [name]

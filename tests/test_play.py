@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from syncfree.cli import main
@@ -53,6 +54,29 @@ def test_a_classic_task_plays_into_an_mp4_and_a_gif(task: str, tmp_path: Path, c
     with Image.open(gif) as image:  # GIF merges identical consecutive frames
         assert image.size == (160, 120) and 2 <= image.n_frames <= 16
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["out.gif", "out.mp4"]  # no temporary left
+
+
+def test_a_recurrent_policy_plays_carrying_its_state_and_restarts_it_with_each_episode(tmp_path: Path,
+                                                                                       monkeypatch) -> None:
+    from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
+
+    assert main(["train", "--task", "pendulum", "--policy.kind", "recurrent", "--policy.rnn.hidden", "8",
+                 "--env.max_episode_length", "6", *TINY, "--log.dir", str(tmp_path), "--log.run_name", "rnn"]) == 0
+    given: list[tuple[torch.Tensor, ...]] = []
+    act = RecurrentMLPPolicy.act_carrying
+
+    def recorded(self, actor_obs, state):
+        given.append(state)
+        return act(self, actor_obs, state)
+
+    monkeypatch.setattr(RecurrentMLPPolicy, "act_carrying", recorded)
+    video = tmp_path / "rnn.mp4"
+    assert main(["play", str(tmp_path / "rnn" / "latest.pt"), "--steps", "15", "--width", "160", "--height", "120",
+                 "--video", str(video)]) == 0
+    assert_drawn(read_mp4(video), 16, 160, 120)
+    assert len(given) == 15 and all(len(state) == 2 for state in given)  # the LSTM's (h, c)
+    zero = [all(not s.any() for s in state) for state in given]
+    assert zero == [True, *[False] * 5, True, *[False] * 5, True, False, False]  # episodes of 6 steps
 
 
 def test_g1_track_renders_the_robot_beside_its_reference_headless(tmp_path: Path) -> None:

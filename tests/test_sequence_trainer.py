@@ -244,8 +244,9 @@ def test_cli_trains_grid_arena_and_resumes(tmp_path: Path, capsys) -> None:
     assert out.startswith("grid-arena: mean return ") and "over the first episodes of 8 agents (2 simulations x 4)" in out
     assert main(["eval", str(tmp_path / "run" / "latest.pt"), "--num_envs", "2", "--sample"]) == 0
     assert "of 8 agents (2 simulations x 4), sampled actions" in capsys.readouterr().out
-    assert main(["export", str(tmp_path / "run" / "latest.pt")]) == 2
-    assert "the recurrent policy cannot be exported" in capsys.readouterr().err
+    assert main(["export", str(tmp_path / "run" / "latest.pt")]) == 0  # its actor, the state carried by the caller
+    assert capsys.readouterr().out.splitlines() == [f"wrote {tmp_path / 'run' / 'grid-arena-actor.onnx'}",
+                                                    f"wrote {tmp_path / 'run' / 'grid-arena-actor.json'}"]
 
 
 @pytest.mark.parametrize(("args", "culprit"), [

@@ -7,34 +7,36 @@
 - token policy: `<task>-encoder.onnx` (`actor_obs -> tokens [N, num_tokens, token_dim]`, quantized codes),
   `<task>-decoder.onnx` (`tokens, actor_obs -> actions`, the mean) and `<task>-actor.onnx`, both combined
   (`actor_obs -> actions`);
+- recurrent policies: `<task>-actor.onnx`, `actor_obs` and the state (`h_in`, `c_in` for an LSTM; the recurrent
+  token policy's previous action, `last_action_in`) -> `actions` (and `logits`, discrete) and the next state
+  (`h_out`, ...): the caller carries it, zeros start an episode;
 - `<task>-actor.json`: the files, their input and output names, shapes and types, the layout of the actor
-  observation (names, offsets and widths) and the syncfree version.
+  observation (names, offsets and widths), the recurrent state and the syncfree version.
 
 Only the checkpoint is read: the policy is rebuilt from its config, its observation shapes and action spec, so
-no environment is needed. Needs the `export` extra (`pip install 'syncfree[export]'`: onnx and onnxscript).
+no environment is needed; the policy says what to write (`deployment`, `syncfree.policy.deploy`). Needs the
+`export` extra (`pip install 'syncfree[export]'`: onnx and onnxscript).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib.util
 import json
 import logging
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 import syncfree
 from syncfree.algo import algorithm_for
 from syncfree.errors import UserError
 from syncfree.outputs import check_output_dir
-from syncfree.policy.actor_critic import PolicyBase
-from syncfree.policy.token_encoder import TokenActorCritic
+from syncfree.policy.deploy import STATE_NOTE, Deployment, Graph
 from syncfree.train.evaluate import LoadedPolicy, load_policy
 
 log = logging.getLogger("syncfree")
@@ -45,57 +47,10 @@ _EXAMPLE_ROWS = 4
 """Rows of the example batch traced by the exporter (not 0 or 1: those would fix the batch axis)."""
 
 
-@dataclasses.dataclass
-class Graph:
-    """One module to export: its forward's argument names are the ONNX input names."""
+class Deployable(Protocol):
+    """What export asks of a policy (every policy answers)."""
 
-    name: str
-    module: nn.Module
-    inputs: dict[str, Tensor]
-    """Input name -> example tensor (batch first)."""
-    outputs: list[str]
-
-
-class _MLPActor(nn.Module):
-    """Continuous: the Gaussian mean. Discrete: the arg-max action (int64) and the logits."""
-
-    def __init__(self, policy: PolicyBase) -> None:
-        super().__init__()
-        self.policy = policy
-        self.discrete = policy.action_spec.kind == "discrete"
-
-    def forward(self, actor_obs: Tensor) -> Tensor | tuple[Tensor, Tensor]:
-        if not self.discrete:
-            return self.policy.act_deterministic(actor_obs)
-        logits = self.policy.dist_params(actor_obs)
-        return logits.argmax(-1), logits
-
-
-class _TokenEncoder(nn.Module):
-    def __init__(self, policy: TokenActorCritic) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, actor_obs: Tensor) -> Tensor:
-        return self.policy.encode(actor_obs)
-
-
-class _TokenDecoder(nn.Module):
-    def __init__(self, policy: TokenActorCritic) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, tokens: Tensor, actor_obs: Tensor) -> Tensor:
-        return self.policy.decode(tokens, actor_obs)
-
-
-class _TokenActor(nn.Module):
-    def __init__(self, policy: TokenActorCritic) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, actor_obs: Tensor) -> Tensor:
-        return self.policy.act_deterministic(actor_obs)
+    def deployment(self, rows: int) -> Deployment: ...
 
 
 def export_checkpoint(path: str | Path, out_dir: str | Path | None = None, format: str = "onnx") -> list[Path]:
@@ -109,31 +64,28 @@ def export_checkpoint(path: str | Path, out_dir: str | Path | None = None, forma
         check_output_dir(out_dir, "export: --out")  # before the checkpoint is read
     loaded = load_policy(path, autocast=False)  # the exported graphs compute in float32 (a runtime picks its own)
     refusal = algorithm_for(loaded.cfg).export_refusal
-    if refusal is not None or not isinstance(loaded.policy, PolicyBase):
-        raise UserError(f"export: checkpoint {path}: {refusal or f'a {type(loaded.policy).__name__} cannot be exported'}")
-    policy, task = loaded.policy, loaded.cfg.task
-    for flag in ("cache_encoded_outputs", "cache_full_latent"):  # diagnostics: host copies, not graph ops
-        if hasattr(policy, flag):
-            setattr(policy, flag, False)
-    graphs = actor_graphs(policy, _EXAMPLE_ROWS)
+    if refusal is not None:
+        raise UserError(f"export: checkpoint {path}: {refusal}")
+    deployment = cast(Deployable, loaded.policy).deployment(_EXAMPLE_ROWS)
     out = Path(out_dir) if out_dir is not None else path.parent
+    stem = loaded.cfg.task.replace(":", "-")
+    files = {graph.name: out / f"{stem}-{graph.name}.onnx" for graph in deployment.graphs}
+    sidecar = out / f"{stem}-actor.json"
+    for file in [*files.values(), sidecar]:  # before anything is written
+        if file.is_dir():
+            raise UserError(f"export: {file} is a folder; move it away or export elsewhere (--out)")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"export: {out}: cannot create the folder ({type(e).__name__})") from None
-    written, exporters = [], {}
-    for graph in graphs:
-        file = out / f"{task.replace(':', '-')}-{graph.name}.onnx"
-        exporters[graph.name] = export_onnx(graph, file, source=f"checkpoint {path}")
-        written.append(file)
-    sidecar = out / f"{task.replace(':', '-')}-actor.json"
-    meta = describe(loaded, graphs, {g.name: f.name for g, f in zip(graphs, written, strict=True)}, exporters)
+    exporters = {graph.name: export_onnx(graph, files[graph.name], source=f"checkpoint {path}")
+                 for graph in deployment.graphs}
+    meta = describe(loaded, deployment, {name: file.name for name, file in files.items()}, exporters)
     try:
         sidecar.write_text(json.dumps(meta, indent=2) + "\n")
     except OSError as e:
         raise UserError(f"export: cannot write {sidecar} ({type(e).__name__})") from None
-    written.append(sidecar)
-    return written
+    return [*files.values(), sidecar]
 
 
 def require_onnx() -> None:
@@ -143,31 +95,20 @@ def require_onnx() -> None:
         raise UserError(f"export: {' and '.join(missing)} not installed ({EXTRA_HINT})")
 
 
-def actor_graphs(policy: PolicyBase, rows: int = _EXAMPLE_ROWS) -> list[Graph]:
-    """The graphs to export, with example inputs of `rows` rows (zeros, encoder index 0)."""
-    obs = torch.zeros(rows, policy.actor_obs_dim)
-    if not isinstance(policy, TokenActorCritic):
-        outputs = ["actions", "logits"] if policy.action_spec.kind == "discrete" else ["actions"]
-        return [Graph("actor", _MLPActor(policy).eval(), {"actor_obs": obs}, outputs)]
-    with torch.no_grad():
-        tokens = policy.encode(obs)
-    return [Graph("encoder", _TokenEncoder(policy).eval(), {"actor_obs": obs}, ["tokens"]),
-            Graph("decoder", _TokenDecoder(policy).eval(), {"tokens": tokens, "actor_obs": obs}, ["actions"]),
-            Graph("actor", _TokenActor(policy).eval(), {"actor_obs": obs}, ["actions"])]
-
-
 def export_onnx(graph: Graph, file: Path, source: str) -> str:
-    """Write `graph` to `file` with a dynamic batch axis; returns the exporter used ("dynamo" or "torchscript").
+    """Write `graph` to `file` with its dynamic axes (the batch's, and any other it names); returns the exporter
+    used ("dynamo" or "torchscript").
 
     The default (dynamo) exporter is tried first; if it fails, the TorchScript exporter (`dynamo=False`) is
     tried with a warning. Both failing is a `UserError` naming the graph and the reason.
     """
-    names, args = list(graph.inputs), tuple(graph.inputs.values())
-    batch = torch.export.Dim("batch")
+    names = list(graph.inputs)
+    dims = {label: torch.export.Dim(label) for name in names for label in graph.dynamic_axes(name).values()}
+    dynamic_shapes = {name: {axis: dims[label] for axis, label in graph.dynamic_axes(name).items()} for name in names}
     try:
         with torch.no_grad(), _quiet_exporter():
-            torch.onnx.export(graph.module, args, str(file), input_names=names, output_names=graph.outputs,
-                              dynamic_shapes={name: {0: batch} for name in names}, external_data=False,
+            torch.onnx.export(graph.module, (), str(file), kwargs=graph.inputs, input_names=names,
+                              output_names=graph.outputs, dynamic_shapes=dynamic_shapes, external_data=False,
                               verbose=False)
         return "dynamo"
     except Exception as e:
@@ -179,8 +120,9 @@ def export_onnx(graph: Graph, file: Path, source: str) -> str:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
             warnings.simplefilter("ignore", torch.jit.TracerWarning)  # shape checks in Python: fixed widths
-            torch.onnx.export(graph.module, args, str(file), input_names=names, output_names=graph.outputs,
-                              dynamic_axes={name: {0: "batch"} for name in names + graph.outputs}, dynamo=False)
+            torch.onnx.export(graph.module, (), str(file), kwargs=graph.inputs, input_names=names,
+                              output_names=graph.outputs, dynamo=False,
+                              dynamic_axes={name: graph.dynamic_axes(name) for name in names + graph.outputs})
         return "torchscript"
     except Exception as e:
         file.unlink(missing_ok=True)
@@ -202,6 +144,11 @@ def _quiet_exporter() -> Iterator[None]:
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\..*|onnxscript\..*")
             # inputs sharing the batch axis: the exporter names it once
             warnings.filterwarnings("ignore", message=r".*axis name: batch will not be used", category=UserWarning)
+            # torch.nn.LSTM / GRU (the recurrent actors): their flat weight list is rebuilt while traced, and the
+            # traced code's size checks call a deprecated function
+            warnings.filterwarnings("ignore", message=r"The tensor attributes self\.rnn\._flat_weights",
+                                    category=UserWarning)
+            warnings.filterwarnings("ignore", message=r"_check_is_size will be removed", category=FutureWarning)
             yield
     finally:
         for logger, level in zip(loggers, levels, strict=True):
@@ -213,56 +160,56 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
-def describe(loaded: LoadedPolicy, graphs: list[Graph], files: dict[str, str],
+def describe(loaded: LoadedPolicy, deployment: Deployment, files: dict[str, str],
              exporters: dict[str, str]) -> dict[str, Any]:
-    """The sidecar: what each file computes, its inputs and outputs, and the actor observation's layout."""
-    policy = cast(PolicyBase, loaded.policy)  # `export_checkpoint` refused any other
-    kind, size = policy.action_spec.kind, policy.action_spec.size
-    layout = getattr(policy, "layout", None) or {getattr(policy, "actor_group", "policy"): policy.actor_obs_dim}
-    parts, start = [], 0
-    for name, width in layout.items():
-        parts.append({"name": name, "start": start, "width": width})
-        start += width
+    """The sidecar: what each file computes, its inputs and outputs, the actor observation's layout and the
+    recurrent state."""
+    kind, size = deployment.action_spec.kind, deployment.action_spec.size
     meta: dict[str, Any] = {
         "syncfree_version": syncfree.__version__,
         "format": "onnx",
         "task": loaded.cfg.task,
-        "policy_kind": "token" if "encoder" in files else "mlp",
+        "policy_kind": deployment.kind,
         "checkpoint_iteration": loaded.iteration,
         "action": {"kind": kind, "size": size,
                    "note": "deterministic action: the Gaussian mean, as the policy outputs it (not clipped)"
                    if kind == "continuous" else "deterministic action: the arg-max of the logits"},
-        "observation": {"input": "actor_obs", "width": policy.actor_obs_dim, "layout": parts,
-                        "normalization": "running mean/std of the checkpoint, inside the graphs"
-                        if _normalizes(policy) else "none"},
+        "observation": deployment.observation,
         "graphs": {},
     }
     with torch.no_grad():
-        for graph in graphs:
-            outs = graph.module(*graph.inputs.values())
+        for graph in deployment.graphs:
+            outs = graph.module(**graph.inputs)
             outs = outs if isinstance(outs, tuple) else (outs,)
+            shapes = {**graph.inputs, **dict(zip(graph.outputs, outs, strict=True))}
             meta["graphs"][graph.name] = {
                 "file": files[graph.name],
                 "exporter": exporters[graph.name],
-                "inputs": [_io(name, t) for name, t in graph.inputs.items()],
-                "outputs": [_io(name, t) for name, t in zip(graph.outputs, outs, strict=True)],
+                "inputs": [_io(graph, name, shapes[name]) for name in graph.inputs],
+                "outputs": [_io(graph, name, shapes[name]) for name in graph.outputs],
+                **({"note": graph.note} if graph.note else {}),
             }
-    if isinstance(policy, TokenActorCritic):  # its graphs: the encoder, the decoder and both combined
-        meta["graphs"]["actor"]["note"] = "encoder and decoder combined"
-        fsq = policy.fsq
-        meta["tokens"] = {
-            "num_tokens": policy.num_tokens, "token_dim": policy.token_dim, "fsq_levels": fsq.levels,
-            "codebook_size": fsq.codebook_size,
-            "encoders": policy.encoder_names,
-            "note": "encoder k serves rows whose tokenizer/encoder_index is k (others: encoder 0); token values "
-                    "are FSQ codes (k - levels // 2) / (levels // 2)",
-        }
+            if graph.state:
+                meta["state"] = {
+                    "graph": graph.name,
+                    "carried": [{"input": i, "output": o, "shape": _shape(graph, i, shapes[i]),
+                                 "dtype": _dtype(shapes[i])} for i, o in graph.state],
+                    "note": STATE_NOTE}
+    meta.update(deployment.sections)
     return meta
 
 
-def _normalizes(policy: nn.Module) -> bool:
-    return bool(getattr(policy, "normalize_obs", False))
+def _io(graph: Graph, name: str, tensor: Tensor) -> dict[str, Any]:
+    return {"name": name, "shape": _shape(graph, name, tensor), "dtype": _dtype(tensor)}
 
 
-def _io(name: str, tensor: Tensor) -> dict[str, Any]:
-    return {"name": name, "shape": ["batch", *tensor.shape[1:]], "dtype": str(tensor.dtype).removeprefix("torch.")}
+def _shape(graph: Graph, name: str, tensor: Tensor) -> list[int | str]:
+    """The tensor's shape, its dynamic axes named."""
+    shape: list[int | str] = list(tensor.shape)
+    for axis, label in graph.dynamic_axes(name).items():
+        shape[axis] = label
+    return shape
+
+
+def _dtype(tensor: Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")

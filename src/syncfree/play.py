@@ -1,7 +1,7 @@
 """`syncfree play`: a checkpoint's deterministic policy acting in one env, drawn frame by frame into a video.
 
-Each task draws itself (its spec's renderer: `syncfree.envs.render`). Frames go to an MP4 (through imageio's
-ffmpeg) or a GIF.
+Each task draws itself (its spec's renderer: `syncfree.envs.render`). A recurrent policy carries its state from
+step to step, zeroed where an episode ends. Frames go to an MP4 (through imageio's ffmpeg) or a GIF.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -20,23 +20,37 @@ from PIL import Image
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError, allocating
 from syncfree.outputs import check_output_file
-from syncfree.policy.actor_critic import PolicyBase
+from syncfree.policy.deploy import restart
 from syncfree.tasks.spec import Drawer
 
 VIDEO_SUFFIXES = (".mp4", ".gif")
 
 
-def play(policy: PolicyBase, env: VecEnv, steps: int, draw: Drawer,
+class Actor(Protocol):
+    """What play asks of a policy (every policy answers): its actor's input, and its deterministic action one step
+    on from the state it carries (none for a feed-forward policy)."""
+
+    def actor_input(self, obs: dict[str, torch.Tensor]) -> torch.Tensor: ...
+    def initial_actor_state(self, batch: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]: ...
+    def act_carrying(self, actor_obs: torch.Tensor, state: tuple[torch.Tensor, ...]) -> tuple[
+        torch.Tensor, tuple[torch.Tensor, ...]]: ...
+
+
+def play(policy: Actor, env: VecEnv, steps: int, draw: Drawer,
          progress: Callable[[int], object] | None = None) -> Iterator[np.ndarray]:
     """The frames of `steps` env steps under the policy's deterministic action (the first frame: after reset), each
-    drawn when the reader asks for it (an MP4 writer keeps none of them)."""
+    drawn when the reader asks for it (an MP4 writer keeps none of them). The policy's state is carried from step to
+    step and zeroed where an episode ends."""
     with torch.inference_mode():
         obs = env.reset()
+        state = policy.initial_actor_state(env.num_envs, env.device)
         frame = draw()
     yield frame
     for _ in range(steps):
         with torch.inference_mode():
-            obs = env.step(policy.act_deterministic(policy.actor_input(obs))).obs
+            actions, state = policy.act_carrying(policy.actor_input(obs), state)
+            step = env.step(actions)
+            obs, state = step.obs, restart(state, step.terminated | step.truncated)
             frame = draw()
         if progress is not None:
             progress(1)
@@ -149,9 +163,6 @@ def record(checkpoint: str | Path, video: Path, steps: int, fps: float, width: i
         mp4_writer_module()
     loaded = load_policy(checkpoint, device)
     task = loaded.task
-    if not isinstance(loaded.policy, PolicyBase):
-        raise UserError(f"play: {loaded.cfg.task}: its {type(loaded.policy).__name__} acts with a state `play` does not "
-                        "carry; `syncfree eval` measures its return")
     if task is None or task.render is None:
         why = task.cannot_render if task is not None else "it is not a registered task"
         raise UserError(f"play: {loaded.cfg.task} cannot be drawn ({why})")
@@ -160,8 +171,8 @@ def record(checkpoint: str | Path, video: Path, steps: int, fps: float, width: i
         fps = fps or real_time_fps(env)
         with tqdm(total=steps, desc="play", unit="step", disable=not sys.stderr.isatty()) as bar, \
                 allocating(FRAMES_MEMORY):
-            count, (frame_width, frame_height) = write_video(play(loaded.policy, env, steps, draw, bar.update),
-                                                             video, fps)
+            frames = play(cast(Actor, loaded.policy), env, steps, draw, bar.update)
+            count, (frame_width, frame_height) = write_video(frames, video, fps)
     finally:
         close = getattr(draw, "close", None)
         if close is not None:

@@ -398,8 +398,6 @@ class RecurrentDistillation(Distillation):
     description = "student-teacher distillation into a recurrent MLP student"
     label = "recurrent distillation"
     config_type = RecurrentDistillationTrainConfig
-    export_refusal = ("the recurrent student cannot be exported (its state is carried between steps); "
-                      "`syncfree eval` measures its return")
 
     def __init__(self, policy: RecurrentMLPPolicy, teacher: ActorCritic, cfg: DistillConfig, steps_per_env: int,
                  perf: PerfConfig, num_envs: int, device: torch.device, dist: Collective | None = None) -> None:

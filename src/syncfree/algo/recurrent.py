@@ -152,8 +152,6 @@ class RecurrentPPO(Algorithm):
     label = "recurrent PPO"
     family = "ppo"
     config_type = RecurrentPPOTrainConfig
-    export_refusal = "the recurrent policy cannot be exported (its state is carried between steps); " \
-        "`syncfree eval` measures its return"
 
     @classmethod
     def build(cls, cfg: RecurrentPPOTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor, nn
 
 from syncfree.envs.api import ActionSpec
+from syncfree.policy.deploy import DeployedActor, Deployment, flat_observation, mlp_actor_graph
 from syncfree.policy.heads import CategoricalHead, GaussianHead
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.policy.settings import PolicyConfig
@@ -160,6 +161,8 @@ class PolicyBase(nn.Module):
     assembles_actor_obs: bool = False
     """Whether `actor_input` builds the actor's observation from several groups (then the trainer hands it a
     buffer to fill, `out`); False: it is the env's `policy` group itself."""
+    is_recurrent = False
+    """The actor carries no state from step to step."""
 
     if TYPE_CHECKING:  # what the subclasses define
         def dist_params(self, actor_obs: Tensor) -> Tensor: ...
@@ -172,6 +175,15 @@ class PolicyBase(nn.Module):
         """The trainable parameters as [actor's, critic's] (`ppo.grad_clip=per_network` clips each by its own norm):
         the critic network, and everything else (the actor's layers, encoders and action distribution)."""
         return actor_and_critic_parameters(self, [self.critic])
+
+    def initial_actor_state(self, batch: int, device: torch.device | str = "cpu") -> tuple[Tensor, ...]:
+        """Empty: a feed-forward actor carries no state (`play` and the rsl_rl runner's inference policy ask every
+        policy)."""
+        return ()
+
+    def act_carrying(self, actor_obs: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """The deterministic action, the (empty) state passed on: how acting outside training asks every policy."""
+        return self.act_deterministic(actor_obs), state
 
     def act(self, actor_obs: Tensor, critic_obs: Tensor) -> Act:
         params = self.dist_params(actor_obs)
@@ -231,3 +243,20 @@ class ActorCritic(PolicyBase):
         """The actor's normalizer alone (a distilled student's critic is not trained)."""
         if self.normalize_obs:
             cast(RunningNorm, self.actor_norm).update(actor_obs)
+
+    # -- deployment -----------------------------------------------------------------------------------------
+
+    def deployment(self, rows: int) -> Deployment:
+        """What `syncfree export` writes: the actor's copy (`DeployedActor`), example inputs of `rows` rows."""
+        graph = mlp_actor_graph(self.actor_norm, self.actor, self.actor_obs_dim, self.action_spec.kind == "discrete",
+                                rows)
+        return Deployment("mlp", [graph], self.action_spec,
+                          flat_observation({self.actor_group: self.actor_obs_dim}, self.normalize_obs))
+
+    def torchscript_actor(self) -> DeployedActor:
+        """The actor as rsl_rl exports it to TorchScript: `obs [N, D] -> actions [N, A]`."""
+        return DeployedActor(self.actor_norm, self.actor, self.actor_obs_dim)
+
+    def onnx_actor(self) -> DeployedActor:
+        """The actor as rsl_rl exports it to ONNX: the TorchScript module's."""
+        return self.torchscript_actor()

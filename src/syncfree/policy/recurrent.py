@@ -14,12 +14,16 @@ host reads.
 
 from __future__ import annotations
 
+import copy
 from typing import NamedTuple, cast
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from syncfree.core.fields import Field
+from syncfree.envs.api import ActionSpec
+from syncfree.policy.deploy import ACTOR_OBS, Deployment, TokenRecurrentActor
 from syncfree.policy.token_pool import field_tables, linear_max_pool, table_sum
 
 EMPTY_TOKEN = 0xFF
@@ -296,3 +300,47 @@ class RecurrentTokenPolicy(nn.Module):
         h = torch.stack(hs, 1)
         out = self.action_probs(self.actor(h), actions)
         return SequenceEvaluation(out.log_prob, out.entropy, self.critic(h).squeeze(-1), out.full_log_probs)
+
+    # -- acting outside training (play) and deployment -----------------------------------------------------------
+
+    @staticmethod
+    def actor_input(obs: dict[str, Tensor]) -> Tensor:
+        return obs["policy"]
+
+    def initial_actor_state(self, batch: int, device: torch.device | str = "cpu") -> tuple[Tensor, ...]:
+        """The core's state and, where the policy reads it, the previous action one-hot `[batch, actions]` (a zero
+        row: none): zeros at an episode's start, as every policy's state."""
+        state = tuple(self.initial_state(batch, device))
+        if self.last_action is None:
+            return state
+        return (*state, torch.zeros(batch, self.num_actions, device=device))
+
+    def act_carrying(self, actor_obs: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """The most likely action on `actor_obs` [B, tokens, 3] one step on from `state` (`initial_actor_state`'s
+        layout) and the new state: how acting outside training asks every policy."""
+        x = self.encoder(actor_obs)
+        if self.last_action is not None:
+            x = x + state[self.state_size] @ self.last_action.weight  # the embedding of a one-hot row; 0 for none
+        core = self._advance(x, state[: self.state_size], torch.zeros(x.shape[0], dtype=torch.bool, device=x.device))
+        actions = self.actor(core.h).argmax(-1)
+        if self.last_action is None:
+            return actions, tuple(core)
+        return actions, (*core, F.one_hot(actions, self.num_actions).to(x.dtype))
+
+    def deployment(self, rows: int) -> Deployment:
+        """What `syncfree export` writes: the actor (`TokenRecurrentActor`) on a copy of the encoder computing
+        conventionally (the tables and the sparse max are training's cuts of the same function), its state as
+        inputs and outputs, with example inputs of `rows` rows."""
+        encoder = copy.deepcopy(self.encoder)
+        encoder.embedding_tables = encoder.sparse_max = False
+        read = self.encoder.max_tokens
+        tokens = (f"the observation's first {read} tokens (those the policy reads)" if read else
+                  "the observation's tokens, any count")
+        observation = {
+            "input": ACTOR_OBS, "shape": ["batch", read or "tokens", 3], "dtype": "uint8",
+            "tokens": f"{tokens}: MettaGrid tokens (packed coordinate, feature id, value), the valid ones first, all "
+                      "three bytes 0xFF on an empty token",
+            "normalization": "none (token values are scaled by 1/255 inside the graph)"}
+        actor = TokenRecurrentActor(encoder, self.core, self.last_action, self.actor)
+        return Deployment("recurrent-token", [actor.graph(rows, read)], ActionSpec("discrete", self.num_actions),
+                          observation)

@@ -19,6 +19,12 @@ from torch import Tensor, nn
 from syncfree.core.fields import Field
 from syncfree.envs.api import ActionSpec
 from syncfree.policy.actor_critic import actor_and_critic_parameters, mlp
+from syncfree.policy.deploy import (
+    DeployedRecurrentActor,
+    Deployment,
+    OnnxRecurrentActor,
+    flat_observation,
+)
 from syncfree.policy.heads import CategoricalHead, GaussianHead
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.policy.recurrent import SequenceEvaluation, StepOutput
@@ -70,6 +76,8 @@ class RecurrentMLPPolicy(nn.Module):
     """The previous action is no input here (the recurrent algorithm asks)."""
     emit_full_log_probs = False
     """No loss of this policy reads full log-probabilities (the recurrent algorithm asks)."""
+    is_recurrent = True
+    """The actor carries its state from step to step."""
 
     def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec,
                  cfg: RecurrentMLPPolicyConfig) -> None:
@@ -141,9 +149,14 @@ class RecurrentMLPPolicy(nn.Module):
         if self.normalize_obs:
             cast(RunningNorm, self.actor_norm).update(actor_obs)
 
-    # -- acting outside training (rsl_rl's inference policy and exports) -------------------------------------
+    # -- acting outside training (play, rsl_rl's inference policy) and deployment ---------------------------
+
+    @staticmethod
+    def actor_input(obs: dict[str, Tensor]) -> Tensor:
+        return obs["policy"]
 
     def initial_actor_state(self, batch: int, device: torch.device | str = "cpu") -> tuple[Tensor, ...]:
+        """The actor's cells' state at an episode's start: zeros, `[batch, hidden]` each."""
         return self.initial_state(batch, device)[: self.actor_core.state_size]
 
     def act_deterministic(self, actor_obs: Tensor, actor_state: tuple[Tensor, ...]) -> tuple[Tensor,
@@ -153,6 +166,26 @@ class RecurrentMLPPolicy(nn.Module):
         keep = actor_obs.new_ones(actor_obs.shape[0], 1)
         h, new_state = self.actor_core(self.actor_norm(actor_obs), actor_state, keep)
         return self.head.deterministic(self.head.params(self.actor(h))), new_state
+
+    def act_carrying(self, actor_obs: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
+        """`act_deterministic`: how acting outside training asks every policy."""
+        return self.act_deterministic(actor_obs, state)
+
+    def deployment(self, rows: int) -> Deployment:
+        """What `syncfree export` writes: the actor as rsl_rl exports it to ONNX (`OnnxRecurrentActor`), its state
+        as inputs and outputs, with example inputs of `rows` rows."""
+        actor = OnnxRecurrentActor(self.actor_norm, self.actor_core.cells, self.actor, self.actor_obs_dim,
+                                   discrete=self.action_spec.kind == "discrete")
+        return Deployment("recurrent", [actor.graph(rows)], self.action_spec,
+                          flat_observation({"policy": self.actor_obs_dim}, self.normalize_obs))
+
+    def torchscript_actor(self) -> DeployedRecurrentActor:
+        """The actor as rsl_rl exports it to TorchScript: one env, its state kept inside (`reset()` zeroes it)."""
+        return DeployedRecurrentActor.of(self.actor_norm, self.actor_core.cells, self.actor, self.actor_obs_dim)
+
+    def onnx_actor(self) -> OnnxRecurrentActor:
+        """The actor as rsl_rl exports it to ONNX: one env, its state as inputs and outputs."""
+        return OnnxRecurrentActor(self.actor_norm, self.actor_core.cells, self.actor, self.actor_obs_dim)
 
     def advance(self, obs: FlatObs, state: tuple[Tensor, ...], done: Tensor) -> tuple[Tensor, ...]:
         """The state after one step on `obs` (both cores), nothing else computed: how the rollout carries the state

@@ -20,6 +20,15 @@ from torch import Tensor, nn
 
 from syncfree.envs.api import ActionSpec
 from syncfree.policy.actor_critic import PolicyBase, chunked_value, mlp
+from syncfree.policy.deploy import (
+    ACTOR_OBS,
+    Deployment,
+    Graph,
+    TokenActorGraph,
+    TokenDecoderGraph,
+    TokenEncoderGraph,
+    flat_observation,
+)
 from syncfree.policy.heads import GaussianHead
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.policy.settings import TokenEncoderConfig
@@ -305,6 +314,29 @@ class TokenActorCritic(PolicyBase):
             for k, norm in enumerate(self.encoder_norms):
                 cast(RunningNorm, norm).update(self.encoder_input(actor_obs, k))
             cast(RunningNorm, self.critic_norm).update(critic_obs)
+
+    # -------------------------------------------------------------------------------------------------- deployment
+    def deployment(self, rows: int) -> Deployment:
+        """What `syncfree export` writes: the encoders (`actor_obs -> tokens`), the decoder (`tokens, actor_obs ->
+        actions`) and both combined, on the live modules, with example inputs of `rows` rows (encoder index 0).
+        The diagnostic caches are turned off: they are host copies, not graph operations."""
+        self.cache_encoded_outputs = self.cache_full_latent = False
+        obs = torch.zeros(rows, self.actor_obs_dim)
+        with torch.no_grad():
+            tokens = self.encode(obs)
+        graphs = [Graph("encoder", TokenEncoderGraph(self).eval(), {ACTOR_OBS: obs}, ["tokens"]),
+                  Graph("decoder", TokenDecoderGraph(self).eval(), {"tokens": tokens, ACTOR_OBS: obs}, ["actions"]),
+                  Graph("actor", TokenActorGraph(self).eval(), {ACTOR_OBS: obs}, ["actions"],
+                        note="encoder and decoder combined")]
+        fsq = self.fsq
+        tokens_section = {
+            "num_tokens": self.num_tokens, "token_dim": self.token_dim, "fsq_levels": fsq.levels,
+            "codebook_size": fsq.codebook_size, "encoders": self.encoder_names,
+            "note": "encoder k serves rows whose tokenizer/encoder_index is k (others: encoder 0); token values "
+                    "are FSQ codes (k - levels // 2) / (levels // 2)",
+        }
+        return Deployment("token", graphs, self.action_spec, flat_observation(self.layout, self.normalize_obs),
+                          {"tokens": tokens_section})
 
     # ------------------------------------------------------------------------------------------ auxiliary loss
     def auxiliary_loss(self, actor_obs: Tensor) -> Tensor:
