@@ -105,13 +105,13 @@ def update_stats(runner, progress: float = 0.0) -> dict[str, torch.Tensor]:
 def pendulum_teacher(folder: Path) -> str:
     """A pendulum policy trained for one iteration under `folder` (once: a later call finds it), a teacher for
     distillation."""
-    from syncfree.train.runner import Runner
+    from syncfree.train.run import Run
 
     checkpoint = folder / "teacher" / "latest.pt"
     if not checkpoint.exists():
         cfg = small_config("pendulum")
         cfg.iterations, cfg.log.progress = 1, False
-        runner = Runner(cfg, run_dir=checkpoint.parent)
+        runner = Run(cfg, checkpoint.parent)
         runner.learn()
         runner.close()
     return str(checkpoint)

@@ -18,6 +18,7 @@ from syncfree.errors import DistributedError, UserError
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.train import checkpoint
 from syncfree.train.distributed import Distributed, NormalizerSync
+from syncfree.train.run import Run
 from syncfree.train.runner import Runner
 
 WORLD = 2
@@ -63,14 +64,14 @@ def _two_rank_worker(rank: int, tmp: str) -> None:
         # 1. train 2 iterations; both ranks are given a run folder, only rank 0 may write one
         cfg = small_config("pendulum")
         cfg.iterations = 2
-        trainer = Runner(cfg, run_dir=Path(tmp) / f"run{rank}")
+        trainer = Run(cfg, Path(tmp) / f"run{rank}")
         out["record"] = trainer.learn()
-        out["vectors"] = _gather(_policy_vector(trainer))
+        out["vectors"] = _gather(_policy_vector(trainer.runner))
 
         # 2. host syncs: one minibatch update (a collective) and one more iteration
-        mb = Batch(*(x[:64] for x in trainer.algorithm.storage.flat()))
+        mb = Batch(*(x[:64] for x in trainer.runner.algorithm.storage.flat()))
         with count_syncs() as update:
-            trainer.algorithm.minibatch_update(mb)
+            trainer.runner.algorithm.minibatch_update(mb)
         trainer.cfg.iterations, trainer.run_dir = 3, None  # a third iteration, logged but not saved
         with count_syncs() as iteration:
             trainer.learn()
@@ -187,10 +188,10 @@ def _two_rank_grid_worker(rank: int, tmp: str) -> None:
     _join(tmp, rank, timeout=60)
     out: dict = {}
     try:
-        trainer = Runner(grid_config(2), run_dir=Path(tmp) / f"grid{rank}")
+        trainer = Run(grid_config(2), Path(tmp) / f"grid{rank}")
         out["record"] = trainer.learn()
-        out["vectors"] = _gather(_policy_vector(trainer))
-        algorithm = trainer.algorithm
+        out["vectors"] = _gather(_policy_vector(trainer.runner))
+        algorithm = trainer.runner.algorithm
         batch = algorithm.minibatch(0, algorithm.buffer.segments // 2, 1.0)
         with count_syncs() as update:
             loss, _, kl_mean = algorithm.minibatch_loss(batch)
@@ -202,7 +203,7 @@ def _two_rank_grid_worker(rank: int, tmp: str) -> None:
         with count_syncs() as iteration:
             trainer.learn()
         out["iteration_syncs"] = iteration.syncs
-        out["after_counted"] = _gather(_policy_vector(trainer))
+        out["after_counted"] = _gather(_policy_vector(trainer.runner))
         trainer.close()
         resumed = Runner(grid_config(3))
         resumed.load_state_dict(checkpoint.load(Path(tmp) / "grid0" / "latest.pt"))
@@ -246,10 +247,10 @@ def _two_rank_rnd_worker(rank: int, tmp: str) -> None:
     _join(tmp, rank, timeout=60)
     out: dict = {}
     try:
-        trainer = Runner(rnd_config(2), run_dir=Path(tmp) / f"rnd{rank}")
+        trainer = Run(rnd_config(2), Path(tmp) / f"rnd{rank}")
         out["record"] = trainer.learn()
-        out["rnd"] = _gather(_rnd_vector(trainer))
-        out["policy"] = _gather(_policy_vector(trainer))
+        out["rnd"] = _gather(_rnd_vector(trainer.runner))
+        out["policy"] = _gather(_policy_vector(trainer.runner))
         trainer.close()
         resumed = Runner(rnd_config(3))
         resumed.load_state_dict(checkpoint.load(Path(tmp) / "rnd0" / "latest.pt"))

@@ -3,6 +3,7 @@ key names the nearest one."""
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 
@@ -21,26 +22,28 @@ def readme_python_examples() -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("index", [0, 1], ids=["own torch env", "gymnasium"])
-def test_the_readme_examples_run(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_the_readme_examples_run(index: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 caplog: pytest.LogCaptureFixture) -> None:
     if index == 1:
         pytest.importorskip("gymnasium")
     examples = readme_python_examples()
     assert len(examples) == 2
     monkeypatch.chdir(tmp_path)
+    caplog.set_level(logging.INFO, logger="syncfree")
     namespace: dict = {}
     exec(compile(examples[index], f"README example {index}", "exec"), namespace)
     result = namespace["result"]
     run = tmp_path / result.run_dir
     assert (run / "latest.pt").is_file() and (run / "config.yaml").is_file() and (run / "metrics.jsonl").is_file()
-    assert f"-> {result.run_dir}" in capsys.readouterr().out
+    assert f"-> {result.run_dir}" in caplog.text  # the start line names the run's folder
     if index == 0:  # the point is pushed to 0: a random policy drifts and returns about -25 over 50 steps
-        assert result.runner.cfg.task == "Reach" and result.record["mean_return"] > -15, result.record
+        assert result.run.cfg.task == "Reach" and result.record["mean_return"] > -15, result.record
 
 
 def test_overrides_of_every_form_reach_the_config() -> None:
     result = syncfree.learn("pendulum", run_dir=False, iterations=1, env={"num_envs": 16},
                             perf={"compile": "off"}, log={"progress": False}, **{"ppo.steps_per_env": 8})
-    cfg = result.runner.cfg
+    cfg = result.run.cfg
     assert (cfg.iterations, cfg.env.num_envs, cfg.ppo.steps_per_env, cfg.perf.compile) == (1, 16, 8, "off")
     assert cfg.ppo.learning_rate == 1e-3 and cfg.ppo.gamma == 0.95  # the rest is pendulum's preset
     assert result.run_dir is None and result.record["env_steps"] == 16 * 8

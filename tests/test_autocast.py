@@ -93,11 +93,11 @@ def test_export_computes_in_float32(tmp_path, monkeypatch) -> None:
     """A bfloat16 run's policy loads in bfloat16 (as it trained), and export's in float32."""
     pytest.importorskip("onnx")
     from syncfree import export
+    from syncfree.train import checkpoint
     from syncfree.train.evaluate import load_policy
 
     trainer = bf16_trainer("bf16")
-    trainer.run_dir = tmp_path
-    trainer.save()
+    checkpoint.save_run(trainer.state_dict(), tmp_path, trainer.iteration)
     loaded = load_policy(tmp_path / "latest.pt")
     assert any(getattr(m, "autocast_dtype", None) == torch.bfloat16 for m in loaded.policy.modules())
 

@@ -19,6 +19,7 @@ from syncfree.errors import NonFiniteError
 from syncfree.tasks import TASKS
 from syncfree.tasks.classic import classic_config, classic_task
 from syncfree.train import checkpoint
+from syncfree.train.run import Run
 from syncfree.train.runner import Runner
 
 
@@ -114,7 +115,7 @@ def test_corrupt_checkpoint(capsys, tmp_path: Path) -> None:
 
 @pytest.fixture
 def pendulum_checkpoint(tmp_path: Path) -> Path:
-    trainer = Runner(small_config("pendulum"), run_dir=tmp_path / "run")
+    trainer = Run(small_config("pendulum"), tmp_path / "run")
     trainer.cfg.iterations = 1
     trainer.learn()
     return tmp_path / "run" / "latest.pt"
@@ -176,7 +177,7 @@ def test_non_finite_env_output_stops_at_iteration_end_naming_envs(tmp_path: Path
     # the start-up check (`check_env`: a reset, and steps until every env's episode has ended: here at the 10-step
     # time limit) observes before training does
     env = env_class(cfg.env.num_envs, seed=cfg.seed, max_episode_length=10, nan_after=20 + 1 + 10)
-    trainer = Runner(cfg, run_dir=tmp_path, env=env)
+    trainer = Run(cfg, tmp_path, env=env)
     with pytest.raises(NonFiniteError) as info:
         trainer.learn()
     assert str(info.value).startswith("iteration 3: non-finite observation or reward from env ids [3, 5]")

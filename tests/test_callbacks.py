@@ -19,7 +19,7 @@ from syncfree.cli import main
 from syncfree.config import CallbackConfig
 from syncfree.errors import UserError
 from syncfree.train.callbacks import Callbacks
-from syncfree.train.runner import Runner
+from syncfree.train.run import Run
 
 DROPPED = {"steps_per_s", "iteration_seconds", "eval_return", "eval_return_std"}
 
@@ -34,10 +34,10 @@ def test_evaluations_are_recorded_and_leave_training_as_it_was(make, tmp_path: P
     for every in (0, 2):
         cfg = make("pendulum")
         cfg.iterations, cfg.callbacks.eval_every, cfg.callbacks.eval_envs = 4, every, 3
-        runner = Runner(cfg, run_dir=tmp_path / f"every{every}")
+        runner = Run(cfg, tmp_path / f"every{every}")
         runner.learn()
         runner.close()
-        runs[every] = (records(tmp_path / f"every{every}"), runner.policy.state_dict())
+        runs[every] = (records(tmp_path / f"every{every}"), runner.runner.policy.state_dict())
     plain, evaluated = runs[0][0], runs[2][0]
     assert [("eval_return" in r) for r in evaluated] == [False, True, False, True]
     assert all(np.isfinite(r["eval_return"]) and r["eval_return_std"] >= 0 for r in evaluated if "eval_return" in r)
@@ -91,11 +91,11 @@ def test_a_function_stops_training_and_the_best_survives_a_resume(tmp_path: Path
     result = syncfree.learn("pendulum", run_dir=tmp_path / "run", iterations=5, on_iteration=[enough],
                             callbacks={"eval_every": 1, "eval_envs": 2, "save_best": "eval_return"}, **settings)
     assert seen == [1, 2] and result.record["iteration"] == 2
-    best = result.runner.callbacks.best
+    best = result.run.callbacks.best
     assert best == max(r["eval_return"] for r in records(tmp_path / "run"))
     again = syncfree.learn("pendulum", resume=tmp_path / "run" / "latest.pt", iterations=3, run_dir=tmp_path / "run",
                            resume_in_place=True)
-    assert again.runner.callbacks.best == max(best, again.record["eval_return"])
+    assert again.run.callbacks.best == max(best, again.record["eval_return"])
 
 
 @pytest.mark.parametrize(("setting", "line"), [
@@ -141,7 +141,7 @@ def test_training_asked_for_again_after_a_callback_stopped_goes_on() -> None:
     result = syncfree.learn("pendulum", run_dir=False, iterations=4, on_iteration=[lambda r, rec: True],
                             env={"num_envs": 8}, ppo={"steps_per_env": 4, "num_minibatches": 2},
                             log={"progress": False}, perf={"compile": "off"})
-    runner = result.runner
-    assert runner.iteration == 1
-    runner.callbacks.functions.clear()
-    assert runner.learn()["iteration"] == 4
+    run = result.run
+    assert run.runner.iteration == 1
+    run.callbacks.functions.clear()
+    assert run.learn()["iteration"] == 4

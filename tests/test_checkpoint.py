@@ -18,6 +18,7 @@ import torch
 
 from conftest import assert_same_state, small_config
 from syncfree.train import checkpoint
+from syncfree.train.run import Run
 from syncfree.train.runner import Runner
 
 
@@ -26,35 +27,35 @@ from syncfree.train.runner import Runner
 def test_resume_continues_exactly(task: str, random_start: bool, tmp_path: Path) -> None:
     cfg = small_config(task)
     cfg.iterations, cfg.env.random_start = 4, random_start
-    straight = Runner(cfg, run_dir=tmp_path / "straight")
+    straight = Run(cfg, tmp_path / "straight")
     straight.learn()
 
     cfg = small_config(task)
     cfg.iterations, cfg.save_every, cfg.env.random_start = 2, 100, random_start
-    first = Runner(cfg, run_dir=tmp_path / "split")
+    first = Run(cfg, tmp_path / "split")
     first.learn()
     first.close()
     del first
     torch.manual_seed(12345)  # whatever happened in between must not matter
 
     cfg.iterations = 4
-    second = Runner(cfg, run_dir=tmp_path / "split")
-    second.load_state_dict(checkpoint.load(tmp_path / "split" / "latest.pt"))
-    assert second.iteration == 2
+    second = Run(cfg, tmp_path / "split")
+    second.runner.load_state_dict(checkpoint.load(tmp_path / "split" / "latest.pt"))
+    assert second.runner.iteration == 2
     second.learn()
 
-    for (name, a), b in zip(straight.policy.state_dict().items(), second.policy.state_dict().values(), strict=True):
+    for (name, a), b in zip(straight.runner.policy.state_dict().items(), second.runner.policy.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
-    assert_same_state(straight.env.state_dict(), second.env.state_dict(), "env")
-    sa, sb = straight.algorithm.optim.optimizer.state_dict()["state"], second.algorithm.optim.optimizer.state_dict()["state"]
+    assert_same_state(straight.runner.env.state_dict(), second.runner.env.state_dict(), "env")
+    sa, sb = straight.runner.algorithm.optim.optimizer.state_dict()["state"], second.runner.algorithm.optim.optimizer.state_dict()["state"]
     assert all(torch.equal(sa[k][n], sb[k][n]) for k in sa for n in sa[k])
-    assert straight.env_steps == second.env_steps
+    assert straight.runner.env_steps == second.runner.env_steps
     lines = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3, 4]
 
 
 def test_checkpoint_holds_everything(tmp_path: Path) -> None:
-    trainer = Runner(small_config("pendulum"), run_dir=tmp_path)
+    trainer = Run(small_config("pendulum"), tmp_path)
     trainer.learn()
     state = checkpoint.load(tmp_path / "latest.pt")
     assert {"policy", "ppo", "env", "obs", "rng", "iteration", "config", "episodes"} <= set(state)
@@ -105,7 +106,7 @@ def test_resume_keeps_the_adapted_learning_rate_when_the_lr_switch_changes(tmp_p
                                                                            saved_on_device: bool) -> None:
     cfg = small_config("pendulum", device_adaptive_lr=saved_on_device)
     cfg.iterations = 2
-    first = Runner(cfg, run_dir=tmp_path)
+    first = Run(cfg, tmp_path)
     record = first.learn()
     assert record["learning_rate"] != pytest.approx(cfg.ppo.learning_rate)  # the schedule moved it
     resumed = Runner(small_config("pendulum", device_adaptive_lr=not saved_on_device))
@@ -182,7 +183,7 @@ def test_configs_and_checkpoints_written_before_the_algorithm_was_named_still_re
     from syncfree.cli import parse_train_config
     from syncfree.tasks import config_from_dict
     from syncfree.train.evaluate import evaluate_task, load_policy
-    from syncfree.train.session import resume, resume_config
+    from syncfree.train.session import resume_config
 
     stored = yaml.safe_load((BEFORE_ALGORITHM / f"{name}.yaml").read_text())
     assert "algorithm" not in stored and "distill" in stored
@@ -197,8 +198,8 @@ def test_configs_and_checkpoints_written_before_the_algorithm_was_named_still_re
         return
     cfg = resume_config(BEFORE_ALGORITHM / f"{name}.pt")
     cfg.iterations, cfg.log.dir = 2, str(tmp_path)
-    runner = Runner(cfg, run_dir=tmp_path / "resumed")
-    resume(runner, BEFORE_ALGORITHM / f"{name}.pt")
+    runner = Run(cfg, tmp_path / "resumed")
+    runner.resume(BEFORE_ALGORITHM / f"{name}.pt")
     assert runner.learn()["iteration"] == 2
     runner.close()
 

@@ -16,6 +16,7 @@ from conftest import small_config
 from syncfree.cli import main
 from syncfree.errors import UserError
 from syncfree.train import checkpoint
+from syncfree.train.run import Run
 from syncfree.train.runner import Runner
 
 
@@ -32,7 +33,7 @@ class Payload:
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run = tmp_path_factory.mktemp("run")
-    runner = Runner(small_config("pendulum"), run_dir=run)
+    runner = Run(small_config("pendulum"), run)
     runner.cfg.iterations = 1
     runner.learn()
     return run / "latest.pt"

@@ -21,7 +21,7 @@ from syncfree.core.switches import PerfConfig
 from syncfree.tasks import preset, task_names
 from syncfree.train import checkpoint, compile_choice
 from syncfree.train.compile_choice import choose_compile, median_break_even, payback_table, resolve_compile
-from syncfree.train.runner import Runner
+from syncfree.train.run import Run
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")
@@ -125,13 +125,13 @@ def test_a_short_run_of_the_default_config_runs_eagerly_and_records_it(tmp_path:
     cfg = preset("pendulum")
     cfg.iterations, cfg.env.num_envs, cfg.ppo.steps_per_env = 2, 16, 8
     assert cfg.perf.compile == "auto"
-    runner = Runner(cfg, run_dir=tmp_path / "run")
+    runner = Run(cfg, tmp_path / "run")
     try:
         runner.learn()
     finally:
         runner.close()
     assert runner.cfg.perf.compile == "off" and cfg.perf.compile == "auto"
-    execution = runner.execution()
+    execution = runner.runner.execution()
     assert "perf.compile=off (auto: 2 iterations, too few: " in execution
     lines = (tmp_path / "run" / "config.yaml").read_text().splitlines()
     assert lines[0] == f"# ran on {execution}"

@@ -29,8 +29,8 @@ from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
 from syncfree.policy.settings import PolicyConfig, RecurrentCoreConfig, RecurrentMLPPolicyConfig
 from syncfree.rsl_rl.checkpoint import to_rsl_rl
 from syncfree.tasks import preset, switch_scope, with_algorithm
+from syncfree.train.run import Run
 from syncfree.train.runner import Runner
-from syncfree.train.session import resume
 
 OBS, ACTIONS, HIDDEN = 5, 3, [16, 16]
 
@@ -219,7 +219,7 @@ def teacher_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A privileged teacher: its actor reads the critic's group (the same terms on pendulum, which is enough to
     check which group each network reads)."""
     tmp = tmp_path_factory.mktemp("teacher")
-    runner = Runner(pendulum(tmp, "teacher", "ppo", policy__actor_obs="critic"), run_dir=tmp / "teacher")
+    runner = Run(pendulum(tmp, "teacher", "ppo", policy__actor_obs="critic"), tmp / "teacher")
     runner.learn()
     runner.close()
     return tmp / "teacher" / "latest.pt"
@@ -229,20 +229,20 @@ def test_a_student_trains_from_a_teacher_checkpoint_and_reads_the_host_once_per_
         tmp_path: Path, teacher_checkpoint: Path) -> None:
     cfg = pendulum(tmp_path, "student", distill__teacher=str(teacher_checkpoint), distill__gradient_length=4)
     assert algorithm_for(cfg) is Distillation
-    runner = Runner(cfg, run_dir=tmp_path / "student")
-    assert isinstance(runner.algorithm, Distillation)
-    assert runner.algorithm.teacher.actor_group == "critic" and runner.policy.actor_group == "policy"
-    before = runner.policy.actor[0].weight.clone()
+    runner = Run(cfg, tmp_path / "student")
+    assert isinstance(runner.runner.algorithm, Distillation)
+    assert runner.runner.algorithm.teacher.actor_group == "critic" and runner.runner.policy.actor_group == "policy"
+    before = runner.runner.policy.actor[0].weight.clone()
     record = runner.learn()
-    assert not torch.equal(before, runner.policy.actor[0].weight)
+    assert not torch.equal(before, runner.runner.policy.actor[0].weight)
     assert record["behavior_loss"] > 0 and record["grad_norm"] > 0
     runner.close()
     # resumed, it continues distilling from its own optimizer state
-    resumed = Runner(dataclasses.replace(cfg, iterations=3), run_dir=tmp_path / "student-2")
-    resume(resumed, tmp_path / "student" / "latest.pt")
-    assert resumed.iteration == 2 and isinstance(resumed.algorithm, Distillation)
+    resumed = Run(dataclasses.replace(cfg, iterations=3), tmp_path / "student-2")
+    resumed.resume(tmp_path / "student" / "latest.pt")
+    assert resumed.runner.iteration == 2 and isinstance(resumed.runner.algorithm, Distillation)
     resumed.learn()
-    counts = count_iteration(resumed)
+    counts = count_iteration(resumed.runner)
     assert counts["syncs_per_step"] == 0
     assert counts["syncs_per_minibatch"] == 0
     assert counts["syncs_per_iteration"] == 1
@@ -254,7 +254,7 @@ def test_the_student_imitates_the_teacher_after_training(tmp_path: Path, teacher
     the student visits."""
     cfg = pendulum(tmp_path, "student", distill__teacher=str(teacher_checkpoint), distill__gradient_length=2,
                    distill__learning_rate=3e-3, iterations=1)
-    runner = Runner(cfg, run_dir=tmp_path / "student")
+    runner = Run(cfg, tmp_path / "student")
     first = runner.learn()["behavior_loss"]
     runner.cfg.iterations = 15
     last = runner.learn()["behavior_loss"]
@@ -320,27 +320,26 @@ def test_a_missing_teacher_and_a_ppo_checkpoint_resumed_as_distillation_are_refu
     with pytest.raises(UserError, match=r"distill\.teacher: checkpoint .*missing\.pt"):
         Runner(pendulum(tmp_path, "a", distill__teacher=str(tmp_path / "missing.pt")))
     cfg = pendulum(tmp_path, "b", distill__teacher=str(teacher_checkpoint), iterations=4, policy__actor_obs="critic")
-    runner = Runner(cfg, run_dir=tmp_path / "b")
+    runner = Run(cfg, tmp_path / "b")
     with pytest.raises(UserError, match="trained by ppo but this run trains by distillation"):
-        resume(runner, teacher_checkpoint)
+        runner.resume(teacher_checkpoint)
 
 
 def test_a_distilled_student_exports_like_any_policy(tmp_path: Path, teacher_checkpoint: Path) -> None:
     pytest.importorskip("onnx")
     from syncfree.export import export_checkpoint
 
-    runner = Runner(pendulum(tmp_path, "s", distill__teacher=str(teacher_checkpoint), distill__gradient_length=4),
-                    run_dir=tmp_path / "s")
-    runner.learn()
-    runner.close()
+    run = Run(pendulum(tmp_path, "s", distill__teacher=str(teacher_checkpoint), distill__gradient_length=4),
+              tmp_path / "s")
+    run.learn()
+    run.close()
     files = export_checkpoint(str(tmp_path / "s" / "latest.pt"), tmp_path / "onnx")
     assert any(str(f).endswith(".onnx") for f in files)
 
 
 def test_phase_counter_sees_no_host_read_in_the_student_s_rollout_step(tmp_path: Path,
                                                                        teacher_checkpoint: Path) -> None:
-    runner = Runner(pendulum(tmp_path, "s", distill__teacher=str(teacher_checkpoint), distill__gradient_length=4),
-                    run_dir=tmp_path / "s")
+    runner = Runner(pendulum(tmp_path, "s", distill__teacher=str(teacher_checkpoint), distill__gradient_length=4))
     runner.learn()
     recorder = PhaseCounter()
     with runner.phases.attached(recorder):
@@ -356,7 +355,7 @@ def test_compiled_distillation_compiles_whole_graphs_and_matches_eager(tmp_path:
     read or a graph break), and the compiled loss and its gradient are the eager ones to float tolerance."""
     cfg = pendulum(tmp_path, "hot", distill__teacher=str(teacher_checkpoint), iterations=2)
     cfg.perf.compile = "hot"
-    runner = Runner(cfg, run_dir=tmp_path / "hot")
+    runner = Run(cfg, tmp_path / "hot")
     record = runner.learn()
     runner.close()
     assert record["behavior_loss"] > 0
@@ -423,12 +422,12 @@ def test_a_recurrent_student_trains_from_a_teacher_and_reads_the_host_once_per_i
     cfg = pendulum(tmp_path, "rnn", "recurrent-distillation", distill__teacher=str(teacher_checkpoint))
     cfg.policy.rnn = RecurrentCoreConfig(hidden=16)
     assert algorithm_for(cfg) is RecurrentDistillation
-    runner = Runner(cfg, run_dir=tmp_path / "rnn")
-    before = runner.policy.actor_core.cells[0].weight_ih.clone()
+    runner = Run(cfg, tmp_path / "rnn")
+    before = runner.runner.policy.actor_core.cells[0].weight_ih.clone()
     record = runner.learn()
-    assert not torch.equal(before, runner.policy.actor_core.cells[0].weight_ih)
+    assert not torch.equal(before, runner.runner.policy.actor_core.cells[0].weight_ih)
     assert record["behavior_loss"] > 0
-    counts = count_iteration(runner)
+    counts = count_iteration(runner.runner)
     assert (counts["syncs_per_step"], counts["syncs_per_minibatch"], counts["syncs_per_iteration"]) == (0, 0, 1)
     runner.close()
     from syncfree.export import export_checkpoint

@@ -20,7 +20,7 @@ from syncfree.policy.settings import RecurrentCoreConfig, TokenEncoderConfig
 from syncfree.policy.token_encoder import ENCODER_INDEX_PART
 from syncfree.train import checkpoint
 from syncfree.train.evaluate import load_policy
-from syncfree.train.runner import Runner
+from syncfree.train.run import Run
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -32,7 +32,7 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def train(run_dir: Path, task: str, token: bool = False) -> Runner:
+def train(run_dir: Path, task: str, token: bool = False) -> Run:
     """One iteration of the small preset (normalizers have seen real observations); writes `latest.pt`."""
     cfg = small_config(task)
     cfg.iterations = 1
@@ -40,14 +40,14 @@ def train(run_dir: Path, task: str, token: bool = False) -> Runner:
         cfg.policy.kind = "token"
         cfg.policy.token = TokenEncoderConfig(encoder_hidden=[32], decoder_hidden=[32, 32], critic_hidden=[32],
                                               reconstruction_hidden=[32])
-    trainer = Runner(cfg, run_dir=run_dir)
+    trainer = Run(cfg, run_dir)
     trainer.learn()
     trainer.close()
     return trainer
 
 
 @pytest.fixture(scope="module")
-def pendulum(tmp_path_factory) -> Runner:
+def pendulum(tmp_path_factory) -> Run:
     return train(tmp_path_factory.mktemp("pendulum"), "pendulum")
 
 
@@ -58,12 +58,12 @@ def run_onnx(file: Path, **inputs: torch.Tensor) -> list[np.ndarray]:
     return runner.run(None, {name: t.detach().cpu().numpy() for name, t in inputs.items()})
 
 
-def actor_obs(trainer: Runner) -> torch.Tensor:
-    return trainer.policy.actor_input(trainer.obs).clone()
+def actor_obs(trainer: Run) -> torch.Tensor:
+    return trainer.runner.policy.actor_input(trainer.runner.obs).clone()
 
 
-def test_continuous_mlp_actor_matches_torch(pendulum: Runner) -> None:
-    policy = pendulum.policy
+def test_continuous_mlp_actor_matches_torch(pendulum: Run) -> None:
+    policy = pendulum.runner.policy
     assert int(policy.actor_norm.count) > 0  # the normalizer is not the identity: it must be in the graph
     files = export_checkpoint(pendulum.run_dir / "latest.pt")  # default: next to the checkpoint
     assert files == [pendulum.run_dir / "pendulum-actor.onnx", pendulum.run_dir / "pendulum-actor.json"]
@@ -94,10 +94,10 @@ def test_discrete_actor_from_the_cli(capsys, tmp_path: Path) -> None:
                                                     f"wrote {out / 'cartpole-actor.json'}"]
     obs = actor_obs(trainer)
     with torch.no_grad():
-        logits = trainer.policy.dist_params(obs)
+        logits = trainer.runner.policy.dist_params(obs)
     actions, onnx_logits = run_onnx(out / "cartpole-actor.onnx", actor_obs=obs)
     assert actions.dtype == np.int64 and actions.shape == (obs.shape[0],)
-    np.testing.assert_array_equal(actions, trainer.policy.act_deterministic(obs).numpy())
+    np.testing.assert_array_equal(actions, trainer.runner.policy.act_deterministic(obs).numpy())
     np.testing.assert_allclose(onnx_logits, logits.numpy(), rtol=0, atol=1e-5)
     outputs = json.loads((out / "cartpole-actor.json").read_text())["graphs"]["actor"]["outputs"]
     assert [(o["name"], o["dtype"]) for o in outputs] == [("actions", "int64"), ("logits", "float32")]
@@ -106,7 +106,7 @@ def test_discrete_actor_from_the_cli(capsys, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_token_policy_encoder_decoder_and_combined_graphs(tmp_path: Path) -> None:
     trainer = train(tmp_path / "run", "g1-track", token=True)
-    policy = trainer.policy
+    policy = trainer.runner.policy
     files = export_checkpoint(tmp_path / "run" / "latest.pt", tmp_path / "onnx")
     assert [f.name for f in files] == ["g1-track-encoder.onnx", "g1-track-decoder.onnx", "g1-track-actor.onnx",
                                        "g1-track-actor.json"]
@@ -139,10 +139,10 @@ def test_a_recurrent_policy_steps_as_the_live_one_carrying_its_state(tmp_path: P
     hidden]`); stepped over an episode carrying it, from zeros, it acts as the live policy's `act_deterministic`."""
     cfg = recurrent_config(task)
     cfg.iterations, cfg.policy.rnn = 1, RecurrentCoreConfig(core=core, hidden=16, num_layers=layers)
-    trainer = Runner(cfg, run_dir=tmp_path / "run")
+    trainer = Run(cfg, tmp_path / "run")
     trainer.learn()
     trainer.close()
-    policy = trainer.policy
+    policy = trainer.runner.policy
     files = export_checkpoint(tmp_path / "run" / "latest.pt", tmp_path / "onnx")
     assert [f.name for f in files] == [f"{task}-actor.onnx", f"{task}-actor.json"]
     state_names = ["h", "c"] if core == "lstm" else ["h"]
@@ -160,7 +160,7 @@ def test_a_recurrent_policy_steps_as_the_live_one_carrying_its_state(tmp_path: P
         (f"{s}_in", f"{s}_out", [layers, "batch", 16]) for s in state_names]
     assert "the caller carries the state" in state["note"] and "zeros start an episode" in state["note"]
 
-    env = trainer.env
+    env = trainer.runner.env
     obs = env.reset()
     live_state = policy.initial_actor_state(env.num_envs)
     carried = {f"{s}_in": torch.zeros(layers, env.num_envs, 16) for s in state_names}
@@ -184,7 +184,7 @@ def test_the_grid_arena_recurrent_token_policy_steps_as_the_live_one_carrying_it
     action, the logits and the next state out: stepped from zeros it acts as the policy's greedy rollout step."""
     pytest.importorskip("mettagrid")
     cfg = grid_config(iterations=1)
-    trainer = Runner(cfg, run_dir=tmp_path / "run")
+    trainer = Run(cfg, tmp_path / "run")
     trainer.learn()
     trainer.close()
     loaded = load_policy(tmp_path / "run" / "latest.pt")
@@ -221,7 +221,7 @@ def test_the_grid_arena_recurrent_token_policy_steps_as_the_live_one_carrying_it
     env.close()
 
 
-def test_dynamo_failure_falls_back_to_the_torchscript_exporter(pendulum: Runner, tmp_path: Path,
+def test_dynamo_failure_falls_back_to_the_torchscript_exporter(pendulum: Run, tmp_path: Path,
                                                                 monkeypatch) -> None:
     export = torch.onnx.export
 
@@ -236,7 +236,7 @@ def test_dynamo_failure_falls_back_to_the_torchscript_exporter(pendulum: Runner,
     obs = actor_obs(pendulum)
     (actions,) = run_onnx(files[0], actor_obs=obs)
     with torch.no_grad():
-        expected = pendulum.policy.act_deterministic(obs)
+        expected = pendulum.runner.policy.act_deterministic(obs)
     np.testing.assert_allclose(actions, expected.numpy(), rtol=0, atol=1e-5)
 
     def both_fail(*args, **kwargs):
@@ -256,7 +256,7 @@ def export_error(capsys, *args: str) -> str:
     return lines[0]
 
 
-def test_bad_input_is_one_line_and_exit_2(capsys, pendulum: Runner, tmp_path: Path, monkeypatch) -> None:
+def test_bad_input_is_one_line_and_exit_2(capsys, pendulum: Run, tmp_path: Path, monkeypatch) -> None:
     good = str(pendulum.run_dir / "latest.pt")
     assert str(tmp_path / "missing.pt") in export_error(capsys, str(tmp_path / "missing.pt"))
     (tmp_path / "junk.pt").write_text("not a checkpoint")
@@ -285,7 +285,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, pendulum: Runner, tmp_path: Pa
 
 
 @pytest.mark.parametrize("name", ["pendulum-actor.onnx", "pendulum-actor.json"])
-def test_a_folder_where_a_file_goes_is_one_line_and_nothing_is_written(capsys, pendulum: Runner, tmp_path: Path,
+def test_a_folder_where_a_file_goes_is_one_line_and_nothing_is_written(capsys, pendulum: Run, tmp_path: Path,
                                                                        name: str) -> None:
     (tmp_path / name).mkdir()
     line = export_error(capsys, str(pendulum.run_dir / "latest.pt"), "--out", str(tmp_path))

@@ -51,7 +51,7 @@ def test_two_nodes_train_one_run(tmp_path: Path, kind: str) -> None:
                 os.killpg(n.pid, signal.SIGKILL)
     assert codes == [0, 0], "\n".join(p.read_text()[-1500:] for p in tmp_path.glob("node*.log"))
     logs = [(tmp_path / f"node{i}.log").read_text() for i in range(2)]
-    assert sum("training pendulum with PPO on cpu" in text for text in logs) == 1  # rank 0 reports, on whichever node
+    assert sum("training pendulum with " in text for text in logs) == 1  # rank 0 reports, on whichever node
     assert any("2 ranks x 16 envs x 8 steps" in text for text in logs)
     assert [r["env_steps"] for r in records(run)] == [256, 512]  # both nodes' envs count
     assert sorted(p.name for p in tmp_path.iterdir()) == ["node0.log", "node1.log", "run"]

@@ -14,6 +14,7 @@ from syncfree.config import PerfConfig
 from syncfree.core.counters import count_syncs
 from syncfree.policy.normalizer import RewardScale
 from syncfree.train import checkpoint
+from syncfree.train.run import Run
 from syncfree.train.runner import Runner
 
 
@@ -89,27 +90,27 @@ def test_the_scale_has_no_host_read_and_is_resumed(tmp_path: Path) -> None:
     cfg.perf = PerfConfig.preset("optimized")
     cfg.perf.compile = "off"
     cfg.ppo.normalize_rewards, cfg.iterations = True, 2
-    runner = Runner(cfg, run_dir=tmp_path)
+    runner = Run(cfg, tmp_path)
     runner.learn()
-    saved = {k: v.clone() for k, v in runner.algorithm.reward_scale.state_dict().items()}
+    saved = {k: v.clone() for k, v in runner.runner.algorithm.reward_scale.state_dict().items()}
     assert int(saved["stats.count"]) > 0
     with torch.inference_mode(), count_syncs() as counts:
-        runner.rollout_step(0)
+        runner.runner.rollout_step(0)
     assert counts.syncs == 0, (dict(counts.host_reads), dict(counts.sync_ops))
 
-    resumed = Runner(cfg, run_dir=tmp_path / "resumed")
-    resumed.load_state_dict(checkpoint.load(tmp_path / "latest.pt"))
-    for name, value in resumed.algorithm.reward_scale.state_dict().items():
+    resumed = Run(cfg, tmp_path / "resumed")
+    resumed.runner.load_state_dict(checkpoint.load(tmp_path / "latest.pt"))
+    for name, value in resumed.runner.algorithm.reward_scale.state_dict().items():
         assert torch.equal(value, saved[name]), name
-    resumed.reset_env()  # envs that start new episodes: the running returns restart, the statistics stay
-    assert not resumed.algorithm.reward_scale.returns.any() and saved["returns"].any()
-    assert torch.equal(resumed.algorithm.reward_scale.stats.var, saved["stats.var"])
+    resumed.runner.reset_env()  # envs that start new episodes: the running returns restart, the statistics stay
+    assert not resumed.runner.algorithm.reward_scale.returns.any() and saved["returns"].any()
+    assert torch.equal(resumed.runner.algorithm.reward_scale.stats.var, saved["stats.var"])
 
     state = checkpoint.load(tmp_path / "latest.pt")
     del state["ppo"]["reward_scale"]  # a checkpoint of a run without it: the statistics start new
-    fresh = Runner(cfg, run_dir=tmp_path / "fresh")
-    fresh.load_state_dict(state)
-    assert int(fresh.algorithm.reward_scale.stats.count) == 0
+    fresh = Run(cfg, tmp_path / "fresh")
+    fresh.runner.load_state_dict(state)
+    assert int(fresh.runner.algorithm.reward_scale.stats.count) == 0
 
 
 def test_the_recurrent_algorithm_learns_from_scaled_rewards() -> None:

@@ -28,6 +28,7 @@ from syncfree.algo.settings import RNDConfig
 from syncfree.core.switches import PerfConfig
 from syncfree.errors import UserError
 from syncfree.train import checkpoint
+from syncfree.train.run import Run
 from syncfree.train.runner import Runner
 
 STATE_DIM, ENVS = 4, 16
@@ -181,56 +182,56 @@ def test_a_resume_continues_exactly(tmp_path: Path) -> None:
     resumed ends where an unbroken one does, bit for bit."""
     cfg = rnd_config()
     cfg.iterations = 4
-    straight = Runner(cfg, run_dir=tmp_path / "straight")
+    straight = Run(cfg, tmp_path / "straight")
     straight.learn()
 
     cfg = rnd_config()
     cfg.iterations, cfg.save_every = 2, 100
-    first = Runner(cfg, run_dir=tmp_path / "split")
+    first = Run(cfg, tmp_path / "split")
     first.learn()
     first.close()
     cfg.iterations = 4
-    second = Runner(cfg, run_dir=tmp_path / "split")
-    second.load_state_dict(checkpoint.load(tmp_path / "split" / "latest.pt"))
+    second = Run(cfg, tmp_path / "split")
+    second.runner.load_state_dict(checkpoint.load(tmp_path / "split" / "latest.pt"))
     second.learn()
-    a, b = straight.algorithm.rnd, second.algorithm.rnd
+    a, b = straight.runner.algorithm.rnd, second.runner.algorithm.rnd
     assert a is not None and b is not None and int(a.module.env_steps) == 4 * cfg.ppo.steps_per_env
     for (name, x), y in zip(a.module.state_dict().items(), b.module.state_dict().values(), strict=True):
         assert torch.equal(x, y), name
-    for (name, x), y in zip(straight.policy.state_dict().items(), second.policy.state_dict().values(), strict=True):
+    for (name, x), y in zip(straight.runner.policy.state_dict().items(), second.runner.policy.state_dict().values(), strict=True):
         assert torch.equal(x, y), name
 
 
 def test_a_resume_may_turn_rnd_on_or_off(tmp_path: Path) -> None:
     """Turned on at a resume, RND starts new; turned off, its saved state is dropped (as `ppo.normalize_rewards`)."""
     plain = small_config("point-mass")
-    Runner(plain, run_dir=tmp_path / "plain").learn()
-    with_rnd = Runner(rnd_config(), run_dir=tmp_path / "with")
-    fresh = copy.deepcopy(with_rnd.algorithm.rnd.module.state_dict())  # type: ignore[union-attr]
-    with_rnd.load_state_dict(checkpoint.load(tmp_path / "plain" / "latest.pt"))
-    for key, value in with_rnd.algorithm.rnd.module.state_dict().items():  # type: ignore[union-attr]
+    Run(plain, tmp_path / "plain").learn()
+    with_rnd = Run(rnd_config(), tmp_path / "with")
+    fresh = copy.deepcopy(with_rnd.runner.algorithm.rnd.module.state_dict())  # type: ignore[union-attr]
+    with_rnd.runner.load_state_dict(checkpoint.load(tmp_path / "plain" / "latest.pt"))
+    for key, value in with_rnd.runner.algorithm.rnd.module.state_dict().items():  # type: ignore[union-attr]
         assert torch.equal(value, fresh[key]), key
-    with_rnd.cfg.iterations = with_rnd.iteration + 1
+    with_rnd.cfg.iterations = with_rnd.runner.iteration + 1
     with_rnd.learn()
-    without = Runner(small_config("point-mass"), run_dir=tmp_path / "without")
-    without.load_state_dict(checkpoint.load(tmp_path / "with" / "latest.pt"))
-    assert without.algorithm.rnd is None and without.iteration == with_rnd.iteration
+    without = Run(small_config("point-mass"), tmp_path / "without")
+    without.runner.load_state_dict(checkpoint.load(tmp_path / "with" / "latest.pt"))
+    assert without.runner.algorithm.rnd is None and without.runner.iteration == with_rnd.runner.iteration
 
 
 def test_a_checkpoints_rnd_state_is_checked_field_by_field(tmp_path: Path) -> None:
-    trainer = Runner(rnd_config(), run_dir=tmp_path)
+    trainer = Run(rnd_config(), tmp_path)
     trainer.learn()
     state = checkpoint.load(tmp_path / "latest.pt")
     moments = state["ppo"]["rnd"]["optimizer"]["state"][1]  # the first layer's bias
     moments["exp_avg"] = moments["exp_avg"][:-1]
-    fresh = Runner(rnd_config(), run_dir=tmp_path / "again")
+    fresh = Run(rnd_config(), tmp_path / "again")
     with pytest.raises(UserError, match=r"ppo\.rnd\.optimizer\.state\[1\]\.exp_avg: expected a float32 tensor "
                        r"of shape \(4,\), found a float32 tensor of shape \(3,\)"):
-        fresh.load_state_dict(state)
+        fresh.runner.load_state_dict(state)
     state = checkpoint.load(tmp_path / "latest.pt")
     state["ppo"]["rnd"]["module"]["env_steps"] = torch.tensor(-3)
     with pytest.raises(UserError, match=r"ppo\.rnd\.module\.env_steps: holds negative values"):
-        fresh.load_state_dict(state)
+        fresh.runner.load_state_dict(state)
 
 
 @pytest.mark.parametrize(("argv", "expected"), [

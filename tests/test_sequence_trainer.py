@@ -21,6 +21,7 @@ from syncfree.config import PerfConfig, TrainConfig
 from syncfree.errors import UserError
 from syncfree.tasks import preset, switch_scope
 from syncfree.train import checkpoint
+from syncfree.train.run import Run
 from syncfree.train.runner import Runner
 
 GRID_SWITCHES = ("gate_full_log_probs", "preallocated_last_actions", "cpu_time_index",
@@ -159,7 +160,7 @@ def test_supervised_loss_imitates_the_scripted_teacher() -> None:
 
 
 def test_kickstarter_and_behavior_cloning_read_a_teacher_checkpoint(tmp_path: Path) -> None:
-    teacher_run = Runner(grid_config(iterations=1), run_dir=tmp_path / "teacher")
+    teacher_run = Run(grid_config(iterations=1), tmp_path / "teacher")
     teacher_run.learn()
     cfg = grid_config(iterations=2)
     cfg.losses = LossesConfig(ppo=1.0, kickstarter=1.0, kickstarter_value=0.5, behavior_cloning=0.5,
@@ -213,14 +214,14 @@ def test_host_sync_budget(core: str) -> None:
 
 
 def test_resume_restores_the_trainer_state(tmp_path: Path) -> None:
-    first = Runner(grid_config(iterations=2), run_dir=tmp_path / "run")
+    first = Run(grid_config(iterations=2), tmp_path / "run")
     first.learn()
     saved = checkpoint.load(tmp_path / "run" / "latest.pt")
     resumed = Runner(grid_config(iterations=3))
     resumed.load_state_dict(saved)
-    assert resumed.iteration == 2 and resumed.env_steps == first.env_steps
+    assert resumed.iteration == 2 and resumed.env_steps == first.runner.env_steps
     assert_same_state(resumed.state_dict()["policy"], first.state_dict()["policy"])
-    assert_same_state(resumed.algorithm.state_dict(), first.algorithm.state_dict())
+    assert_same_state(resumed.algorithm.state_dict(), first.runner.algorithm.state_dict())
     assert resumed.learn()["iteration"] == 3
     other = grid_config()
     other.env.num_envs = 3

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,17 +13,17 @@ import numpy as np
 import torch
 from torch import nn
 
-from syncfree.algo.scope import warn_inert_switches
 from syncfree.config import TrainConfig, from_dict, merge, sections_of, to_dict
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError
-from syncfree.tasks import choose_algorithm, default_config, preset, preset_or_none, validated, with_algorithm
-from syncfree.train import checkpoint
+from syncfree.tasks import choose_algorithm, default_config, preset, validated, with_algorithm
 from syncfree.train.callbacks import IterationCallback
 from syncfree.train.evaluate import LoadedPolicy, evaluate_task, load_policy
-from syncfree.train.runner import Runner
-from syncfree.train.session import resume as resume_run
-from syncfree.train.session import resume_config, run_dir_of
+from syncfree.train.run import Run, visible_logs
+from syncfree.train.run import start as start_run
+from syncfree.train.session import resume_config, run_dir_of, saved_line
+
+log = logging.getLogger("syncfree")
 
 __all__ = ["LoadedPolicy", "TrainResult", "evaluate", "learn", "load", "load_policy"]
 
@@ -37,8 +38,9 @@ class TrainResult:
     """Where metrics, `config.yaml` and checkpoints went (None with `run_dir=False`)."""
     record: dict[str, Any]
     """The last iteration's metrics (those of `metrics.jsonl`)."""
-    runner: Runner
-    """The runner, to continue training (`runner.cfg.iterations += n; runner.learn()`) or save."""
+    run: Run
+    """The run, closed: its config (`run.cfg`), its loop (`run.runner`: the algorithm, the iteration), its
+    callbacks' state (`run.callbacks.best`)."""
 
 
 def merged(start: TrainConfig, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -62,7 +64,7 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     Metrics, `config.yaml` and checkpoints go to `runs/<task>-<time>/` (printed at start), or to `run_dir` if it is
     a path; `run_dir=False` writes nothing.
 
-    `on_iteration`: functions `fn(runner, record)` called after each iteration with its record (the metrics of
+    `on_iteration`: functions `fn(run, record)` called after each iteration with its record (the metrics of
     `metrics.jsonl`, `eval_return` included on evaluation iterations); one that returns a true value stops training
     after that iteration, which is saved. Evaluation, the best checkpoint and stopping on a condition are settings
     too (`callbacks={"eval_every": 10, "save_best": "eval_return", "stop_when": "eval_return >= 450"}`).
@@ -93,21 +95,21 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
         base = merged(start, overrides)
     cfg = validated(from_dict(type(start), base, sections=sections_of(start)))
     cfg.resume = resume
-    folder = None
-    if run_dir:
-        folder = run_dir_of(cfg) if run_dir is True else Path(run_dir)
-        print(f"syncfree: training {cfg.task} -> {folder}")
-    if folder is not None and not cfg.resume_in_place:
-        checkpoint.check_run_dir_unused(folder)
-    runner = Runner(cfg, run_dir=folder, env=env, on_iteration=on_iteration)
-    if resume:
-        resume_run(runner, resume)
-    warn_inert_switches(runner.cfg, runner.switch_scope(), preset_or_none(runner.cfg.task, runner.cfg.algorithm))
-    try:
-        record = runner.learn()
-    finally:
-        runner.close()
-    return TrainResult(runner.policy, folder, record, runner)
+    folder = (run_dir_of(cfg) if run_dir is True else Path(run_dir)) if run_dir else None
+    with visible_logs():
+        run = start_run(cfg, folder, env=env, on_iteration=on_iteration)
+        try:
+            record = run.learn()
+        except KeyboardInterrupt:
+            run.close()
+            log.info("aborted; %s", saved_line(run.last_saved, run.runner.iterations_run))
+            raise
+        run.close()
+        if run.interrupted:  # stopped by a signal after an iteration it saved: the script stops too
+            log.info("interrupted at iteration %d; %s", run.runner.iteration,
+                     saved_line(run.last_saved, run.runner.iterations_run))
+            raise KeyboardInterrupt
+    return TrainResult(run.runner.policy, folder, record, run)
 
 
 def load(checkpoint_path: str | Path, device: str | torch.device = "cpu") -> LoadedPolicy:

@@ -180,6 +180,18 @@ class Algorithm(ABC):
     skipped_updates_key: ClassVar[str] = "ppo.max_skipped_updates"
     """The setting that gives `max_skipped_updates` (none: the class's own)."""
 
+    shared_statistics: ClassVar[tuple[str, ...]] = ("skipped_steps", "learning_rate", "longest_skip_run",
+                                                    "non_finite_parameters")
+    """Statistics every rank holds the same value of (the gradients and the KL are averaged before each step): with
+    several processes the others are averaged over the ranks, these are not."""
+
+    def record_statistics(self, stats: dict[str, float]) -> dict[str, Any]:
+        """The iteration's statistics (`statistics()`, on the host) as its record holds them: counts as integers,
+        `non_finite_parameters` left out (a record is written only while it is 0)."""
+        record: dict[str, Any] = {k: v for k, v in stats.items() if k != "non_finite_parameters"}
+        record["skipped_steps"], record["longest_skip_run"] = int(stats["skipped_steps"]), int(stats["longest_skip_run"])
+        return record
+
     def divergence(self, stats: dict[str, float]) -> str | None:
         """Why the run diverged, from the iteration's statistics on the host (`statistics()`): the update left
         non-finite parameters, or skipped `max_skipped_updates` minibatch updates in a row; None while it did not."""

@@ -8,34 +8,32 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from syncfree.train.runner import Runner
+from syncfree.train.run import Run
 
 
 class Logger:
     """What rsl_rl's runner and its subclasses reach through `runner.logger`: `log_dir`, `writer` (set while
     training writes, None without a `log_dir`), `logger_type`, `git_status_repos` and `save_model`."""
 
-    def __init__(self, log_dir: str | None, runner: Runner, logger_type: str) -> None:
+    def __init__(self, log_dir: str | None, run: Run, logger_type: str) -> None:
         self.log_dir = log_dir
         self.logger_type = logger_type
         self.git_status_repos: list[str] = []
-        self._runner = runner
+        self._run = run
 
     @property
     def writer(self) -> Any:
-        return self._runner.logger
+        return self._run.logger
 
     def init_logging_writer(self) -> None:
         if self.log_dir is None:
             return
-        self._runner.open_logger()
+        self._run.open_logger()
         for repo in self.git_status_repos:
             write_git_state(repo, Path(self.log_dir) / "git")
 
     def stop_logging_writer(self) -> None:
-        if self._runner.logger is not None:
-            self._runner.logger.close()
-            self._runner.logger = None
+        self._run.close_logger()
 
     def save_model(self, path: str, iteration: int) -> None:
         """Upload the checkpoint to W&B when it is the logger (as rsl_rl's W&B writer does)."""

@@ -10,6 +10,7 @@ rsl_rl's checkpoint layout, `get_policy()`, `learning_rate`, `optimizer`) and `l
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any, cast
@@ -19,7 +20,6 @@ import torch
 from syncfree.algo.base import CheckpointReader
 from syncfree.algo.configs import PPOTrainConfig
 from syncfree.config import TrainConfig
-from syncfree.core.device import set_deterministic
 from syncfree.envs.adapters.from_rsl_rl import RslRlVecEnv
 from syncfree.errors import UserError
 from syncfree.policy.actor_critic import ActorCritic
@@ -29,8 +29,11 @@ from syncfree.rsl_rl.inference import InferencePolicy
 from syncfree.rsl_rl.logger import Logger
 from syncfree.tasks.rsl_rl_config import from_rsl_rl as config_from_rsl_rl
 from syncfree.train import checkpoint
-from syncfree.train.progress import Progress
+from syncfree.train.run import Run, start, visible_logs
 from syncfree.train.runner import Runner
+from syncfree.train.session import saved_line
+
+log = logging.getLogger("syncfree")
 
 
 class OnPolicyRunner:
@@ -58,39 +61,61 @@ class OnPolicyRunner:
         policy_groups, critic_groups = mapped.env_groups()
         vec_env = RslRlVecEnv(env, policy_groups, critic_groups, mapped.mirror_function)
         teacher = mapped.teacher
-        self.runner = Runner(mapped.config, run_dir=Path(log_dir) if log_dir else None, env=vec_env,
-                             read_checkpoint=None if teacher is None else fresh_teacher(teacher, vec_env))
-        """syncfree's training loop on `env`."""
-        self.alg: PPO | StudentTeacher = (PPO(self.runner, policy_groups) if teacher is None else
-                                          StudentTeacher(self.runner, policy_groups, mapped.teacher_noise))
-        self.logger = Logger(log_dir, self.runner, "wandb" if mapped.config.log.wandb else "tensorboard")
+        with visible_logs():
+            self.run = start(mapped.config, Path(log_dir) if log_dir else None, env=vec_env,
+                             read_checkpoint=None if teacher is None else fresh_teacher(teacher, vec_env),
+                             saver=self.save_due)
+        """syncfree's run on `env`: its loop (`run.runner`), metrics and TensorBoard files; the checkpoints are
+        rsl_rl's (`save`)."""
+        self.run.release()  # the folder is locked while `learn` trains (a script may make several runners)
+        runner = self.run.runner
+        self.alg: PPO | StudentTeacher = (PPO(runner, policy_groups) if teacher is None else
+                                          StudentTeacher(runner, policy_groups, mapped.teacher_noise))
+        self.logger = Logger(log_dir, self.run, "wandb" if mapped.config.log.wandb else "tensorboard")
         self.current_learning_iteration = 0
+
+    @property
+    def runner(self) -> Runner:
+        """syncfree's training loop on `env`."""
+        return self.run.runner
 
     def learn(self, num_learning_iterations: int, init_at_random_ep_len: bool = False) -> None:
         """Train `num_learning_iterations` iterations from `current_learning_iteration`, saving
-        `model_<it>.pt` every `save_interval` iterations and at the end (with a `log_dir`), as rsl_rl does."""
-        env, runner = self.env, self.runner
+        `model_<it>.pt` every `save_interval` iterations and at the end (with a `log_dir`), as rsl_rl does. Ctrl-C
+        or SIGTERM stops after the current iteration, which is saved, then raises `KeyboardInterrupt` (a second
+        one: at once); the run folder's lock is released either way."""
+        env, run = self.env, self.run
+        runner = run.runner
         if init_at_random_ep_len and hasattr(env, "episode_length_buf"):
             env.episode_length_buf = torch.randint_like(env.episode_length_buf, high=int(env.max_episode_length))
-        set_deterministic(runner.cfg.perf.deterministic)
         self.alg.train_mode()
         if runner.iteration == 0 and self.current_learning_iteration:  # a checkpoint's iteration (a subclass's load)
-            runner.iteration = self.current_learning_iteration
-            runner.env_steps = runner.iteration * runner.steps_per_iteration
-        self.logger.init_logging_writer()
-        start, total = self.current_learning_iteration, self.current_learning_iteration + num_learning_iterations
-        progress = Progress(runner.cfg.log, start, total)
-        try:
-            for it in range(start, total):
-                progress.update(runner.iterate())
-                self.current_learning_iteration = it
-                if self.logger.writer is not None and it % self.save_interval == 0:
-                    self.save(os.path.join(cast(str, self.logger.log_dir), f"model_{it}.pt"))
-        finally:
-            progress.close()
-        if self.logger.writer is not None:
-            self.save(os.path.join(cast(str, self.logger.log_dir), f"model_{self.current_learning_iteration}.pt"))
-            self.logger.stop_logging_writer()
+            runner.continue_from(self.current_learning_iteration)
+        self._it = self.current_learning_iteration - 1
+        """rsl_rl's index of the iteration just run (`it`), which `save_due` counts on."""
+        with visible_logs():
+            run.acquire()
+            try:
+                self.logger.init_logging_writer()
+                run.learn(until=runner.iteration + num_learning_iterations)
+            finally:
+                self.logger.stop_logging_writer()
+                run.release()
+            if run.interrupted:
+                log.info("interrupted at iteration %d; %s", self.current_learning_iteration,
+                         saved_line(run.last_saved, runner.iterations_run))
+                raise KeyboardInterrupt
+
+    def save_due(self, run: Run, last: bool) -> Path | None:
+        """rsl_rl's schedule (`Saver`): `model_<it>.pt` every `save_interval` iterations and at the end."""
+        self._it += 1
+        self.current_learning_iteration = self._it
+        if self.logger.writer is None or not (self._it % self.save_interval == 0 or last):
+            return run.last_saved
+        path = os.path.join(cast(str, self.logger.log_dir), f"model_{self._it}.pt")
+        self.save(path)
+        run.last_saved = Path(path)
+        return run.last_saved
 
     def save(self, path: str, infos: dict[str, Any] | None = None) -> None:
         """rsl_rl's checkpoint (`actor_state_dict`, `critic_state_dict`, `optimizer_state_dict`, `iter`, `infos`),
@@ -114,8 +139,7 @@ class OnPolicyRunner:
         self.alg.source = f"checkpoint {path}"
         if self.alg.load(loaded, load_cfg, strict):
             self.current_learning_iteration = int(loaded.get("iter", 0))
-            self.runner.iteration = self.current_learning_iteration  # syncfree's metrics continue from it
-            self.runner.env_steps = self.runner.iteration * self.runner.steps_per_iteration
+            self.run.runner.continue_from(self.current_learning_iteration)  # syncfree's metrics continue from it
         return loaded.get("infos")
 
     def get_inference_policy(self, device: str | None = None) -> InferencePolicy:

@@ -18,26 +18,34 @@ from syncfree.errors import UserError
 
 
 class Runner(Protocol):
-    """What the callbacks read of `syncfree.train.runner.Runner`."""
+    """What an evaluation reads of `syncfree.train.runner.Runner`."""
 
-    run_dir: Path | None
-    iteration: int
     device: torch.device
     algorithm: Any
     policy: Any
+
+
+class Run(Protocol):
+    """What the callbacks read of `syncfree.train.run.Run`."""
+
+    run_dir: Path | None
+
+    @property
+    def runner(self) -> Any: ...
 
     def state_dict(self) -> dict[str, Any]: ...
 
 log = logging.getLogger("syncfree")
 
 IterationCallback = Callable[[Any, dict[str, Any]], Any]
-"""`fn(runner, record)` after each iteration (rank 0); a true return stops training after this iteration (saved)."""
+"""`fn(run, record)` after each iteration (rank 0; `run`: the `syncfree.train.run.Run`); a true return stops training
+after this iteration (saved)."""
 
 COMPARE = {">=": operator.ge, "<=": operator.le, ">": operator.gt, "<": operator.lt}
 
 
 class Callbacks:
-    """The run's `callbacks` section and the API's functions, asked by `Runner` after each iteration."""
+    """The run's `callbacks` section and the API's functions, asked by the run after each iteration."""
 
     def __init__(self, cfg: TrainConfig, functions: Sequence[IterationCallback] = (),
                  make_env: Callable[[int, int], VecEnv] | None = None) -> None:
@@ -66,14 +74,14 @@ class Callbacks:
             returns = np.asarray(runner.algorithm.evaluate(runner.policy, self.env, True), dtype=np.float64)
         return {"eval_return": float(returns.mean()), "eval_return_std": float(returns.std())}
 
-    def after_iteration(self, runner: Runner, record: dict[str, Any]) -> str | None:
+    def after_iteration(self, run: Run, record: dict[str, Any]) -> str | None:
         """Write `best.pt` on a new high, run the functions; the reason to stop now, or None."""
         reason = None
         metric = self.cfg.save_best
         if metric and metric in record and np.isfinite(record[metric]):
             if self.best is None or record[metric] > self.best:
                 self.best, self.since_best = float(record[metric]), 0
-                self.save_best(runner)
+                self.save_best(run)
             else:
                 self.since_best += 1
                 if self.cfg.patience and self.since_best >= self.cfg.patience:
@@ -85,20 +93,21 @@ class Callbacks:
             if name in record and COMPARE[op](record[name], value):
                 reason = reason or f"{name}={record[name]:.4g} meets callbacks.stop_when '{self.cfg.stop_when}'"
         for fn in self.functions:
-            if fn(runner, record):
+            if fn(run, record):
                 reason = reason or f"{getattr(fn, '__name__', 'a callback')} asked to stop"
         return reason
 
-    def save_best(self, runner: Runner) -> Path | None:
+    def save_best(self, run: Run) -> Path | None:
         """The current state as `best.pt` (atomically), where the run has a folder."""
-        if runner.run_dir is None:
+        if run.run_dir is None:
             return None
         from syncfree.train import checkpoint
 
         try:
-            return checkpoint.save_atomic(runner.state_dict(), runner.run_dir / "best.pt")
+            return checkpoint.save_atomic(run.state_dict(), run.run_dir / "best.pt")
         except OSError as e:
-            log.warning("iteration %d: best.pt not saved: %s; training goes on", runner.iteration, e.strerror or e)
+            log.warning("iteration %d: best.pt not saved: %s; training goes on", run.runner.iteration,
+                        e.strerror or e)
             return None
 
     def state_dict(self) -> dict[str, Any]:

@@ -157,9 +157,9 @@ def remove_unused(run_dir: Path, created: Path) -> None:
             return
 
 
-def prepare_run_dir(run_dir: Path) -> list[Path]:
-    """Create `run_dir`, prove a new file can be written there, and remove temporary files a killed save (or
-    start-up) left; returns those. One line naming the path and the OS's reason when the folder is unusable."""
+def make_run_dir(run_dir: Path) -> None:
+    """Create `run_dir` and prove a new file can be written there: one line naming the path and the OS's reason when
+    the folder is unusable."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"run folder {run_dir}: exists and is not a folder")
     probe = run_dir / f".write-test-{os.getpid()}"
@@ -173,7 +173,16 @@ def prepare_run_dir(run_dir: Path) -> list[Path]:
     except OSError as e:
         culprit = e.filename or run_dir
         raise UserError(f"run folder {run_dir}: cannot write there ({culprit}: {e.strerror or e})") from None
-    stale = [p for p in (*run_dir.glob(".*.tmp"), *run_dir.glob(".write-test-*")) if p.is_file()]
+
+
+STALE_PATTERNS = (".*.pt.tmp", ".*.yaml.tmp", ".*.jsonl.tmp", ".write-test-*")
+"""The temporary files syncfree writes in a run folder (`.<name>.tmp` before the rename, the write probe)."""
+
+
+def remove_stale_files(run_dir: Path) -> list[Path]:
+    """Remove the temporary files a killed save (or start-up) left in `run_dir`, syncfree's own only; returns them.
+    Only the holder of the folder's lock calls it: another process's files in flight are never touched."""
+    stale = [p for pattern in STALE_PATTERNS for p in run_dir.glob(pattern) if p.is_file()]
     for p in stale:
         p.unlink(missing_ok=True)
     return stale

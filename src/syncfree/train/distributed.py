@@ -23,18 +23,21 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import inspect
 import logging
 import os
 import re
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from syncfree.config import TrainConfig, flatten, to_dict
 from syncfree.core.device import resolve_device
+from syncfree.envs.api import VecEnv
 from syncfree.errors import DistributedError, UserError
 from syncfree.policy.normalizer import RunningNorm
 
@@ -225,3 +228,21 @@ class NormalizerSync:
             norm.var.copy_(var)
         self.snapshot()
 
+
+def agreed_facts(cfg: TrainConfig, policy: nn.Module, env: VecEnv) -> dict[str, Any]:
+    """What every rank must share: the config (flattened), the policy's tensor shapes and dtypes, the env's
+    observation shapes, action spec and count."""
+    facts: dict[str, Any] = {f"config.{k}": v for k, v in flatten(to_dict(cfg)).items()}
+    facts.update({f"policy.{name}": (tuple(t.shape), str(t.dtype)) for name, t in policy.state_dict().items()})
+    facts["env.obs_shapes"] = {k: tuple(v) for k, v in env.obs_shapes.items()}
+    facts["env.action_spec"] = (env.action_spec.kind, env.action_spec.size)
+    facts["env.num_envs"] = env.num_envs
+    return facts
+
+
+def env_statistics_reduce(env: VecEnv, group: Distributed | None) -> Callable[[Tensor], Tensor] | None:
+    """With several processes, what `VecEnv.end_iteration(reduce=...)` is given (when it takes it): a sum over the
+    ranks in place; None otherwise."""
+    if group is None or "reduce" not in inspect.signature(env.end_iteration).parameters:
+        return None
+    return lambda tensor: group.all_reduce(tensor, "env statistics (VecEnv.end_iteration)")

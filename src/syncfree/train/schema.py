@@ -9,6 +9,7 @@ differs is one line naming it, what was expected and what was found; a checkpoin
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from collections.abc import Callable, Sequence
@@ -19,6 +20,9 @@ import torch
 from torch import Tensor
 
 from syncfree.errors import UserError
+from syncfree.tasks import stored_algorithm
+
+log = logging.getLogger("syncfree")
 
 OPTIONAL = ("callbacks", "wandb_id")
 """Top-level fields a checkpoint of an earlier version may lack."""
@@ -47,6 +51,43 @@ def describe(value: Any) -> str:
         return f"a {type(value).__name__} of {len(value)}"
     return f"a {type(value).__name__} ({value!r})" if isinstance(value, (int, float, str)) and len(repr(value)) < 40 \
         else f"a {type(value).__name__}"
+
+
+def check_fits(state: dict[str, Any], runner: Any, template: dict[str, Any], source: str, resume: bool) -> None:
+    """A checkpoint fits `runner` (a `syncfree.train.runner.Runner`) before anything of it is restored: to resume,
+    as many env rows per process as it was written with (the process count may differ: said in a line); the task's
+    observation and action shapes and the env count; the run's algorithm, with the policy settings its weights mean
+    something under (`Algorithm.check_resumable`); the env's state; every field as `template` has it
+    (`check_checkpoint`)."""
+    env, cfg = runner.env, runner.cfg
+    if resume:
+        saved = state.get("world_size", 1)
+        if isinstance(saved, int) and saved != runner.world_size and runner.is_main:
+            log.info("%s: written by %d process%s, resumed by %d: the trainer state (policy, optimizer, learning "
+                     "rate, iteration, env steps) continues, rank 0 continues the saved envs and the other ranks "
+                     "start new episodes; an iteration now collects %d x %s", source, saved, "es" if saved != 1 else "",
+                     runner.world_size, runner.world_size, cfg.env.describe(env.num_envs))
+        if state.get("num_envs") != env.num_envs:
+            raise UserError(f"{source}: written with {state.get('num_envs')} env rows but this run has "
+                            f"{cfg.env.describe(env.num_envs)} (env.num_envs={cfg.env.num_envs}); resume with the "
+                            "same")
+    expected = {"task": cfg.task, "obs_dims": runner.algorithm.obs_dims(env),
+                "action_spec": (env.action_spec.kind, env.action_spec.size), "num_envs": env.num_envs}
+    for key, value in expected.items():
+        got = state.get(key)
+        if isinstance(got, list):
+            got = tuple(got)
+        if got != value:
+            raise UserError(f"{source}: {key} is {got!r} but this run has {value!r}")
+    config = state.get("config")
+    trained_by = stored_algorithm(config) if isinstance(config, dict) else "?"
+    if trained_by != cfg.algorithm:
+        raise UserError(f"{source}: trained by {trained_by} but this run trains by {cfg.algorithm} (--algorithm); a "
+                        "resumed run keeps its algorithm, whose optimizer state the checkpoint holds")
+    runner.algorithm.check_resumable(config, cfg, source)
+    if env.saveable:
+        env.check_state_dict(state.get("env"))
+    check_checkpoint(state, template, source, runner.algorithm.optim.params)
 
 
 def check_checkpoint(state: dict[str, Any], template: dict[str, Any], source: str,

@@ -1,27 +1,21 @@
-"""`syncfree train` on one process (one rank of several under torchrun): the run folder, a resume, the start-up
-line, signal handling that stops after the current iteration and saves, and the closing line."""
+"""`syncfree train` on one process (one rank of several under torchrun): the run folder's name, the config a resume
+starts from, the run (`syncfree.train.run.start`, which resumes and says the start-up lines; it stops on a signal
+after the current iteration and saves), and the closing line."""
 
 from __future__ import annotations
 
 import logging
 import re
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
-from syncfree.algo.scope import warn_inert_switches
 from syncfree.config import RUN_NAME_BYTES, TrainConfig
-from syncfree.core.compile import compile_cache_dir
 from syncfree.errors import INTERRUPTED, UserError
-from syncfree.tasks import preset_or_none
 from syncfree.train import checkpoint
 from syncfree.train.distributed import Distributed
-from syncfree.train.runner import Runner
+from syncfree.train.run import start
 
 log = logging.getLogger("syncfree")
 
@@ -71,63 +65,25 @@ def resume_config(path: str | Path) -> TrainConfig:
     return cfg
 
 
-def resume(runner: Runner, path: str | Path) -> None:
-    """Continue the run of the checkpoint at `path` in `runner`: its state restored; in a new run folder, the
-    metrics up to the checkpoint carried over and a new W&B run (unless `log.wandb_id` names one)."""
-    try:
-        runner.load_state_dict(checkpoint.load(path), source=f"checkpoint {path}")
-    except BaseException:
-        runner.abandon()
-        raise
-    runner.last_saved = runner.resumed_from = Path(path)
-    if not runner.cfg.resume_in_place and not runner.cfg.log.wandb_id:
-        runner.wandb_id = ""
-
-
 def train(cfg: TrainConfig, dist: Distributed | None) -> int:
-    """Train `cfg` on this process; returns the exit code (0, or `INTERRUPTED` after a second signal)."""
-    run_dir = run_dir_of(cfg)
+    """Train `cfg` on this process (`syncfree train`); returns the exit code (0, or `INTERRUPTED` after a second
+    signal)."""
     main_rank = dist is None or dist.is_main
     info: Callable[..., None] = log.info if main_rank else (lambda *args: None)  # only rank 0 reports
-    if not cfg.resume_in_place and main_rank:
-        checkpoint.check_run_dir_unused(run_dir)
-    trainer = Runner(cfg, run_dir=run_dir, dist=dist)
-    if cfg.resume:
-        resume(trainer, cfg.resume)
-        info("resumed %s at iteration %d%s", cfg.resume, trainer.iteration, "" if cfg.resume_in_place else
-             f" as a new run (--resume_in_place true writes on in {Path(cfg.resume).parent} instead)")
-    cfg = trainer.cfg  # as it runs: perf.compile=auto resolved
-    ranks = f"{dist.world_size} ranks x " if dist is not None else ""
-    info("training %s with %s on %s: %s%s x %d steps per iteration, %d iterations -> %s", cfg.task,
-         trainer.algorithm.label, trainer.execution(), ranks, cfg.env.describe(trainer.env.num_envs),
-         trainer.algorithm.steps_per_env, cfg.iterations, run_dir)
-    if main_rank:
-        warn_inert_switches(cfg, trainer.switch_scope(), preset_or_none(cfg.task, cfg.algorithm))
-    if trainer.compiles_first_iteration() and trainer.iteration < cfg.iterations:
-        info("perf.compile=%s: the first iteration compiles the loop (seconds to minutes on a CPU; a later run of "
-             "the same config reuses torch's compile caches in %s)", cfg.perf.compile, compile_cache_dir())
-
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        if trainer.stop_requested:
-            raise KeyboardInterrupt
-        trainer.stop_requested = True
-        if main_rank:
-            print(f"\n{signal.Signals(signum).name}: stopping after this iteration (a second signal aborts without "
-                  "saving)", file=sys.stderr)
-
-    previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)
-                if threading.current_thread() is threading.main_thread()}
+    run = start(cfg, run_dir_of(cfg), dist=dist)
+    aborted, record = False, {}
     try:
-        record = trainer.learn()
+        record = run.learn()
     except KeyboardInterrupt:
-        info("aborted; %s", saved_line(trainer.last_saved, trainer.iterations_run))
-        return INTERRUPTED
+        aborted = True
     finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        trainer.close()
-    info("%s at iteration %d (%d env steps): %s; %s", "stopped" if trainer.stopping() else "done", trainer.iteration,
-         trainer.env_steps, summary(record), saved_line(trainer.last_saved, trainer.iterations_run))
+        run.close()
+    runner = run.runner
+    if aborted:
+        info("aborted; %s", saved_line(run.last_saved, runner.iterations_run))
+        return INTERRUPTED
+    info("%s at iteration %d (%d env steps): %s; %s", "stopped" if runner.stopping() else "done", runner.iteration,
+         runner.env_steps, summary(record), saved_line(run.last_saved, runner.iterations_run))
     return 0
 
 
