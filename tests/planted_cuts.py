@@ -41,8 +41,8 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
     "autocast": [("algo/feedforward.py", "set_autocast(policy, cfg.perf.autocast, device)",
                   'set_autocast(policy, "off", device)')],
     "retain_host_memory": [("train/runner.py", "if cfg.perf.retain_host_memory:", "if False:")],
-    "cuda_graphs": [("core/compile.py", 'mode = "reduce-overhead" if use_cuda_graphs(perf, device) else None',
-                     "mode = None")],
+    "cuda_graphs": [("core/compile.py", "if use_cuda_graphs(perf, device):\n        graph = torch.compile(",
+                     "if False:\n        graph = torch.compile(")],
     "shared_obs_terms": [("envs/managers/env.py", "shared_terms=self.perf.shared_obs_terms", "shared_terms=False")],
     "critic_chunk_size": [("algo/feedforward.py", "critic_chunk_size=cfg.perf.critic_chunk_size)",
                            "critic_chunk_size=0)")],
@@ -194,9 +194,10 @@ WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
     "compile": [("core/compile.py", "        return graph(*args, **kwargs)\n",
                  "        fn(*args, **kwargs)\n        return graph(*args, **kwargs)\n")],
     # a default-mode graph compiled beside the CUDA-graph one, and dropped
-    "cuda_graphs": [("core/compile.py", "    graph = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)\n",
-                     "    torch.compile(fn, fullgraph=True, dynamic=False)\n"
-                     "    graph = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)\n")],
+    "cuda_graphs": [("core/compile.py",
+                     '        graph = torch.compile(fn, fullgraph=True, dynamic=False, mode="reduce-overhead")\n',
+                     "        torch.compile(fn, fullgraph=True, dynamic=False, options=GRAPH_OPTIONS)\n"
+                     '        graph = torch.compile(fn, fullgraph=True, dynamic=False, mode="reduce-overhead")\n')],
     # the partitions set on a copy of the config, which the caller does not build the env from
     "physics_partitions": [("envs/adapters/isaaclab.py",
                             "    physx.gpu_max_num_partitions = perf.physics_partitions\n    return env_cfg\n",
