@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 
 from syncfree.algo.configs import RecurrentPPOTrainConfig
 from syncfree.algo.settings import LossesConfig, RecurrentPPOConfig
-from syncfree.config import EnvConfig, TrainConfig
+from syncfree.config import EnvConfig, EnvNouns, TrainConfig
 from syncfree.core.device import resolve_device
 from syncfree.envs.adapters.host_worker import worth_a_worker
 from syncfree.envs.adapters.mettagrid_map import MettaGridMap
@@ -26,11 +26,17 @@ class GridArenaEnvConfig(MettaGridMap, EnvConfig):
     """MettaGrid simulations: `num_envs` of them, each with `agents_per_env` agents on the map below (every agent is
     one env row of the trainer)."""
 
+    NOUNS: ClassVar[EnvNouns] = EnvNouns("simulations", "agent", "agents")
+
     def rows(self) -> int:
         return self.num_envs * self.agents_per_env
 
     def describe(self, rows: int) -> str:
         return f"{rows} agents ({rows // self.agents_per_env} simulations x {self.agents_per_env})"
+
+    def summary(self) -> str:
+        return (f"{self.map} map, {self.width} x {self.height}, {self.agents_per_env} agents each, "
+                f"{self.max_steps}-step episodes")
 
     def validate(self, prefix: str = "env.") -> None:
         EnvConfig.validate(self)
