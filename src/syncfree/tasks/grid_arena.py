@@ -81,8 +81,8 @@ def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -
 
 def env_only(cfg: TrainConfig, num_envs: int, repeats: int) -> dict[str, Any]:
     """Agent steps per second of stepping `num_envs` simulations with random actions drawn beforehand, without
-    training: MettaGrid alone (`mettagrid_raw_throughput`) and through the adapter (`env_only_throughput`),
-    alternated `repeats` times (median, min, max)."""
+    training: MettaGrid alone (`mettagrid_raw_throughput`) and through the adapter with the run's switches
+    (`env_only_throughput`), alternated `repeats` times (median, min, max)."""
     from syncfree.envs.adapters.mettagrid import MettaGridSpec, mettagrid_raw_throughput
     from syncfree.envs.throughput import env_only_throughput
 
@@ -100,9 +100,7 @@ def env_only(cfg: TrainConfig, num_envs: int, repeats: int) -> dict[str, Any]:
     def stats(xs: list[float]) -> dict[str, float]:
         return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
 
-    return {"mettagrid_raw_steps_per_s": stats(raw), "adapter_steps_per_s": stats(adapter),
-            "num_agents": num_envs * spec.agents_per_env, "runs": len(raw),
-            "agents_per_env": spec.agents_per_env}
+    return {"steps_per_s": {"MettaGrid raw": stats(raw), "through the adapter": stats(adapter)}, "runs": len(raw)}
 
 
 BENCH_PROFILES: dict[str, BenchSizes] = {
