@@ -11,6 +11,7 @@ Exits 1 when an effect test passes under its cut (it cannot see the switch)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -22,11 +23,16 @@ from pathlib import Path
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "syncfree"
+"""Where the cuts' files are (their paths are relative to it)."""
 sys.path.insert(0, str(ROOT / "tests"))
 
 from test_switch_effects import EFFECT_TESTS  # noqa: E402
 
-CUTS: dict[str, list[tuple[str, str, str]]] = {
+Edit = tuple[str, str, str]
+"""(file under src/syncfree, text, replacement): every occurrence of the text replaced."""
+
+CUTS: dict[str, list[Edit]] = {
     "deferred_episode_stats": [("train/monitors.py", "deferred=perf.deferred_episode_stats", "deferred=False")],
     "deferred_nonfinite_check": [("train/monitors.py", "deferred=perf.deferred_nonfinite_check", "deferred=False")],
     "grad_finite_from_norm": [("algo/optim.py", "if not self.perf.grad_finite_from_norm:", "if True:")],
@@ -41,8 +47,8 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
     "autocast": [("algo/feedforward.py", "set_autocast(policy, cfg.perf.autocast, device)",
                   'set_autocast(policy, "off", device)')],
     "retain_host_memory": [("train/runner.py", "if cfg.perf.retain_host_memory:", "if False:")],
-    "cuda_graphs": [("core/compile.py", 'mode = "reduce-overhead" if use_cuda_graphs(perf, device) else None',
-                     "mode = None")],
+    "cuda_graphs": [("core/compile.py", "if use_cuda_graphs(perf, device):\n        graph = torch.compile(",
+                     "if False:\n        graph = torch.compile(")],
     "shared_obs_terms": [("envs/managers/env.py", "shared_terms=self.perf.shared_obs_terms", "shared_terms=False")],
     "critic_chunk_size": [("algo/feedforward.py", "critic_chunk_size=cfg.perf.critic_chunk_size)",
                            "critic_chunk_size=0)")],
@@ -75,9 +81,9 @@ CUTS: dict[str, list[tuple[str, str, str]]] = {
     "whole_chunk_distillation": [("algo/distillation.py", "        if self.perf.whole_chunk_distillation:\n",
                                   "        if False:\n")],
 }  # each a switch's first path (host_env_worker: Gymnasium's); `PATH_CUTS` has the others
-"""Switch -> (file under src/syncfree, text, replacement): the cut."""
+"""Switch -> the cut of its optimized path: the optimized value takes the baseline path."""
 
-WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
+WASTE_CUTS: dict[str, list[Edit]] = {
     # each step's forward and loss run as well, as rsl_rl's loop runs them, beside the chunk's (which is used)
     "whole_chunk_distillation": [("algo/distillation.py",
                                   "            obs, target = self.chunk_rows(self.student_obs, chunk), "
@@ -194,9 +200,10 @@ WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
     "compile": [("core/compile.py", "        return graph(*args, **kwargs)\n",
                  "        fn(*args, **kwargs)\n        return graph(*args, **kwargs)\n")],
     # a default-mode graph compiled beside the CUDA-graph one, and dropped
-    "cuda_graphs": [("core/compile.py", "    graph = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)\n",
-                     "    torch.compile(fn, fullgraph=True, dynamic=False)\n"
-                     "    graph = torch.compile(fn, fullgraph=True, dynamic=False, mode=mode)\n")],
+    "cuda_graphs": [("core/compile.py",
+                     '        graph = torch.compile(fn, fullgraph=True, dynamic=False, mode="reduce-overhead")\n',
+                     "        torch.compile(fn, fullgraph=True, dynamic=False, options=GRAPH_OPTIONS)\n"
+                     '        graph = torch.compile(fn, fullgraph=True, dynamic=False, mode="reduce-overhead")\n')],
     # the partitions set on a copy of the config, which the caller does not build the env from
     "physics_partitions": [("envs/adapters/isaaclab.py",
                             "    physx.gpu_max_num_partitions = perf.physics_partitions\n    return env_cfg\n",
@@ -209,7 +216,7 @@ WASTE_CUTS: dict[str, list[tuple[str, str, str]]] = {
 }
 """Switch -> the second cut shape: the optimized path also does the baseline's work and throws it away."""
 
-STEP_CUTS: dict[str, list[tuple[str, str, str]]] = {
+STEP_CUTS: dict[str, list[Edit]] = {
     # the whole-minibatch function of `compile=step` (a path of its own) reading each logged loss
     "device_loss_stats": [("algo/minibatch_step.py", "            state.stats.add_(torch.stack((*parts, grad_norm)))\n",
                            "            state.stats.add_(torch.stack((*parts, grad_norm)))\n"
@@ -230,7 +237,7 @@ ASSERTION = re.compile(r"^E\s+(AssertionError|assert )", re.MULTILINE)
 """How a failing effect test's output shows an assertion that failed (rather than an error the cut caused)."""
 
 
-def optimizer_wiring(switch: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
+def optimizer_wiring(switch: str) -> list[tuple[str, list[Edit]]]:
     """Cuts of the policy optimizer's wiring in each algorithm that builds it (the first cut is in the optimizer,
     which all share): each builds it with `switch` at its baseline."""
     off = f"__import__('dataclasses').replace(perf, {switch}=False)"
@@ -258,7 +265,7 @@ GYMNASIUM_SYNC_ROWS = """\
 """
 """A Gymnasium part's step through its sync vector env, which merges every env's info dict (the adapter drops them)."""
 
-PATH_CUTS: dict[str, list[tuple[str, list[tuple[str, str, str]]]]] = {
+PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
     # the chunk's rows gathered (copied) where its steps are consecutive and a view serves
     "whole_chunk_distillation": [
         ("baseline path, recurrent student", [("algo/distillation.py",
@@ -368,16 +375,60 @@ CUT_TESTS = {("compile", "baseline path, bootstrap values"):
 """(switch, shape) -> the effect test of a further path where it is not the switch's own (`EFFECT_TESTS`)."""
 
 
-def run_cut(switch: str, edits: list[tuple[str, str, str]], work: Path, effect_test: str) -> tuple[bool, str]:
+class StaleCut(Exception):
+    """A cut that no longer applies to the source: its text is not there, it changes nothing, or it breaks the
+    syntax (the code it cut has moved or changed)."""
+
+
+def cut_files(edits: list[Edit], package: Path = PACKAGE) -> dict[str, str]:
+    """The files `edits` change, by their path under `package`, as the cut leaves them (edits of one file applied in
+    turn); `StaleCut` names the first edit that no longer applies."""
+    texts: dict[str, str] = {}
+    for relative, old, new in edits:
+        if relative not in texts:
+            if not (package / relative).is_file():
+                raise StaleCut(f"{relative} is not a file any more")
+            texts[relative] = (package / relative).read_text()
+        text = texts[relative]
+        if old not in text:
+            raise StaleCut(f"{old!r} is not in {relative} any more")
+        texts[relative] = text.replace(old, new)
+        if texts[relative] == text:
+            raise StaleCut(f"replacing {old!r} changes nothing in {relative}")
+    for relative, text in texts.items():
+        try:
+            ast.parse(text, relative)
+        except SyntaxError as e:
+            raise StaleCut(f"the cut leaves {relative} unparsable (line {e.lineno}: {e.msg})") from None
+    return texts
+
+
+def planted_cuts(switches: list[str]) -> list[tuple[str, str, list[Edit]]]:
+    """Every cut of `switches` as (switch, shape, edits): the baseline path's, then the other shapes'."""
+    cuts = [(switch, "baseline path", CUTS[switch]) for switch in switches]
+    cuts += [(switch, "work thrown away", WASTE_CUTS[switch]) for switch in switches if switch in WASTE_CUTS]
+    cuts += [(switch, "compile=step path", STEP_CUTS[switch]) for switch in switches if switch in STEP_CUTS]
+    return cuts + [(switch, shape, edits) for switch in switches for shape, edits in PATH_CUTS.get(switch, [])]
+
+
+def stale_cuts(cuts: list[tuple[str, str, list[Edit]]], package: Path = PACKAGE) -> list[str]:
+    """Each of `cuts` that no longer applies to the source, and why: checked in a moment, without running anything
+    (`tests/test_planted_cuts.py`), so a cut that code moved away from is found before this script runs."""
+    stale = []
+    for switch, shape, edits in cuts:
+        try:
+            cut_files(edits, package)
+        except StaleCut as e:
+            stale.append(f"{switch} ({shape}): {e}")
+    return stale
+
+
+def run_cut(switch: str, edits: list[Edit], work: Path, effect_test: str) -> tuple[bool, str]:
     """(whether the effect test failed under the cut `edits`, the test's last output line)."""
     cut = Path(tempfile.mkdtemp(prefix=f"{switch}-", dir=work))
     shutil.copytree(ROOT / "src", cut / "src")
-    for relative, old, new in edits:
-        path = cut / "src" / "syncfree" / relative
-        text = path.read_text()
-        if text.count(old) < 1:
-            raise SystemExit(f"planted_cuts: {switch}: {old!r} is not in {relative} any more; update the cut")
-        path.write_text(text.replace(old, new))
+    for relative, text in cut_files(edits, cut / "src" / "syncfree").items():
+        (cut / "src" / "syncfree" / relative).write_text(text)
     test = f"tests/{effect_test}"
     env = {**os.environ, "PYTHONPATH": str(cut / "src")}
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", test], cwd=ROOT,
@@ -394,10 +445,10 @@ def main(argv: list[str]) -> int:
     missing = set(EFFECT_TESTS) - set(CUTS)
     if missing:
         raise SystemExit(f"planted_cuts: no cut for {', '.join(sorted(missing))}")
-    cuts = [(switch, "baseline path", CUTS[switch]) for switch in switches]
-    cuts += [(switch, "work thrown away", WASTE_CUTS[switch]) for switch in switches if switch in WASTE_CUTS]
-    cuts += [(switch, "compile=step path", STEP_CUTS[switch]) for switch in switches if switch in STEP_CUTS]
-    cuts += [(switch, shape, edits) for switch in switches for shape, edits in PATH_CUTS.get(switch, [])]
+    cuts = planted_cuts(switches)
+    stale = stale_cuts(cuts)
+    if stale:
+        raise SystemExit("planted_cuts: update the cuts that no longer apply:\n" + "\n".join(stale))
     blind, rows = [], []
     with tempfile.TemporaryDirectory() as work:
         for switch, shape, edits in tqdm(cuts, desc="planted cuts", unit="cut"):

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
@@ -11,8 +14,10 @@ from conftest import small_config
 from syncfree.bench.config import BenchConfig
 from syncfree.bench.hardware import compute_dtype, hardware_fraction
 from syncfree.bench.matrix import SEEDS_BEFORE, bench_configurations, configurations, skipped_rows
+from syncfree.bench.report import markdown
+from syncfree.bench.run import env_words
 from syncfree.cli import main
-from syncfree.config import PerfConfig
+from syncfree.config import EnvConfig, EnvNouns, PerfConfig
 from syncfree.policy.actor_critic import AUTO_MIN_WORK, set_autocast
 from syncfree.train.runner import Runner
 
@@ -71,6 +76,61 @@ def test_policy_flops_per_step_are_counted_from_the_layer_shapes() -> None:
     assert compute_dtype(runner) == "float32"
 
 
+@dataclass
+class SwarmEnvConfig(EnvConfig):
+    """A multi-agent task's envs that no report has heard of: swarms of 3 drones."""
+
+    NOUNS: ClassVar[EnvNouns] = EnvNouns("swarms", "drone", "drones")
+
+    def rows(self) -> int:
+        return 3 * self.num_envs
+
+    def summary(self) -> str:
+        return "3 drones each, wind on"
+
+
+def spread(x: float) -> dict[str, float]:
+    return {"median": x, "min": x, "max": x}
+
+
+def measured(steps_per_s: float) -> dict[str, Any]:
+    """One configuration's figures in a bench result."""
+    counts = ("syncs_per_step", "ops_per_step", "allocations_per_step", "syncs_per_minibatch", "ops_per_minibatch",
+              "allocations_per_minibatch", "syncs_per_iteration")
+    return {"steps_per_s": spread(steps_per_s), "ratio_to_baseline": spread(1.0), "efficiency": 0.5,
+            "counts": dict.fromkeys(counts, 0), "memory": {"bytes_per_env": 300.0, "bytes_per_row": 100.0},
+            "phase_seconds": {"env": 0.1}, "seconds_per_iteration": [0.1]}
+
+
+def test_the_report_names_envs_rows_and_env_only_loops_as_the_task_declares() -> None:
+    """A new multi-agent task's report speaks of its own envs, rows and settings (its env section's `NOUNS` and
+    `summary`) and of its env-only loops by the names its spec's `env_only` gives, and of no other task's."""
+    env_only = {"steps_per_s": {"simulator alone": spread(9000.0), "through the adapter": spread(8000.0)}, "runs": 1}
+    result = {
+        "machine": {"device": "cpu", "processor": "a CPU", "cpu_count": 2, "torch": "2", "torch_threads": 1,
+                    "python": "3"},
+        "bench": {"task": "swarm", "profile": "quick", "repeats": 1, "iterations": 1, "warmup": 1, "compile": False},
+        "algorithm": "ppo", "iteration": "8 steps per drone", "envs": env_words(SwarmEnvConfig(num_envs=2)),
+        "wall_seconds": 1.0,
+        "sizes": [{"num_envs": 2, "num_rows": 6, "floor_seconds": {"env": 0.01, "policy_forward": 0.01, "update": 0.01},
+                   "floor_steps_per_s": 1000.0, "env_only": env_only,
+                   "configs": {"baseline": measured(400.0), "optimized": measured(500.0)}}],
+        "scaling": [{"num_envs": 2, "num_rows": 6, "baseline": {"steps_per_s": 400.0, "efficiency": 0.4},
+                     "optimized": {"steps_per_s": 500.0, "efficiency": 0.5}, "floor_steps_per_s": 1000.0,
+                     "env_only": env_only}]}
+    report = markdown(result)
+    assert "## 2 swarms x 3 drones = 6 drones (1 iterations per measurement)" in report
+    assert "Sizes count swarms (3 drones each, wind on); steps/s are drone steps/s." in report
+    assert ("simulator alone 9,000 (9,000–9,000), through the adapter 8,000 (8,000–8,000); training (optimized) 500 = "
+            "5.6% of simulator alone.") in report
+    assert "| configuration | drone steps/s median (min–max) |" in report and "| bytes/drone | warm-up s |" in report
+    assert "the optimized trainer does 1,800,000 drone steps" in report
+    assert ("| swarms | drones | baseline | optimized | floor | optimized efficiency | env only: simulator alone | "
+            "env only: through the adapter |\n|---|---|---|---|---|---|---|---|\n| 2 | 6 | 400 | 500 | 1,000 | 0.50 | "
+            "9,000 | 8,000 |") in report
+    assert not {"agent", "agents", "simulation", "simulations", "MettaGrid"} & set(re.findall(r"\w+", report))
+
+
 @pytest.mark.slow
 def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     code = main(["bench", "--task", "point-mass", "--profile", "full", "--num_envs", "[16]", "--scaling", "[8, 16]",
@@ -80,7 +140,9 @@ def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     result = json.loads((tmp_path / "results.json").read_text())
     assert {p.name for p in tmp_path.iterdir()} >= {"results.json", "results.md", "steps_per_s.png", "phases.png",
                                                     "scaling.png"}
+    assert result["envs"] == {"envs": "envs", "row": "env", "rows": "envs", "summary": ""}
     size = result["sizes"][0]
+    assert size["num_rows"] == size["num_envs"] == 16
     live = {name.split()[-1] for name in size["configs"] if name.startswith(("optimized - ", "baseline + "))}
     # eager, 16 envs; autocast=auto lowers no call this small, even on a CPU with bfloat16 instructions (its rows x
     # width stay below AUTO_MIN_WORK): float32, as off is, and the row is left out
@@ -107,6 +169,9 @@ def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     assert set(opt["phase_seconds"]) >= {"act", "env", "store", "update.backward", "update.optimizer"}
     assert [p["num_envs"] for p in result["scaling"]] == [8, 16]
     report = (tmp_path / "results.md").read_text()
+    assert "## 16 envs (" in report and "| env steps/s median (min–max) |" in report and "| bytes/env |" in report
+    assert "Sizes count envs; steps/s are env steps/s." in report
+    assert "| envs | baseline | optimized | floor | optimized efficiency |" in report
     assert "| optimized - fused_adamw |" in report and "Seeds' view" in report
     assert f"| {SEEDS_BEFORE} |" in report and "seed_before" in report
     assert "changes nothing here" in report and "critic_chunk_size" in report

@@ -68,10 +68,11 @@ def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
     assert code == 0
     result = json.loads((tmp_path / "results.json").read_text())
     assert result["bench"]["compile"] is False and "optimized - device_adaptive_lr" in result["skipped_rows"]
+    assert result["envs"] == {"envs": "simulations", "row": "agent", "rows": "agents",
+                              "summary": "mines map, 8 x 8, 4 agents each, 64-step episodes"}
     size = result["sizes"][0]
-    agents = result["recurrent"]["agents_per_env"]
-    assert size["num_envs"] == 1 and size["num_agents"] == agents
-    assert size["steps_per_iteration"] == agents * result["train"]["ppo"]["steps_per_env"]  # agent steps
+    assert size["num_envs"] == 1 and size["num_rows"] == 4
+    assert size["steps_per_iteration"] == 4 * result["train"]["ppo"]["steps_per_env"]  # agent steps
     assert set(size["configs"]) == {"baseline", "optimized", SEEDS_BEFORE, "optimized, autocast=bf16"} | {
         f"optimized - {s}" for s in SWITCHES_READ if s not in ("compile", "host_env_worker")}
     assert "one env" in result["skipped_rows"]["optimized - host_env_worker"]
@@ -83,16 +84,21 @@ def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
     assert size["configs"][SEEDS_BEFORE]["counts"]["syncs_per_step"] == base["counts"]["syncs_per_step"] + 1
     assert opt["efficiency"] > 0 and size["floor_steps_per_s"] > 0
     assert all(size["floor_seconds"][k] > 0 for k in ("env", "policy_forward", "update", "total"))
-    assert opt["memory"]["tensor_bytes"] > 0 and opt["memory"]["bytes_per_agent"] > 0
+    assert opt["memory"]["bytes_per_env"] == 4 * opt["memory"]["bytes_per_row"] > 0
     assert set(opt["phase_seconds"]) >= {"act", "store", "env", "update.forward", "update.backward"}
-    env_only = size["env_only"]
-    assert env_only["mettagrid_raw_steps_per_s"]["median"] > 0 and env_only["adapter_steps_per_s"]["median"] > 0
+    env_only = size["env_only"]["steps_per_s"]
+    assert list(env_only) == ["MettaGrid raw", "through the adapter"]
+    assert env_only["MettaGrid raw"]["median"] > 0 and env_only["through the adapter"]["median"] > 0
     point = result["scaling"][0]
-    assert point["num_envs"] == 1 and point["num_agents"] == agents
-    assert point["env_only"]["mettagrid_raw_steps_per_s"]["median"] > 0 and point["optimized"]["steps_per_s"] > 0
+    assert point["num_envs"] == 1 and point["num_rows"] == 4
+    assert point["env_only"]["steps_per_s"]["MettaGrid raw"]["median"] > 0 and point["optimized"]["steps_per_s"] > 0
     report = (tmp_path / "results.md").read_text()
     assert "# syncfree bench: grid-arena" in report and "| optimized - cpu_time_index |" in report
-    assert "1 simulations x 4 agents = 4 agents" in report and "MettaGrid raw" in report
-    assert "All configurations run eagerly (`--compile false`)." in report
+    assert "## 1 simulations x 4 agents = 4 agents" in report and "| bytes/agent |" in report
+    assert ("Sizes count simulations (mines map, 8 x 8, 4 agents each, 64-step episodes); steps/s are agent steps/s. "
+            "All configurations run eagerly (`--compile false`).") in report
+    assert "of MettaGrid raw." in report and "the optimized trainer does" in report
+    assert ("| simulations | agents | baseline | optimized | floor | optimized efficiency | env only: MettaGrid raw | "
+            "env only: through the adapter |") in report
     assert {p.name for p in tmp_path.iterdir()} >= {"results.json", "results.md", "steps_per_s.png", "phases.png",
                                                     "scaling.png"}

@@ -18,17 +18,11 @@ Profile = Literal["quick", "full", "gpu-smoke"]
 class BenchConfig:
     """What to measure. Sizes and steps default to the task's preset and the profile.
 
-    Profile defaults (`num_envs`; `scaling`; ablations; repeats x iterations), each task's own
-    (`syncfree.tasks.TaskSpec.bench_profiles`):
-
-    - device-resident tasks, sizes in envs: quick [64, 1024]; none; off; 3 x 2. full [64, 4096]; [16, 64, 256, 1024,
-      4096, 16384]; on; 3 x 2. gpu-smoke [1024, 4096]; none; off; 3 x 3.
-    - grid-arena, sizes in MettaGrid simulations of `env.agents_per_env` agents each (the preset's 4: 64 to 1024
-      agents), where one iteration of 256 simulations takes tens of seconds on one CPU thread: quick [16, 64];
-      none; off; 3 x 1. full [16, 256]; [4, 16, 64, 256]; on; 3 x 1. gpu-smoke [64, 256]; none; off; 3 x 1
-      (MettaGrid steps on the CPU whatever the device).
-    - `gym:<id>` tasks, sizes in Gymnasium envs (stepped on the host, one after another): quick [16, 64]; none; off;
-      3 x 1. full [16, 64]; [4, 16, 64, 256]; on; 3 x 1. gpu-smoke as quick.
+    Profile defaults (`num_envs`; `scaling`; ablations; repeats x iterations) are each task's own
+    (`syncfree.tasks.TaskSpec.bench_profiles`, sizes in what the task calls its envs); those of device-resident
+    tasks: quick [64, 1024]; none; off; 3 x 2. full [64, 4096]; [16, 64, 256, 1024, 4096, 16384]; on; 3 x 2.
+    gpu-smoke [1024, 4096]; none; off; 3 x 3. Tasks stepped on the host declare smaller ones (the `BENCH_PROFILES`
+    of their module in `syncfree.tasks`).
     """
 
     task: str = "point-mass"

@@ -50,22 +50,24 @@ def _live_bytes(size: dict[str, Any]) -> str:
             f"after {live['timed_iterations_per_config']} timed iterations each.")
 
 
-def _heading(size: dict[str, Any], agents_per_env: int | None) -> str:
-    if agents_per_env is None:
-        return f"{size['num_envs']} envs"
-    return f"{size['num_envs']} simulations x {agents_per_env} agents = {size['num_agents']:,} agents"
+def _heading(size: dict[str, Any], envs: dict[str, str]) -> str:
+    """A size in the task's words: its envs, and their rows where an env has several."""
+    if size["num_rows"] == size["num_envs"]:
+        return f"{size['num_envs']} {envs['envs']}"
+    return (f"{size['num_envs']} {envs['envs']} x {size['num_rows'] // size['num_envs']} {envs['rows']} = "
+            f"{size['num_rows']:,} {envs['rows']}")
 
 
-def _env_only(size: dict[str, Any]) -> str:
-    """MettaGrid's own env-only speed and the adapter's, beside the training figure."""
+def _env_only(size: dict[str, Any], row: str) -> str:
+    """The env's own stepping speed in each loop its task measures, beside the training figure (compared with the
+    first loop's, the env alone)."""
     e = size["env_only"]
-    raw, adapter = e["mettagrid_raw_steps_per_s"], e["adapter_steps_per_s"]
+    loops = [f"{name} {_fmt(s['median'])} ({_fmt(s['min'])}–{_fmt(s['max'])})" for name, s in e["steps_per_s"].items()]
+    alone, alone_sps = next(iter(e["steps_per_s"].items()))
     trained = size["configs"]["optimized"]["steps_per_s"]["median"]
-    return (f"Env only (random actions drawn beforehand, no policy; median of {e['runs']} alternated runs, "
-            f"min–max): MettaGrid raw {_fmt(raw['median'])} ({_fmt(raw['min'])}–{_fmt(raw['max'])}) "
-            f"agent steps/s, through the adapter (optimized switches) {_fmt(adapter['median'])} ({_fmt(adapter['min'])}–"
-            f"{_fmt(adapter['max'])}); training (optimized) {_fmt(trained)} agent steps/s = "
-            f"{trained / raw['median']:.1%} of MettaGrid raw.")
+    return (f"Env only ({row} steps/s; random actions drawn beforehand, no policy, the optimized configuration's "
+            f"switches; median of {e['runs']} alternated runs, min–max): {', '.join(loops)}; training (optimized) "
+            f"{_fmt(trained)} = {trained / alone_sps['median']:.1%} of {alone}.")
 
 
 def _hardware(row: dict[str, Any]) -> str:
@@ -76,10 +78,8 @@ def _hardware(row: dict[str, Any]) -> str:
 
 
 def markdown(result: dict[str, Any]) -> str:
-    m, b = result["machine"], result["bench"]
-    recurrent = result.get("recurrent")
-    agents = recurrent["agents_per_env"] if recurrent else None
-    unit = "agent steps" if recurrent else "steps"
+    m, b, envs = result["machine"], result["bench"], result["envs"]
+    row, unit = envs["row"], f"{envs['row']} steps"
     iteration, algorithm = result["iteration"], result["algorithm"]
     lines = [
         f"# syncfree bench: {b['task']}{' on ' + b['backend'] + ' physics' if b.get('backend') else ''} "
@@ -107,14 +107,11 @@ def markdown(result: dict[str, Any]) -> str:
                   f"{PEAK_SIZE} x {PEAK_SIZE} matrix product in the dtype the configuration computes in (bf16 where "
                   "autocast runs), measured on this device in this run: "
                   f"{peaks['float32']:.1f} GFLOP/s float32, {peaks['bfloat16']:.1f} bfloat16."]
-    if recurrent:
-        g = recurrent["grid"]
-        lines += ["", f"Recurrent trainer (grid-arena): sizes count MettaGrid simulations ({g['map']} map, "
-                  f"{g['width']} x {g['height']}, {agents} agents each, {g['max_steps']}-step episodes); steps/s are "
-                  "agent steps/s. "
-                  + ("Configurations with `compile` on (`optimized` and the rows that keep its `compile`) compile the "
-                     "policy's rollout step and each minibatch's losses; the others run eagerly." if b.get("compile", True)
-                     else "All configurations run eagerly (`--compile false`).")]
+    lines += ["", f"Sizes count {envs['envs']}{' (' + envs['summary'] + ')' if envs['summary'] else ''}; steps/s are "
+              f"{unit}/s. "
+              + ("Configurations with `compile` on (`optimized` and the rows that keep its `compile`) run the "
+                 "algorithm's hot functions compiled; the others run eagerly." if b["compile"]
+                 else "All configurations run eagerly (`--compile false`).")]
     if any(SEEDS_BEFORE in size["configs"] for size in result["sizes"]):
         names = ", ".join(f"`{f.name}`" for f in PerfConfig.switches()
                           if f.metadata["seed_before"] != f.metadata["baseline"])
@@ -130,33 +127,31 @@ def markdown(result: dict[str, Any]) -> str:
                   f"{b['task']}`):", ""] + [f"- {why}: {', '.join(names)}" for why, names in by_reason.items()]
     for size in result["sizes"]:
         floor = size["floor_seconds"]
-        lines += ["", f"## {_heading(size, agents)} ({size.get('iterations_per_measurement', b['iterations'])} "
+        lines += ["", f"## {_heading(size, envs)} ({size.get('iterations_per_measurement', b['iterations'])} "
                   "iterations per measurement)", "",
                   f"Floor: env {floor['env'] * 1e3:.1f} ms + policy forward {floor['policy_forward'] * 1e3:.1f} ms + "
                   f"update {floor['update'] * 1e3:.1f} ms per iteration = {_fmt(size['floor_steps_per_s'])} {unit}/s."
                   + _live_bytes(size)]
         if "flops_per_step" in size:
             f = size["flops_per_step"]
-            lines += ["", f"Policy FLOPs per {unit[:-1]}: rollout forward {_fmt(f['rollout'])}, update "
+            lines += ["", f"Policy FLOPs per {row} step: rollout forward {_fmt(f['rollout'])}, update "
                       f"{_fmt(f['update'])} (all epochs), {_fmt(f['rollout'] + f['update'])} in all."]
         if "env_only" in size:
-            lines += ["", _env_only(size)]
-        per_unit = "agent" if recurrent else "env"
+            lines += ["", _env_only(size, row)]
         lines += ["",
                   f"| configuration | {unit}/s median (min–max) | × baseline (min–max) | floor efficiency | "
                   "hardware | syncs/step | ops/step | allocs/step | syncs/minibatch | ops/minibatch | "
-                  f"allocs/minibatch | syncs/iteration | bytes/{per_unit} | warm-up s |",
+                  f"allocs/minibatch | syncs/iteration | bytes/{row} | warm-up s |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-        for name, row in size["configs"].items():
-            s, r, c = row["steps_per_s"], row["ratio_to_baseline"], row["counts"]
+        for name, config in size["configs"].items():
+            s, r, c = config["steps_per_s"], config["ratio_to_baseline"], config["counts"]
             lines.append(
                 f"| {name} | {_fmt(s['median'])} ({_fmt(s['min'])}–{_fmt(s['max'])}) | {r['median']:.3f} "
-                f"({r['min']:.3f}–{r['max']:.3f}) | {row['efficiency']:.2f} | {_hardware(row)} | "
+                f"({r['min']:.3f}–{r['max']:.3f}) | {config['efficiency']:.2f} | {_hardware(config)} | "
                 f"{c['syncs_per_step']:g} | "
                 f"{c['ops_per_step']:g} | {c['allocations_per_step']:g} | {c['syncs_per_minibatch']:g} | "
                 f"{c['ops_per_minibatch']:g} | {c['allocations_per_minibatch']:g} | {c['syncs_per_iteration']} | "
-                f"{row['memory'].get(f'bytes_per_{per_unit}', row['memory']['bytes_per_env']):,.0f} | "
-                f"{row.get('warmup_seconds', float('nan')):.1f} |")
+                f"{config['memory']['bytes_per_row']:,.0f} | {config.get('warmup_seconds', float('nan')):.1f} |")
         lines += ["", "Phase breakdown (ms per iteration):", "",
                   "| configuration | " + " | ".join(ALL_PHASES) + " |", "|---|" + "---|" * len(ALL_PHASES)]
         for name in ("baseline", "optimized"):
@@ -166,25 +161,27 @@ def markdown(result: dict[str, Any]) -> str:
         b_sps, o_sps = base["steps_per_s"]["median"], opt["steps_per_s"]["median"]
         b_it, o_it = statistics.median(base["seconds_per_iteration"]), statistics.median(opt["seconds_per_iteration"])
         lines += ["", f"Seeds' view: in {HOURS:g} h the optimized trainer does {o_sps * 3600 * HOURS:,.0f} "
-                  f"{'agent' if recurrent else 'env'} steps, the baseline {b_sps * 3600 * HOURS:,.0f} ({o_sps / b_sps:.3f}x); {ITERATIONS:,} iterations take "
+                  f"{unit}, the baseline {b_sps * 3600 * HOURS:,.0f} ({o_sps / b_sps:.3f}x); {ITERATIONS:,} iterations take "
                   f"{_duration(o_it * ITERATIONS)} optimized vs {_duration(b_it * ITERATIONS)} baseline."]
-    if result["scaling"] and recurrent:
-        lines += ["", "## Scaling", "", "Agent steps/s; env only: MettaGrid raw and through the adapter (medians).",
-                  "", "| simulations | agents | baseline | optimized | floor | optimized efficiency | env only: "
-                  "MettaGrid raw | env only: adapter |", "|---|---|---|---|---|---|---|---|"]
-        for p in result["scaling"]:
-            e = p["env_only"]
-            lines.append(f"| {p['num_envs']} | {p['num_agents']:,} | {_fmt(p['baseline']['steps_per_s'])} | "
-                         f"{_fmt(p['optimized']['steps_per_s'])} | {_fmt(p['floor_steps_per_s'])} | "
-                         f"{p['optimized']['efficiency']:.2f} | {_fmt(e['mettagrid_raw_steps_per_s']['median'])} | "
-                         f"{_fmt(e['adapter_steps_per_s']['median'])} |")
-    elif result["scaling"]:
-        lines += ["", "## Scaling", "", "| envs | baseline steps/s | optimized steps/s | floor steps/s | "
-                  "optimized efficiency |", "|---|---|---|---|---|"]
-        for p in result["scaling"]:
-            lines.append(f"| {p['num_envs']} | {_fmt(p['baseline']['steps_per_s'])} | {_fmt(p['optimized']['steps_per_s'])}"
-                         f" | {_fmt(p['floor_steps_per_s'])} | {p['optimized']['efficiency']:.2f} |")
+    if result["scaling"]:
+        lines += ["", "## Scaling", "", f"Medians, in {unit}/s.", "", *_scaling_table(result["scaling"], envs)]
     return "\n".join(lines) + "\n"
+
+
+def _scaling_table(points: list[dict[str, Any]], envs: dict[str, str]) -> list[str]:
+    """Steps/s against the size: a column of rows where an env has several, and of each env-only loop."""
+    several = any(p["num_rows"] != p["num_envs"] for p in points)
+    loops = list(points[0].get("env_only", {"steps_per_s": {}})["steps_per_s"])
+    header = [envs["envs"], *([envs["rows"]] if several else []), "baseline", "optimized", "floor",
+              "optimized efficiency", *(f"env only: {name}" for name in loops)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for p in points:
+        cells = [str(p["num_envs"]), *([f"{p['num_rows']:,}"] if several else []),
+                 *(_fmt(p[name]["steps_per_s"]) for name in ("baseline", "optimized")), _fmt(p["floor_steps_per_s"]),
+                 f"{p['optimized']['efficiency']:.2f}",
+                 *(_fmt(p["env_only"]["steps_per_s"][name]["median"]) for name in loops)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
@@ -194,8 +191,8 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     paths = []
-    recurrent = result.get("recurrent")
-    unit = "agent steps / s" if recurrent else "env steps / s"
+    envs = result["envs"]
+    unit = f"{envs['row']} steps / s"
     sizes = result["sizes"]
     names = list(sizes[0]["configs"])
     fig, axes = plt.subplots(1, len(sizes), figsize=(5 * len(sizes) + 3, 0.35 * len(names) + 1.5), sharey=True,
@@ -207,7 +204,8 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
         ax.barh(names, med, xerr=err, color=["#888" if n == "baseline" else "#2a7" for n in names])
         ax.axvline(size["floor_steps_per_s"], color="k", ls="--", lw=1, label="compute floor")
         ax.set_xlabel(f"{unit} (median, min–max)")
-        what = f"{size['num_envs']} sims ({size['num_agents']} agents)" if recurrent else f"{size['num_envs']} envs"
+        what = f"{size['num_envs']} {envs['envs']}" + (f" ({size['num_rows']:,} {envs['rows']})"
+                                                        if size["num_rows"] != size["num_envs"] else "")
         ax.set_title(f"{result['bench']['task']}, {what}, {result['machine']['device']}")
         ax.legend(loc="lower right")
     axes[0][0].invert_yaxis()
@@ -222,7 +220,7 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
     for s in result["sizes"]:
         baseline_total = sum(s["configs"]["baseline"]["phase_seconds"].values()) or 1.0
         for name in ("baseline", "optimized"):
-            labels.append(f"{name}\n{s['num_envs']} {'sims' if recurrent else 'envs'}")
+            labels.append(f"{name}\n{s['num_envs']} {envs['envs']}")
             for p in ALL_PHASES:
                 bars[p].append(s["configs"][name]["phase_seconds"].get(p, 0.0) / baseline_total)
     bottoms = [0.0] * len(labels)
@@ -238,16 +236,17 @@ def plot(result: dict[str, Any], out_dir: Path) -> list[Path]:
 
     if result["scaling"]:
         fig, ax = plt.subplots(figsize=(6, 4))
-        envs = [p["num_envs"] for p in result["scaling"]]
+        counts = [p["num_envs"] for p in result["scaling"]]
         for key, style in (("baseline", "o-"), ("optimized", "s-")):
-            ax.plot(envs, [p[key]["steps_per_s"] for p in result["scaling"]], style, label=key)
-        ax.plot(envs, [p["floor_steps_per_s"] for p in result["scaling"]], "k--", label="compute floor")
-        if recurrent:
-            ax.plot(envs, [p["env_only"]["mettagrid_raw_steps_per_s"]["median"] for p in result["scaling"]], "k:",
-                    label="env only: MettaGrid raw")
+            ax.plot(counts, [p[key]["steps_per_s"] for p in result["scaling"]], style, label=key)
+        ax.plot(counts, [p["floor_steps_per_s"] for p in result["scaling"]], "k--", label="compute floor")
+        if "env_only" in result["scaling"][0]:  # the env alone, far above the trainers
+            alone = next(iter(result["scaling"][0]["env_only"]["steps_per_s"]))
+            ax.plot(counts, [p["env_only"]["steps_per_s"][alone]["median"] for p in result["scaling"]], "k:",
+                    label=f"env only: {alone}")
             ax.set_yscale("log")
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("MettaGrid simulations" if recurrent else "parallel envs")
+        ax.set_xlabel(f"parallel {envs['envs']}")
         ax.set_ylabel(unit)
         ax.legend()
         ax.grid(alpha=0.3)

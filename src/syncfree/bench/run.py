@@ -4,9 +4,10 @@ Timing rules: warm-up first; configurations interleaved (A B C A B C ...) for se
 seeds; medians, extremes and per-repeat ratios reported. Counts (host syncs, ops, allocations) come from a
 separate, untimed iteration: a dispatch mode slows everything it watches.
 
-Sizes are `env.num_envs` (for grid-arena, MettaGrid simulations); steps are env rows (agents, for a multi-agent
-task) x `ppo.steps_per_env` per iteration. A task whose spec reports its env's own speed (`TaskSpec.env_only`:
-grid-arena gives MettaGrid alone and through its adapter) has it at every size.
+Sizes are `env.num_envs`; steps are env rows (a multi-agent task's agents) x the rollout's steps per iteration.
+The result names both as the task's env section does (`EnvConfig.NOUNS`, under `envs`, with its one-line
+`summary`), so the report speaks of simulations and agents where the task does. A task whose spec reports its
+env's own speed (`TaskSpec.env_only`) has it at every size.
 
 Ablation rows are run only for switches that act at the bench's sizes (`syncfree.bench.matrix`); the report lists
 the rows left out and why.
@@ -34,6 +35,7 @@ from syncfree.bench.floor import Floor
 from syncfree.bench.hardware import compute_dtype, hardware_fraction, measure_peaks
 from syncfree.bench.matrix import bench_configurations, skipped_rows
 from syncfree.bench.timing import count_iteration, summarize, tensor_bytes, time_iterations, time_phases
+from syncfree.config import EnvConfig
 from syncfree.core.device import resolve_device
 from syncfree.core.memory import live_bytes, peak_resident_bytes
 from syncfree.core.switches import PerfConfig
@@ -79,9 +81,8 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
         time_iterations(runner, bench.warmup)
         warmup_seconds[name] = time.perf_counter() - started
         runners[name] = runner
-        memory[name] = {"tensor_bytes": tensor_bytes(runner), "bytes_per_env": tensor_bytes(runner) / num_envs}
-        if runner.env.num_envs != num_envs:  # agents of multi-agent simulations
-            memory[name]["bytes_per_agent"] = tensor_bytes(runner) / runner.env.num_envs
+        memory[name] = {"tensor_bytes": tensor_bytes(runner), "bytes_per_env": tensor_bytes(runner) / num_envs,
+                        "bytes_per_row": tensor_bytes(runner) / runner.env.num_envs}
         if runner.device.type == "cuda":
             memory[name]["cuda_max_allocated"] = torch.cuda.max_memory_allocated(runner.device)
         progress.update(1)
@@ -105,15 +106,14 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
         row["warmup_seconds"] = warmup_seconds[name]
         rows[name] = row
         progress.update(1)
-    out = {"num_envs": num_envs, "steps_per_iteration": steps_per_iteration, "floor_seconds": floor_time,
-           "iterations_per_measurement": iterations,
+    out = {"num_envs": num_envs, "num_rows": first.env.num_envs, "steps_per_iteration": steps_per_iteration,
+           "floor_seconds": floor_time, "iterations_per_measurement": iterations,
            "live_bytes": {"after_warmup": live_after_warmup, "after_timing": live_after_timing,
                           "timed_iterations_per_config": bench.repeats * iterations},
            "floor_steps_per_s": steps_per_iteration / floor_time["total"], "flops_per_step": flops,
            "configs": rows}
     env_only = get_task(bench.task).env_only
     if env_only is not None:
-        out["num_agents"] = first.env.num_envs
         out["env_only"] = env_only(runners["optimized"].cfg, num_envs, bench.repeats)  # the adapter as it trains
     return out
 
@@ -129,13 +129,13 @@ def bench_scaling(bench: BenchConfig, progress: tqdm) -> list[dict[str, Any]]:
         times, floor_time, _ = interleave(runners, Floor(bench, num_envs), bench)
         optimized = runners["optimized"]
         steps = optimized.algorithm.steps_per_env * optimized.env.num_envs
-        point: dict[str, Any] = {"num_envs": num_envs, "floor_steps_per_s": steps / floor_time["total"]}
+        point: dict[str, Any] = {"num_envs": num_envs, "num_rows": optimized.env.num_envs,
+                                 "floor_steps_per_s": steps / floor_time["total"]}
         for name, ts in times.items():
             median = statistics.median(ts)
             point[name] = {"steps_per_s": steps / median, "efficiency": floor_time["total"] / median}
         env_only = get_task(bench.task).env_only
         if env_only is not None:
-            point["num_agents"] = optimized.env.num_envs
             point["env_only"] = env_only(optimized.cfg, num_envs, bench.repeats)
         points.append(point)
         progress.update(1)
@@ -157,10 +157,11 @@ def run(bench: BenchConfig) -> dict[str, Any]:
     progress.close()
     device = str(resolve_device(bench.device))
     cfg = train_config(bench, bench.num_envs[0], PerfConfig())
-    out = {
+    return {
         "bench": dataclasses.asdict(bench),
         "machine": machine_info(device),
         "algorithm": cfg.algorithm,
+        "envs": env_words(cfg.env),
         "train": cfg.algorithm_settings(),
         "iteration": cfg.describe_iteration(),
         "sizes": sizes,
@@ -172,9 +173,12 @@ def run(bench: BenchConfig) -> dict[str, Any]:
         "notes": "Counts see eager code only (a dispatch mode stops dynamo from compiling what it watches): a "
                  "compiled configuration is counted with its hot functions run eagerly.",
     }
-    if cfg.env.rows() != cfg.env.num_envs:  # a multi-agent task: its env section names the agents per env
-        out["recurrent"] = {"agents_per_env": cfg.env.rows() // cfg.env.num_envs, "grid": dataclasses.asdict(cfg.env)}
-    return out
+
+
+def env_words(env: EnvConfig) -> dict[str, str]:
+    """What the report calls the task's envs and rows, and their settings in one line: the task's env section says
+    (`EnvConfig.NOUNS`, `EnvConfig.summary`), so the report needs to know no task."""
+    return {**dataclasses.asdict(env.NOUNS), "summary": env.summary()}
 
 
 def machine_info(device: str) -> dict[str, Any]:

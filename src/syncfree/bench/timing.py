@@ -57,8 +57,8 @@ def time_phases(runner: Runner) -> dict[str, float]:
 
 
 def tensor_bytes(runner: Runner) -> int:
-    """Bytes held by the algorithm's rollout storage and per-agent state, the env state, the policy and the
-    optimizer state."""
+    """Bytes held by the algorithm's rollout storage and per-row state (a recurrent policy's), the env state, the
+    policy and the optimizer state."""
     tensors = runner.algorithm.storage_tensors()
     tensors += list(runner.policy.state_dict().values())
     tensors += [v for v in runner.env.state_dict().values() if isinstance(v, torch.Tensor)]

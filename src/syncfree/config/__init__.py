@@ -13,6 +13,7 @@ from syncfree.config.sections import (
     CallbackConfig,
     DistributedConfig,
     EnvConfig,
+    EnvNouns,
     LogConfig,
     TimeLimitEnvConfig,
     TrainConfig,
@@ -22,6 +23,7 @@ from syncfree.config.sections import (
 from syncfree.core.switches import PerfConfig
 
 __all__ = ["CONFIG_FILE_BYTES", "RUN_NAME_BYTES", "STOP_CONDITION", "CallbackConfig", "DistributedConfig", "EnvConfig",
+           "EnvNouns",
            "LogConfig", "PerfConfig", "TimeLimitEnvConfig", "TrainConfig", "TrainConfigT", "check_type", "dotted_keys",
            "field_types", "flatten", "from_dict", "key_hint", "merge", "options_named", "read_config_file", "section_types", "sections_of",
            "to_dict", "unknown_key_hint", "validate", "value_error_line", "with_values"]

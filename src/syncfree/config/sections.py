@@ -15,10 +15,24 @@ from syncfree.core.switches import PerfConfig
 from syncfree.errors import check
 
 
+@dataclass(frozen=True)
+class EnvNouns:
+    """What reports call a task's envs (counted: `16 simulations`) and the env rows the trainer acts for (`agent
+    steps`, `64 agents`)."""
+
+    envs: str = "envs"
+    row: str = "env"
+    rows: str = "envs"
+
+
 @dataclass
 class EnvConfig:
     """The environments: how many. A task whose envs read options has its own section type, a subclass of this one
     (`syncfree.tasks`), so each task's `env` section holds just what its envs read."""
+
+    NOUNS: ClassVar[EnvNouns] = EnvNouns()
+    """What reports call one env and one env row; a task whose envs hold several rows each names both (grid-arena:
+    a simulation, an agent)."""
 
     num_envs: int = 256
     """Parallel environments per process: under torchrun each rank steps its own `num_envs` envs, so an
@@ -30,11 +44,16 @@ class EnvConfig:
 
     def row_name(self) -> str:
         """What one env row is, in a word."""
-        return "env" if self.rows() == self.num_envs else "agent"
+        return self.NOUNS.row
 
     def describe(self, rows: int) -> str:
         """`rows` env rows in words, for the start-up line and `syncfree eval`."""
-        return f"{rows} envs"
+        return f"{rows} {self.NOUNS.rows}"
+
+    def summary(self) -> str:
+        """The envs' settings in one line, for a report's header (grid-arena's: `mines map, 8 x 8, 4 agents each,
+        64-step episodes`); empty: nothing to say beside their count."""
+        return ""
 
     def validate(self) -> None:
         check(self.num_envs >= 1, "env.num_envs", "an integer >= 1", self.num_envs)

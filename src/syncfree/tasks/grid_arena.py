@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import torch
 
 from syncfree.algo.configs import RecurrentPPOTrainConfig
 from syncfree.algo.settings import LossesConfig, RecurrentPPOConfig
-from syncfree.config import EnvConfig, TrainConfig
+from syncfree.config import EnvConfig, EnvNouns, TrainConfig
 from syncfree.core.device import resolve_device
 from syncfree.envs.adapters.host_worker import worth_a_worker
 from syncfree.envs.adapters.mettagrid_map import MettaGridMap
@@ -26,11 +26,17 @@ class GridArenaEnvConfig(MettaGridMap, EnvConfig):
     """MettaGrid simulations: `num_envs` of them, each with `agents_per_env` agents on the map below (every agent is
     one env row of the trainer)."""
 
+    NOUNS: ClassVar[EnvNouns] = EnvNouns("simulations", "agent", "agents")
+
     def rows(self) -> int:
         return self.num_envs * self.agents_per_env
 
     def describe(self, rows: int) -> str:
         return f"{rows} agents ({rows // self.agents_per_env} simulations x {self.agents_per_env})"
+
+    def summary(self) -> str:
+        return (f"{self.map} map, {self.width} x {self.height}, {self.agents_per_env} agents each, "
+                f"{self.max_steps}-step episodes")
 
     def validate(self, prefix: str = "env.") -> None:
         EnvConfig.validate(self)
@@ -75,8 +81,8 @@ def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -
 
 def env_only(cfg: TrainConfig, num_envs: int, repeats: int) -> dict[str, Any]:
     """Agent steps per second of stepping `num_envs` simulations with random actions drawn beforehand, without
-    training: MettaGrid alone (`mettagrid_raw_throughput`) and through the adapter (`env_only_throughput`),
-    alternated `repeats` times (median, min, max)."""
+    training: MettaGrid alone (`mettagrid_raw_throughput`) and through the adapter with the run's switches
+    (`env_only_throughput`), alternated `repeats` times (median, min, max)."""
     from syncfree.envs.adapters.mettagrid import MettaGridSpec, mettagrid_raw_throughput
     from syncfree.envs.throughput import env_only_throughput
 
@@ -94,9 +100,7 @@ def env_only(cfg: TrainConfig, num_envs: int, repeats: int) -> dict[str, Any]:
     def stats(xs: list[float]) -> dict[str, float]:
         return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
 
-    return {"mettagrid_raw_steps_per_s": stats(raw), "adapter_steps_per_s": stats(adapter),
-            "num_agents": num_envs * spec.agents_per_env, "runs": len(raw),
-            "agents_per_env": spec.agents_per_env}
+    return {"steps_per_s": {"MettaGrid raw": stats(raw), "through the adapter": stats(adapter)}, "runs": len(raw)}
 
 
 BENCH_PROFILES: dict[str, BenchSizes] = {

@@ -70,8 +70,10 @@ class TaskSpec:
     bench_profiles: Mapping[str, BenchSizes] = field(default_factory=lambda: FLAT_BENCH_PROFILES)
     """`syncfree bench`'s default sizes and repeats per profile."""
     env_only: Callable[[Any, int, int], dict[str, Any]] | None = None
-    """`env_only(cfg, num_envs, repeats)`: the bench's report of the env's own stepping speed (e.g. a simulator
-    alone and through its adapter), beside the training rows; None: not reported."""
+    """`env_only(cfg, num_envs, repeats)`: the bench's report of the env's own stepping speed, beside the training
+    rows: `{"steps_per_s": {loop: {"median", "min", "max"}}, "runs": repeats}`, env rows stepped per second with
+    random actions drawn beforehand and no policy, per loop named as the report names it (e.g. a simulator alone,
+    the first, which the report compares training with, and through its adapter); None: not reported."""
     sections: Mapping[str, Mapping[str, type]] = field(default_factory=dict)
     """Algorithm name -> the types the task gives some of that algorithm's sections (g1-track's PPO `policy` section
     offers the token policy too)."""
