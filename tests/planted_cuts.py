@@ -286,10 +286,8 @@ PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
     ],
     # each place that applies the process-wide setting, cut alone; the baseline's cuBLAS workspace kept
     "deterministic": [
-        ("baseline path, a trainer's learn", [("train/runner.py", "        set_deterministic(cfg.perf.deterministic)  #",
-                                               "        pass  #")]),
-        ("baseline path, rsl_rl drop-in", [("rsl_rl/runner.py", "        set_deterministic(runner.cfg.perf.deterministic)\n",
-                                            "\n")]),
+        ("baseline path, the loop (every entry point's)", [
+            ("train/runner.py", "        set_deterministic(self.cfg.perf.deterministic)  #", "        pass  #")]),
         ("work thrown away, cuBLAS workspace", [("core/device.py", "    if on:\n        os.environ.setdefault(",
                                                  "    if True:\n        os.environ.setdefault(")]),
     ],

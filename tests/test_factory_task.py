@@ -1,4 +1,5 @@
-"""`--task module:factory`: a user's env in every command, remembered by its checkpoints."""
+"""`--task module:factory`: a user's env in every command; its checkpoints record the name as data, which `eval` and
+`--resume` import only when the command line names it again."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest
     sys.modules.pop(name, None)
 
 
-def test_train_eval_export_and_resume_need_only_the_factory_once(user_folder, capsys) -> None:
+def test_eval_and_resume_of_a_factory_run_name_the_factory_again_export_needs_nothing(user_folder, capsys) -> None:
     folder, module = user_folder
     task = f"{module}:make"
     assert main(["train", "--task", task, "--iterations", "2", "--ppo.steps_per_env", "8", "--perf.compile", "off",
@@ -56,18 +57,21 @@ def test_train_eval_export_and_resume_need_only_the_factory_once(user_folder, ca
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["env_steps"] == 2 * 12 * 8  # the factory's num_envs default is the preset's env count
     capsys.readouterr()
-    assert main(["eval", str(run / "latest.pt"), "--env.num_envs", "3"]) == 0
+    assert main(["eval", str(run / "latest.pt"), "--env.num_envs", "3"]) == 2
+    assert f"(--task {task}) or pass --trust" in capsys.readouterr().err
+    assert main(["eval", str(run / "latest.pt"), "--env.num_envs", "3", "--task", task]) == 0
     assert capsys.readouterr().out.startswith(f"{task}: mean return")
     assert main(["export", str(run / "latest.pt"), "--out", str(folder / "exported")]) == 0
     assert (folder / "exported").is_dir() and any((folder / "exported").iterdir())
     assert main(["train", "--resume", str(run / "latest.pt"), "--resume_in_place", "true", "--iterations", "3",
-                 "--log.progress", "false"]) == 0
+                 "--log.progress", "false", "--task", task]) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in records] == [1, 2, 3]
 
 
-def test_a_factory_without_num_envs_sets_the_count(user_folder) -> None:
-    _, module = user_folder
+def test_a_factory_without_num_envs_sets_the_count(user_folder, monkeypatch) -> None:
+    folder, module = user_folder
+    monkeypatch.syspath_prepend(str(folder))  # in Python, a module imports from sys.path
     assert preset(f"{module}:make_fixed").env.num_envs == 6
     assert main(["train", "--task", f"{module}:make_fixed", "--iterations", "1", "--ppo.steps_per_env", "4",
                  "--ppo.num_minibatches", "2", "--perf.compile", "off", "--log.progress", "false",

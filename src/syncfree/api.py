@@ -14,9 +14,11 @@ import torch
 from torch import nn
 
 from syncfree.config import TrainConfig, from_dict, merge, sections_of, to_dict
+from syncfree.core.imports import UserNames, user_names
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError
 from syncfree.tasks import choose_algorithm, default_config, preset, validated, with_algorithm
+from syncfree.tasks.configs import check_references, named_in_call
 from syncfree.train.callbacks import IterationCallback
 from syncfree.train.evaluate import LoadedPolicy, evaluate_task, load_policy
 from syncfree.train.run import Run, visible_logs
@@ -52,7 +54,7 @@ def merged(start: TrainConfig, overrides: dict[str, Any]) -> dict[str, Any]:
 
 
 def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None, run_dir: str | Path | bool = True,
-          on_iteration: Sequence[IterationCallback] = (), **overrides: Any) -> TrainResult:
+          on_iteration: Sequence[IterationCallback] = (), trust: bool = False, **overrides: Any) -> TrainResult:
     """Train on a built-in task (its name, see `syncfree tasks`) or on your own env (any `VecEnv`), with the task's
     algorithm (PPO for your own env) or the one `algorithm=` names (`syncfree.algo.ALGORITHMS`).
 
@@ -72,7 +74,9 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     `resume=<checkpoint>` continues that run as `syncfree train --resume` does: the config is the checkpoint's
     (`config` and a task name are not read; pass your env again if the run trained on yours), `overrides` change
     it (`iterations=` is the total to reach), and the run writes a new run folder that starts with the metrics up to
-    the checkpoint (`resume_in_place=True`: on in the checkpoint's folder).
+    the checkpoint (`resume_in_place=True`: on in the checkpoint's folder). The checkpoint is data: the code its task
+    or `symmetry.mirror` names (`module:name`) is imported only when this call names it too (`learn("my_envs:make",
+    resume=...)`, `**{"symmetry.mirror": ...}`) or with `trust=True`.
     """
     env = task if isinstance(task, VecEnv) else None
     resume = str(overrides.pop("resume", "") or (config.resume if config is not None else ""))
@@ -95,6 +99,8 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
         base = merged(start, overrides)
     cfg = validated(from_dict(type(start), base, sections=sections_of(start)))
     cfg.resume = resume
+    if resume:
+        check_references(cfg, UserNames(named_in_call(task, overrides), trust, source=f"checkpoint {resume}"))
     folder = (run_dir_of(cfg) if run_dir is True else Path(run_dir)) if run_dir else None
     with visible_logs():
         run = start_run(cfg, folder, env=env, on_iteration=on_iteration)
@@ -112,24 +118,27 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     return TrainResult(run.runner.policy, folder, record, run)
 
 
-def load(checkpoint_path: str | Path, device: str | torch.device = "cpu") -> LoadedPolicy:
+def load(checkpoint_path: str | Path, device: str | torch.device = "cpu", trust: bool = False) -> LoadedPolicy:
     """A checkpoint's policy, ready to act, with its config and iteration: `loaded.policy` (in evaluation mode),
     `loaded.cfg`, `loaded.make_env(num_envs, seed)` (fresh envs of the run's task), `loaded.evaluate(env)`. Bad
-    input is one `UserError` line naming the file; the file is read as data (no code in it runs)."""
-    return load_policy(checkpoint_path, device)
+    input is one `UserError` line naming the file; the file is read as data (no code in it runs, and the code its
+    task names, `module:factory` or `gym:<module>:<id>`, is imported by `make_env` only with `trust`)."""
+    return load_policy(checkpoint_path, device, trust=trust)
 
 
 def evaluate(policy: str | Path | LoadedPolicy, num_envs: int = 20, seed: int = 12345, sample: bool = False,
-             env: VecEnv | None = None) -> np.ndarray:
+             env: VecEnv | None = None, trust: bool = False) -> np.ndarray:
     """The return of each env's first episode under a checkpoint's policy (a path, or what `load` returned), as
     `syncfree eval` plays it: the most likely actions, or with `sample` actions drawn from the policy (seeded with
     `seed`; torch's random state outside the call is left as it was). On `num_envs` fresh envs of the run's task,
-    or on `env` (your own, for a run on it)."""
-    loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy)
+    or on `env` (your own, for a run on it). A run on code its task names (`module:factory`, `gym:<module>:<id>`)
+    is evaluated on `env`, or on fresh envs with `trust` (as `load` says)."""
+    loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy, trust=trust)
     if num_envs < 1:
         raise UserError(f"evaluate: num_envs={num_envs} is invalid; allowed: an integer >= 1")
     if env is None:
-        return evaluate_task(loaded.cfg, loaded.policy, num_envs, loaded.device, seed, greedy=not sample)
+        with user_names(loaded.names):
+            return evaluate_task(loaded.cfg, loaded.policy, num_envs, loaded.device, seed, greedy=not sample)
     with torch.random.fork_rng(devices=[], enabled=sample):
         if sample:
             torch.manual_seed(seed)

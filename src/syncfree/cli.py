@@ -17,6 +17,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import syncfree
+from syncfree.core.imports import TRUST, TRUST_HELP, from_command_line, user_names
 from syncfree.errors import INTERRUPTED, DistributedError, UserError, out_of_memory
 
 if TYPE_CHECKING:
@@ -56,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if on_main_thread}
     command: Callable[[list[str]], int] = globals()[f"cmd_{argv[0]}"]
     try:
-        return command(argv[1:])
+        with user_names(from_command_line(argv[1:])):  # a file's code runs only when this command line names it
+            return command(argv[1:])
     except UserError as e:
         print(f"syncfree: error: {e}", file=sys.stderr)
         return 2
@@ -138,6 +140,7 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
     )
     from syncfree.train.session import resume_config
 
+    argv = [arg for arg in argv if arg != TRUST]  # read by `main`: a config file cannot set it
     pre = argparse.ArgumentParser(add_help=False)
     for name in ("--task", "--resume", "--algorithm", "--policy.kind", "--distill.teacher"):
         pre.add_argument(name)
@@ -160,7 +163,8 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
     inert = base.perf.inert_switches(switch_scope(base, resolve_device(base.device)))
     parser = config_parser("syncfree train", f"Train {base.task} with --algorithm {base.algorithm}; defaults shown "
                            f"are its preset. Switches that change nothing for it here: {', '.join(inert) or 'none'} "
-                           f"(`syncfree switches --task {base.task}` says why).", type(base), base, sections)
+                           f"(`syncfree switches --task {base.task}` says why). {TRUST_HELP}", type(base), base,
+                           sections)
     parser.add_argument("--config", action="config", help="YAML file with any of the options below.")
     try:
         ns = parser.parse_args(list(argv))
@@ -208,10 +212,14 @@ def cmd_train(argv: Sequence[str]) -> int:
 
 
 def checkpoint_parser(prog: str, description: str) -> argparse.ArgumentParser:
-    """The parser of a command that reads a checkpoint: the checkpoint first, then `--device`."""
+    """The parser of a command that reads a checkpoint: the checkpoint first, then `--device`, and what allows the
+    code the checkpoint names (`main` reads them)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     parser.add_argument("checkpoint", help="checkpoint file (e.g. runs/<run>/latest.pt)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default cpu)")
+    parser.add_argument("--task", help="the checkpoint's task, when it is your code (module:factory, "
+                        "gym:<module>:<id>): naming it allows its import")
+    parser.add_argument(TRUST, action="store_true", help="import the code the checkpoint names without naming it")
     return parser
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from syncfree.core.imports import user_names
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError, allocating
 from syncfree.outputs import check_output_file
@@ -166,7 +167,8 @@ def record(checkpoint: str | Path, video: Path, steps: int, fps: float, width: i
     if task is None or task.render is None:
         why = task.cannot_render if task is not None else "it is not a registered task"
         raise UserError(f"play: {loaded.cfg.task} cannot be drawn ({why})")
-    env, draw = task.render(loaded.cfg, loaded.device, seed, width, height)
+    with user_names(loaded.names):  # the code the checkpoint's task names, only if the user named it
+        env, draw = task.render(loaded.cfg, loaded.device, seed, width, height)
     try:
         fps = fps or real_time_fps(env)
         with tqdm(total=steps, desc="play", unit="step", disable=not sys.stderr.isatty()) as bar, \

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from syncfree.algo.configs import PPOTrainConfig
 from syncfree.algo.settings import SymmetryConfig
 from syncfree.algo.storage import Batch
-from syncfree.core.imports import load_callable
+from syncfree.core.imports import allow_import, load_callable
 from syncfree.envs.api import VecEnv
 from syncfree.envs.mirror import Mirror
 from syncfree.errors import UserError
@@ -85,6 +85,7 @@ def build_symmetry(cfg: PPOTrainConfig, env: VecEnv, policy: nn.Module) -> Symme
         raise UserError(f"symmetry: the mirror loss compares mean actions; {cfg.task} has {env.action_spec.kind} "
                         "actions (continuous only)")
     if sym.mirror:
+        allow_import(sym.mirror, "symmetry.mirror", sym.mirror.partition(":")[0])  # a file's name: data until named
         mirror = load_callable(sym.mirror, f"symmetry.mirror={sym.mirror!r}")(env)
         source = f"symmetry.mirror={sym.mirror!r}"
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from syncfree.core.imports import note_file
 from syncfree.errors import UserError
 
 CONFIG_FILE_BYTES = 1 << 20
@@ -13,9 +14,10 @@ CONFIG_FILE_BYTES = 1 << 20
 def read_config_file(path: str) -> dict[str, Any]:
     """A YAML config file's mapping (`syncfree train --config`); one line naming the file when it cannot be read.
 
-    A config is plain data: a file over `CONFIG_FILE_BYTES`, or one that uses YAML anchors and aliases (with which
-    a file of a few hundred bytes expands to gigabytes: "billion laughs"), is refused before anything is built from
-    it; the check reads the file's events, which do not expand aliases."""
+    A config is plain data: the code a `module:name` in it refers to is imported only when the command line names
+    it too (`syncfree.core.imports`), and a file over `CONFIG_FILE_BYTES`, or one that uses YAML anchors and aliases
+    (with which a file of a few hundred bytes expands to gigabytes: "billion laughs"), is refused before anything is
+    built from it; the check reads the file's events, which do not expand aliases."""
     import yaml
 
     try:
@@ -32,4 +34,5 @@ def read_config_file(path: str) -> dict[str, Any]:
         data = yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise UserError(f"config: cannot read {path} ({type(e).__name__})") from None
+    note_file(data, f"config file {path}")  # its references stay data unless the user names them
     return data if isinstance(data, dict) else {}

@@ -6,11 +6,13 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+from collections.abc import Mapping
 from typing import Any, cast
 
 from syncfree.algo import algorithm_named, implied_algorithm
 from syncfree.algo.configs import convert
-from syncfree.config import TrainConfig, from_dict, section_types
+from syncfree.config import TrainConfig, from_dict, merge, section_types
+from syncfree.core.imports import UserNames, allow_import, user_names
 from syncfree.tasks.spec import TaskSpec
 
 log = logging.getLogger("syncfree")
@@ -65,6 +67,32 @@ def validated(cfg: TrainConfig) -> TrainConfig:
     if spec is not None and spec.check is not None:
         spec.check(cfg)
     return cfg
+
+
+# -- the code a config names ---------------------------------------------------------------------------------------
+
+def check_references(cfg: TrainConfig, names: UserNames) -> None:
+    """Refuse, before anything is imported, a module of the user's choosing that `cfg` names (its task's, its
+    `symmetry.mirror`'s) and `names` does not allow: what a run of `cfg` would import, checked up front."""
+    spec = _spec(cfg.task)
+    symmetry = getattr(cfg, "symmetry", None)
+    mirror = symmetry.mirror if symmetry is not None and symmetry.active() else ""
+    with user_names(names):
+        if spec is not None and spec.imports:
+            allow_import(cfg.task, "task", spec.imports)
+        if mirror:
+            allow_import(mirror, "symmetry.mirror", mirror.partition(":")[0])
+
+
+def named_in_call(task: Any, overrides: Mapping[str, Any]) -> frozenset[str]:
+    """The references a call of `syncfree.learn` gives itself: its task's name, a `symmetry.mirror` among its
+    overrides (a dotted key, a section dict or a section object)."""
+    tree: dict[str, Any] = {}
+    for key, value in overrides.items():
+        merge(tree, str(key).split("."), value)
+    section = tree.get("symmetry")
+    mirror = section.get("mirror") if isinstance(section, dict) else getattr(section, "mirror", None)
+    return frozenset(name for name in (task, mirror) if isinstance(name, str) and name)
 
 
 # -- stored configs ------------------------------------------------------------------------------------------------

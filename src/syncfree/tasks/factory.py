@@ -1,11 +1,13 @@
 """`module:factory`: your own env as a task (`syncfree train --task my_envs:make_reach`), in every command that takes
-a task, and remembered by the checkpoints, so `eval`, `play`, `export` and `--resume` need no `--task`.
+a task. The checkpoints record the name as data: `eval` and `--resume` import the module only when their command
+line names it too (`--task my_envs:make_reach`) or trusts the file (`--trust`); `export` needs neither.
 
-The factory is a callable of an importable module (the current folder is importable, as with `python -m`). It
-returns a syncfree `VecEnv` or an rsl_rl-style one (`get_observations`, `step` returning four values; adapted as
-`syncfree.envs.adapters.from_rsl_rl.RslRlVecEnv`). It is called with the keywords it takes of `num_envs`, `device`
-and `seed`; the preset's env count is its `num_envs` default, or the count of an env made once to ask when it takes
-no `num_envs`. Every env it makes is checked (`syncfree.check_env`) before anything is built on it.
+The factory is a callable of an importable module (the `syncfree` command finds it in the current folder, as
+`python -m` does; in Python, on `sys.path`). It returns a syncfree `VecEnv` or an rsl_rl-style one
+(`get_observations`, `step` returning four values; adapted as `syncfree.envs.adapters.from_rsl_rl.RslRlVecEnv`). It
+is called with the keywords it takes of `num_envs`, `device` and `seed`; the preset's env count is its `num_envs`
+default, or the count of an env made once to ask when it takes no `num_envs`. Every env it makes is checked
+(`syncfree.check_env`) before anything is built on it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 
 from syncfree.algo.configs import PPOTrainConfig
 from syncfree.config import EnvConfig, TrainConfig
-from syncfree.core.imports import is_callable_name, load_callable
+from syncfree.core.imports import allow_import, is_callable_name, load_callable
 from syncfree.envs.api import VecEnv
 from syncfree.envs.check import check_env
 from syncfree.errors import UserError
@@ -28,10 +30,11 @@ is_factory_name = is_callable_name
 
 
 def load(task: str, what: str = "") -> Callable[..., Any]:
-    """The callable `task` names (one line, beginning with `what`, naming what is missing when it cannot be
-    found)."""
+    """The callable `task` names, if the running command or call allows its import (one line, beginning with
+    `what`, naming what is missing when it cannot be found)."""
     if not is_factory_name(task):
         raise UserError(f"{what or f'task {task!r}'} is not module:factory")
+    allow_import(task, "task", task.partition(":")[0])
     return load_callable(task, what or f"task {task!r}")
 
 
@@ -96,7 +99,7 @@ def resolve(task: str) -> TaskSpec:
         return build(task, num_envs, device, seed)
 
     return TaskSpec(task, f"your env from {task}", EnvConfig, {"default": preset}, make_env, "ppo",
-                    cannot_render="an env from a factory has no renderer syncfree knows")
+                    cannot_render="an env from a factory has no renderer syncfree knows", imports=task.partition(":")[0])
 
 
 SOURCES = (TaskSource("<module>:<factory>", "<module>:<factory>", "your own env: a callable returning a syncfree "

@@ -1,4 +1,7 @@
-"""`gym:<id>`: any registered Gymnasium env (e.g. `gym:Humanoid-v5`), stepped as CPU vector envs on the host."""
+"""`gym:<id>`: any registered Gymnasium env (e.g. `gym:Humanoid-v5`), stepped as CPU vector envs on the host.
+
+A registered id runs the code its installed package registered; `gym:<module>:<id>` has Gymnasium import `<module>`
+first (which registers the id), a module of the user's choosing (`syncfree.core.imports.allow_import`)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import torch
 from syncfree.algo.configs import PPOTrainConfig
 from syncfree.algo.settings import PPOConfig
 from syncfree.config import EnvConfig, TrainConfig
+from syncfree.core.imports import allow_import
 from syncfree.envs.adapters.host_worker import worth_a_worker
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError
@@ -52,14 +56,19 @@ def preset(task: str) -> PPOTrainConfig:
 def resolve(task: str) -> TaskSpec:
     """The spec of `gym:<id>` (the env is looked up in Gymnasium's registry when it is made)."""
     env_id = task[len(PREFIX):]
+    module = env_id.partition(":")[0] if ":" in env_id else ""
 
     def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
+        if module:
+            allow_import(task, "task", module)
         from syncfree.envs.adapters.gymnasium import make_gymnasium  # imports gymnasium: only when asked for
 
         return make_gymnasium(env_id, num_envs, device, seed,
                               worker=cfg.perf.host_env_worker and worth_a_worker(num_envs))
 
     def render(cfg: TrainConfig, device: torch.device, seed: int, width: int, height: int) -> tuple[VecEnv, Drawer]:
+        if module:
+            allow_import(task, "task", module)
         from gymnasium.error import DependencyNotInstalled
 
         from syncfree.envs.adapters.gymnasium import make_gymnasium
@@ -76,7 +85,8 @@ def resolve(task: str) -> TaskSpec:
         return env, draw
 
     return TaskSpec(task, f"the Gymnasium env {env_id}", EnvConfig, {"default": preset}, make_env, "ppo",
-                    render=render, bench_profiles=BENCH_PROFILES, env_switches=frozenset({"host_env_worker"}))
+                    render=render, bench_profiles=BENCH_PROFILES, env_switches=frozenset({"host_env_worker"}),
+                    imports=module)
 
 
 SOURCES = (TaskSource(PREFIX, f"{PREFIX}<id>", "any registered Gymnasium env (e.g. gym:Humanoid-v5), as CPU vector "

@@ -82,6 +82,9 @@ class TaskSpec:
     default preset's settings that it shares (`syncfree.algo.configs.convert`)."""
     check: ConfigCheck | None = None
     """Checks of a config of this task across its sections (after each section's own)."""
+    imports: str = ""
+    """The module of the user's choosing that making the task's envs imports (a `module:factory`'s, a
+    `gym:<module>:<id>`'s); empty when only installed packages run (`syncfree.core.imports.allow_import`)."""
 
     def __post_init__(self) -> None:
         if "default" not in self.presets:

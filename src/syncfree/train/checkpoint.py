@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from syncfree.config import TrainConfig
+from syncfree.core.imports import note_file
 from syncfree.errors import UserError
 from syncfree.tasks import config_from_dict, validated
 
@@ -220,6 +221,7 @@ def read(path: str | Path) -> tuple[TrainConfig, dict[str, Any]]:
     state = load(path)
     if not isinstance(state["config"], dict):
         raise UserError(f"checkpoint {path}: its config is not a mapping")
+    note_file(state["config"], f"checkpoint {path}")  # its references stay data unless the user names them
     try:
         return validated(config_from_dict(state["config"])), state
     except (UserError, TypeError) as e:

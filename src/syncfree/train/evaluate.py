@@ -3,7 +3,7 @@ checkpoint (`load_policy`), used by `syncfree eval`, `play`, `export` and the Py
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from torch import nn
 from syncfree.algo import algorithm_for
 from syncfree.config import TrainConfig
 from syncfree.core.device import resolve_device
+from syncfree.core.imports import UserNames, active, user_names
 from syncfree.envs.api import ActionSpec, VecEnv
 from syncfree.errors import UserError
 from syncfree.policy.actor_critic import set_autocast
@@ -44,24 +45,37 @@ class LoadedPolicy:
     iteration: int
     env_steps: int
     device: torch.device
+    names: UserNames = field(default_factory=UserNames)
+    """What the command or call that loaded it named: the code of the run's task (`module:factory`,
+    `gym:<module>:<id>`) is imported only if among it (`syncfree.core.imports`)."""
 
     def make_env(self, num_envs: int, seed: int) -> VecEnv:
         """`num_envs` fresh envs of the run's task with the run's options, on the policy's device."""
         if self.task is None:
             raise UserError(f"checkpoint {self.path}: task {self.cfg.task!r} is not a registered task (a run on "
                             "your own env): make the env yourself")
-        return make_task_env(self.cfg, num_envs, self.device, seed)
+        with user_names(self.names):
+            return make_task_env(self.cfg, num_envs, self.device, seed)
 
     def evaluate(self, env: VecEnv, greedy: bool = True) -> np.ndarray:
         """The return of each env row's first episode (`Algorithm.evaluate`)."""
         return algorithm_for(self.cfg).evaluate(self.policy, env, greedy)
 
 
-def load_policy(path: str | Path, device: str | torch.device = "cpu", autocast: bool = True) -> LoadedPolicy:
+LOADED_HOW = "load it with trust=True, or make its env yourself (syncfree.evaluate(..., env=your_env))"
+"""How to allow the code a loaded checkpoint names, in Python."""
+
+
+def load_policy(path: str | Path, device: str | torch.device = "cpu", autocast: bool = True,
+                trust: bool = False) -> LoadedPolicy:
     """The policy of the checkpoint at `path`, on `device` (`auto`: CUDA when available), in evaluation mode, with
-    the run's `perf.autocast` unless `autocast` is false. Bad input is one `UserError` line naming the file."""
+    the run's `perf.autocast` unless `autocast` is false. The file is data: the code its task names is imported
+    (making its envs) only when the running command names it, or with `trust`. Bad input is one `UserError` line
+    naming the file."""
     path = Path(path)
-    cfg, state = checkpoint.read(path)
+    names = active() or UserNames(trust=trust, how=LOADED_HOW)  # the command's, or this call's
+    with user_names(names):
+        cfg, state = checkpoint.read(path)
     source = f"checkpoint {path}"
     try:
         kind, size = state["action_spec"]
@@ -85,7 +99,7 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu", autocast: 
     policy = policy.to(target).eval().requires_grad_(False)
     set_autocast(policy, cfg.perf.autocast if autocast else "off", target)
     return LoadedPolicy(path, cfg, find_task(cfg.task), policy, int(state["iteration"]), int(state["env_steps"]),
-                        target)
+                        target, names)
 
 
 def evaluate_task(cfg: TrainConfig, policy: Any, num_envs: int, device: torch.device, seed: int,

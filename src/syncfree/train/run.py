@@ -19,7 +19,6 @@ from syncfree.algo.base import CheckpointReader
 from syncfree.algo.scope import warn_inert_switches
 from syncfree.config import TrainConfig, to_dict
 from syncfree.core.compile import compile_cache_dir
-from syncfree.core.device import set_deterministic
 from syncfree.envs import VecEnv
 from syncfree.errors import NonFiniteError, UserError
 from syncfree.tasks import make_task_env, preset_or_none
@@ -100,7 +99,6 @@ class Run:
         until = self.cfg.iterations if until is None else until
         runner.clear_stop()  # a callback or a signal ended the last call; training asked for again goes on
         self.interrupted = False
-        set_deterministic(self.cfg.perf.deterministic)  # a process-wide setting: other runs may have changed it
         self.open_logger()
         progress = Progress(self.cfg.log, runner.iteration, until, show=runner.is_main)
         if runner.compiles_first_iteration() and runner.iteration < until:
