@@ -141,8 +141,8 @@ def test_a_config_of_the_earlier_layout_is_read_in_this_one(task: str, tmp_path:
     it now, the options of other tasks dropped; as a `--config` file, and as a stored dict."""
     import yaml
 
-    from syncfree.cli import parse_train_config
     from syncfree.tasks import config_from_dict
+    from syncfree.train.arguments import parse_train_config
 
     earlier = {"task": task, "iterations": 3, "env": EARLIER_ENV,
                "policy": {"kind": "recurrent" if task == "grid-arena" else "mlp", "actor_hidden": [16],
@@ -180,8 +180,8 @@ def test_configs_and_checkpoints_written_before_the_algorithm_was_named_still_re
     checkpoint, which evaluates and (but the distillation, whose teacher is gone) resumes."""
     import yaml
 
-    from syncfree.cli import parse_train_config
     from syncfree.tasks import config_from_dict
+    from syncfree.train.arguments import parse_train_config
     from syncfree.train.evaluate import evaluate_task, load_policy
     from syncfree.train.session import resume_config
 

@@ -192,7 +192,7 @@ def test_unknown_command(capsys) -> None:
 
 
 def test_config_file_task_selects_its_preset(tmp_path: Path) -> None:
-    from syncfree.cli import parse_train_config
+    from syncfree.train.arguments import parse_train_config
 
     path = tmp_path / "run.yaml"
     path.write_text("task: pendulum\nenv:\n  num_envs: 16\n")
@@ -249,8 +249,8 @@ def test_threads_are_chosen_and_said(monkeypatch, tmp_path: Path, caplog) -> Non
 
 
 def test_the_run_folder_holds_its_config_and_it_reads_back(tmp_path: Path) -> None:
-    from syncfree.cli import parse_train_config
     from syncfree.config import to_dict
+    from syncfree.train.arguments import parse_train_config
 
     args = ["--task", "pendulum", "--iterations", "1", "--env.num_envs", "16", "--ppo.learning_rate", "0.0005",
             "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress", "false"]

@@ -440,7 +440,7 @@ def test_a_teacher_chooses_distillation_and_a_recurrent_policy_the_recurrent_stu
         capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
     """Naming a teacher chooses distillation from PPO's preset, with a line saying so; with `policy.kind=recurrent`
     the recurrent student; PPO's settings that distillation shares (the rollout's length) carry over."""
-    from syncfree.cli import parse_train_config
+    from syncfree.train.arguments import parse_train_config
 
     caplog.set_level(logging.INFO, logger="syncfree")
     cfg = parse_train_config(["--task", "pendulum", "--distill.teacher", "t.pt", "--iterations", "3"])

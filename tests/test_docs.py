@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from syncfree import cli, doctor
+from syncfree.bench.config import parse_arguments as parse_bench_arguments
+from syncfree.train.arguments import parse_train_config
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -133,7 +135,7 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
     if words[0] == "torchrun":
         words = words[words.index("-m") + 1:]
         assert words[0] == "syncfree"
-        cli.parse_train_config(words[2:])
+        parse_train_config(words[2:])
         return "parsed"
     assert words[0] == "syncfree", command
     sub, args = words[1], words[2:]
@@ -143,7 +145,7 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
             doctor.parse_arguments(args)
             return "parsed"
         if sub == "train" and "--config" not in args:  # the options parse; the files are read when training
-            cli.parse_train_config(args)
+            parse_train_config(args)
             return "parsed"
         return "skipped: names the reader's own files"
     if sub == "train":
@@ -152,14 +154,14 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
                 cli.main(words[1:])
             assert info.value.code == 0
             return "ran"
-        cfg = cli.parse_train_config(args)
+        cfg = parse_train_config(args)
         # run it for one iteration (or one more after a resumed checkpoint), into the test's folder
         iterations = 2 if cfg.resume else 1
         assert cli.main(["train", *args, "--iterations", str(iterations), "--log.progress", "false",
                          *([] if cfg.resume else ["--log.dir", str(tmp_path / "runs")])]) == 0, command
         return "ran"
     if sub == "bench":
-        cli.parse_bench_config(args)
+        parse_bench_arguments(args)
         return "parsed"
     if sub == "doctor":
         doctor.parse_arguments(args)

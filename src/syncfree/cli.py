@@ -14,26 +14,10 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
 
 import syncfree
-from syncfree.core.imports import TRUST, TRUST_HELP, from_command_line, user_names
+from syncfree.core.imports import TRUST, from_command_line, user_names
 from syncfree.errors import INTERRUPTED, DistributedError, UserError, out_of_memory
-
-if TYPE_CHECKING:
-    from syncfree.config import TrainConfig
-
-COMMANDS = {
-    "train": "train a task with its algorithm or --algorithm's (default: cartpole by PPO, on CPU unless CUDA is available)",
-    "eval": "run a checkpoint's deterministic policy on N fresh envs and print the mean return",
-    "play": "record a checkpoint's policy acting in one env as a video (MP4 or GIF)",
-    "export": "write a checkpoint's deterministic actor as ONNX graphs (normalizer included)",
-    "plot": "draw runs' learning curves (seeds of one config as mean and band) to a PNG",
-    "bench": "time, count and compare configurations of the perf switches",
-    "doctor": "find the host syncs, allocations and ops of an env or a training loop, by source line",
-    "tasks": "list the tasks",
-    "switches": "list the performance switches with their baseline and optimized values",
-}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         width = max(map(len, COMMANDS))
         print(f"usage: syncfree {{{','.join(COMMANDS)}}} [--help]\n       syncfree --version\n\n"
-              + "\n".join(f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()))
+              + "\n".join(f"  {name:<{width}}  {text}" for name, (_, text) in COMMANDS.items()))
         return 0
     if argv[0] not in COMMANDS:
         print(f"syncfree: unknown command {argv[0]!r}; choose from {', '.join(COMMANDS)}", file=sys.stderr)
@@ -55,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     on_main_thread = threading.current_thread() is threading.main_thread()
     previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)
                 if on_main_thread}
-    command: Callable[[list[str]], int] = globals()[f"cmd_{argv[0]}"]
+    command = COMMANDS[argv[0]][0]
     try:
         with user_names(from_command_line(argv[1:])):  # a file's code runs only when this command line names it
             return command(argv[1:])
@@ -111,91 +95,9 @@ def interrupt(signum: int, frame: FrameType | None) -> None:
     os._exit(INTERRUPTED)
 
 
-def config_parser(prog: str, description: str, cls: type, default: Any, sections: dict[str, type] | None = None) -> Any:
-    """A jsonargparse parser of the dataclass `cls` (its attribute docstrings as help), defaults from `default`;
-    `sections` gives some sections another type than `cls` declares (a task's `env` type)."""
-    from jsonargparse import ArgumentParser, set_parsing_settings
-
-    set_parsing_settings(docstring_parse_attribute_docstrings=True)
-    parser = ArgumentParser(prog=prog, exit_on_error=False, allow_abbrev=False, description=description)
-    parser.add_class_arguments(cls, as_group=False, default=default, skip=set(sections or ()))
-    for name, section_type in (sections or {}).items():
-        parser.add_class_arguments(section_type, nested_key=name, default=getattr(default, name))
-    return parser
-
-
-def parse_train_config(argv: Sequence[str]) -> TrainConfig:
-    """Defaults come from the task's preset for the algorithm chosen (or the resumed checkpoint's config); arguments
-    override them. The options (and `--help`) are those of the algorithm's config type with the task's sections."""
-    from syncfree.config import from_dict, read_config_file, sections_of, unknown_key_hint, value_error_line
-    from syncfree.core.device import resolve_device
-    from syncfree.tasks import (
-        choose_algorithm,
-        config_file_arguments,
-        preset,
-        stored_algorithm,
-        switch_scope,
-        validated,
-        with_algorithm,
-    )
-    from syncfree.train.session import resume_config
-
-    argv = [arg for arg in argv if arg != TRUST]  # read by `main`: a config file cannot set it
-    pre = argparse.ArgumentParser(add_help=False)
-    for name in ("--task", "--resume", "--algorithm", "--policy.kind", "--distill.teacher"):
-        pre.add_argument(name)
-    pre.add_argument("--config", action="append", default=[])
-    known, _ = pre.parse_known_args(argv)
-    files = [read_config_file(path) for path in known.config]  # each checked (size, no aliases) before the parser
-    config_path, from_config = (known.config[-1], files[-1]) if files else (None, {})
-    if known.resume:
-        base = resume_config(known.resume)
-    else:
-        base = preset(known.task or from_config.get("task") or "cartpole")
-        policy, distill = from_config.get("policy"), from_config.get("distill")
-        named = known.algorithm or (stored_algorithm(from_config) if from_config else None)
-        kind = getattr(known, "policy.kind") or (policy.get("kind") if isinstance(policy, dict) else None)
-        teacher = getattr(known, "distill.teacher") or (distill.get("teacher") if isinstance(distill, dict) else None)
-        base = with_algorithm(base, choose_algorithm(base.algorithm, named, kind, teacher))
-    sections = sections_of(base)
-    if config_path:  # a run's config.yaml of an earlier version is read in this one's layout
-        argv = config_file_arguments(list(argv), config_path, from_config, type(base), sections)
-    inert = base.perf.inert_switches(switch_scope(base, resolve_device(base.device)))
-    parser = config_parser("syncfree train", f"Train {base.task} with --algorithm {base.algorithm}; defaults shown "
-                           f"are its preset. Switches that change nothing for it here: {', '.join(inert) or 'none'} "
-                           f"(`syncfree switches --task {base.task}` says why). {TRUST_HELP}", type(base), base,
-                           sections)
-    parser.add_argument("--config", action="config", help="YAML file with any of the options below.")
-    try:
-        ns = parser.parse_args(list(argv))
-    except Exception as e:
-        message = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
-        from_file = "does not accept" in message or "is not accepted" in message
-        where = f" (in {config_path})" if config_path and from_file else ""
-        bad_value = value_error_line(message)
-        if bad_value is not None:
-            raise UserError(f"config: {bad_value}") from None
-        hint = unknown_key_hint(message, type(base), sections)
-        raise UserError(f"config: {message}{where}{other_algorithms_hint(message, base.algorithm)}{hint}") from None
-    ns.pop("config", None)
-    return validated(from_dict(type(base), ns.as_dict(), sections=sections))
-
-
-def other_algorithms_hint(message: str, algorithm: str) -> str:
-    """For an unknown key of a section that other algorithms have (`--distill.teacher` with PPO): which have it."""
-    import re
-
-    from syncfree.algo import algorithms_with
-    from syncfree.config.messages import UNKNOWN_KEY
-
-    match = next((m for m in (re.search(p, message) for p in UNKNOWN_KEY) if m), None)
-    section = match.group(1).split(".")[0] if match else ""
-    owners = [name for name in algorithms_with(section) if name != algorithm] if section else []
-    return f"; {section}.* are settings of --algorithm {' or '.join(owners)}, not {algorithm}" if owners else ""
-
-
 def cmd_train(argv: Sequence[str]) -> int:
     from syncfree.train import distributed
+    from syncfree.train.arguments import parse_train_config
     from syncfree.train.session import train
 
     cfg = parse_train_config(argv)
@@ -289,7 +191,7 @@ def cmd_bench(argv: Sequence[str]) -> int:
     from syncfree.bench import report
     from syncfree.outputs import check_output_dir
 
-    cfg, out = parse_bench_config(argv)
+    cfg, out = bench.parse_arguments(argv)
     if out:
         check_output_dir(out, "bench: --out")  # before minutes of timing
     result = bench.run(cfg)
@@ -299,22 +201,6 @@ def cmd_bench(argv: Sequence[str]) -> int:
         logging.getLogger("syncfree").info("wrote %s", path)
     print(report.markdown(result))
     return 0
-
-
-def parse_bench_config(argv: Sequence[str]) -> tuple[Any, str]:
-    """`syncfree bench`'s arguments -> (the checked `BenchConfig`, the output folder or "")."""
-    from syncfree.bench import BenchConfig
-
-    parser = config_parser("syncfree bench", "Time baseline, optimized and ablated configurations side by side.",
-                           BenchConfig, BenchConfig())
-    parser.add_argument("--out", default="", help="Output folder (default: benchmarks/results/<task>-<profile>-"
-                        "<device>, a `gym:` task's colon as `_`).")
-    try:
-        ns = parser.parse_args(list(argv))
-    except Exception as e:
-        raise UserError(f"bench: {' '.join(line.strip() for line in str(e).splitlines() if line.strip())}") from None
-    out = ns.pop("out")
-    return BenchConfig(**ns.as_dict()).checked(), out
 
 
 def cmd_tasks(argv: Sequence[str]) -> int:
@@ -350,6 +236,21 @@ def cmd_switches(argv: Sequence[str]) -> int:
         raise UserError("switches: --perf.compile, --device and --algorithm need --task")
     print(listing(args.task, args.compile, args.device, args.algorithm))
     return 0
+
+
+COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
+    "train": (cmd_train, "train a task with its algorithm or --algorithm's (default: cartpole by PPO, on CPU unless CUDA "
+                         "is available)"),
+    "eval": (cmd_eval, "run a checkpoint's deterministic policy on N fresh envs and print the mean return"),
+    "play": (cmd_play, "record a checkpoint's policy acting in one env as a video (MP4 or GIF)"),
+    "export": (cmd_export, "write a checkpoint's deterministic actor as ONNX graphs (normalizer included)"),
+    "plot": (cmd_plot, "draw runs' learning curves (seeds of one config as mean and band) to a PNG"),
+    "bench": (cmd_bench, "time, count and compare configurations of the perf switches"),
+    "doctor": (cmd_doctor, "find the host syncs, allocations and ops of an env or a training loop, by source line"),
+    "tasks": (cmd_tasks, "list the tasks"),
+    "switches": (cmd_switches, "list the performance switches with their baseline and optimized values"),
+}
+"""Each command: the function that runs it, and its line in `syncfree --help`."""
 
 
 if __name__ == "__main__":

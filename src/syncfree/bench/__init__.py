@@ -1,6 +1,6 @@
 """`syncfree bench`: the switches' configurations timed side by side, counted, and set against a compute floor."""
 
-from syncfree.bench.config import BenchConfig
+from syncfree.bench.config import BenchConfig, parse_arguments
 from syncfree.bench.run import run
 
-__all__ = ["BenchConfig", "run"]
+__all__ = ["BenchConfig", "parse_arguments", "run"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -10,6 +11,7 @@ from syncfree.config import TrainConfig, with_values
 from syncfree.core.switches import PerfConfig
 from syncfree.errors import UserError
 from syncfree.tasks import get_task, preset, validated
+from syncfree.train.arguments import config_parser
 
 Profile = Literal["quick", "full", "gpu-smoke"]
 
@@ -100,3 +102,17 @@ def train_config(bench: BenchConfig, num_envs: int, perf: PerfConfig) -> TrainCo
     cfg.log.progress = False
     cfg.fit_to_rollout()
     return validated(cfg)
+
+
+def parse_arguments(argv: Sequence[str]) -> tuple[BenchConfig, str]:
+    """`syncfree bench`'s arguments -> (the checked `BenchConfig`, the output folder or "")."""
+    parser = config_parser("syncfree bench", "Time baseline, optimized and ablated configurations side by side.",
+                           BenchConfig, BenchConfig())
+    parser.add_argument("--out", default="", help="Output folder (default: benchmarks/results/<task>-<profile>-"
+                        "<device>, a `gym:` task's colon as `_`).")
+    try:
+        ns = parser.parse_args(list(argv))
+    except Exception as e:
+        raise UserError(f"bench: {' '.join(line.strip() for line in str(e).splitlines() if line.strip())}") from None
+    out = ns.pop("out")
+    return BenchConfig(**ns.as_dict()).checked(), out
