@@ -58,7 +58,7 @@ def test_checkpoint_holds_everything(tmp_path: Path) -> None:
     trainer = Run(small_config("pendulum"), tmp_path)
     trainer.learn()
     state = checkpoint.load(tmp_path / "latest.pt")
-    assert {"policy", "ppo", "env", "obs", "rng", "iteration", "config", "episodes"} <= set(state)
+    assert {"policy", "algorithm", "env", "obs", "rng", "iteration", "config", "episodes"} <= set(state)
     assert {"torch", "numpy", "python"} <= set(state["rng"])
     assert "actor_norm.mean" in state["policy"] and "generator" in state["env"]
     assert sorted(p.name for p in tmp_path.glob("checkpoint_*.pt")) == ["checkpoint_000003.pt"]

@@ -94,7 +94,7 @@ def _with(container: Any, key: Any, value: Any) -> Any:
 def trained(state_of: Runner) -> dict[str, torch.Tensor]:
     """What training changed: the policy's and the optimizer's tensors."""
     state = state_of.state_dict()
-    return {name: t.clone() for name, t in checkpoint._tensors({"policy": state["policy"], "ppo": state["ppo"]})}
+    return {name: t.clone() for name, t in checkpoint._tensors({"policy": state["policy"], "algorithm": state["algorithm"]})}
 
 
 def g1_config():

@@ -82,11 +82,11 @@ def test_a_flipped_byte_is_caught_by_the_digest(trained: Path, tmp_path: Path, c
 
 def test_a_missing_key_is_named(trained: Path, tmp_path: Path, capsys) -> None:
     state = checkpoint.load(trained)
-    del state["ppo"], state["config"]
+    del state["algorithm"], state["config"]
     checkpoint.save_atomic(state, tmp_path / "partial.pt")
     for command in (["eval"], ["train", "--resume"]):
         assert main([*command, str(tmp_path / "partial.pt")]) == 2
-        assert "partial.pt: lacks config, ppo" in one_line_error(capsys)
+        assert "partial.pt: lacks config, algorithm" in one_line_error(capsys)
 
 
 @pytest.mark.parametrize("where", ["policy", "optimizer"])
@@ -95,7 +95,7 @@ def test_non_finite_weights_are_refused(where: str, trained: Path, tmp_path: Pat
     if where == "policy":
         state["policy"]["actor.0.weight"][0, 0] = float("nan")
     else:
-        next(iter(state["ppo"]["optimizer"]["state"].values()))["exp_avg"].view(-1)[0] = float("inf")
+        next(iter(state["algorithm"]["optimizer"]["state"].values()))["exp_avg"].view(-1)[0] = float("inf")
     checkpoint.save_atomic(state, tmp_path / "diverged.pt")
     for command in (["eval"], ["export"], ["train", "--resume"]):
         assert main([*command, str(tmp_path / "diverged.pt")]) == 2
@@ -106,7 +106,7 @@ def test_non_finite_weights_are_refused(where: str, trained: Path, tmp_path: Pat
 def test_a_learning_rate_that_is_no_number_is_refused_in_one_line(lr: object, trained: Path, tmp_path: Path,
                                                                   capsys) -> None:
     state = checkpoint.load(trained)
-    state["ppo"]["lr"] = lr
+    state["algorithm"]["lr"] = lr
     checkpoint.save_atomic(state, tmp_path / "odd-lr.pt")
     assert main(["train", "--resume", str(tmp_path / "odd-lr.pt")]) == 2  # (`eval` reads the policy alone)
     assert "odd-lr.pt: " in (err := one_line_error(capsys)) and "lr" in err
@@ -158,11 +158,11 @@ def _set(tree, path, value):
 @pytest.mark.parametrize(("field", "corrupt", "says"), [
     (("iteration",), lambda v: -1, "iteration: expected an integer >= 0, found -1"),
     (("iteration",), lambda v: "3", "iteration: expected an integer, found a str ('3')"),
-    (("ppo", "lr"), lambda v: -v, "ppo.lr: expected a learning rate > 0"),
+    (("algorithm", "lr"), lambda v: -v, "algorithm.lr: expected a learning rate > 0"),
     (("policy", "actor.0.weight"), lambda v: v.long(), "policy.actor.0.weight: expected a float32 tensor of shape"),
-    (("ppo", "optimizer", "state", 1, "exp_avg"), lambda v: v.t().contiguous(),
-     "ppo.optimizer.state[1].exp_avg: expected a float32 tensor of shape"),
-    (("ppo", "optimizer", "state", 1, "exp_avg_sq"), lambda v: -v - 1, "holds negative values"),
+    (("algorithm", "optimizer", "state", 1, "exp_avg"), lambda v: v.t().contiguous(),
+     "algorithm.optimizer.state[1].exp_avg: expected a float32 tensor of shape"),
+    (("algorithm", "optimizer", "state", 1, "exp_avg_sq"), lambda v: -v - 1, "holds negative values"),
     (("rng", "torch"), lambda v: v[:100].clone(), "rng.torch: expected a uint8 tensor of shape"),
     (("obs", "policy"), lambda v: v[:, :1].clone(), "obs.policy: expected a float32 tensor of shape"),
     (("config",), lambda v: "not a mapping", "its config is not a mapping"),

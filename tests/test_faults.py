@@ -108,7 +108,7 @@ def flipped_byte(ctx: Ctx) -> list[str]:
 
 def missing_keys(ctx: Ctx) -> list[str]:
     state = checkpoint.load(ctx.trained)
-    del state["ppo"], state["config"]
+    del state["algorithm"], state["config"]
     checkpoint.save_atomic(state, ctx.tmp / "partial.pt")
     return ["train", "--resume", str(ctx.tmp / "partial.pt")]
 
@@ -332,7 +332,7 @@ FAULTS = [
     Fault("crafted pickle, export", crafted("export"), 2, r"crafted\.pt: holds .* could run code", nothing_written()),
     Fault("crafted pickle, resume", crafted("train"), 2, r"crafted\.pt: holds .* could run code", nothing_written()),
     Fault("bit-flipped checkpoint", flipped_byte, 2, r"damaged\.pt: its content does not match its SHA-256"),
-    Fault("checkpoint missing keys", missing_keys, 2, r"partial\.pt: lacks config, ppo"),
+    Fault("checkpoint missing keys", missing_keys, 2, r"partial\.pt: lacks config, algorithm"),
     Fault("checkpoint with NaN weights", nan_weights, 2, r"diverged\.pt: policy\.actor\.0\.weight holds non-finite"),
     Fault("NaN observations, continuous actions", nan_observations(NaNPendulum), 2,
           r"iteration 3: non-finite observation or reward from env ids \[3, 5\]",

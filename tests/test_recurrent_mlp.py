@@ -178,8 +178,8 @@ def test_each_segment_switch_changes_nothing_but_speed_for_the_recurrent_mlp_pol
         runs.append(Runner(recurrent_config(**perf)))
         runs[-1].learn()
     a, b = (dict(r.state_dict(), buffer=r.algorithm.buffer.data) for r in runs)
-    assert_same_state({k: a[k] for k in ("policy", "ppo", "episodes", "buffer")},
-                      {k: b[k] for k in ("policy", "ppo", "episodes", "buffer")})
+    assert_same_state({k: a[k] for k in ("policy", "algorithm", "episodes", "buffer")},
+                      {k: b[k] for k in ("policy", "algorithm", "episodes", "buffer")})
 
 
 def test_the_full_log_probs_gate_is_inert_and_gradients_are_clipped_per_network() -> None:

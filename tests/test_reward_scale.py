@@ -107,7 +107,7 @@ def test_the_scale_has_no_host_read_and_is_resumed(tmp_path: Path) -> None:
     assert torch.equal(resumed.runner.algorithm.reward_scale.stats.var, saved["stats.var"])
 
     state = checkpoint.load(tmp_path / "latest.pt")
-    del state["ppo"]["reward_scale"]  # a checkpoint of a run without it: the statistics start new
+    del state["algorithm"]["reward_scale"]  # a checkpoint of a run without it: the statistics start new
     fresh = Run(cfg, tmp_path / "fresh")
     fresh.runner.load_state_dict(state)
     assert int(fresh.runner.algorithm.reward_scale.stats.count) == 0

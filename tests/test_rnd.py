@@ -222,15 +222,15 @@ def test_a_checkpoints_rnd_state_is_checked_field_by_field(tmp_path: Path) -> No
     trainer = Run(rnd_config(), tmp_path)
     trainer.learn()
     state = checkpoint.load(tmp_path / "latest.pt")
-    moments = state["ppo"]["rnd"]["optimizer"]["state"][1]  # the first layer's bias
+    moments = state["algorithm"]["rnd"]["optimizer"]["state"][1]  # the first layer's bias
     moments["exp_avg"] = moments["exp_avg"][:-1]
     fresh = Run(rnd_config(), tmp_path / "again")
-    with pytest.raises(UserError, match=r"ppo\.rnd\.optimizer\.state\[1\]\.exp_avg: expected a float32 tensor "
+    with pytest.raises(UserError, match=r"algorithm\.rnd\.optimizer\.state\[1\]\.exp_avg: expected a float32 tensor "
                        r"of shape \(4,\), found a float32 tensor of shape \(3,\)"):
         fresh.runner.load_state_dict(state)
     state = checkpoint.load(tmp_path / "latest.pt")
-    state["ppo"]["rnd"]["module"]["env_steps"] = torch.tensor(-3)
-    with pytest.raises(UserError, match=r"ppo\.rnd\.module\.env_steps: holds negative values"):
+    state["algorithm"]["rnd"]["module"]["env_steps"] = torch.tensor(-3)
+    with pytest.raises(UserError, match=r"algorithm\.rnd\.module\.env_steps: holds negative values"):
         fresh.runner.load_state_dict(state)
 
 

@@ -41,7 +41,7 @@ def trained(cfg: TrainConfig) -> Runner:
 def snapshot(trainer: Runner) -> dict:
     state = trainer.state_dict()
     data = {k: v for k, v in trainer.algorithm.buffer.data.items() if k != "full_log_probs"}
-    return {"policy": state["policy"], "optimizer": state["ppo"], "buffer": data,
+    return {"policy": state["policy"], "optimizer": state["algorithm"], "buffer": data,
             "advantages": trainer.algorithm.buffer.advantages, "episodes": state["episodes"]}
 
 

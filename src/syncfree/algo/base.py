@@ -290,6 +290,18 @@ class Algorithm(ABC):
                 raise UserError(f"{source}: trained with {key}={trained[key]!r} but this run has {key}={value!r}; the "
                                 "network's weights only mean something with the settings they were trained with")
 
+    optional_state: ClassVar[tuple[str, ...]] = ("reward_scale", "rnd")
+    """Keys of `state_dict` a checkpoint may have or lack (an extension turned on or off since it was written: the run
+    starts that part new, or drops it)."""
+
+    def optimizer_params(self) -> dict[str, list[Tensor]]:
+        """The parameters of each Adam optimizer whose state `state_dict` holds, by its key there (`optimizer`,
+        `rnd.optimizer`), in the optimizer's order: a checkpoint's moments are checked against their shapes."""
+        found: dict[str, list[Tensor]] = {"optimizer": list(self.optim.params)}
+        if self.rnd is not None:
+            found["rnd.optimizer"] = list(self.rnd.params)
+        return found
+
     def state_dict(self) -> dict[str, Any]:
         """The optimizer's state, the reward scale's statistics and RND's state (the policy's parameters are saved
         by the runner)."""

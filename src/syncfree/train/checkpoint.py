@@ -31,9 +31,12 @@ FORMAT_VERSION = 2
 """2: the envelope above. 1 (earlier versions): the state itself, its NumPy RNG state a NumPy array; still read,
 with NumPy's array-rebuilding functions allowed (they build arrays and run nothing else), without a digest."""
 
-REQUIRED_KEYS = ("config", "task", "obs_dims", "action_spec", "num_envs", "iteration", "env_steps", "policy", "ppo",
-                 "obs", "episodes", "rng")
+REQUIRED_KEYS = ("config", "task", "obs_dims", "action_spec", "num_envs", "iteration", "env_steps", "policy",
+                 "algorithm", "obs", "episodes", "rng")
 """What every run's checkpoint holds (`Runner.state_dict`)."""
+
+EARLIER_ALGORITHM_KEY = "ppo"
+"""Where a checkpoint of an earlier version kept the algorithm's state (now `algorithm`)."""
 
 _NUMPY_CORE: Any = getattr(np, "_core", None) or getattr(np, "core")  # noqa: B009 - renamed in NumPy 2
 _NUMPY_ARRAY_GLOBALS: list[Any] = [np.ndarray, np.dtype, type(np.dtype(np.uint32)), _NUMPY_CORE.multiarray._reconstruct]
@@ -208,6 +211,8 @@ def load(path: str | Path) -> dict[str, Any]:
         raise UserError(f"checkpoint {path}: not a syncfree checkpoint (format {FORMAT_VERSION})")
     if not isinstance(state, dict):
         raise UserError(f"checkpoint {path}: not a syncfree checkpoint (format {FORMAT_VERSION})")
+    if EARLIER_ALGORITHM_KEY in state and "algorithm" not in state:  # written before a config named its algorithm
+        state["algorithm"] = state.pop(EARLIER_ALGORITHM_KEY)
     missing = [key for key in REQUIRED_KEYS if key not in state]
     if missing:
         raise UserError(f"checkpoint {path}: lacks {', '.join(missing)}")
@@ -245,13 +250,13 @@ def _load_data(data: bytes, path: Path) -> Any:
 def _check_finite(state: dict[str, Any], path: Path) -> None:
     """Refuse weights, optimizer moments or a learning rate that are NaN or infinite (a diverged run's)."""
     tensors = {f"policy.{name}": t for name, t in _tensors(state["policy"])}
-    tensors.update({f"ppo.{name}": t for name, t in _tensors(state["ppo"])})
+    tensors.update({f"algorithm.{name}": t for name, t in _tensors(state["algorithm"])})
     for name, tensor in tensors.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise UserError(f"checkpoint {path}: {name} holds non-finite values (the run had diverged); not loaded")
-    lr = state["ppo"].get("lr") if isinstance(state["ppo"], dict) else None  # a tensor: checked above
+    lr = state["algorithm"].get("lr") if isinstance(state["algorithm"], dict) else None  # a tensor: checked above
     if isinstance(lr, int | float) and not math.isfinite(lr):  # anything else: the schema names what it is
-        raise UserError(f"checkpoint {path}: ppo.lr is {lr}; not loaded")
+        raise UserError(f"checkpoint {path}: algorithm.lr is {lr}; not loaded")
 
 
 def _tensors(tree: Any, prefix: str = "") -> list[tuple[str, torch.Tensor]]:

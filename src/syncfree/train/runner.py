@@ -281,7 +281,7 @@ class Runner:
             "iteration": self.iteration,
             "env_steps": self.env_steps,
             "policy": self.policy.state_dict(),
-            "ppo": self.algorithm.state_dict(),
+            "algorithm": self.algorithm.state_dict(),
             "env": self.env.state_dict() if self.env.saveable else None,
             "obs": {k: v.clone() for k, v in self.obs.items()},
             "episodes": self.monitors.episodes.state_dict(),
@@ -307,7 +307,7 @@ class Runner:
             lines = str(e).strip().splitlines()
             detail = lines[1].strip() if len(lines) > 1 else lines[0]
             raise UserError(f"{source}: policy does not fit this config ({detail})") from None
-        self.algorithm.load_state_dict(state["ppo"])
+        self.algorithm.load_state_dict(state["algorithm"])
         self.iteration, self.env_steps = state["iteration"], state["env_steps"]
         if not self.is_main:
             self.reset_env()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +33,7 @@ IGNORED = ("config",)
 ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
 """AdamW's moments (syncfree's AdamW has no `amsgrad`)."""
 
-NON_NEGATIVE = (".var", ".count", "ppo.skipped_steps", "exp_avg_sq", ".env_steps")
+NON_NEGATIVE = (".var", ".count", "algorithm.skipped_steps", "exp_avg_sq", ".env_steps")
 """Tensors (by the end of their path) whose values are never negative."""
 
 
@@ -87,14 +87,19 @@ def check_fits(state: dict[str, Any], runner: Any, template: dict[str, Any], sou
     runner.algorithm.check_resumable(config, cfg, source)
     if env.saveable:
         env.check_state_dict(state.get("env"))
-    check_checkpoint(state, template, source, runner.algorithm.optim.params)
+    algorithm = runner.algorithm
+    check_checkpoint(state, template, source, {f"algorithm.{k}": v for k, v in algorithm.optimizer_params().items()},
+                     optional=tuple(f"algorithm.{k}" for k in algorithm.optional_state))
 
 
 def check_checkpoint(state: dict[str, Any], template: dict[str, Any], source: str,
-                     optimizer_params: Sequence[Tensor] = ()) -> None:
+                     optimizer_params: Mapping[str, Sequence[Tensor]] | None = None,
+                     optional: Sequence[str] = ()) -> None:
     """Raise `UserError` (one line) at the first field of `state` that differs from `template`, this run's own
-    `state_dict()`; `optimizer_params`: the optimizer's parameters in its order (Adam's moments are shaped as
-    they are)."""
+    `state_dict()`. `optimizer_params`: the parameters of each Adam optimizer whose state is in `state`, by its path
+    (`algorithm.optimizer`), in the optimizer's order (its moments are shaped as they are); `optional`: paths either
+    side may lack (an extension turned on or off since: `algorithm.rnd`), checked where both have them."""
+    params = dict(optimizer_params or {})
     try:
         for key, expected in template.items():
             if key in IGNORED:
@@ -105,35 +110,40 @@ def check_checkpoint(state: dict[str, Any], template: dict[str, Any], source: st
                 raise Mismatch(f"{key}: missing")
             special = SPECIAL.get(key)
             if special is not None:
-                special(state[key], expected, key, optimizer_params)
+                special(state[key], expected, key)
             else:
-                conform(state[key], expected, key, optimizer_params)
+                conform(state[key], expected, key, params, tuple(optional))
     except Mismatch as e:
         raise UserError(f"{source}: {e}") from None
 
 
-def conform(found: Any, expected: Any, path: str, params: Sequence[Tensor] = ()) -> None:
-    """`found` has `expected`'s structure, types, dtypes and shapes, and in-range values."""
-    if path.endswith("ppo.optimizer"):
-        _optimizer(found, path, params)
+def conform(found: Any, expected: Any, path: str, params: Mapping[str, Sequence[Tensor]] | None = None,
+            optional: tuple[str, ...] = ()) -> None:
+    """`found` has `expected`'s structure, types, dtypes and shapes, and in-range values; an optimizer's state (a path
+    of `params`) holds moments shaped as its parameters."""
+    params = params or {}
+    if path in params:
+        _optimizer(found, path, params[path])
         return
     if isinstance(expected, Tensor):
         _tensor(found, expected.dtype, tuple(expected.shape), path)
     elif isinstance(expected, dict):
         if not isinstance(found, dict):
             raise Mismatch(f"{path}: expected a dict, found {describe(found)}")
-        missing = [k for k in expected if k not in found]
-        extra = [k for k in found if k not in expected]
+        skip = {k for k in (*found, *expected) if f"{path}.{k}" in optional and (k in found) != (k in expected)}
+        missing = [k for k in expected if k not in found and k not in skip]
+        extra = [k for k in found if k not in expected and k not in skip]
         if missing or extra:
             raise Mismatch(f"{path}: " + "; ".join(part for part in (_listed("lacks", missing),
                                                                      _listed("has unexpected", extra)) if part))
         for key, value in expected.items():
-            conform(found[key], value, f"{path}.{key}", params)
+            if key not in skip:
+                conform(found[key], value, f"{path}.{key}", params, optional)
     elif isinstance(expected, (list, tuple)):
         if not isinstance(found, (list, tuple)) or len(found) != len(expected):
             raise Mismatch(f"{path}: expected {describe(expected)}, found {describe(found)}")
         for i, (f, e) in enumerate(zip(found, expected, strict=True)):
-            conform(f, e, f"{path}[{i}]", params)
+            conform(f, e, f"{path}[{i}]", params, optional)
     elif isinstance(expected, bool):
         _kind(found, bool, "a bool", path)
     elif isinstance(expected, int):
@@ -146,6 +156,12 @@ def conform(found: Any, expected: Any, path: str, params: Sequence[Tensor] = ())
         _kind(found, str, "a str", path)
     elif expected is None and found is not None:
         raise Mismatch(f"{path}: expected None, found {describe(found)}")
+    if path.endswith(LEARNING_RATES):
+        _learning_rate(found, path)
+
+
+LEARNING_RATES = ("algorithm.lr",)
+"""Tensors (by the end of their path) that are a learning rate: > 0."""
 
 
 def _listed(what: str, keys: list[Any], most: int = 4) -> str:
@@ -222,32 +238,7 @@ def _learning_rate(found: Any, path: str) -> None:
         raise Mismatch(f"{path}: expected a learning rate > 0, found {float(value)}")
 
 
-def _ppo(found: Any, expected: Any, path: str, params: Sequence[Tensor]) -> None:
-    """The optimizer, learning rate and skip count; the reward scale's statistics and RND's state where both this run
-    and the checkpoint's keep them (a run without `ppo.normalize_rewards` or `rnd` saves none; a run that turns one
-    on starts it new, one that turns it off drops it)."""
-    if isinstance(found, dict) and isinstance(expected, dict):
-        if "rnd" in found and "rnd" in expected:
-            _rnd(found["rnd"], expected["rnd"], f"{path}.rnd")
-        skip = {"rnd"} | ({"reward_scale"} if ("reward_scale" in found) != ("reward_scale" in expected) else set())
-        found = {k: v for k, v in found.items() if k not in skip}
-        expected = {k: v for k, v in expected.items() if k not in skip}
-    conform(found, expected, path, params)
-    _learning_rate(found["lr"], f"{path}.lr")
-
-
-def _rnd(found: Any, expected: Any, path: str) -> None:
-    """Random network distillation's networks and statistics, and its predictor's Adam state (moments shaped as the
-    predictor's parameters, in their order)."""
-    if not isinstance(found, dict) or set(found) != set(expected):
-        raise Mismatch(f"{path}: expected the keys {sorted(expected)}, found "
-                       f"{sorted(found) if isinstance(found, dict) else describe(found)}")
-    conform(found["module"], expected["module"], f"{path}.module")
-    predictor = [t for name, t in expected["module"].items() if name.startswith("predictor.")]
-    _optimizer(found["optimizer"], f"{path}.optimizer", predictor)
-
-
-def _rng(found: Any, expected: Any, path: str, params: Sequence[Tensor]) -> None:
+def _rng(found: Any, expected: Any, path: str) -> None:
     """The random states, in the shapes this process has (CUDA's may differ: other devices), each one a generator
     accepts (set on a throwaway generator, nothing of this process's touched)."""
     if not isinstance(found, dict):
@@ -280,7 +271,7 @@ def _rng(found: Any, expected: Any, path: str, params: Sequence[Tensor]) -> None
         raise Mismatch(f"{path}.numpy.keys: values outside [0, 2**32)")
 
 
-def _episodes(found: Any, expected: Any, path: str, params: Sequence[Tensor]) -> None:
+def _episodes(found: Any, expected: Any, path: str) -> None:
     """The recent episodes' returns and lengths: lists of finite numbers (as many as finished, up to the window)."""
     if not isinstance(found, dict) or set(found) != set(expected):
         raise Mismatch(f"{path}: expected the keys {sorted(expected)}, found "
@@ -292,7 +283,7 @@ def _episodes(found: Any, expected: Any, path: str, params: Sequence[Tensor]) ->
             _number(value, f"{path}.{key}[{i}]")
 
 
-def _callbacks(found: Any, expected: Any, path: str, params: Sequence[Tensor]) -> None:
+def _callbacks(found: Any, expected: Any, path: str) -> None:
     if not isinstance(found, dict):
         raise Mismatch(f"{path}: expected a dict, found {describe(found)}")
     best, since = found.get("best"), found.get("since_best", 0)
@@ -303,8 +294,6 @@ def _callbacks(found: Any, expected: Any, path: str, params: Sequence[Tensor]) -
         raise Mismatch(f"{path}.since_best: expected an integer >= 0, found {since}")
 
 
-SPECIAL: dict[str, Callable[[Any, Any, str, Sequence[Tensor]], None]] = {
-    "ppo": _ppo, "rng": _rng, "episodes": _episodes, "callbacks": _callbacks,
-}
-"""Fields whose shape is not the template's: optimizer moments (the template's may be empty), random states (the
-CUDA ones depend on the devices), recent episodes (as many as finished)."""
+SPECIAL: dict[str, Callable[[Any, Any, str], None]] = {"rng": _rng, "episodes": _episodes, "callbacks": _callbacks}
+"""Fields whose shape is not the template's: random states (the CUDA ones depend on the devices), recent episodes
+(as many as finished), the callbacks' state."""
