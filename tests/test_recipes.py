@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import syncfree
@@ -109,6 +110,69 @@ def test_a_task_is_its_env_and_one_registry_module(tmp_path: Path) -> None:
     from test_layout import kind_and_task_branches
 
     assert kind_and_task_branches(src / "syncfree") == []  # nothing outside the registry asks for the new task
+
+
+def tree(root: Path) -> dict[Path, bytes]:
+    """Every Python file under `root` and its content."""
+    return {p.relative_to(root): p.read_bytes() for p in root.rglob("*.py")}
+
+
+@pytest.mark.slow
+def test_an_algorithm_is_one_module_of_algo_that_trains_logs_resumes_exports_and_benches(tmp_path: Path) -> None:
+    """CONTRIBUTING's REINFORCE, added as written: nothing but its own module changes in the package, and every
+    command takes it."""
+    pytest.importorskip("onnx")
+    module = "src/syncfree/algo/reinforce.py"
+    src = copy_package(tmp_path)
+    before = tree(src)
+    (tmp_path / module).write_text(recipe_blocks()[module])
+    after = tree(src)
+    assert {path for path in after if before.get(path) != after[path]} == {Path("syncfree/algo/reinforce.py")}
+    result = run_in(src, """
+        common = ["--env.num_envs", "16", "--reinforce.steps_per_env", "8", "--log.progress", "false",
+                  "--log.dir", "runs"]
+        results = {
+            "train": run("train", "--task", "pendulum", "--algorithm", "reinforce", "--iterations", "2",
+                         "--log.run_name", "r", *common),
+            "resume": run("train", "--resume", "runs/r/latest.pt", "--iterations", "3", "--log.run_name", "r2",
+                          "--log.progress", "false"),
+            "eval": run("eval", "runs/r/latest.pt", "--num_envs", "4"),
+            "export": run("export", "runs/r/latest.pt", "--out", "runs/onnx"),
+            "switches": run("switches", "--task", "pendulum", "--algorithm", "reinforce"),
+            "bench": run("bench", "--task", "pendulum", "--algorithm", "reinforce", "--num_envs", "[16]", "--repeats",
+                         "1", "--iterations", "1", "--min_seconds", "0", "--compile", "false", "--threads", "1",
+                         "--ablations", "false", "--out", "bench"),
+            "help": run("train", "--task", "pendulum", "--algorithm", "reinforce", "--help"),
+        }
+        import syncfree
+        from syncfree.bench.timing import count_iteration
+        from syncfree.train.runner import Runner
+
+        learned = syncfree.learn("pendulum", algorithm="reinforce", iterations=1, run_dir=False,
+                                 env={"num_envs": 16}, reinforce={"steps_per_env": 8}, log={"progress": False})
+        runner = Runner(learned.run.cfg)
+        runner.learn(until=1)
+        counts = count_iteration(runner)
+        results["counts"] = {"code": 0, "out": json.dumps([counts["syncs_per_step"], counts["syncs_per_minibatch"],
+                                                           counts["syncs_per_iteration"]]), "err": ""}
+        print(json.dumps(results))
+    """, cwd=tmp_path)
+    assert all(r["code"] == 0 for r in result.values()), {k: r for k, r in result.items() if r["code"]}
+    records = [json.loads(line) for line in (tmp_path / "runs" / "r2" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [1, 2, 3]  # the resumed run carries the first run's records
+    assert all(np.isfinite(r["policy_loss"]) and np.isfinite(r["value_loss"]) for r in records)
+    assert result["eval"]["out"].startswith("pendulum: mean return")
+    assert (tmp_path / "runs" / "onnx" / "pendulum-actor.onnx").stat().st_size > 0
+    assert result["switches"]["out"].startswith("pendulum, reinforce")
+    bench = json.loads((tmp_path / "bench" / "results.json").read_text())
+    assert bench["algorithm"] == "reinforce" and bench["sizes"][0]["configs"]["optimized"]["counts"]["syncs_per_step"] == 0
+    assert "--reinforce.actor_learning_rate" in result["help"]["out"]
+    assert json.loads(result["counts"]["out"]) == [0, 0, 1]  # no host read per step or per update; one per iteration
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_layout import algorithm_specific_code, kind_and_task_branches
+
+    assert kind_and_task_branches(src / "syncfree") == [] and algorithm_specific_code(src / "syncfree") == []
 
 
 @pytest.mark.slow

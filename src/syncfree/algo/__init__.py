@@ -1,11 +1,15 @@
 """The algorithms, chosen by name (`--algorithm NAME`): PPO on flat rollouts (`ppo`), on BPTT segments
 (`recurrent-ppo`), and student-teacher distillation (`distillation`, `recurrent-distillation`), behind one
-interface (`base.Algorithm`). Each brings its config type (`configs`), whose sections are its settings."""
+interface (`base.Algorithm`). Each brings its config type (`configs`), whose sections are its settings. Every module
+of this package that declares `ALGORITHMS` (a tuple of classes) has them registered; `register_algorithm` adds one
+from outside the package."""
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
+import pkgutil
 
 from syncfree.algo.base import Algorithm
 from syncfree.algo.distillation import Distillation, RecurrentDistillation
@@ -14,9 +18,8 @@ from syncfree.algo.recurrent import RecurrentPPO
 from syncfree.config import TrainConfig
 from syncfree.errors import UserError
 
-ALGORITHMS: dict[str, type[Algorithm]] = {a.name: a for a in (FeedForwardPPO, RecurrentPPO, Distillation,
-                                                              RecurrentDistillation)}
-"""The algorithms by name (`register_algorithm` adds one)."""
+ALGORITHMS: dict[str, type[Algorithm]] = {}
+"""The algorithms by name."""
 
 
 def register_algorithm(algorithm: type[Algorithm]) -> type[Algorithm]:
@@ -27,6 +30,13 @@ def register_algorithm(algorithm: type[Algorithm]) -> type[Algorithm]:
         raise ValueError(f"algorithm {algorithm.name!r} is registered already ({taken.__name__})")
     ALGORITHMS[algorithm.name] = algorithm
     return algorithm
+
+
+def _discover() -> None:
+    """Register the algorithms every module of this package declares (its `ALGORITHMS`), PPO's first."""
+    for name in ("feedforward", "recurrent", *sorted(info.name for info in pkgutil.iter_modules(__path__))):
+        for algorithm in getattr(importlib.import_module(f"{__name__}.{name}"), "ALGORITHMS", ()):
+            register_algorithm(algorithm)
 
 
 def algorithm_named(name: str, where: str = "config") -> type[Algorithm]:
@@ -74,6 +84,8 @@ def implied_algorithm(name: str, policy_kind: str | None = None, teacher: bool =
         return name, ""  # the algorithm's own validation names a kind it does not train
     return chosen.name, "distill.teacher names a teacher" if family != current.family else f"policy.kind={kind}"
 
+
+_discover()
 
 __all__ = ["ALGORITHMS", "Algorithm", "Distillation", "FeedForwardPPO", "RecurrentDistillation", "RecurrentPPO",
            "algorithm_for", "algorithm_named", "algorithms_with", "implied_algorithm", "policy_kinds", "register_algorithm"]

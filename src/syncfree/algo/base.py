@@ -294,6 +294,11 @@ class Algorithm(ABC):
     """Keys of `state_dict` a checkpoint may have or lack (an extension turned on or off since it was written: the run
     starts that part new, or drops it)."""
 
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """Every optimizer the algorithm steps (the bench counts their state's memory): the policy's, and RND's
+        predictor's with RND."""
+        return [self.optim.optimizer, *([self.rnd.optimizer] if self.rnd is not None else [])]
+
     def optimizer_params(self) -> dict[str, list[Tensor]]:
         """The parameters of each Adam optimizer whose state `state_dict` holds, by its key there (`optimizer`,
         `rnd.optimizer`), in the optimizer's order: a checkpoint's moments are checked against their shapes."""

@@ -499,3 +499,7 @@ class RecurrentDistillation(Distillation):
 
     def storage_tensors(self) -> list[Tensor]:
         return [*super().storage_tensors(), self.keeps, *self.state, *self.first_state]
+
+
+ALGORITHMS = (Distillation, RecurrentDistillation)
+"""Registered by `syncfree.algo` (`--algorithm distillation`, `recurrent-distillation`)."""

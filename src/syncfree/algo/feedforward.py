@@ -385,3 +385,7 @@ class FeedForwardPPO(Algorithm):
                 loss = loss + self.symmetry.mirror_loss_coef * mirror_loss
             parts = (*parts, mirror_loss.detach())
         return loss, parts, kl_mean
+
+
+ALGORITHMS = (FeedForwardPPO,)
+"""Registered by `syncfree.algo` (`--algorithm ppo`)."""

@@ -513,3 +513,7 @@ def scripted_teacher(env: VecEnv) -> Teacher:
     if not isinstance(env, MettaGridVecEnv):
         raise UserError(f"losses.supervised: {type(env).__name__} provides no scripted teacher (a MettaGrid env does)")
     return MinesTeacher.from_env(env)
+
+
+ALGORITHMS = (RecurrentPPO,)
+"""Registered by `syncfree.algo` (`--algorithm recurrent-ppo`)."""

@@ -58,12 +58,13 @@ def time_phases(runner: Runner) -> dict[str, float]:
 
 def tensor_bytes(runner: Runner) -> int:
     """Bytes held by the algorithm's rollout storage and per-row state (a recurrent policy's), the env state, the
-    policy and the optimizer state."""
+    policy and its optimizers' state."""
     tensors = runner.algorithm.storage_tensors()
     tensors += list(runner.policy.state_dict().values())
     tensors += [v for v in runner.env.state_dict().values() if isinstance(v, torch.Tensor)]
-    for state in runner.algorithm.optim.optimizer.state.values():
-        tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    for optimizer in runner.algorithm.optimizers():
+        for state in optimizer.state.values():
+            tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
