@@ -44,7 +44,10 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", root: type | No
                                 f"{type(value).__name__} {_shown(value)}")
             value = from_dict(subs[key], value, prefix=f"{prefix}{key}.", root=root, root_sections=root_sections)
         else:
-            check_type(value, field_types(cls)[key], prefix + key)
+            annotation = field_types(cls)[key]
+            check_type(value, annotation, prefix + key)
+            if annotation is float and isinstance(value, int):  # `3` given for a number: stored as the number 3.0
+                value = float(value)
         kwargs[key] = value
     for key, sub in subs.items():  # a section the data leaves out: the given type's defaults
         if key not in kwargs and sections is not None and key in sections:
