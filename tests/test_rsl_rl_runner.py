@@ -5,9 +5,11 @@ mapped or refused by name."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import copy
 import dataclasses
 import inspect
+import io
 import json
 import os
 import re
@@ -250,10 +252,101 @@ def test_recurrent_exports_act_as_the_live_policy(tmp_path: Path, core: str, lay
 def test_learn_may_be_called_again_and_goes_on_logging_into_the_same_folder(tmp_path: Path, one_thread) -> None:
     runner = OnPolicyRunner(rsl_env(), train_cfg(), log_dir=str(tmp_path), device="cpu")
     runner.learn(2)
+    assert not (tmp_path / ".lock").exists()  # the folder is the script's again: another runner may write there
     runner.learn(2)  # rsl_rl numbers it from its current iteration: 1 and 2
+    assert not (tmp_path / ".lock").exists()
     assert [json.loads(line)["iteration"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == \
         [1, 2, 3, 4]
     assert sorted(p.name for p in tmp_path.glob("model_*.pt")) == ["model_0.pt", "model_1.pt", "model_2.pt"]
+    assert runner.current_learning_iteration == 2
+
+
+class LoggingEnv(SyncfreeToRslRl):
+    """Pendulum with 10-step episodes whose `extras["log"]` holds terms as Isaac Lab's and mjlab's managers name
+    them (and one without a `/`, which rsl_rl files under `Episode/`)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(make_env("pendulum", 16, device="cpu", seed=seed, max_episode_length=10))
+
+    def step(self, actions: torch.Tensor) -> tuple[Any, torch.Tensor, torch.Tensor, dict]:
+        obs, rewards, dones, extras = super().step(actions)
+        extras["log"] = {"Episode_Reward/swing": rewards.mean(), "Episode_Termination/time_out": dones.float().mean(),
+                         "Metrics/effort": actions.abs().mean(dim=1), "upright": 0.5}
+        return obs, rewards, dones, extras
+
+
+@dataclasses.dataclass
+class Logged:
+    """What a runner logged in `log_dir` and printed, learning 2 iterations, then 1 more."""
+
+    scalars: dict[str, list[int]]
+    """TensorBoard's tags and the steps of each."""
+    console: str
+    reads: list[str] = dataclasses.field(default_factory=list)
+    """The files whose lines read the host in the last `learn(1)`, and how often (the drop-in's)."""
+
+
+def learn_and_read_logs(runner: Any, log_dir: Path) -> Logged:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from syncfree.core.counters import count_syncs
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        runner.learn(2)
+        with count_syncs(sites=True) as counts:
+            runner.learn(1)
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    scalars = {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    reads = sorted(f"{Path(line.split(':')[0]).name} {sum(site.syncs.values())}"
+                   for line, site in (counts.sites or {}).items() if site.syncs)
+    return Logged(scalars, out.getvalue(), reads)
+
+
+@pytest.fixture(scope="module")
+def logs(tmp_path_factory) -> tuple[Logged, Logged]:
+    """rsl_rl's runner and the drop-in, the same script on the same env: (rsl_rl's logs, the drop-in's)."""
+    pytest.importorskip("tensorboard")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    folder = tmp_path_factory.mktemp("logs")
+    cfg = train_cfg()
+    theirs = learn_and_read_logs(RslRlRunner(LoggingEnv(0), for_rsl_rl(cfg), str(folder / "rsl_rl"), "cpu"),
+                                 folder / "rsl_rl")
+    ours = learn_and_read_logs(OnPolicyRunner(LoggingEnv(0), copy.deepcopy(cfg), str(folder / "ours"), "cpu"),
+                               folder / "ours")
+    torch.set_num_threads(threads)
+    return theirs, ours
+
+
+def test_the_drop_in_writes_rsl_rls_tensorboard_tags_in_log_dir_against_its_iteration(logs) -> None:
+    theirs, ours = logs
+    assert {"Loss/value", "Policy/mean_std", "Perf/collection_time", "Train/mean_reward", "Episode_Reward/swing",
+            "Episode_Termination/time_out", "Metrics/effort", "Episode/upright"} <= theirs.scalars.keys()
+    assert theirs.scalars.keys() <= ours.scalars.keys(), sorted(theirs.scalars.keys() - ours.scalars.keys())
+    for tag, steps in theirs.scalars.items():
+        if not tag.endswith("/time"):  # plotted against the seconds elapsed
+            assert ours.scalars[tag] == steps, tag  # rsl_rl's iterations: 0, 1, then 1 again (a learn starts at the last)
+    assert ours.scalars["syncfree/approx_kl"] == [0, 1, 1]  # syncfree's own figures beside them
+    # the action std rides the iteration's one transfer; the checkpoint saved at the end reads the learning rate
+    assert ours.reads == ["optim.py 1", "transfer.py 1"]
+
+
+def test_the_drop_in_prints_rsl_rls_console_block_with_the_envs_terms(logs) -> None:
+    theirs, ours = logs
+
+    def labels(console: str) -> list[str]:
+        return [line.split(":")[0].strip() for line in console.splitlines() if ":" in line and "git" not in line]
+
+    headers = [line.strip() for line in ours.console.splitlines() if "Learning iteration" in line]
+    assert headers == [line.strip() for line in theirs.console.splitlines() if "Learning iteration" in line]
+    assert [h.split()[-2] for h in headers] == ["0/2", "1/2", "1/2"]  # rsl_rl's `it/total`: a learn starts at the last
+    assert labels(ours.console) == labels(theirs.console)
+    terms = [line.strip() for line in ours.console.splitlines() if line.strip().startswith(("Episode_", "Metrics/"))]
+    assert [t.split(":")[0] for t in terms[:3]] == ["Episode_Reward/swing", "Episode_Termination/time_out",
+                                                    "Metrics/effort"]
+    assert "Mean episode upright: 0.5000" in ours.console
 
 
 def test_load_cfg_strict_and_bad_files_as_rsl_rl_reads_them(tmp_path: Path, one_thread) -> None:

@@ -39,8 +39,8 @@ log = logging.getLogger("syncfree")
 class OnPolicyRunner:
     """rsl_rl 5's `OnPolicyRunner(env, train_cfg, log_dir=None, device="cpu")`: `env` is any rsl_rl `VecEnv`
     (Isaac Lab's or mjlab's `RslRlVecEnvWrapper`), `train_cfg` rsl_rl's config dict (`syncfree.tasks.rsl_rl_config`
-    says how each key maps, or why it is refused), `log_dir` where `model_<it>.pt`, `metrics.jsonl`, the mapped
-    `config.yaml` and TensorBoard's files go (None: nothing is written)."""
+    says how each key maps, or why it is refused), `log_dir` where `model_<it>.pt`, TensorBoard's files (rsl_rl's
+    tags, `syncfree.rsl_rl.logger`), `metrics.jsonl` and the mapped `config.yaml` go (None: nothing is written)."""
 
     def __init__(self, env: Any, train_cfg: dict[str, Any], log_dir: str | None = None, device: str = "cpu") -> None:
         self.env = env
@@ -58,21 +58,27 @@ class OnPolicyRunner:
         self.save_interval = mapped.save_interval
         self.config = mapped.config
         """The syncfree config the rsl_rl one maps to (written to `log_dir/config.yaml`)."""
+        if "log.tensorboard" not in (train_cfg.get("syncfree") or {}):
+            mapped.config.log.tensorboard = True  # rsl_rl writes TensorBoard's files with W&B too
         policy_groups, critic_groups = mapped.env_groups()
         vec_env = RslRlVecEnv(env, policy_groups, critic_groups, mapped.mirror_function)
         teacher = mapped.teacher
         with visible_logs():
             self.run = start(mapped.config, Path(log_dir) if log_dir else None, env=vec_env,
                              read_checkpoint=None if teacher is None else fresh_teacher(teacher, vec_env),
-                             saver=self.save_due)
+                             on_iteration=(self.log_iteration,), saver=self.save_due)
         """syncfree's run on `env`: its loop (`run.runner`), metrics and TensorBoard files; the checkpoints are
         rsl_rl's (`save`)."""
         self.run.release()  # the folder is locked while `learn` trains (a script may make several runners)
         runner = self.run.runner
         self.alg: PPO | StudentTeacher = (PPO(runner, policy_groups) if teacher is None else
                                           StudentTeacher(runner, policy_groups, mapped.teacher_noise))
-        self.logger = Logger(log_dir, self.run, "wandb" if mapped.config.log.wandb else "tensorboard")
+        runner.record_part("action_std", lambda: self.alg.get_policy().output_std.mean())
+        self.logger = Logger(log_dir, self.run, "wandb" if mapped.config.log.wandb else "tensorboard", train_cfg,
+                             vec_env.log_names)
         self.current_learning_iteration = 0
+        self._span = (0, 0, 0)
+        """Where the current `learn` started (syncfree's iteration, rsl_rl's) and rsl_rl's iteration it ends at."""
 
     @property
     def runner(self) -> Runner:
@@ -91,13 +97,13 @@ class OnPolicyRunner:
         self.alg.train_mode()
         if runner.iteration == 0 and self.current_learning_iteration:  # a checkpoint's iteration (a subclass's load)
             runner.continue_from(self.current_learning_iteration)
-        self._it = self.current_learning_iteration - 1
-        """rsl_rl's index of the iteration just run (`it`), which `save_due` counts on."""
+        start_it = self.current_learning_iteration
+        self._span = (runner.iteration, start_it, start_it + num_learning_iterations)
         with visible_logs():
             run.acquire()
             try:
                 self.logger.init_logging_writer()
-                run.learn(until=runner.iteration + num_learning_iterations)
+                run.learn(until=runner.iteration + num_learning_iterations, report=self.logger.log_dir is None)
             finally:
                 self.logger.stop_logging_writer()
                 run.release()
@@ -106,13 +112,19 @@ class OnPolicyRunner:
                          saved_line(run.last_saved, runner.iterations_run))
                 raise KeyboardInterrupt
 
+    def log_iteration(self, run: Run, record: dict[str, Any]) -> None:
+        """After each iteration (an `IterationCallback`): rsl_rl's index of it (`it`, from `current_learning_iteration`
+        on, as rsl_rl counts a `learn`), and rsl_rl's logs of it (`Logger.log`)."""
+        first, start_it, total_it = self._span
+        self.current_learning_iteration = start_it + run.runner.iteration - first - 1
+        self.logger.log(record, self.current_learning_iteration, start_it, total_it)
+
     def save_due(self, run: Run, last: bool) -> Path | None:
         """rsl_rl's schedule (`Saver`): `model_<it>.pt` every `save_interval` iterations and at the end."""
-        self._it += 1
-        self.current_learning_iteration = self._it
-        if self.logger.writer is None or not (self._it % self.save_interval == 0 or last):
+        it = self.current_learning_iteration
+        if self.logger.writer is None or not (it % self.save_interval == 0 or last):
             return run.last_saved
-        path = os.path.join(cast(str, self.logger.log_dir), f"model_{self._it}.pt")
+        path = os.path.join(cast(str, self.logger.log_dir), f"model_{it}.pt")
         self.save(path)
         run.last_saved = Path(path)
         return run.last_saved

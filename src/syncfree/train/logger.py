@@ -19,14 +19,21 @@ class RunLogger:
     """Appends one record per iteration. `start_iteration` and `start_env_steps`: where the run continues from (a
     resume); the records of later iterations, written before by the run that is resumed, are dropped from
     `metrics.jsonl` and TensorBoard, so that both read as one run. TensorBoard's x-axis is env steps (all ranks);
-    the iteration is a series of its own."""
+    the iteration is a series of its own.
+
+    `tensorboard_dir`: where TensorBoard's files go (default `run_dir/tensorboard`). `plot=False`: records go to
+    `metrics.jsonl` only and the caller plots what it chooses against its own x-axis (`add_scalar`), as the rsl_rl
+    drop-in plots rsl_rl's tags against rsl_rl's iteration."""
 
     def __init__(self, run_dir: Path, tensorboard: bool = False, wandb: WandbRun | None = None,
-                 config: dict[str, Any] | None = None, start_iteration: int = 0, start_env_steps: int = 0) -> None:
+                 config: dict[str, Any] | None = None, start_iteration: int = 0, start_env_steps: int = 0,
+                 tensorboard_dir: Path | None = None, plot: bool = True) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.path = run_dir / "metrics.jsonl"
         truncate_records(self.path, start_iteration)
         self._file = open(self.path, "a", buffering=1)  # noqa: SIM115 - closed in close()
+        self._plot = plot
+        self.tensorboard_dir = tensorboard_dir or run_dir / "tensorboard"
         self._tb = None
         self._wandb = None
         self.wandb_id: str | None = None
@@ -37,7 +44,8 @@ class RunLogger:
             except ImportError:
                 raise UserError("log.tensorboard: the tensorboard package is not installed "
                                 "(pip install 'syncfree[tensorboard]')") from None
-            self._tb = SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=start_env_steps + 1)
+            self._tb = SummaryWriter(log_dir=str(self.tensorboard_dir),
+                                     purge_step=start_env_steps + 1 if plot else None)
         if wandb is not None:
             try:
                 import wandb as wandb_module
@@ -50,6 +58,8 @@ class RunLogger:
 
     def log(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record) + "\n")
+        if not self._plot:
+            return
         step = record["iteration"]
         scalars = {k: v for k, v in record.items() if isinstance(v, int | float) and k != "iteration"}
         if self._tb is not None:
@@ -59,12 +69,19 @@ class RunLogger:
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
 
+    def add_scalar(self, tag: str, value: float, step: int, wandb: bool = True) -> None:
+        """One point in TensorBoard and (with `wandb`) W&B, as rsl_rl's writers take it."""
+        if self._tb is not None:
+            self._tb.add_scalar(tag, value, step)
+        if wandb and self._wandb is not None:
+            self._wandb.log({tag: value}, step=step)
+
     def close(self) -> None:
         """Close every writer, even when one fails to write what it still holds (a full disk): its last records are
         lost, which one warning says; the run ends as it would, its checkpoints being written apart from its logs."""
         closers = [(str(self.path), self._file.close)]
         if self._tb is not None:
-            closers.append((f"TensorBoard's {self.path.parent / 'tensorboard'}", self._tb.close))
+            closers.append((f"TensorBoard's {self.tensorboard_dir}", self._tb.close))
         if self._wandb is not None:
             closers.append(("W&B", self._wandb.finish))
         failed = []

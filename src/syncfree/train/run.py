@@ -90,17 +90,18 @@ class Run:
 
     # -- training ---------------------------------------------------------------------------------------------
 
-    def learn(self, until: int | None = None, signals: bool = True) -> dict[str, Any]:
+    def learn(self, until: int | None = None, signals: bool = True, report: bool = True) -> dict[str, Any]:
         """Train until iteration `until` (default: `cfg.iterations`), logging each record, asking the callbacks,
         saving as `saver` says and at the end; returns the last record. With `signals` (on the main thread), Ctrl-C
         or SIGTERM stops after the current iteration, which is saved (`interrupted` says so), and a second one
-        aborts it (`KeyboardInterrupt`)."""
+        aborts it (`KeyboardInterrupt`). `report=False`: no progress report (`log.progress`), where the caller
+        prints its own (the rsl_rl drop-in, rsl_rl's)."""
         runner = self.runner
         until = self.cfg.iterations if until is None else until
         runner.clear_stop()  # a callback or a signal ended the last call; training asked for again goes on
         self.interrupted = False
         self.open_logger()
-        progress = Progress(self.cfg.log, runner.iteration, until, show=runner.is_main)
+        progress = Progress(self.cfg.log, runner.iteration, until, show=runner.is_main and report)
         if runner.compiles_first_iteration() and runner.iteration < until:
             progress.compiling()  # the first iteration of a compiled loop: graphs are built
         try:
@@ -153,10 +154,10 @@ class Run:
 
     # -- metrics and checkpoints ------------------------------------------------------------------------------
 
-    def open_logger(self) -> None:
+    def open_logger(self, tensorboard_dir: Path | None = None, plot: bool = True) -> None:
         """Start the metrics of this run (with a run folder): a fresh run refuses a folder that holds another run;
         a resumed run drops the records past its checkpoint's iteration. Writes the run's config as `config.yaml`
-        (a resume, with the options it overrides)."""
+        (a resume, with the options it overrides). `tensorboard_dir` and `plot`: as `RunLogger` takes them."""
         runner = self.runner
         if self.run_dir is None or self.logger is not None:
             return
@@ -170,7 +171,8 @@ class Run:
         wandb = WandbRun(log_cfg.wandb_project, log_cfg.wandb_entity, log_cfg.wandb_group,
                          self.wandb_id) if log_cfg.wandb else None
         self.logger = RunLogger(self.run_dir, log_cfg.tensorboard, wandb, to_dict(self.cfg),
-                                start_iteration=runner.iteration, start_env_steps=runner.env_steps)
+                                start_iteration=runner.iteration, start_env_steps=runner.env_steps,
+                                tensorboard_dir=tensorboard_dir, plot=plot)
         self.wandb_id = self.logger.wandb_id or self.wandb_id
 
     def close_logger(self) -> None:

@@ -98,6 +98,8 @@ class Runner:
         self.transfer.register("episodes", self.monitors.episodes.device_payload)
         self.transfer.register("nonfinite", self.monitors.nonfinite.device_payload)
         self.transfer.register("env", self.env.pop_log)
+        self._record_parts: list[str] = []
+        """Sources of the transfer whose value goes into each record under its name (`record_part`)."""
         self.norm_sync: NormalizerSync | None = None
         self.rnd_norm_sync: NormalizerSync | None = None
         """With several processes and RND: its input and reward normalizers, merged after each update."""
@@ -119,6 +121,9 @@ class Runner:
 
         self.obs: dict[str, torch.Tensor]
         """The env's current observations."""
+        self.collection_seconds = 0.0
+        """Host time of the last iteration's rollout (rsl_rl's collection time; on a GPU, without a sync of its own,
+        until the rollout was queued)."""
         self.reset_env()
         self.iteration = 0
         self.env_steps = 0
@@ -152,6 +157,7 @@ class Runner:
         with torch.inference_mode():
             for t in range(algorithm.steps_per_env):
                 self.rollout_step(t)
+            self.collection_seconds = time.perf_counter() - start
             if self.norm_sync is not None:
                 self.norm_sync.merge()
             algorithm.compute_returns(self.obs)
@@ -170,6 +176,12 @@ class Runner:
             record = self.finish_iteration(host, time.perf_counter() - start)
         self._iterations_run += 1
         return record
+
+    def record_part(self, name: str, source: Callable[[], torch.Tensor]) -> None:
+        """Read `source()` (one value) in each iteration's transfer and put it in the record as `name`: a figure
+        a caller logs (the rsl_rl drop-in's action std) costs no host read of its own."""
+        self.transfer.register(name, source)
+        self._record_parts.append(name)
 
     def switch_scope(self) -> Scope:
         """Where this run stands for the perf switches (`PerfConfig.inert_switches` says which change nothing)."""
@@ -257,6 +269,7 @@ class Runner:
         record.update({name.removeprefix("env/"): float(value) for name, value in host.items()
                        if name.startswith("env/") and not math.isnan(value)})  # NaN: no sample this iteration
         record.update(self.algorithm.record_statistics(stats))
+        record.update({name: float(host[name]) for name in self._record_parts})
         return record
 
     def check_divergence(self, stats: dict[str, float], where: str) -> None:

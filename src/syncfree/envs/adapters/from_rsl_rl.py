@@ -79,6 +79,9 @@ class RslRlVecEnv(VecEnv):
         self._info = {"episode_return": self._final_return, "episode_length": self._final_length}
         self._log_sums: dict[str, Tensor] = {}
         self._log_counts: dict[str, int] = {}
+        self.log_names: dict[str, None] = {}
+        """The names `extras["episode"]` / `extras["log"]` gave so far, in the order first seen (an ordered set): which
+        entries of a record are the env's terms."""
         self._checked_step = False
         self._obs = self._groups(obs)
         self._mirror_function = mirror_function
@@ -150,6 +153,7 @@ class RslRlVecEnv(VecEnv):
                 continue  # strings and other non-numbers are not logged
             if key not in self._log_sums:
                 self._log_sums[key], self._log_counts[key] = torch.zeros((), device=self.device), 0
+                self.log_names[key] = None
             self._log_sums[key].add_(value)
             self._log_counts[key] += 1
 
