@@ -17,6 +17,7 @@ from torch import Tensor
 
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import StepResult
+from syncfree.errors import NonFiniteError
 
 
 class StepMonitors:
@@ -220,6 +221,20 @@ class HostNonFinite(NonFiniteMonitor):
     def end_iteration(self, payload: np.ndarray | None) -> tuple[int, list[int]] | None:
         first, self._first = self._first, None
         return first
+
+
+def stop_on_nonfinite(first_bad: tuple[int, list[int]] | None, other_rank: bool, where: str) -> None:
+    """Raise `NonFiniteError` naming the envs (and the step) that produced non-finite output this iteration
+    (`first_bad`, from `NonFiniteMonitor.end_iteration`), or saying another rank's did (`other_rank`); `where`:
+    the rank and iteration, as the line begins."""
+    if first_bad is not None:
+        step, envs = first_bad
+        shown = ", ".join(map(str, envs[:8])) + (f", ... ({len(envs)} envs)" if len(envs) > 8 else "")
+        raise NonFiniteError(f"{where}: non-finite observation or reward from env ids [{shown}] at rollout step "
+                             f"{step}; stopped")
+    if other_rank:
+        raise NonFiniteError(f"{where}: another rank's envs produced a non-finite observation or reward (its error "
+                             "names them); stopped")
 
 
 def nonfinite_monitor(steps: int, num_envs: int, device: torch.device, deferred: bool) -> NonFiniteMonitor:

@@ -37,7 +37,7 @@ from syncfree.tasks import make_task_env, switch_scope, validated
 from syncfree.train import checkpoint
 from syncfree.train.compile_choice import resolve_compile
 from syncfree.train.distributed import Distributed, NormalizerSync, agreed_facts, env_statistics_reduce
-from syncfree.train.monitors import StepMonitors
+from syncfree.train.monitors import StepMonitors, stop_on_nonfinite
 from syncfree.train.schema import check_fits
 
 log = logging.getLogger("syncfree")
@@ -250,17 +250,12 @@ class Runner:
         if shared is not None:  # statistics averaged over ranks
             stats.update(zip(names, (shared[: len(names)] / self.world_size).tolist(), strict=True))
             self._stop_agreed = bool(shared[-1] > 0)
-        first_bad = self.monitors.nonfinite.end_iteration(host.get("nonfinite"))
-        where = f"rank {self.rank}: " if self.dist is not None else ""
-        if first_bad is not None:
-            step, envs = first_bad
-            shown = ", ".join(map(str, envs[:8])) + (f", ... ({len(envs)} envs)" if len(envs) > 8 else "")
-            raise NonFiniteError(f"{where}iteration {self.iteration}: non-finite observation or reward from env ids "
-                                 f"[{shown}] at rollout step {step}; stopped")
-        if shared is not None and shared[len(names)] > 0:
-            raise NonFiniteError(f"{where}iteration {self.iteration}: another rank's envs produced a non-finite "
-                                 "observation or reward (its error names them); stopped")
-        self.check_divergence(stats, where)
+        where = f"{f'rank {self.rank}: ' if self.dist is not None else ''}iteration {self.iteration}"
+        stop_on_nonfinite(self.monitors.nonfinite.end_iteration(host.get("nonfinite")),
+                          shared is not None and shared[len(names)] > 0, where)
+        diverged = self.algorithm.divergence(stats)
+        if diverged is not None:  # stopped before the iteration is saved
+            raise NonFiniteError(f"{where}: {diverged}; stopped")
         episodes = self.monitors.episodes
         episodes.end_iteration(host.get("episodes"))
         record: dict[str, Any] = {"iteration": self.iteration, "env_steps": self.env_steps,
@@ -271,12 +266,6 @@ class Runner:
         record.update(self.algorithm.record_statistics(stats))
         record.update({name: float(host[name]) for name in self._record_parts})
         return record
-
-    def check_divergence(self, stats: dict[str, float], where: str) -> None:
-        """Stop, before the iteration is saved, when the algorithm says the run diverged (`Algorithm.divergence`)."""
-        reason = self.algorithm.divergence(stats)
-        if reason is not None:
-            raise NonFiniteError(f"{where}iteration {self.iteration}: {reason}; stopped")
 
     # -- checkpoints -------------------------------------------------------------------------------------
 
