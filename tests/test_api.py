@@ -109,3 +109,18 @@ def test_learn_resumes_a_checkpoint_and_continues_exactly(tmp_path: Path) -> Non
         assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
     with pytest.raises(UserError, match=r"missing\.pt"):
         syncfree.learn(resume=tmp_path / "missing.pt")
+    folders = sorted(tmp_path.iterdir())
+    with pytest.raises(UserError, match=r"is at iteration 3; iterations=3 is the total to reach, not how many more "
+                                        r"\(--iterations 6 trains 3 more\)"):
+        syncfree.learn(resume=tmp_path / "split" / "latest.pt", iterations=3)
+    assert sorted(tmp_path.iterdir()) == folders  # nothing trained, no folder left
+
+
+def test_evaluating_a_run_on_an_env_of_your_own_asks_for_the_env(tmp_path: Path) -> None:
+    from syncfree.envs.builtin.classic import Pendulum
+
+    syncfree.learn(Pendulum(8, "cpu", 0), run_dir=tmp_path / "own", iterations=1, ppo={"steps_per_env": 8},
+                   log={"progress": False}, perf={"compile": "off"})
+    with pytest.raises(UserError, match=r"trained on an env of your own \(Pendulum\); pass it as env="):
+        syncfree.evaluate(tmp_path / "own" / "latest.pt")
+    assert syncfree.evaluate(tmp_path / "own" / "latest.pt", env=Pendulum(3, "cpu", 1)).shape == (3,)

@@ -444,3 +444,20 @@ def test_the_command_ends_with_an_idle_thread_pool_alive() -> None:
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "point-mass-goal" in done.stdout
+
+
+def test_a_task_whose_package_is_missing_names_the_extra(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """`syncfree tasks` marks a task whose package is not installed, and training one is one line naming the extra
+    that installs it."""
+    import importlib.util
+    import sys
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gymnasium" else find_spec(name, *a))
+    monkeypatch.setitem(sys.modules, "syncfree.envs.adapters.gymnasium", None)  # its import then fails
+    assert main(["tasks"]) == 0
+    assert re.search(r"^gym:<id> .*\(needs pip install 'syncfree\[gym\]'\)$", capsys.readouterr().out, re.M)
+    assert main(["train", "--task", "gym:Pendulum-v1", "--iterations", "1", "--log.progress", "false"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("syncfree: error: task gym:Pendulum-v1: Gymnasium is not installed: pip install "
+                           "'syncfree[gym]'"), err

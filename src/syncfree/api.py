@@ -136,6 +136,9 @@ def evaluate(policy: str | Path | LoadedPolicy, num_envs: int = 20, seed: int = 
     loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy, trust=trust)
     if num_envs < 1:
         raise UserError(f"evaluate: num_envs={num_envs} is invalid; allowed: an integer >= 1")
+    if env is None and loaded.task is None:
+        raise UserError(f"evaluate: {loaded.path} was trained on an env of your own ({loaded.cfg.task}); pass it as "
+                        "env= (no registered task makes its envs)")
     if env is None:
         with user_names(loaded.names):
             return evaluate_task(loaded.cfg, loaded.policy, num_envs, loaded.device, seed, greedy=not sample)

@@ -33,7 +33,6 @@ import torch
 from torch import Tensor
 
 import syncfree
-from syncfree.algo import algorithm_for
 from syncfree.errors import UserError
 from syncfree.outputs import check_output_dir
 from syncfree.policy.deploy import STATE_NOTE, Deployment, Graph
@@ -63,9 +62,6 @@ def export_checkpoint(path: str | Path, out_dir: str | Path | None = None, forma
     if out_dir is not None:
         check_output_dir(out_dir, "export: --out")  # before the checkpoint is read
     loaded = load_policy(path, autocast=False)  # the exported graphs compute in float32 (a runtime picks its own)
-    refusal = algorithm_for(loaded.cfg).export_refusal
-    if refusal is not None:
-        raise UserError(f"export: checkpoint {path}: {refusal}")
     deployment = cast(Deployable, loaded.policy).deployment(_EXAMPLE_ROWS)
     out = Path(out_dir) if out_dir is not None else path.parent
     stem = loaded.cfg.task.replace(":", "-")

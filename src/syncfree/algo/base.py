@@ -86,8 +86,6 @@ class Algorithm(ABC):
     `recurrent`); None: none does."""
     learning_rate_key: ClassVar[str] = "ppo.learning_rate"
     """The setting a diverged run is told to lower."""
-    export_refusal: ClassVar[str | None] = None
-    """Why `syncfree export` cannot write this algorithm's policies (None: it can)."""
 
     @classmethod
     @abstractmethod

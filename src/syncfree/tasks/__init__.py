@@ -31,7 +31,7 @@ from syncfree.tasks.configs import (
     validated,
     with_algorithm,
 )
-from syncfree.tasks.spec import TaskSource, TaskSpec
+from syncfree.tasks.spec import TaskSource, TaskSpec, missing_extra
 
 TASKS: dict[str, TaskSpec] = {}
 """The built-in tasks (and those `register`ed), by name."""
@@ -75,9 +75,9 @@ def task_names() -> list[str]:
 def listing() -> list[tuple[str, str]]:
     """`syncfree tasks`: (name, description) of every task and family, and the ids of the families that list
     theirs (or why they cannot be listed here)."""
-    rows = [(spec.name, spec.description) for spec in TASKS.values()]
+    rows = [(spec.name, spec.description + missing_extra(spec.needs)) for spec in TASKS.values()]
     for source in SOURCES.values():
-        rows.append((source.usage, source.description))
+        rows.append((source.usage, source.description + missing_extra(source.needs)))
         if source.listing is not None:
             try:
                 rows += [(f"{source.prefix}{name}", "") for name in source.listing()]

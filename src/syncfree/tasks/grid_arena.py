@@ -115,7 +115,7 @@ device."""
 TASKS = (
     TaskSpec("grid-arena", "MettaGrid gridworld (C++ core, CPU), many agents per simulation, token observations, 5 "
              "discrete actions; map from env.map (default: mines, which pay a heart per push); recurrent policy",
-             GridArenaEnvConfig, {"default": preset}, make_env, "recurrent-ppo",
+             GridArenaEnvConfig, {"default": preset}, make_env, "recurrent-ppo", needs=("mettagrid", "grid"),
              sections={"recurrent-ppo": {"policy": RecurrentTokenPolicyConfig}}, check=check_config,
              cannot_render="its MettaGrid simulations have no renderer here; `syncfree eval` measures its return",
              bench_profiles=BENCH_PROFILES, env_only=env_only,

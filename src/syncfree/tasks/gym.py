@@ -5,6 +5,8 @@ first (which registers the id), a module of the user's choosing (`syncfree.core.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -53,6 +55,16 @@ def preset(task: str) -> PPOTrainConfig:
     return cfg
 
 
+def gymnasium_envs(task: str) -> Callable[..., VecEnv]:
+    """The Gymnasium adapter's `make_gymnasium` (it imports Gymnasium: only when a task asks); one line naming the
+    extra to install when Gymnasium is missing."""
+    try:
+        from syncfree.envs.adapters.gymnasium import make_gymnasium
+    except ImportError:
+        raise UserError(f"task {task}: Gymnasium is not installed: pip install 'syncfree[gym]'") from None
+    return make_gymnasium
+
+
 def resolve(task: str) -> TaskSpec:
     """The spec of `gym:<id>` (the env is looked up in Gymnasium's registry when it is made)."""
     env_id = task[len(PREFIX):]
@@ -61,17 +73,15 @@ def resolve(task: str) -> TaskSpec:
     def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -> VecEnv:
         if module:
             allow_import(task, "task", module)
-        from syncfree.envs.adapters.gymnasium import make_gymnasium  # imports gymnasium: only when asked for
-
-        return make_gymnasium(env_id, num_envs, device, seed,
-                              worker=cfg.perf.host_env_worker and worth_a_worker(num_envs))
+        return gymnasium_envs(task)(env_id, num_envs, device, seed,
+                                    worker=cfg.perf.host_env_worker and worth_a_worker(num_envs))
 
     def render(cfg: TrainConfig, device: torch.device, seed: int, width: int, height: int) -> tuple[VecEnv, Drawer]:
         if module:
             allow_import(task, "task", module)
+        make_gymnasium = gymnasium_envs(task)
         from gymnasium.error import DependencyNotInstalled
 
-        from syncfree.envs.adapters.gymnasium import make_gymnasium
         from syncfree.envs.render import gymnasium_frame
 
         env = make_gymnasium(env_id, 1, device, seed, render_mode="rgb_array")
@@ -90,4 +100,4 @@ def resolve(task: str) -> TaskSpec:
 
 
 SOURCES = (TaskSource(PREFIX, f"{PREFIX}<id>", "any registered Gymnasium env (e.g. gym:Humanoid-v5), as CPU vector "
-                      "envs; its own time limit", resolve),)
+                      "envs; its own time limit", resolve, needs=("gymnasium", "gym")),)

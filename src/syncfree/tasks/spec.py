@@ -77,11 +77,11 @@ class TaskSpec:
     sections: Mapping[str, Mapping[str, type]] = field(default_factory=dict)
     """Algorithm name -> the types the task gives some of that algorithm's sections (g1-track's PPO `policy` section
     offers the token policy too)."""
-    algorithm_presets: Mapping[str, Preset] = field(default_factory=dict)
-    """Presets for algorithms other than the task's own, by algorithm name; an algorithm without one starts from the
-    default preset's settings that it shares (`syncfree.algo.configs.convert`)."""
     check: ConfigCheck | None = None
     """Checks of a config of this task across its sections (after each section's own)."""
+    needs: tuple[str, str] = ("", "")
+    """The package the task's envs need and the extra that installs it (grid-arena: `mettagrid`, `grid`);
+    `syncfree tasks` marks a task whose package is missing."""
     imports: str = ""
     """The module of the user's choosing that making the task's envs imports (a `module:factory`'s, a
     `gym:<module>:<id>`'s); empty when only installed packages run (`syncfree.core.imports.allow_import`)."""
@@ -98,14 +98,12 @@ class TaskSpec:
 
     def preset(self, size: str = "default", name: str | None = None, algorithm: str | None = None) -> TrainConfig:
         """The preset named `size`, for the task name `name` (default: the spec's), trained by `algorithm` (default:
-        the preset's own)."""
+        the preset's own: another starts from the settings it shares with the preset, `convert`)."""
         if size not in self.presets:
             raise UserError(f"task {self.name}: no preset {size!r}; it has {', '.join(self.presets)}")
         cfg = self.presets[size](name or self.name)
         if algorithm is None or algorithm == cfg.algorithm:
             return cfg
-        if algorithm in self.algorithm_presets:
-            return self.algorithm_presets[algorithm](name or self.name)
         return convert(cfg, algorithm_named(algorithm).config_type, self.section_types(algorithm))
 
 
@@ -126,9 +124,21 @@ class TaskSource:
     listing: Callable[[], list[str]] | None = None
     """The ids the family has (`syncfree tasks` lists them), for families that can list theirs; raises `UserError`
     when they cannot be listed here (their package is missing)."""
+    needs: tuple[str, str] = ("", "")
+    """The package the family's envs need and the extra that installs it (`gym:`: `gymnasium`, `gym`)."""
 
     def claims(self, name: str) -> bool:
         """Whether `name` is one of this family's tasks."""
         if self.matches is not None:
             return self.matches(name)
         return name.startswith(self.prefix) and len(name) > len(self.prefix)
+
+
+def missing_extra(needs: tuple[str, str]) -> str:
+    """` (needs pip install 'syncfree[<extra>]')` when the package `needs` names is not installed, else ""."""
+    import importlib.util
+
+    package, extra = needs
+    if not package or importlib.util.find_spec(package) is not None:
+        return ""
+    return f" (needs pip install 'syncfree[{extra}]')"

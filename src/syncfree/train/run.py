@@ -286,6 +286,11 @@ def start(cfg: TrainConfig, run_dir: Path | None, env: VecEnv | None = None, dis
     runner, say = run.runner, log.info if main else (lambda *args: None)
     if cfg.resume:
         run.resume(cfg.resume)
+        if runner.iteration >= cfg.iterations:
+            run.abandon()
+            raise UserError(f"resume: {cfg.resume} is at iteration {runner.iteration}; iterations={cfg.iterations} is "
+                            f"the total to reach, not how many more (--iterations {runner.iteration + cfg.iterations} "
+                            f"trains {cfg.iterations} more)")
         say("resumed %s at iteration %d%s", cfg.resume, runner.iteration, "" if cfg.resume_in_place else
             f" as a new run (--resume_in_place true writes on in {Path(cfg.resume).parent} instead)")
     cfg = run.cfg  # as it runs: perf.compile=auto resolved
