@@ -6,6 +6,10 @@ iteration, and the warm-up a first compiled iteration adds with empty compile ca
 otherwise it runs eagerly (`off`). The choice depends only on the config and that table, so the same command chooses
 the same way again; the run's `config.yaml` and checkpoints record the mode chosen, so a rerun from them or a resume
 does not choose again.
+
+An env's step compiles with the trainer's functions only where it traces as one graph (`VecEnv.step_graph_break`):
+where it does not, `auto` compiles the trainer's functions and runs the env eagerly, and a mode the user set is
+refused in one line naming the line that breaks the graph.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from typing import Any, Literal
 import torch
 
 from syncfree.config import TrainConfig
+from syncfree.core.compile import GraphBreak, hot
+from syncfree.envs import VecEnv
+from syncfree.errors import UserError
 
 TABLE = Path(__file__).with_name("compile_payback.json")
 """Written by `benchmarks/compile_payback.py`."""
@@ -28,10 +35,13 @@ TABLE = Path(__file__).with_name("compile_payback.json")
 
 @dataclass(frozen=True)
 class CompileChoice:
-    """The compile mode a run uses and, when `perf.compile=auto` chose it, why (in words)."""
+    """The compile mode a run uses and, where `perf.compile=auto` chose it or the env's step runs eagerly under it,
+    why (in words)."""
 
     mode: Literal["off", "auto", "hot", "step"]
     reason: str | None = None
+    env_break: GraphBreak | None = None
+    """Where the env's step leaves one graph, when `auto` compiles the trainer's functions and runs it eagerly."""
 
 
 @functools.cache
@@ -71,9 +81,9 @@ def choose_compile(cfg: TrainConfig, device: torch.device) -> CompileChoice:
         break_even = figures["break_even"]
         measured = (f"a {figures['warmup_s']:.0f} s warm-up pays back after {break_even} "
                     f"({figures['eager_s']:.2g} -> {figures['compiled_s']:.2g} s per iteration at the preset's size)")
-    if cfg.iterations >= break_even:
-        return CompileChoice("step", f"auto: {cfg.iterations} iterations, {measured}")
-    return CompileChoice("off", f"auto: {cfg.iterations} iterations, too few: {measured}")
+    if cfg.iterations < break_even:
+        return CompileChoice("off", f"auto: {cfg.iterations} iterations, too few: {measured}")
+    return CompileChoice("step", f"auto: {cfg.iterations} iterations, {measured}")
 
 
 def resolve_compile(cfg: TrainConfig, device: torch.device) -> tuple[TrainConfig, CompileChoice]:
@@ -82,3 +92,24 @@ def resolve_compile(cfg: TrainConfig, device: torch.device) -> tuple[TrainConfig
     if choice.mode == cfg.perf.compile:
         return cfg, choice
     return dataclasses.replace(cfg, perf=dataclasses.replace(cfg.perf, compile=choice.mode)), choice
+
+
+def compile_env_step(env: VecEnv, choice: CompileChoice, cfg: TrainConfig, device: torch.device) -> CompileChoice:
+    """Compile `env`'s step with the trainer's functions where it is one graph. Where it is not, a mode `auto` chose
+    (or the run a resume continues chose) compiles the trainer's functions only and runs the env eagerly, the
+    choice's reason naming the line that breaks the graph; a mode the user set is refused in one line naming it,
+    before anything compiles."""
+    perf = cfg.perf
+    if perf.compile == "off":
+        return choice
+    found = env.step_graph_break()
+    if found is None:
+        env.compile_step(lambda fn: hot(fn, perf, device))
+        return choice
+    name = type(env).__name__
+    if choice.reason is None and not cfg.resume:
+        raise UserError(f"perf.compile={perf.compile}: {name}'s step does not compile as one graph: "
+                        f"{found.with_code()}; set perf.compile=auto to compile the trainer and run the env eagerly, "
+                        "or perf.compile=off")
+    eager = f"{name}'s step runs eagerly: its graph breaks at {found}"
+    return dataclasses.replace(choice, reason=f"{choice.reason}; {eager}" if choice.reason else eager, env_break=found)
