@@ -1,5 +1,5 @@
 """`perf.compile=auto`, the default: a run compiles only when it is long enough for the measured compile warm-up to
-pay back, says which and why in its start line, and records the mode chosen in its config
+pay back (early stopping counted), says which and why in its start line, and records the mode chosen in its config
 and checkpoints; an env whose step does not compile as one graph runs eagerly beside the compiled trainer."""
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from syncfree.train.compile_choice import (
     CompileChoice,
     choose_compile,
     compile_env_step,
+    earliest_stop,
     median_break_even,
     payback_table,
     resolve_compile,
@@ -163,6 +164,45 @@ def test_the_cli_says_what_auto_chose(tmp_path: Path) -> None:
     start = next(line for line in done.stderr.splitlines() if line.startswith("training cartpole"))
     assert "perf.compile=off (auto: 2 iterations, too few: a " in start
     assert "first iteration compiles" not in done.stderr
+
+
+# -- early stopping ----------------------------------------------------------------------------------------------
+
+def stopping(task: str, iterations: int, **callbacks: object) -> TrainConfig:
+    cfg = config(task, iterations)
+    cfg.callbacks = dataclasses.replace(cfg.callbacks, **callbacks)
+    cfg.callbacks.validate()
+    return cfg
+
+
+def test_early_stopping_counts_only_the_iterations_a_run_is_sure_to_run(table: dict) -> None:
+    """`stop_when` on a training metric may stop after the first iteration; on an evaluation metric, at the first
+    evaluation; `patience` no sooner than `patience` records after the first that reports its metric."""
+    assert earliest_stop(stopping("pendulum", 1000).callbacks) is None
+    assert earliest_stop(stopping("pendulum", 1000, stop_when="mean_return >= 0").callbacks) == (
+        1, "callbacks.stop_when")
+    evaluated = stopping("pendulum", 1000, eval_every=50, stop_when="eval_return >= 0", save_best="eval_return",
+                         patience=3)
+    assert earliest_stop(evaluated.callbacks) == (50, "callbacks.stop_when")
+    assert earliest_stop(stopping("pendulum", 1000, save_best="mean_return", patience=9).callbacks) == (
+        10, "callbacks.patience")
+    assert earliest_stop(stopping("pendulum", 1000, eval_every=50, save_best="eval_return", patience=4).callbacks) == (
+        250, "callbacks.patience")
+
+
+def test_auto_does_not_compile_a_run_that_may_stop_before_the_break_even(table: dict) -> None:
+    chosen = choose_compile(stopping("pendulum", 10_000, stop_when="mean_return >= 0"), CPU)
+    assert chosen == CompileChoice("off", "auto: callbacks.stop_when may end the run at iteration 1, before the "
+                                          "break-even: a 40 s warm-up pays back after 201 (0.3 -> 0.1 s per iteration "
+                                          "at the preset's size)")
+    chosen = choose_compile(stopping("mine:make", 10_000, save_best="mean_return", patience=100), CPU)
+    assert chosen.mode == "off" and chosen.reason is not None
+    assert chosen.reason.startswith("auto: callbacks.patience may end the run at iteration 101, before the break-even: "
+                                    "the median of the built-in presets' break-even, 201")
+    late = choose_compile(stopping("pendulum", 10_000, eval_every=250, stop_when="eval_return >= 0"), CPU)
+    assert late.mode == "step"
+    assert late.reason is not None and "10000 iterations, callbacks.stop_when ends none before 250, " in late.reason
+    assert choose_compile(stopping("pendulum", 100, eval_every=250, stop_when="eval_return >= 0"), CPU).mode == "off"
 
 
 # -- an env whose step does not compile as one graph -------------------------------------------------------------

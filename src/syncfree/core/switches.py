@@ -287,8 +287,8 @@ class PerfConfig:
     and each minibatch's forward and losses over its rows (the backward with it); `step` compiles it as `hot` does
     (the whole-step graph with AdamW is the feed-forward algorithm's). `auto` (the default): `step` when the run's
     iterations reach the break-even measured for its task on this kind of device (`syncfree.train.compile_choice`,
-    `benchmarks/compile_payback.py`), else `off`; the start line says which and why, and the run's config records
-    the mode chosen."""
+    `benchmarks/compile_payback.py`) and early stopping (`callbacks.stop_when`, `callbacks.patience`) cannot end
+    it sooner, else `off`; the start line says which and why, and the run's config records the mode chosen."""
 
     autocast: Literal["off", "auto", "bf16"] = switch(baseline="off", optimized="auto",
                                                      seed="mixed precision (bf16 autocast)", variants=("bf16",),

@@ -3,9 +3,10 @@
 The figures are measured, per task preset, by `benchmarks/compile_payback.py` (eager and compiled seconds per
 iteration, and the warm-up a first compiled iteration adds with empty compile caches) and shipped with the package
 (`compile_payback.json`). A run of `iterations` compiles (`step`) when `iterations` reaches its task's break-even;
-otherwise it runs eagerly (`off`). The choice depends only on the config and that table, so the same command chooses
-the same way again; the run's `config.yaml` and checkpoints record the mode chosen, so a rerun from them or a resume
-does not choose again.
+otherwise it runs eagerly (`off`). A run that early stopping (`callbacks.stop_when`, `callbacks.patience`) may end
+sooner counts only the iterations it is sure to run: the first at which the callbacks could stop it. The choice
+depends only on the config and that table, so the same command chooses the same way again; the run's `config.yaml`
+and checkpoints record the mode chosen, so a rerun from them or a resume does not choose again.
 
 An env's step compiles with the trainer's functions only where it traces as one graph (`VecEnv.step_graph_break`):
 where it does not, `auto` compiles the trainer's functions and runs the env eagerly, and a mode the user set is
@@ -24,7 +25,7 @@ from typing import Any, Literal
 
 import torch
 
-from syncfree.config import TrainConfig
+from syncfree.config import CallbackConfig, TrainConfig
 from syncfree.core.compile import GraphBreak, hot
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError
@@ -83,7 +84,31 @@ def choose_compile(cfg: TrainConfig, device: torch.device) -> CompileChoice:
                     f"({figures['eager_s']:.2g} -> {figures['compiled_s']:.2g} s per iteration at the preset's size)")
     if cfg.iterations < break_even:
         return CompileChoice("off", f"auto: {cfg.iterations} iterations, too few: {measured}")
-    return CompileChoice("step", f"auto: {cfg.iterations} iterations, {measured}")
+    stop = earliest_stop(cfg.callbacks)
+    if stop is None:
+        return CompileChoice("step", f"auto: {cfg.iterations} iterations, {measured}")
+    first, setting = stop
+    if first < break_even:
+        return CompileChoice("off", f"auto: {setting} may end the run at iteration {first}, before the break-even: "
+                                    f"{measured}")
+    return CompileChoice("step", f"auto: {cfg.iterations} iterations, {setting} ends none before {first}, {measured}")
+
+
+def earliest_stop(callbacks: CallbackConfig) -> tuple[int, str] | None:
+    """The first iteration at which early stopping may end the run, and the setting that may; None: none is set.
+    `stop_when` may be met by the first record with its metric; `patience` stops no sooner than `patience` records
+    after the first that reports `save_best`'s metric; evaluation metrics (`eval_*`) come every `eval_every`
+    iterations, the others every iteration."""
+    def iteration_of(record: int, metric: str) -> int:
+        return record * callbacks.eval_every if metric.startswith("eval_") else record
+
+    found = []
+    condition = callbacks.stop_condition()
+    if condition is not None:
+        found.append((iteration_of(1, condition[0]), "callbacks.stop_when"))
+    if callbacks.patience:
+        found.append((iteration_of(callbacks.patience + 1, callbacks.save_best), "callbacks.patience"))
+    return min(found, default=None)
 
 
 def resolve_compile(cfg: TrainConfig, device: torch.device) -> tuple[TrainConfig, CompileChoice]:
