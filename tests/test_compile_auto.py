@@ -18,6 +18,7 @@ import pytest
 import torch
 import yaml
 
+from syncfree import doctor
 from syncfree.config import TrainConfig
 from syncfree.core.compile import compile_counts, hot
 from syncfree.core.switches import PerfConfig
@@ -313,3 +314,12 @@ def test_the_probe_leaves_the_env_as_it_was_and_built_in_steps_are_one_graph(com
     env.reset()
     found = env.step_graph_break()
     assert found is not None and (found.site, found.why) == (BREAK, "data-dependent branching")
+
+
+def test_doctor_says_what_stops_the_compile(compile_enabled: None) -> None:
+    report = doctor.examine_env(ItemEnv(), steps=2, warmup=1)
+    assert report.compile.startswith(f"the env's step does not compile as one graph: {BREAK} (data-dependent "
+                                     "branching: if self.state.abs().max().item() > 10:")
+    assert "perf.compile=auto runs it eagerly" in doctor.table(report)
+    assert report.to_json()["compile"] == report.compile
+    assert doctor.compile_verdict(make_env("cartpole", num_envs=4)) == "the env's step compiles as one graph"
