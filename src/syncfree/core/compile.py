@@ -145,8 +145,8 @@ def _refuse_to_run(graph: Any, example_inputs: Any) -> Any:
 def graph_break(fn: Callable[..., Any], *args: Any) -> GraphBreak | None:
     """Where `fn(*args)` would leave one whole graph, or None: it traces as one. Dynamo traces it on fake tensors
     and the graph is handed to a backend that refuses it, so nothing runs (state `fn` updates in place is left as
-    it was) and nothing is compiled: a tenth of a second for a classic env's step against the seconds of its
-    compile. Where nothing compiles (dynamo disabled, or under a dispatch mode, where `hot` runs eagerly) nothing
+    it was) and nothing is compiled: for a classic env's step, about a second the first time in a process and a
+    tenth of one after, against the tens of seconds of a compile. Where nothing compiles (dynamo disabled, or under a dispatch mode, where `hot` runs eagerly) nothing
     can break either: None."""
     import torch._dynamo
 
@@ -180,8 +180,8 @@ def _located(error: Exception) -> GraphBreak:
 
 
 def _why(text: str) -> str:
-    """A dynamo error's reason in a few words, where it gives no graph-break type (torch before 2.7, or a guard on
-    a value computed on the device)."""
+    """A dynamo error's reason in a few words, where it gives no graph-break type (a guard on a value computed on
+    the device, or a torch that does not name the types)."""
     if "data-dependent" in text:  # a branch on a value the device computes, e.g. `if t.item() > 0:`
         return "data-dependent branching"
     return text.strip().splitlines()[0][:120] if text.strip() else "not traceable"
