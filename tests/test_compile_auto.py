@@ -1,12 +1,15 @@
 """`perf.compile=auto`, the default: a run compiles only when it is long enough for the measured compile warm-up to
-pay back, says which and why in its start line, and records the mode chosen in its config and checkpoints."""
+pay back (early stopping counted), says which and why in its start line, and records the mode chosen in its config
+and checkpoints; an env whose step does not compile as one graph runs eagerly beside the compiled trainer."""
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
 import json
+import logging
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,13 +18,25 @@ import pytest
 import torch
 import yaml
 
+from syncfree import doctor
 from syncfree.config import TrainConfig
-from syncfree.core.compile import hot
+from syncfree.core.compile import compile_counts, hot
 from syncfree.core.switches import PerfConfig
-from syncfree.tasks import preset, task_names
+from syncfree.envs.api import ActionSpec, TorchVecEnv
+from syncfree.errors import UserError
+from syncfree.tasks import default_config, make_env, preset, task_names
 from syncfree.train import checkpoint, compile_choice
-from syncfree.train.compile_choice import choose_compile, median_break_even, payback_table, resolve_compile
-from syncfree.train.run import Run
+from syncfree.train.compile_choice import (
+    CompileChoice,
+    choose_compile,
+    compile_env_step,
+    earliest_stop,
+    median_break_even,
+    payback_table,
+    resolve_compile,
+)
+from syncfree.train.run import Run, start
+from syncfree.train.runner import Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU = torch.device("cpu")
@@ -150,3 +165,161 @@ def test_the_cli_says_what_auto_chose(tmp_path: Path) -> None:
     start = next(line for line in done.stderr.splitlines() if line.startswith("training cartpole"))
     assert "perf.compile=off (auto: 2 iterations, too few: a " in start
     assert "first iteration compiles" not in done.stderr
+
+
+# -- early stopping ----------------------------------------------------------------------------------------------
+
+def stopping(task: str, iterations: int, **callbacks: object) -> TrainConfig:
+    cfg = config(task, iterations)
+    cfg.callbacks = dataclasses.replace(cfg.callbacks, **callbacks)
+    cfg.callbacks.validate()
+    return cfg
+
+
+def test_early_stopping_counts_only_the_iterations_a_run_is_sure_to_run(table: dict) -> None:
+    """`stop_when` on a training metric may stop after the first iteration; on an evaluation metric, at the first
+    evaluation; `patience` no sooner than `patience` records after the first that reports its metric."""
+    assert earliest_stop(stopping("pendulum", 1000).callbacks) is None
+    assert earliest_stop(stopping("pendulum", 1000, stop_when="mean_return >= 0").callbacks) == (
+        1, "callbacks.stop_when")
+    evaluated = stopping("pendulum", 1000, eval_every=50, stop_when="eval_return >= 0", save_best="eval_return",
+                         patience=3)
+    assert earliest_stop(evaluated.callbacks) == (50, "callbacks.stop_when")
+    assert earliest_stop(stopping("pendulum", 1000, save_best="mean_return", patience=9).callbacks) == (
+        10, "callbacks.patience")
+    assert earliest_stop(stopping("pendulum", 1000, eval_every=50, save_best="eval_return", patience=4).callbacks) == (
+        250, "callbacks.patience")
+
+
+def test_auto_does_not_compile_a_run_that_may_stop_before_the_break_even(table: dict) -> None:
+    chosen = choose_compile(stopping("pendulum", 10_000, stop_when="mean_return >= 0"), CPU)
+    assert chosen == CompileChoice("off", "auto: callbacks.stop_when may end the run at iteration 1, before the "
+                                          "break-even: a 40 s warm-up pays back after 201 (0.3 -> 0.1 s per iteration "
+                                          "at the preset's size)")
+    chosen = choose_compile(stopping("mine:make", 10_000, save_best="mean_return", patience=100), CPU)
+    assert chosen.mode == "off" and chosen.reason is not None
+    assert chosen.reason.startswith("auto: callbacks.patience may end the run at iteration 101, before the break-even: "
+                                    "the median of the built-in presets' break-even, 201")
+    late = choose_compile(stopping("pendulum", 10_000, eval_every=250, stop_when="eval_return >= 0"), CPU)
+    assert late.mode == "step"
+    assert late.reason is not None and "10000 iterations, callbacks.stop_when ends none before 250, " in late.reason
+    assert choose_compile(stopping("pendulum", 100, eval_every=250, stop_when="eval_return >= 0"), CPU).mode == "off"
+
+
+# -- an env whose step does not compile as one graph -------------------------------------------------------------
+
+class ItemEnv(TorchVecEnv):
+    """A user's env with a host read in its step, as Isaac Lab-style code has one: it runs eagerly, and its step
+    cannot be one compiled graph."""
+
+    state_names = ("state",)
+    action_spec = ActionSpec("continuous", 1)
+
+    def __init__(self, num_envs: int = 8, device: str = "cpu", seed: int = 0) -> None:
+        super().__init__(num_envs, device, seed, max_episode_length=16)
+        self.obs_shapes = {"policy": (2,), "critic": (2,)}
+        self.state = torch.zeros(num_envs, 2, device=self.device)
+
+    def _advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.state[:, 1].add_(0.1 * actions[:, 0].clamp(-1.0, 1.0))
+        self.state[:, 0].add_(0.1 * self.state[:, 1])
+        if self.state.abs().max().item() > 10:  # the graph break
+            self.state.clamp_(-10.0, 10.0)
+        return -self.state.pow(2).sum(1), self.state[:, 0].abs() > 2
+
+    def _initial_state(self) -> dict[str, torch.Tensor]:
+        return {"state": self._uniform(-0.5, 0.5, 2)}
+
+    def _observe(self) -> dict[str, torch.Tensor]:
+        return {"policy": self.state.clone(), "critic": self.state.clone()}
+
+
+HERE = os.path.relpath(__file__) if __file__.startswith(os.getcwd() + os.sep) else __file__
+BREAK = next(f"{HERE}:{number}" for number, line in enumerate(Path(__file__).read_text().splitlines(), 1)
+             if line.endswith("# the graph break"))
+"""`file:line` of `ItemEnv`'s graph break."""
+
+
+def own_env_config(iterations: int, compile: str = "auto") -> TrainConfig:
+    """A run on `ItemEnv` (8 envs x 4 steps, one epoch of one minibatch, 8-unit networks) as `syncfree.learn` makes
+    it for an env of the user's."""
+    cfg = default_config("ItemEnv", None, iterations=iterations)
+    cfg.env.num_envs = 8
+    cfg.ppo = dataclasses.replace(cfg.ppo, steps_per_env=4, num_epochs=1, num_minibatches=1)
+    cfg.policy = dataclasses.replace(cfg.policy, actor_hidden=[8], critic_hidden=[8])
+    cfg.perf = PerfConfig(compile=compile)  # type: ignore[arg-type]
+    cfg.log.progress = False
+    return cfg
+
+
+@pytest.mark.slow  # the trainer's graphs: about 1 min with empty compile caches, 12 s with them kept
+def test_auto_compiles_the_trainer_and_runs_an_env_that_breaks_the_graph_eagerly(
+        table: dict, compile_enabled: None, caplog: pytest.LogCaptureFixture) -> None:
+    """Long enough to compile (the median break-even, 201), the run compiles the trainer's functions, steps the env
+    eagerly, trains, and its start line names the line that breaks the env's graph."""
+    env = ItemEnv()
+    with caplog.at_level(logging.INFO, logger="syncfree"):
+        run = start(own_env_config(201), None, env=env)
+    try:
+        assert run.cfg.perf.compile == "step"
+        assert run.runner.compile_choice.env_break is not None and run.runner.compile_choice.env_break.site == BREAK
+        assert "_transition" not in vars(env)  # the env's step is not wrapped: it runs eagerly
+        start_line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("training ItemEnv"))
+        assert (f"perf.compile=step (auto: 201 iterations, the median of the built-in presets' break-even, 201; "
+                f"ItemEnv's step runs eagerly: its graph breaks at {BREAK} (data-dependent branching))") in start_line
+        before = compile_counts()["unique_graphs"]
+        run.learn(until=2)
+        assert run.runner.iteration == 2
+        assert compile_counts()["unique_graphs"] > before  # the trainer's graphs
+    finally:
+        run.close()
+
+
+def test_forcing_compile_on_an_env_that_breaks_the_graph_is_one_line(compile_enabled: None) -> None:
+    for mode in ("step", "hot"):
+        with pytest.raises(UserError) as refused:
+            Runner(own_env_config(1, mode), env=ItemEnv())
+        message = str(refused.value)
+        assert len(message.splitlines()) == 1
+        assert message.startswith(f"perf.compile={mode}: ItemEnv's step does not compile as one graph: {BREAK} "
+                                  "(data-dependent branching: if self.state.abs().max().item() > 10:  # the graph "
+                                  "break); set perf.compile=auto"), message
+
+
+def test_a_resumed_run_keeps_its_mode_and_runs_such_an_env_eagerly(compile_enabled: None) -> None:
+    """A resume's mode was chosen by the run it continues: where the env's step no longer compiles, it runs
+    eagerly instead of refusing the resume."""
+    cfg = own_env_config(1, "step")
+    cfg.resume = "earlier/latest.pt"
+    env = ItemEnv()
+    chosen = compile_env_step(env, CompileChoice("step"), cfg, CPU)
+    assert chosen.env_break is not None and chosen.reason == (f"ItemEnv's step runs eagerly: its graph breaks at "
+                                                              f"{chosen.env_break}")
+    assert "_transition" not in vars(env)
+
+
+def test_the_probe_leaves_the_env_as_it_was_and_built_in_steps_are_one_graph(compile_enabled: None) -> None:
+    """Probing traces the step without running it: the env's state and random stream are untouched, and the built-in
+    torch tasks' steps are one graph (their runs compile them as before)."""
+    for task in ("cartpole", "pendulum", "point-mass"):
+        env = make_env(task, num_envs=4)
+        env.reset()
+        before = env.state_dict()
+        assert env.step_graph_break() is None, task
+        after = env.state_dict()
+        assert after.keys() == before.keys()
+        for name in before:
+            assert torch.equal(torch.as_tensor(before[name]), torch.as_tensor(after[name])), (task, name)
+    env = ItemEnv()
+    env.reset()
+    found = env.step_graph_break()
+    assert found is not None and (found.site, found.why) == (BREAK, "data-dependent branching")
+
+
+def test_doctor_says_what_stops_the_compile(compile_enabled: None) -> None:
+    report = doctor.examine_env(ItemEnv(), steps=2, warmup=1)
+    assert report.compile.startswith(f"the env's step does not compile as one graph: {BREAK} (data-dependent "
+                                     "branching: if self.state.abs().max().item() > 10:")
+    assert "perf.compile=auto runs it eagerly" in doctor.table(report)
+    assert report.to_json()["compile"] == report.compile
+    assert doctor.compile_verdict(make_env("cartpole", num_envs=4)) == "the env's step compiles as one graph"

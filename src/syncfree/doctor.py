@@ -151,6 +151,8 @@ class Report:
     transfers: dict[str, float] = field(default_factory=dict)
     """An adapter of a host simulator: copies per env step to the device (`uploads`) and to the host
     (`downloads`); none on the CPU, where its buffers are the trainer's tensors."""
+    compile: str = ""
+    """An env target: what `perf.compile` does with its step (`compile_verdict`), in words."""
 
     def per_step(self) -> dict[str, float]:
         """Syncs, allocations, ops and repeated ops per env step over the phases that run once per step."""
@@ -188,7 +190,7 @@ class Report:
                          "sync_kinds": {k: v / self.per[name] for k, v in (c.host_reads + c.sync_ops).items()}}
                   for name, c in self.phases.items()}
         return {"target": self.target, "per_step": self.per_step(), "phases": phases, "sites": self.sites(),
-                "host_time_us": self.host_time_us, "transfers": self.transfers}
+                "host_time_us": self.host_time_us, "transfers": self.transfers, "compile": self.compile}
 
 
 def _short(where: str) -> str:
@@ -224,9 +226,26 @@ def random_actions(env: VecEnv, steps: int, seed: int = 0) -> list[torch.Tensor]
     return [a.to(env.device) for a in draws]
 
 
+def compile_verdict(env: VecEnv) -> str:
+    """What `perf.compile` does with `env`'s step, in words: nothing to compile, one graph, or the line that breaks
+    its graph (`VecEnv.step_graph_break`), which `auto` then runs eagerly and `step` or `hot` refuse."""
+    if type(env).compile_step is VecEnv.compile_step:
+        return "the env compiles nothing: its step runs eagerly under every perf.compile"
+    import torch._dynamo
+
+    if torch._dynamo.config.disable:
+        return "not checked: torch.compile is disabled in this process (TORCH_COMPILE_DISABLE)"
+    found = env.step_graph_break()
+    if found is None:
+        return "the env's step compiles as one graph"
+    return (f"the env's step does not compile as one graph: {found.with_code()}; perf.compile=auto runs it eagerly "
+            "(the trainer compiled), step and hot refuse it")
+
+
 def examine_env(env: VecEnv, steps: int = 32, warmup: int = 8, target: str = "env") -> Report:
     """`warmup` steps, then `steps` counted ones, every `env.step` in phase `env`; for an adapter of a host
-    simulator (`HostStaging`), then `steps` more uncounted ones timed by part, and its copies per step."""
+    simulator (`HostStaging`), then `steps` more uncounted ones timed by part, and its copies per step. The report
+    says too what `perf.compile` does with the env's step (`compile_verdict`)."""
     profiled = isinstance(env, HostStaging)
     actions = random_actions(env, warmup + steps * (2 if profiled else 1))
     env.reset()
@@ -238,7 +257,8 @@ def examine_env(env: VecEnv, steps: int = 32, warmup: int = 8, target: str = "en
             for a in actions[warmup:warmup + steps]:
                 with phases(ENV_PHASE):
                     env.step(a)
-        report = Report(target, counter.counts, {ENV_PHASE: steps}, {ENV_PHASE: "step"}, counter.repeats)
+        report = Report(target, counter.counts, {ENV_PHASE: steps}, {ENV_PHASE: "step"}, counter.repeats,
+                        compile=compile_verdict(env))
         if isinstance(env, HostStaging):
             env.host_profile.reset()
             before = env.transfers()
@@ -337,6 +357,8 @@ def table(report: Report, top: int = 15) -> str:
     total = report.per_step()
     lines += ["", f"per env step: {total['syncs']:g} host syncs, {total['allocs']:g} new storages, "
               f"{total['ops']:g} ops, {total['repeats']:g} repeated on the same inputs"]
+    if report.compile:
+        lines.append(f"compile: {report.compile}")
     if report.host_time_us:
         spent = max(sum(report.host_time_us.values()), 1e-9)
         parts = ", ".join(f"{part} {us:.1f} ({us / spent:.0%})" for part, us in report.host_time_us.items())

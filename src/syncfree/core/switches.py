@@ -274,21 +274,22 @@ class PerfConfig:
                                                             seed="torch.compile of the hot loop",
                                                             requires={"validate_distributions": False},
                                                             variants=("hot",))
-    """`hot`: `torch.compile` (whole graphs, `fullgraph=True`) the rollout step's trainer side (act, storage
-    writes, normalizer updates, episode and non-finite bookkeeping, as two graphs around the env step), the env
-    step of envs that offer it (the built-in torch tasks, `VecEnv.compile_step`), the advantages, and each
-    minibatch's forward and losses (its backward is compiled with it). `step`: the same, and the whole minibatch
-    update (gather, forward, losses, gradients by `torch.func`, adaptive learning rate, clip, AdamW with the skip on
-    non-finite gradients) as one graph (`syncfree.algo.minibatch_step`); with `device_loss_stats` or
-    `device_adaptive_lr` off, whose conventional paths read the host inside the minibatch update, and with several
-    processes (the gradient all-reduce), the update is compiled as in `hot`. The first iteration pays the compile
-    time. Needs `validate_distributions=false` (validation reads the host inside the graph). Off: eager PyTorch.
-    The recurrent algorithm (grid-arena) compiles the policy's rollout step (token encoder, core, heads, sampling)
-    and each minibatch's forward and losses over its rows (the backward with it); `step` compiles it as `hot` does
-    (the whole-step graph with AdamW is the feed-forward algorithm's). `auto` (the default): `step` when the run's
-    iterations reach the break-even measured for its task on this kind of device (`syncfree.train.compile_choice`,
-    `benchmarks/compile_payback.py`), else `off`; the start line says which and why, and the run's config records
-    the mode chosen."""
+    """`hot`: `torch.compile` (whole graphs, `fullgraph=True`) the rollout step's trainer side (act, storage writes,
+    normalizer updates, episode and non-finite bookkeeping, as two graphs around the env step), the env step of envs
+    that offer it (the torch tasks, `VecEnv.compile_step`) where it compiles as one graph (where it does not, `auto`
+    runs it eagerly and `hot` or `step` set by the user is refused naming the line), the advantages, and each
+    minibatch's forward and losses (its backward is compiled with it). `step`: the same, and the whole minibatch update
+    (gather, forward, losses, gradients by `torch.func`, adaptive learning rate, clip, AdamW with the skip on non-finite
+    gradients) as one graph (`syncfree.algo.minibatch_step`); with `device_loss_stats` or `device_adaptive_lr` off,
+    whose conventional paths read the host inside the minibatch update, and with several processes (the gradient
+    all-reduce), the update is compiled as in `hot`. The first iteration pays the compile time. Needs
+    `validate_distributions=false` (validation reads the host inside the graph). Off: eager PyTorch. The recurrent
+    algorithm (grid-arena) compiles the policy's rollout step (token encoder, core, heads, sampling) and each
+    minibatch's forward and losses over its rows (the backward with it); `step` compiles it as `hot` does (the
+    whole-step graph with AdamW is the feed-forward algorithm's). `auto` (the default): `step` when the run's iterations
+    reach the break-even measured for its task on this kind of device (`syncfree.train.compile_choice`,
+    `benchmarks/compile_payback.py`) and early stopping (`callbacks.stop_when`, `callbacks.patience`) cannot end it
+    sooner, else `off`; the start line says which and why, and the run's config records the mode chosen."""
 
     autocast: Literal["off", "auto", "bf16"] = switch(baseline="off", optimized="auto",
                                                      seed="mixed precision (bf16 autocast)", variants=("bf16",),

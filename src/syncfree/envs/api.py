@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import torch
 from torch import Tensor
 
+from syncfree.core.compile import GraphBreak, graph_break
 from syncfree.envs.contract import check_device, check_observations, check_vector, is_obs_shapes, mistake
 from syncfree.errors import UserError
 
@@ -105,6 +106,13 @@ class VecEnv(ABC):
     def compile_step(self, wrap: Callable[[Callable], Callable]) -> None:  # noqa: B027
         """Called by the trainer with `perf.compile` on: an env whose step (or part of it) is a pure tensor
         function may replace it by `wrap(fn)`, a whole compiled graph of it. Envs that cannot leave it."""
+
+    def step_graph_break(self) -> GraphBreak | None:
+        """Where the function `compile_step` would compile leaves one whole graph (a host read, a branch on a
+        tensor's value), found by tracing it without running it (`syncfree.core.compile.graph_break`); None: it
+        is one graph, or the env compiles nothing. Asked before `compile_step`, so that such a step runs eagerly
+        instead of failing its compile."""
+        return None
 
     def start_at_random_steps(self) -> None:
         """Move each env's running episode to a random step of its time limit, after `reset` (the trainer calls it
@@ -232,6 +240,19 @@ class TorchVecEnv(VecEnv):
         self._reset_where(done, fresh)
         info = {"episode_return": self._final_return, "episode_length": self._final_length}
         return StepResult(self._observe(), reward, terminated, truncated, info)
+
+    def step_graph_break(self) -> GraphBreak | None:
+        """`_transition` traced on zero actions and the states `_initial_state` draws, the env's random state and
+        torch's restored afterwards, so that the probe draws nothing the run would have drawn."""
+        spec = self.action_spec
+        actions = (torch.zeros(self.num_envs, spec.size, device=self.device) if spec.kind == "continuous"
+                   else torch.zeros(self.num_envs, dtype=torch.int64, device=self.device))
+        generator = self.generator.get_state()
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            fresh = self._initial_state()
+        self.generator.set_state(generator)
+        with torch.inference_mode():
+            return graph_break(type(self)._transition, self, actions, fresh)
 
     def compile_step(self, wrap: Callable[[Callable], Callable]) -> None:
         """Run the deterministic part of every `step` after the first (which checks what the subclass returns,

@@ -3,9 +3,14 @@
 The figures are measured, per task preset, by `benchmarks/compile_payback.py` (eager and compiled seconds per
 iteration, and the warm-up a first compiled iteration adds with empty compile caches) and shipped with the package
 (`compile_payback.json`). A run of `iterations` compiles (`step`) when `iterations` reaches its task's break-even;
-otherwise it runs eagerly (`off`). The choice depends only on the config and that table, so the same command chooses
-the same way again; the run's `config.yaml` and checkpoints record the mode chosen, so a rerun from them or a resume
-does not choose again.
+otherwise it runs eagerly (`off`). A run that early stopping (`callbacks.stop_when`, `callbacks.patience`) may end
+sooner counts only the iterations it is sure to run: the first at which the callbacks could stop it. The choice
+depends only on the config and that table, so the same command chooses the same way again; the run's `config.yaml`
+and checkpoints record the mode chosen, so a rerun from them or a resume does not choose again.
+
+An env's step compiles with the trainer's functions only where it traces as one graph (`VecEnv.step_graph_break`):
+where it does not, `auto` compiles the trainer's functions and runs the env eagerly, and a mode the user set is
+refused in one line naming the line that breaks the graph.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ from typing import Any, Literal
 
 import torch
 
-from syncfree.config import TrainConfig
+from syncfree.config import CallbackConfig, TrainConfig
+from syncfree.core.compile import GraphBreak, hot
+from syncfree.envs import VecEnv
+from syncfree.errors import UserError
 
 TABLE = Path(__file__).with_name("compile_payback.json")
 """Written by `benchmarks/compile_payback.py`."""
@@ -28,10 +36,13 @@ TABLE = Path(__file__).with_name("compile_payback.json")
 
 @dataclass(frozen=True)
 class CompileChoice:
-    """The compile mode a run uses and, when `perf.compile=auto` chose it, why (in words)."""
+    """The compile mode a run uses and, where `perf.compile=auto` chose it or the env's step runs eagerly under it,
+    why (in words)."""
 
     mode: Literal["off", "auto", "hot", "step"]
     reason: str | None = None
+    env_break: GraphBreak | None = None
+    """Where the env's step leaves one graph, when `auto` compiles the trainer's functions and runs it eagerly."""
 
 
 @functools.cache
@@ -71,9 +82,33 @@ def choose_compile(cfg: TrainConfig, device: torch.device) -> CompileChoice:
         break_even = figures["break_even"]
         measured = (f"a {figures['warmup_s']:.0f} s warm-up pays back after {break_even} "
                     f"({figures['eager_s']:.2g} -> {figures['compiled_s']:.2g} s per iteration at the preset's size)")
-    if cfg.iterations >= break_even:
+    if cfg.iterations < break_even:
+        return CompileChoice("off", f"auto: {cfg.iterations} iterations, too few: {measured}")
+    stop = earliest_stop(cfg.callbacks)
+    if stop is None:
         return CompileChoice("step", f"auto: {cfg.iterations} iterations, {measured}")
-    return CompileChoice("off", f"auto: {cfg.iterations} iterations, too few: {measured}")
+    first, setting = stop
+    if first < break_even:
+        return CompileChoice("off", f"auto: {setting} may end the run at iteration {first}, before the break-even: "
+                                    f"{measured}")
+    return CompileChoice("step", f"auto: {cfg.iterations} iterations, {setting} ends none before {first}, {measured}")
+
+
+def earliest_stop(callbacks: CallbackConfig) -> tuple[int, str] | None:
+    """The first iteration at which early stopping may end the run, and the setting that may; None: none is set.
+    `stop_when` may be met by the first record with its metric; `patience` stops no sooner than `patience` records
+    after the first that reports `save_best`'s metric; evaluation metrics (`eval_*`) come every `eval_every`
+    iterations, the others every iteration."""
+    def iteration_of(record: int, metric: str) -> int:
+        return record * callbacks.eval_every if metric.startswith("eval_") else record
+
+    found = []
+    condition = callbacks.stop_condition()
+    if condition is not None:
+        found.append((iteration_of(1, condition[0]), "callbacks.stop_when"))
+    if callbacks.patience:
+        found.append((iteration_of(callbacks.patience + 1, callbacks.save_best), "callbacks.patience"))
+    return min(found, default=None)
 
 
 def resolve_compile(cfg: TrainConfig, device: torch.device) -> tuple[TrainConfig, CompileChoice]:
@@ -82,3 +117,24 @@ def resolve_compile(cfg: TrainConfig, device: torch.device) -> tuple[TrainConfig
     if choice.mode == cfg.perf.compile:
         return cfg, choice
     return dataclasses.replace(cfg, perf=dataclasses.replace(cfg.perf, compile=choice.mode)), choice
+
+
+def compile_env_step(env: VecEnv, choice: CompileChoice, cfg: TrainConfig, device: torch.device) -> CompileChoice:
+    """Compile `env`'s step with the trainer's functions where it is one graph. Where it is not, a mode `auto` chose
+    (or the run a resume continues chose) compiles the trainer's functions only and runs the env eagerly, the
+    choice's reason naming the line that breaks the graph; a mode the user set is refused in one line naming it,
+    before anything compiles."""
+    perf = cfg.perf
+    if perf.compile == "off":
+        return choice
+    found = env.step_graph_break()
+    if found is None:
+        env.compile_step(lambda fn: hot(fn, perf, device))
+        return choice
+    name = type(env).__name__
+    if choice.reason is None and not cfg.resume:
+        raise UserError(f"perf.compile={perf.compile}: {name}'s step does not compile as one graph: "
+                        f"{found.with_code()}; set perf.compile=auto to compile the trainer and run the env eagerly, "
+                        "or perf.compile=off")
+    eager = f"{name}'s step runs eagerly: its graph breaks at {found}"
+    return dataclasses.replace(choice, reason=f"{choice.reason}; {eager}" if choice.reason else eager, env_break=found)

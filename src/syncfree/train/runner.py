@@ -22,7 +22,6 @@ import torch
 from syncfree.algo import algorithm_for
 from syncfree.algo.base import CheckpointReader
 from syncfree.config import TimeLimitEnvConfig, TrainConfig, to_dict
-from syncfree.core.compile import hot
 from syncfree.core.device import apply_threads, choose_threads, resolve_device, set_deterministic
 from syncfree.core.memory import retain_freed_memory
 from syncfree.core.switches import Scope
@@ -35,7 +34,7 @@ from syncfree.policy.actor_critic import describe_precision
 from syncfree.policy.normalizer import running_norms
 from syncfree.tasks import make_task_env, switch_scope, validated
 from syncfree.train import checkpoint
-from syncfree.train.compile_choice import resolve_compile
+from syncfree.train.compile_choice import compile_env_step, resolve_compile
 from syncfree.train.distributed import Distributed, NormalizerSync, agreed_facts, env_statistics_reduce
 from syncfree.train.monitors import StepMonitors, stop_on_nonfinite
 from syncfree.train.schema import check_fits
@@ -87,8 +86,7 @@ class Runner:
         """Attach a recorder (`syncfree.core.phases`) to time or count each phase of the hot loop."""
         self.monitors = StepMonitors(self.algorithm.steps_per_env, self.env.num_envs, self.device, cfg.perf)
         self.algorithm.observer = self.monitors
-        if cfg.perf.compile != "off":
-            self.env.compile_step(lambda fn: hot(fn, cfg.perf, self.device))
+        self.compile_choice = compile_env_step(self.env, self.compile_choice, cfg, self.device)
         self.steps_per_iteration = self.algorithm.steps_per_env * self.env.num_envs * self.world_size
         """Env steps (agent steps) of one iteration, all ranks together."""
 
