@@ -282,6 +282,28 @@ def resume_with_other_clips(ctx: Ctx) -> list[str]:
             f"[{ctx.tmp}]"]
 
 
+def checkpoint_kept_alone(*flags: str) -> Callable[[Ctx], list[str]]:
+    """A checkpoint copied out of its run folder, whose config's `log.dir` names a folder of the file's choosing."""
+    def arrange(ctx: Ctx) -> list[str]:
+        state = checkpoint.load(ctx.trained)
+        state["config"]["log"]["dir"] = str(ctx.tmp / "named-by-the-file")
+        checkpoint.save_atomic(state, ctx.tmp / "alone" / "kept.pt")
+        ctx.monkeypatch.chdir(ctx.tmp)
+        return ["train", "--resume", str(ctx.tmp / "alone" / "kept.pt"), "--iterations", "3",
+                *(arg.format(tmp=ctx.tmp) for arg in flags)]
+    return arrange
+
+
+def resumed_under(folder: str) -> Callable[[Ctx], None]:
+    """The resume wrote one run under `ctx.tmp/folder`, and nothing where the file's config said."""
+    def after(ctx: Ctx) -> None:
+        assert not (ctx.tmp / "named-by-the-file").exists()
+        assert files(ctx.tmp / "alone") == ["kept.pt"]
+        (run,) = (ctx.tmp / folder).iterdir()
+        assert run.name.startswith("kept-resumed-") and checkpoint.load(run / "latest.pt")["iteration"] == 3
+    return after
+
+
 def resume_with(*override: str) -> Callable[[Ctx], list[str]]:
     def arrange(ctx: Ctx) -> list[str]:
         return ["train", "--resume", str(ctx.run_copy()), "--iterations", "3", *override]
@@ -372,6 +394,10 @@ FAULTS = [
           r"resumed .*checkpoint_000001\.pt at iteration 1 as a new run", metrics_read_as_two_runs),
     Fault("resume of a run whose folder is read-only", resume_of_a_read_only_run, 0, r"done at iteration 3",
           forked_beside_it),
+    Fault("resume of a checkpoint kept alone", checkpoint_kept_alone(), 0, r"done at iteration 3",
+          resumed_under("runs")),
+    Fault("resume of a checkpoint kept alone, --log.dir given", checkpoint_kept_alone("--log.dir", "{tmp}/chosen"), 0,
+          r"done at iteration 3", resumed_under("chosen")),
     Fault("resume_in_place without a checkpoint", lambda ctx: ["train", *SMALL, "--resume_in_place", "true",
           "--log.dir", str(ctx.tmp)], 2, r"resume_in_place=True is invalid; allowed: false unless resume names a "
           r"checkpoint", stays_empty(".")),
