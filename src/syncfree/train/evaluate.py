@@ -77,19 +77,8 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu", autocast: 
     with user_names(names):
         cfg, state = checkpoint.read(path)
     source = f"checkpoint {path}"
-    try:
-        kind, size = state["action_spec"]
-        shape = CheckpointShape({name: tuple(value.shape[1:]) for name, value in state["obs"].items()},
-                                ActionSpec(kind, int(size)))
-    except (TypeError, ValueError, AttributeError) as e:
-        raise UserError(f"{source}: its observations or action spec are unreadable ({type(e).__name__})") from None
+    policy = recorded_policy(cfg, state, source)
     target = resolve_device(str(device))
-    try:
-        with torch.random.fork_rng(devices=[]):  # the initial weights are replaced: the caller's draws stay as they were
-            policy = algorithm_for(cfg).build_policy(cfg, shape)
-    except UserError as e:
-        raise UserError(f"{source}: {e}") from None
-    check_checkpoint(state, {"policy": policy.state_dict()}, source)  # dtypes, shapes, ranges of every weight
     try:
         policy.load_state_dict(state["policy"])
     except RuntimeError as e:
@@ -100,6 +89,32 @@ def load_policy(path: str | Path, device: str | torch.device = "cpu", autocast: 
     set_autocast(policy, cfg.perf.autocast if autocast else "off", target)
     return LoadedPolicy(path, cfg, find_task(cfg.task), policy, int(state["iteration"]), int(state["env_steps"]),
                         target, names)
+
+
+def recorded_policy(cfg: TrainConfig, state: dict[str, Any], source: str) -> nn.Module:
+    """The policy `cfg` builds for the observation shapes and action spec `state` records, `state`'s weights
+    checked against it (dtypes, shapes, ranges: `check_checkpoint`) but not yet loaded into it."""
+    try:
+        kind, size = state["action_spec"]
+        shape = CheckpointShape({name: tuple(value.shape[1:]) for name, value in state["obs"].items()},
+                                ActionSpec(kind, int(size)))
+    except (TypeError, ValueError, AttributeError) as e:
+        raise UserError(f"{source}: its observations or action spec are unreadable ({type(e).__name__})") from None
+    try:
+        with torch.random.fork_rng(devices=[]):  # the initial weights are replaced: the caller's draws stay as they were
+            policy = algorithm_for(cfg).build_policy(cfg, shape)
+    except UserError as e:
+        raise UserError(f"{source}: {e}") from None
+    check_checkpoint(state, {"policy": policy.state_dict()}, source)
+    return policy
+
+
+def read_checked(path: str) -> tuple[TrainConfig, dict[str, Any]]:
+    """A checkpoint a config names (a teacher): its config and state, its policy's weights checked as `load_policy`
+    checks them before an algorithm copies any into the policy it builds."""
+    cfg, state = checkpoint.read(path)
+    recorded_policy(cfg, state, f"checkpoint {path}")
+    return cfg, state
 
 
 def evaluate_task(cfg: TrainConfig, policy: Any, num_envs: int, device: torch.device, seed: int,

@@ -36,6 +36,7 @@ from syncfree.tasks import make_task_env, switch_scope, validated
 from syncfree.train import checkpoint
 from syncfree.train.compile_choice import compile_env_step, resolve_compile
 from syncfree.train.distributed import Distributed, NormalizerSync, agreed_facts, env_statistics_reduce
+from syncfree.train.evaluate import read_checked
 from syncfree.train.monitors import StepMonitors, stop_on_nonfinite
 from syncfree.train.schema import check_fits
 
@@ -49,7 +50,7 @@ class Runner:
 
     def __init__(self, cfg: TrainConfig, env: VecEnv | None = None, dist: Distributed | None = None,
                  read_checkpoint: CheckpointReader | None = None) -> None:
-        self.read_checkpoint: CheckpointReader = read_checkpoint or checkpoint.read
+        self.read_checkpoint: CheckpointReader = read_checkpoint or read_checked
         """How the algorithm reads the checkpoints its config names (a teacher): syncfree's files by default."""
         cfg = validated(cfg)
         self.dist = dist or Distributed.current()
