@@ -211,8 +211,11 @@ class RND:
         return {"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The networks, statistics and the predictor's moments; the optimizer's options (learning rate, betas) stay
+        this run's, as the policy's do: a checkpoint's are data that nothing checks."""
         self.module.load_state_dict(state["module"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        own_groups = self.optimizer.state_dict()["param_groups"]
+        self.optimizer.load_state_dict({"state": state["optimizer"]["state"], "param_groups": own_groups})
 
 
 def build_rnd(cfg: PPOTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None) -> RND | None:
