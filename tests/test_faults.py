@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -32,7 +33,8 @@ from test_checkpoint_safety import Payload
 from test_run_folder import full_disk_at_the_end
 
 from syncfree.cli import main
-from syncfree.envs.render import draw_cartpole
+from syncfree.envs.builtin.classic import Pendulum
+from syncfree.envs.render import draw_cartpole, draw_pendulum
 from syncfree.tasks import TASKS
 from syncfree.tasks.classic import classic_config, classic_task
 from syncfree.train import checkpoint
@@ -304,6 +306,33 @@ def resumed_under(folder: str) -> Callable[[Ctx], None]:
     return after
 
 
+class WiderPendulum(Pendulum):
+    """Pendulum given a fourth observation: an env edited after a run trained on it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.obs_shapes = {"policy": (4,), "critic": (4,)}
+
+    def _observe(self) -> dict[str, torch.Tensor]:
+        obs = super()._observe()["policy"]
+        if self.obs_shapes["policy"] == (3,):  # the first reset, in Pendulum's constructor
+            return {"policy": obs, "critic": obs}
+        wide = torch.cat((obs, obs[:, :1]), dim=-1)
+        return {"policy": wide, "critic": wide}
+
+
+def env_edited_after_training(command: str, *flags: str) -> Callable[[Ctx], list[str]]:
+    """A run of a task of the user's, whose env then changes its observations; `command` runs the checkpoint."""
+    def arrange(ctx: Ctx) -> list[str]:
+        ctx.monkeypatch.setitem(TASKS, "own", classic_task("own", "test", Pendulum, classic_config, draw_pendulum))
+        assert main(["train", *SMALL, "--task", "own", "--iterations", "1", "--log.dir", str(ctx.tmp),
+                     "--log.run_name", "run"]) == 0
+        ctx.monkeypatch.setitem(TASKS, "own", classic_task("own", "test", WiderPendulum, classic_config,
+                                                           draw_pendulum))
+        return [command, str(ctx.tmp / "run" / "latest.pt"), *(flag.format(tmp=ctx.tmp) for flag in flags)]
+    return arrange
+
+
 def resume_with(*override: str) -> Callable[[Ctx], list[str]]:
     def arrange(ctx: Ctx) -> list[str]:
         return ["train", "--resume", str(ctx.run_copy()), "--iterations", "3", *override]
@@ -343,6 +372,10 @@ def file_unchanged(name: str) -> Callable[[Ctx], None]:
     def after(ctx: Ctx) -> None:
         assert (ctx.tmp / name).read_text() == "not a folder"
     return after
+
+
+def no_video(ctx: Ctx) -> None:
+    assert not (ctx.tmp / "play.gif").exists() and not (ctx.tmp / "run" / "play.mp4").exists()
 
 
 def no_checkpoint_file(ctx: Ctx) -> None:
@@ -398,6 +431,11 @@ FAULTS = [
           resumed_under("runs")),
     Fault("resume of a checkpoint kept alone, --log.dir given", checkpoint_kept_alone("--log.dir", "{tmp}/chosen"), 0,
           r"done at iteration 3", resumed_under("chosen")),
+    *(Fault(f"{command} of a checkpoint whose env changed since", env_edited_after_training(command, *flags), 2,
+            r"latest\.pt: the policy was trained on observations policy \(3,\), critic \(3,\) and continuous "
+            r"actions of size 1, but this env gives policy \(4,\), critic \(4,\) and takes continuous actions of "
+            r"size 1 \(the env changed since the run trained\)", no_video)
+      for command, flags in (("eval", ()), ("play", ("--video", "{tmp}/play.gif", "--steps", "2")))),
     Fault("resume_in_place without a checkpoint", lambda ctx: ["train", *SMALL, "--resume_in_place", "true",
           "--log.dir", str(ctx.tmp)], 2, r"resume_in_place=True is invalid; allowed: false unless resume names a "
           r"checkpoint", stays_empty(".")),

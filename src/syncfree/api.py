@@ -142,7 +142,7 @@ def evaluate(policy: str | Path | LoadedPolicy, num_envs: int = 20, seed: int = 
                         "env= (no registered task makes its envs)")
     if env is None:
         with user_names(loaded.names):
-            return evaluate_task(loaded.cfg, loaded.policy, num_envs, loaded.device, seed, greedy=not sample)
+            return evaluate_task(loaded.cfg, loaded.policy, num_envs, loaded.device, seed, not sample, loaded)
     with torch.random.fork_rng(devices=[], enabled=sample):
         if sample:
             torch.manual_seed(seed)
