@@ -436,6 +436,10 @@ FAULTS = [
             r"actions of size 1, but this env gives policy \(4,\), critic \(4,\) and takes continuous actions of "
             r"size 1 \(the env changed since the run trained\)", no_video)
       for command, flags in (("eval", ()), ("play", ("--video", "{tmp}/play.gif", "--steps", "2")))),
+    Fault("gym:Blackjack-v1 (a Tuple observation space)", lambda ctx: [
+        "train", "--task", "gym:Blackjack-v1", "--iterations", "1", "--log.progress", "false", "--log.dir",
+        str(ctx.tmp), "--log.run_name", "run"], 2, r"observation space Tuple\(Discrete\(32\), Discrete\(11\), "
+          r"Discrete\(2\)\) is not supported \(needs a Box\)", stays_empty(".")),
     Fault("resume_in_place without a checkpoint", lambda ctx: ["train", *SMALL, "--resume_in_place", "true",
           "--log.dir", str(ctx.tmp)], 2, r"resume_in_place=True is invalid; allowed: false unless resume names a "
           r"checkpoint", stays_empty(".")),
@@ -509,6 +513,8 @@ def test_fault(fault: Fault, trained: Path, tmp_path: Path, monkeypatch: pytest.
                capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
     if "grid" in fault.name:
         pytest.importorskip("mettagrid")
+    if "gym:" in fault.name:
+        pytest.importorskip("gymnasium")
     ctx = Ctx(tmp_path, trained, monkeypatch, unwritable)
     argv = fault.arrange(ctx)
     capsys.readouterr()
