@@ -23,6 +23,9 @@ log = logging.getLogger("syncfree")
 
 LOCK_NAME = ".lock"
 
+WRITING_SECONDS = 10.0
+"""How long after its creation an unreadable lock is taken to be one a starting process is writing."""
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -48,6 +51,14 @@ class RunLock:
         ok = isinstance(data, dict) and isinstance(data.get("pid"), int) and isinstance(data.get("host"), str)
         return data if ok else None
 
+    def _being_written(self) -> bool:
+        """The lock file is younger than `WRITING_SECONDS`: a process created it and is writing its name into it (an
+        unreadable lock is stale only once older)."""
+        try:
+            return time.time() - self.path.stat().st_mtime < WRITING_SECONDS
+        except OSError:  # gone again: the next attempt sees
+            return False
+
     def acquire(self) -> None:
         """Take the lock, or raise `UserError` naming the live process that holds it."""
         me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
@@ -56,6 +67,10 @@ class RunLock:
                 fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
                 holder = self.holder()
+                if holder is None and self._being_written():
+                    raise UserError(f"run folder {self.path.parent}: another process is taking its lock now (a run "
+                                    "of the same name started at the same time); two processes writing one run would "
+                                    f"mix its checkpoints and metrics (if none is, delete {self.path})") from None
                 if holder is not None and holder["pid"] != me["pid"]:
                     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(holder.get("since", 0))))
                     if holder["host"] != me["host"]:
