@@ -466,6 +466,13 @@ FAULTS = [
     Fault("huge ppo.steps_per_env", fresh_run(lambda ctx: ctx.tmp, "run", "--ppo.steps_per_env", "100000000000"), 2,
           r"out of memory: an allocation of \d+\.\d GiB failed; lower env\.num_envs or ppo\.steps_per_env \(the "
           r"rollout storage", no_checkpoint_file),
+    Fault("huge rnd.predictor_hidden", fresh_run(lambda ctx: ctx.tmp, "run", "--rnd.enabled", "true", "--rnd.weight",
+                                                 "0.5", "--rnd.predictor_hidden", "[100000000000]"), 2,
+          r"out of memory: an allocation of \d+\.\d GiB failed; lower rnd\.predictor_hidden, rnd\.target_hidden or "
+          r"rnd\.num_outputs", no_checkpoint_file),
+    Fault("huge callbacks.eval_envs", fresh_run(lambda ctx: ctx.tmp, "run", "--callbacks.eval_every", "1",
+                                                "--callbacks.eval_envs", "100000000000"), 2,
+          r"out of memory: an allocation of \d+\.\d GiB failed; lower callbacks\.eval_envs", no_checkpoint_file),
     Fault("resume with another policy.activation", resume_with("--policy.activation", "tanh"), 2,
           r"trained with policy\.activation='elu' but this run has policy\.activation='tanh'",
           lambda ctx: (latest_at(2)(ctx), only_the_run(ctx), files_of_the_run(ctx))),

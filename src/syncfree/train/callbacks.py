@@ -15,7 +15,7 @@ import torch
 
 from syncfree.config import TrainConfig
 from syncfree.envs.api import VecEnv
-from syncfree.errors import UserError
+from syncfree.errors import EVAL_MEMORY, UserError, allocating
 
 
 class Runner(Protocol):
@@ -70,11 +70,12 @@ class Callbacks:
         every = self.cfg.eval_every
         if not every or iteration % every or self.make_env is None:
             return {}
-        if self.env is None:
-            self.env = self.make_env(self.cfg.eval_envs, self.cfg.eval_seed)
         cuda = [runner.device.index or 0] if runner.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=cuda):
-            returns = np.asarray(runner.algorithm.evaluate(runner.policy, self.env, True), dtype=np.float64)
+        with allocating(EVAL_MEMORY):
+            if self.env is None:
+                self.env = self.make_env(self.cfg.eval_envs, self.cfg.eval_seed)
+            with torch.random.fork_rng(devices=cuda):
+                returns = np.asarray(runner.algorithm.evaluate(runner.policy, self.env, True), dtype=np.float64)
         return {"eval_return": float(returns.mean()), "eval_return_std": float(returns.std())}
 
     def after_iteration(self, run: Run, record: dict[str, Any]) -> str | None:
