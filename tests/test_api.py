@@ -124,3 +124,35 @@ def test_evaluating_a_run_on_an_env_of_your_own_asks_for_the_env(tmp_path: Path)
     with pytest.raises(UserError, match=r"trained on an env of your own \(Pendulum\); pass it as env="):
         syncfree.evaluate(tmp_path / "own" / "latest.pt")
     assert syncfree.evaluate(tmp_path / "own" / "latest.pt", env=Pendulum(3, "cpu", 1)).shape == (3,)
+
+
+def test_learn_resumes_a_checkpoint_kept_alone_under_runs_not_where_the_file_says(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch
+                                                                                  ) -> None:
+    """A checkpoint outside any run folder does not choose where the resume writes: the current folder's `runs/`,
+    or the `log.dir` the call gives."""
+    from syncfree.train import checkpoint
+
+    trained = syncfree.learn("pendulum", run_dir=tmp_path / "trained", iterations=1, env={"num_envs": 16},
+                             ppo={"steps_per_env": 8}, log={"progress": False}, perf={"compile": "off"})
+    state = checkpoint.load(trained.run_dir / "latest.pt")
+    state["config"]["log"]["dir"] = str(tmp_path / "named-by-the-file")
+    checkpoint.save_atomic(state, tmp_path / "alone" / "kept.pt")
+    monkeypatch.chdir(tmp_path)
+    resumed = syncfree.learn(resume=tmp_path / "alone" / "kept.pt", iterations=2)
+    assert resumed.run_dir is not None and resumed.run_dir.resolve().parent == tmp_path / "runs"
+    chosen = syncfree.learn(resume=tmp_path / "alone" / "kept.pt", iterations=2, **{"log.dir": str(tmp_path / "c")})
+    assert chosen.run_dir is not None and chosen.run_dir.parent == tmp_path / "c"
+    assert not (tmp_path / "named-by-the-file").exists()
+
+
+def test_evaluate_on_an_env_the_policy_was_not_trained_on_is_one_line(tmp_path: Path) -> None:
+    """The policy acts only on an env that gives its observations and takes its actions."""
+    from syncfree.envs.builtin.classic import CartPole
+
+    syncfree.learn("pendulum", run_dir=tmp_path / "run", iterations=1, env={"num_envs": 16},
+                   ppo={"steps_per_env": 8}, log={"progress": False}, perf={"compile": "off"})
+    with pytest.raises(UserError, match=r"latest\.pt: the policy was trained on observations policy \(3,\), critic "
+                       r"\(3,\) and continuous actions of size 1, but this env gives policy \(4,\), critic \(4,\) and "
+                       r"takes discrete actions of size 2"):
+        syncfree.evaluate(tmp_path / "run" / "latest.pt", num_envs=4, env=CartPole(4))

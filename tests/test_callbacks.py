@@ -112,6 +112,31 @@ def test_bad_callback_settings_are_one_line(setting: list[str], line: str, capsy
     assert err.count("\n") == 0 and line in err, err
 
 
+@pytest.mark.parametrize(("setting", "line"), [
+    (["--callbacks.save_best", "mean_retrun"], "callbacks.save_best='mean_retrun' names a metric no record of this "
+                                               "run holds; did you mean mean_return?"),
+    (["--callbacks.stop_when", "eval_retrun >= 3", "--callbacks.eval_every", "2"],
+     "callbacks.stop_when='eval_retrun >= 3' names a metric no record of this run holds; did you mean eval_return?"),
+])
+def test_a_misspelt_metric_is_one_line_before_the_first_record_is_written(setting: list[str], line: str,
+                                                                          tmp_path: Path, capsys) -> None:
+    argv = ["train", "--task", "pendulum", "--env.num_envs", "8", "--ppo.steps_per_env", "4", "--iterations", "3",
+            "--perf.compile", "off", "--log.progress", "false", "--log.dir", str(tmp_path), "--log.run_name", "run"]
+    assert main([*argv, *setting]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and line in err, err
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == "" and not list((tmp_path / "run").glob("*.pt"))
+
+
+def test_a_metric_a_record_holds_later_is_no_misspelling(tmp_path: Path) -> None:
+    """`mean_return` is in no record before an episode ends (here: none in 2 iterations of 4 steps); it is a metric
+    of the run all the same."""
+    result = syncfree.learn("pendulum", run_dir=tmp_path / "run", iterations=2, env={"num_envs": 8},
+                            ppo={"steps_per_env": 4}, log={"progress": False}, perf={"compile": "off"},
+                            callbacks={"save_best": "mean_return", "stop_when": "mean_length > 1000"})
+    assert "mean_return" not in result.record and result.record["iteration"] == 2
+
+
 def test_evaluation_needs_envs_it_can_make() -> None:
     from syncfree.envs.builtin.classic import Pendulum
 

@@ -465,6 +465,25 @@ def test_switches_listing_judges_a_distillation_run(capsys: pytest.CaptureFixtur
 
 
 @pytest.mark.parametrize(("change", "message"), [
+    (lambda p: p.update({"actor.0.weight": p["actor.0.weight"].to(torch.int64)}),
+     r"policy\.actor\.0\.weight: expected a float32 tensor of shape \(\d+, \d+\), found a int64 tensor"),
+    (lambda p: p.update({"actor_norm.var": -p["actor_norm.var"] - 1}), r"policy\.actor_norm\.var: holds negative"),
+])
+def test_a_teacher_checkpoint_is_checked_as_a_resumed_one_before_any_weight_is_copied(
+        tmp_path: Path, teacher_checkpoint: Path, change, message: str) -> None:
+    """Weights that would load into the teacher, converted (integers) or meaningless (a negative variance), are
+    one line naming the field, as a resume or `eval` of the same file says."""
+    from syncfree.train import checkpoint
+
+    state = checkpoint.load(teacher_checkpoint)
+    change(state["policy"])
+    checkpoint.save_atomic(state, tmp_path / "teacher.pt")
+    cfg = pendulum(tmp_path, "student", distill__teacher=str(tmp_path / "teacher.pt"))
+    with pytest.raises(UserError, match=rf"^distill\.teacher: checkpoint .*teacher\.pt: {message}"):
+        Runner(cfg)
+
+
+@pytest.mark.parametrize(("change", "message"), [
     (lambda s: s.update(obs_dims="wide"), "its action_spec or obs_dims is not what a checkpoint records"),
     (lambda s: s.update(action_spec=3), "its action_spec or obs_dims is not what a checkpoint records"),
     (lambda s: s["policy"].update({"actor.0.weight": torch.zeros(2, 2)}), "its policy does not fit its own config"),

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -32,7 +33,8 @@ from test_checkpoint_safety import Payload
 from test_run_folder import full_disk_at_the_end
 
 from syncfree.cli import main
-from syncfree.envs.render import draw_cartpole
+from syncfree.envs.builtin.classic import Pendulum
+from syncfree.envs.render import draw_cartpole, draw_pendulum
 from syncfree.tasks import TASKS
 from syncfree.tasks.classic import classic_config, classic_task
 from syncfree.train import checkpoint
@@ -282,6 +284,55 @@ def resume_with_other_clips(ctx: Ctx) -> list[str]:
             f"[{ctx.tmp}]"]
 
 
+def checkpoint_kept_alone(*flags: str) -> Callable[[Ctx], list[str]]:
+    """A checkpoint copied out of its run folder, whose config's `log.dir` names a folder of the file's choosing."""
+    def arrange(ctx: Ctx) -> list[str]:
+        state = checkpoint.load(ctx.trained)
+        state["config"]["log"]["dir"] = str(ctx.tmp / "named-by-the-file")
+        checkpoint.save_atomic(state, ctx.tmp / "alone" / "kept.pt")
+        ctx.monkeypatch.chdir(ctx.tmp)
+        return ["train", "--resume", str(ctx.tmp / "alone" / "kept.pt"), "--iterations", "3",
+                *(arg.format(tmp=ctx.tmp) for arg in flags)]
+    return arrange
+
+
+def resumed_under(folder: str) -> Callable[[Ctx], None]:
+    """The resume wrote one run under `ctx.tmp/folder`, and nothing where the file's config said."""
+    def after(ctx: Ctx) -> None:
+        assert not (ctx.tmp / "named-by-the-file").exists()
+        assert files(ctx.tmp / "alone") == ["kept.pt"]
+        (run,) = (ctx.tmp / folder).iterdir()
+        assert run.name.startswith("kept-resumed-") and checkpoint.load(run / "latest.pt")["iteration"] == 3
+    return after
+
+
+class WiderPendulum(Pendulum):
+    """Pendulum given a fourth observation: an env edited after a run trained on it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.obs_shapes = {"policy": (4,), "critic": (4,)}
+
+    def _observe(self) -> dict[str, torch.Tensor]:
+        obs = super()._observe()["policy"]
+        if self.obs_shapes["policy"] == (3,):  # the first reset, in Pendulum's constructor
+            return {"policy": obs, "critic": obs}
+        wide = torch.cat((obs, obs[:, :1]), dim=-1)
+        return {"policy": wide, "critic": wide}
+
+
+def env_edited_after_training(command: str, *flags: str) -> Callable[[Ctx], list[str]]:
+    """A run of a task of the user's, whose env then changes its observations; `command` runs the checkpoint."""
+    def arrange(ctx: Ctx) -> list[str]:
+        ctx.monkeypatch.setitem(TASKS, "own", classic_task("own", "test", Pendulum, classic_config, draw_pendulum))
+        assert main(["train", *SMALL, "--task", "own", "--iterations", "1", "--log.dir", str(ctx.tmp),
+                     "--log.run_name", "run"]) == 0
+        ctx.monkeypatch.setitem(TASKS, "own", classic_task("own", "test", WiderPendulum, classic_config,
+                                                           draw_pendulum))
+        return [command, str(ctx.tmp / "run" / "latest.pt"), *(flag.format(tmp=ctx.tmp) for flag in flags)]
+    return arrange
+
+
 def resume_with(*override: str) -> Callable[[Ctx], list[str]]:
     def arrange(ctx: Ctx) -> list[str]:
         return ["train", "--resume", str(ctx.run_copy()), "--iterations", "3", *override]
@@ -321,6 +372,10 @@ def file_unchanged(name: str) -> Callable[[Ctx], None]:
     def after(ctx: Ctx) -> None:
         assert (ctx.tmp / name).read_text() == "not a folder"
     return after
+
+
+def no_video(ctx: Ctx) -> None:
+    assert not (ctx.tmp / "play.gif").exists() and not (ctx.tmp / "run" / "play.mp4").exists()
 
 
 def no_checkpoint_file(ctx: Ctx) -> None:
@@ -372,6 +427,19 @@ FAULTS = [
           r"resumed .*checkpoint_000001\.pt at iteration 1 as a new run", metrics_read_as_two_runs),
     Fault("resume of a run whose folder is read-only", resume_of_a_read_only_run, 0, r"done at iteration 3",
           forked_beside_it),
+    Fault("resume of a checkpoint kept alone", checkpoint_kept_alone(), 0, r"done at iteration 3",
+          resumed_under("runs")),
+    Fault("resume of a checkpoint kept alone, --log.dir given", checkpoint_kept_alone("--log.dir", "{tmp}/chosen"), 0,
+          r"done at iteration 3", resumed_under("chosen")),
+    *(Fault(f"{command} of a checkpoint whose env changed since", env_edited_after_training(command, *flags), 2,
+            r"latest\.pt: the policy was trained on observations policy \(3,\), critic \(3,\) and continuous "
+            r"actions of size 1, but this env gives policy \(4,\), critic \(4,\) and takes continuous actions of "
+            r"size 1 \(the env changed since the run trained\)", no_video)
+      for command, flags in (("eval", ()), ("play", ("--video", "{tmp}/play.gif", "--steps", "2")))),
+    Fault("gym:Blackjack-v1 (a Tuple observation space)", lambda ctx: [
+        "train", "--task", "gym:Blackjack-v1", "--iterations", "1", "--log.progress", "false", "--log.dir",
+        str(ctx.tmp), "--log.run_name", "run"], 2, r"observation space Tuple\(Discrete\(32\), Discrete\(11\), "
+          r"Discrete\(2\)\) is not supported \(needs a Box\)", stays_empty(".")),
     Fault("resume_in_place without a checkpoint", lambda ctx: ["train", *SMALL, "--resume_in_place", "true",
           "--log.dir", str(ctx.tmp)], 2, r"resume_in_place=True is invalid; allowed: false unless resume names a "
           r"checkpoint", stays_empty(".")),
@@ -398,6 +466,13 @@ FAULTS = [
     Fault("huge ppo.steps_per_env", fresh_run(lambda ctx: ctx.tmp, "run", "--ppo.steps_per_env", "100000000000"), 2,
           r"out of memory: an allocation of \d+\.\d GiB failed; lower env\.num_envs or ppo\.steps_per_env \(the "
           r"rollout storage", no_checkpoint_file),
+    Fault("huge rnd.predictor_hidden", fresh_run(lambda ctx: ctx.tmp, "run", "--rnd.enabled", "true", "--rnd.weight",
+                                                 "0.5", "--rnd.predictor_hidden", "[100000000000]"), 2,
+          r"out of memory: an allocation of \d+\.\d GiB failed; lower rnd\.predictor_hidden, rnd\.target_hidden or "
+          r"rnd\.num_outputs", no_checkpoint_file),
+    Fault("huge callbacks.eval_envs", fresh_run(lambda ctx: ctx.tmp, "run", "--callbacks.eval_every", "1",
+                                                "--callbacks.eval_envs", "100000000000"), 2,
+          r"out of memory: an allocation of \d+\.\d GiB failed; lower callbacks\.eval_envs", no_checkpoint_file),
     Fault("resume with another policy.activation", resume_with("--policy.activation", "tanh"), 2,
           r"trained with policy\.activation='elu' but this run has policy\.activation='tanh'",
           lambda ctx: (latest_at(2)(ctx), only_the_run(ctx), files_of_the_run(ctx))),
@@ -445,6 +520,8 @@ def test_fault(fault: Fault, trained: Path, tmp_path: Path, monkeypatch: pytest.
                capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
     if "grid" in fault.name:
         pytest.importorskip("mettagrid")
+    if "gym:" in fault.name:
+        pytest.importorskip("gymnasium")
     ctx = Ctx(tmp_path, trained, monkeypatch, unwritable)
     argv = fault.arrange(ctx)
     capsys.readouterr()

@@ -234,6 +234,22 @@ def test_a_checkpoints_rnd_state_is_checked_field_by_field(tmp_path: Path) -> No
         fresh.runner.load_state_dict(state)
 
 
+def test_a_resume_keeps_the_runs_own_rnd_optimizer_options(tmp_path: Path) -> None:
+    """The predictor's Adam options (learning rate, betas) are the run's config's, whatever the checkpoint holds:
+    the moments are loaded, checked; the options would be loaded unchecked."""
+    trainer = Run(rnd_config(), tmp_path)
+    trainer.learn()
+    state = checkpoint.load(tmp_path / "latest.pt")
+    group = state["algorithm"]["rnd"]["optimizer"]["param_groups"][0]
+    group.update(lr="corrupt", betas=(-1.0, 2.0))
+    fresh = Run(rnd_config(), tmp_path / "again")
+    fresh.runner.load_state_dict(state)
+    rnd = fresh.runner.algorithm.rnd
+    assert rnd is not None and len(rnd.optimizer.state) == len(rnd.params)
+    (loaded,) = rnd.optimizer.param_groups
+    assert (loaded["lr"], loaded["betas"]) == (rnd_config().rnd.learning_rate, (0.9, 0.999))
+
+
 @pytest.mark.parametrize(("argv", "expected"), [
     (["--task", "point-mass", "--rnd.state", "actor"], "rnd.state"),
     (["--task", "point-mass", "--rnd.weight_schedule", "linear", "--rnd.initial_step", "5", "--rnd.final_step", "5"],

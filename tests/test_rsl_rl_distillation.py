@@ -123,6 +123,9 @@ def test_the_mapped_config_distills_with_rsl_rl_s_settings() -> None:
     (lambda c: c["teacher"].update(class_name="RNNModel"), "teacher.class_name"),
     (lambda c: c.pop("teacher"), "teacher"),
     (lambda c: c["obs_groups"].update(actor=("policy",)), "obs_groups.actor"),
+    (lambda c: c["algorithm"].update(gradient_length="long"), "algorithm.gradient_length"),
+    (lambda c: c["algorithm"].update(learning_rate="fast"), "algorithm.learning_rate"),
+    (lambda c: c.update(teacher="MLPModel"), "teacher"),
 ])
 def test_a_distillation_key_syncfree_cannot_honour_is_refused_by_name(change, key: str) -> None:
     cfg = distillation_cfg()

@@ -373,8 +373,8 @@ def test_load_cfg_strict_and_bad_files_as_rsl_rl_reads_them(tmp_path: Path, one_
     # wider layers: one line naming the tensor
     wide = train_cfg()
     wide["actor"]["hidden_dims"] = [32, 16]
-    with pytest.raises(UserError, match=r"actor_state_dict\.mlp\.0\.weight has shape \(16, 3\); this policy's is "
-                                        r"\(32, 3\)"):
+    with pytest.raises(UserError, match=r"actor_state_dict\.mlp\.0\.weight: expected a float32 tensor of shape "
+                                        r"\(32, 3\), found a float32 tensor of shape \(16, 3\)"):
         OnPolicyRunner(rsl_env(), wide, device="cpu").load(str(path))
     # a file that is not a checkpoint, and one that would run code
     (tmp_path / "notes.pt").write_text("not a checkpoint")
@@ -389,7 +389,7 @@ def test_load_cfg_strict_and_bad_files_as_rsl_rl_reads_them(tmp_path: Path, one_
     nan = torch.load(path, weights_only=True)
     nan["actor_state_dict"]["mlp.0.bias"][0] = float("nan")
     torch.save(nan, tmp_path / "nan.pt")
-    with pytest.raises(UserError, match=r"nan\.pt: actor_state_dict\.mlp\.0\.bias holds NaN"):
+    with pytest.raises(UserError, match=r"nan\.pt: actor_state_dict\.mlp\.0\.bias: holds non-finite values"):
         fresh.load(str(tmp_path / "nan.pt"))
 
 
@@ -569,7 +569,7 @@ def refused(change) -> str:
                                                                                "rnd_state": ["policy", "critic"]}),
      "obs_groups.rnd_state"),
     (lambda c: c.update(obs_groups={**c["obs_groups"], "rnd_state": ["policy"]}), "obs_groups.rnd_state"),
-    (lambda c: c["algorithm"].update(rnd_cfg={**RND_CFG, "num_outputs": "many"}), "algorithm.rnd_cfg"),
+    (lambda c: c["algorithm"].update(rnd_cfg={**RND_CFG, "num_outputs": "many"}), "algorithm.rnd_cfg.num_outputs"),
     (lambda c: c["algorithm"].update(symmetry_cfg={"use_data_augmentation": True}),
      "algorithm.symmetry_cfg.data_augmentation_func"),
     (lambda c: c["algorithm"].update(symmetry_cfg={"data_augmentation_func": pendulum_mirror, "num_aug": 2}),
@@ -603,6 +603,36 @@ def refused(change) -> str:
     (lambda c: c.update(syncfree={"ppo.learning_rat": 1e-3}), "syncfree"),
 ])
 def test_a_key_syncfree_cannot_honour_is_refused_by_name(change, key: str) -> None:
+    assert refused(change).startswith(f"rsl_rl config: {key}: ")
+
+
+@pytest.mark.parametrize("change, key", [
+    (lambda c: c.update(seed="one"), "seed"),
+    (lambda c: c.update(num_steps_per_env="24"), "num_steps_per_env"),
+    (lambda c: c.update(save_interval=2.5), "save_interval"),
+    (lambda c: c.update(max_iterations="many"), "max_iterations"),
+    (lambda c: c.update(algorithm="PPO"), "algorithm"),
+    (lambda c: c["algorithm"].update(learning_rate="fast"), "algorithm.learning_rate"),
+    (lambda c: c["algorithm"].update(gamma=None), "algorithm.gamma"),
+    (lambda c: c["algorithm"].update(num_mini_batches=[4]), "algorithm.num_mini_batches"),
+    (lambda c: c["algorithm"].update(use_clipped_value_loss="false"), "algorithm.use_clipped_value_loss"),
+    (lambda c: c["algorithm"].update(rnd_cfg={**RND_CFG, "state_normalization": "no"}),
+     "algorithm.rnd_cfg.state_normalization"),
+    (lambda c: c["algorithm"].update(rnd_cfg={**RND_CFG, "weight": "heavy"}), "algorithm.rnd_cfg.weight"),
+    (lambda c: c["algorithm"].update(symmetry_cfg={"data_augmentation_func": pendulum_mirror,
+                                                   "mirror_loss_coeff": "half"}),
+     "algorithm.symmetry_cfg.mirror_loss_coeff"),
+    (lambda c: c.update(actor=[16, 16]), "actor"),
+    (lambda c: c["actor"].update(obs_normalization="yes"), "actor.obs_normalization"),
+    (lambda c: c["actor"]["distribution_cfg"].update(init_std="big"), "actor.distribution_cfg.init_std"),
+    (lambda c: c["actor"]["distribution_cfg"].update(std_range=3), "actor.distribution_cfg.std_range"),
+    (lambda c: c["actor"].update(distribution_cfg="GaussianDistribution"), "actor.distribution_cfg"),
+    (lambda c: c.update(obs_groups=["policy"]), "obs_groups"),
+    (lambda c: c.update(obs_groups={"actor": 5}), "obs_groups.actor"),
+    (lambda c: c.update(empirical_normalization="true"), "empirical_normalization"),
+])
+def test_a_value_of_the_wrong_type_is_refused_by_its_key(change, key: str) -> None:
+    """Read as rsl_rl's runner reads it, a string would be a number or a switch that is on; refused by name."""
     assert refused(change).startswith(f"rsl_rl config: {key}: ")
 
 

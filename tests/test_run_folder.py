@@ -79,6 +79,62 @@ def test_a_folder_another_live_process_writes_is_refused_and_a_stale_lock_taken_
     assert "on host elsewhere" in err and f"delete {tmp_path / 'run' / '.lock'}" in err
 
 
+@pytest.mark.skipif(not Path("/proc/self/cmdline").exists(), reason="reads /proc/<pid>/cmdline")
+def test_a_lock_naming_a_live_process_that_is_not_its_run_is_said_to_be_probably_stale(tmp_path: Path,
+                                                                                      capsys) -> None:
+    """A pid reused by another program since the run that took the lock ended: the lock's recorded command line is
+    not that process's (or, for a lock that records none, it runs no Python)."""
+    small_run(tmp_path / "run")
+    latest = tmp_path / "run" / "latest.pt"
+    lock = tmp_path / "run" / ".lock"
+    other = subprocess.Popen(["sleep", "60"])
+    try:
+        for recorded in ({"command": f"{sys.executable} -m syncfree train --log.run_name run"}, {}):
+            lock.write_text(json.dumps({"pid": other.pid, "host": socket.gethostname(), "since": 0.0, **recorded}))
+            capsys.readouterr()
+            assert main(["train", "--resume", str(latest), "--resume_in_place", "true", "--iterations", "2",
+                         "--log.progress", "false"]) == 2
+            err = capsys.readouterr().err.strip()
+            assert err.count("\n") == 0 and f"its lock names process {other.pid}" in err, err
+            assert "which is now `sleep 60`" in err and "probably stale" in err and f"delete {lock}" in err, err
+            assert "stop it" not in err and lock.exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_two_runs_of_one_name_started_together_leave_one_training_and_the_other_one_line(tmp_path: Path, capsys,
+                                                                                        monkeypatch) -> None:
+    """The interleavings of two processes starting `--log.run_name run` at once, each set up as it happens: the first
+    has created the lock and not yet written its name into it (the second took that for a stale lock, removed it and
+    trained too, both writing one folder); the first, holding the lock, cleans the folder while the second probes
+    that it can write there (its probe file removed under it)."""
+    from syncfree.train import checkpoint
+
+    argv = ["train", "--task", "pendulum", "--env.num_envs", "8", "--ppo.steps_per_env", "4", "--iterations", "1",
+            "--perf.compile", "off", "--log.progress", "false", "--log.dir", str(tmp_path), "--log.run_name", "run"]
+    lock = tmp_path / "run" / ".lock"
+    lock.parent.mkdir()
+    lock.write_text("")  # created by the first, its content on the way
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "another process is taking its lock now" in err, err
+    assert sorted(p.name for p in lock.parent.iterdir()) == [".lock"] and lock.read_text() == ""
+    old = lock.stat().st_mtime - 60  # left by a process killed as it wrote it: stale
+    os.utime(lock, (old, old))
+    assert main(argv) == 0 and not lock.exists()
+
+    real_fsync = os.fsync
+
+    def holder_cleans(fd: int) -> None:  # between the probe's write and its removal
+        real_fsync(fd)
+        checkpoint.remove_stale_files(tmp_path / "other")
+
+    monkeypatch.setattr(os, "fsync", holder_cleans)
+    checkpoint.make_run_dir(tmp_path / "other")  # no error: the folder is writable
+
+
 def test_a_run_folder_that_disappears_stops_the_run_in_one_line(tmp_path: Path) -> None:
     def remove(runner, record) -> None:
         if record["iteration"] == 1:

@@ -74,9 +74,10 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     `resume=<checkpoint>` continues that run as `syncfree train --resume` does: the config is the checkpoint's
     (`config` and a task name are not read; pass your env again if the run trained on yours), `overrides` change
     it (`iterations=` is the total to reach), and the run writes a new run folder that starts with the metrics up to
-    the checkpoint (`resume_in_place=True`: on in the checkpoint's folder). The checkpoint is data: the code its task
-    or `symmetry.mirror` names (`module:name`) is imported only when this call names it too (`learn("my_envs:make",
-    resume=...)`, `**{"symmetry.mirror": ...}`) or with `trust=True`.
+    the checkpoint (`resume_in_place=True`: on in the checkpoint's folder), beside the checkpoint's run folder or,
+    for a checkpoint kept alone, in the current folder's `runs/` (`log={"dir": ...}` chooses another). The
+    checkpoint is data: the code its task or `symmetry.mirror` names (`module:name`) is imported only when this call
+    names it too (`learn("my_envs:make", resume=...)`, `**{"symmetry.mirror": ...}`) or with `trust=True`.
     """
     env = task if isinstance(task, VecEnv) else None
     resume = str(overrides.pop("resume", "") or (config.resume if config is not None else ""))
@@ -141,7 +142,7 @@ def evaluate(policy: str | Path | LoadedPolicy, num_envs: int = 20, seed: int = 
                         "env= (no registered task makes its envs)")
     if env is None:
         with user_names(loaded.names):
-            return evaluate_task(loaded.cfg, loaded.policy, num_envs, loaded.device, seed, greedy=not sample)
+            return evaluate_task(loaded.cfg, loaded.policy, num_envs, loaded.device, seed, not sample, loaded)
     with torch.random.fork_rng(devices=[], enabled=sample):
         if sample:
             torch.manual_seed(seed)

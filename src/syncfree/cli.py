@@ -139,7 +139,8 @@ def cmd_eval(argv: Sequence[str]) -> int:
     if args.num_envs < 1:
         raise UserError(f"--env.num_envs={args.num_envs} is invalid; allowed: an integer >= 1")
     loaded = load_policy(args.checkpoint, args.device)
-    returns = evaluate_task(loaded.cfg, loaded.policy, args.num_envs, loaded.device, args.seed, not args.sample)
+    returns = evaluate_task(loaded.cfg, loaded.policy, args.num_envs, loaded.device, args.seed, not args.sample,
+                            loaded)
     print(f"{loaded.cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over the first episodes of "
           f"{loaded.cfg.env.describe(len(returns))}, {'sampled' if args.sample else 'deterministic'} actions (min "
           f"{returns.min():.2f}, max {returns.max():.2f}; checkpoint at iteration {loaded.iteration})")

@@ -34,6 +34,9 @@ ENV_MEMORY = "lower env.num_envs (the envs; a task's env options, such as a map'
 POLICY_MEMORY = "lower the policy's layer sizes (policy.actor_hidden, policy.critic_hidden, or its token or recurrent sizes)"
 STORAGE_MEMORY = "lower env.num_envs or ppo.steps_per_env (the rollout storage holds steps x envs)"
 UPDATE_MEMORY = "raise ppo.num_minibatches (smaller minibatches), or lower env.num_envs or ppo.steps_per_env"
+EVAL_MEMORY = "lower callbacks.eval_envs (the evaluation's envs)"
+RND_MEMORY = ("lower rnd.predictor_hidden, rnd.target_hidden or rnd.num_outputs (random network distillation's "
+              "networks)")
 
 
 def is_out_of_memory(error: BaseException) -> bool:

@@ -170,6 +170,7 @@ def record(checkpoint: str | Path, video: Path, steps: int, fps: float, width: i
     with user_names(loaded.names):  # the code the checkpoint's task names, only if the user named it
         env, draw = task.render(loaded.cfg, loaded.device, seed, width, height)
     try:
+        loaded.check_env(env)
         fps = fps or real_time_fps(env)
         with tqdm(total=steps, desc="play", unit="step", disable=not sys.stderr.isatty()) as bar, \
                 allocating(FRAMES_MEMORY):

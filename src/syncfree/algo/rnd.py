@@ -31,7 +31,7 @@ from syncfree.algo.settings import RNDConfig
 from syncfree.core.compile import hot
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import VecEnv
-from syncfree.errors import UserError
+from syncfree.errors import RND_MEMORY, UserError, allocating
 from syncfree.policy.actor_critic import mlp
 from syncfree.policy.normalizer import RunningNorm
 
@@ -211,8 +211,11 @@ class RND:
         return {"module": self.module.state_dict(), "optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The networks, statistics and the predictor's moments; the optimizer's options (learning rate, betas) stay
+        this run's, as the policy's do: a checkpoint's are data that nothing checks."""
         self.module.load_state_dict(state["module"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        own_groups = self.optimizer.state_dict()["param_groups"]
+        self.optimizer.load_state_dict({"state": state["optimizer"]["state"], "param_groups": own_groups})
 
 
 def build_rnd(cfg: PPOTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None) -> RND | None:
@@ -226,4 +229,5 @@ def build_rnd(cfg: PPOTrainConfig, env: VecEnv, device: torch.device, dist: Coll
     if len(shape) != 1:
         raise UserError(f"rnd.state={rnd.state}: the networks read flat observations; {cfg.task}'s {rnd.state} group "
                         f"has shape {tuple(shape)}")
-    return RND(rnd, shape[0], env.num_envs, cfg.perf, device, dist)
+    with allocating(RND_MEMORY):
+        return RND(rnd, shape[0], env.num_envs, cfg.perf, device, dist)

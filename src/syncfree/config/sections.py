@@ -201,8 +201,8 @@ class TrainConfig:
     """Checkpoint every K iterations (and always at the end)."""
     resume: str = ""
     """Checkpoint to continue from; the run continues exactly where it stopped, in a new run folder beside the
-    resumed run's (`log.run_name`, else `<its run>-resumed-<time>`) that starts with its metrics up to the
-    checkpoint."""
+    resumed run's (a checkpoint kept alone: in `runs/`; `log.dir` chooses another) named `log.run_name`, else
+    `<its run>-resumed-<time>`, that starts with its metrics up to the checkpoint."""
     resume_in_place: bool = False
     """With `resume`: write on in the checkpoint's own folder (its metrics past the checkpoint are dropped; refused
     while another process trains there), e.g. a job that requeues itself with the same `--resume`."""

@@ -1,6 +1,8 @@
 """What rsl_rl's runner and its subclasses reach through `runner.alg`, over syncfree's algorithms: `PPO` (rsl_rl's
 `PPO`) and `StudentTeacher` (its `Distillation`), each saving and loading rsl_rl's checkpoint layout
-(`syncfree.rsl_rl.checkpoint`), checked key by key (`load_networks`)."""
+(`syncfree.rsl_rl.checkpoint`). A load checks every part it reads (`networks_from_rsl_rl`, `optimizer_from_rsl_rl`,
+`rnd_from_rsl_rl`, `iteration_of`) before it copies any into the policy, the optimizer or the runner: a file
+refused leaves them as they were."""
 
 from __future__ import annotations
 
@@ -15,8 +17,10 @@ from syncfree.errors import UserError
 from syncfree.policy.actor_critic import ActorCritic
 from syncfree.policy.recurrent_mlp import RecurrentMLPPolicy
 from syncfree.rsl_rl.checkpoint import (
+    checked_tensor,
     from_rsl_rl,
-    load_optimizer_from_rsl_rl,
+    iteration_of,
+    optimizer_from_rsl_rl,
     optimizer_to_rsl_rl,
     rnd_from_rsl_rl,
     rnd_to_rsl_rl,
@@ -24,7 +28,6 @@ from syncfree.rsl_rl.checkpoint import (
 )
 from syncfree.rsl_rl.inference import InferencePolicy
 from syncfree.train.runner import Runner
-from syncfree.train.schema import check_optimizer_state
 
 
 class PPO:
@@ -45,19 +48,13 @@ class PPO:
     def learning_rate(self) -> float:
         return self.optim.current_learning_rate()
 
-    def load_rnd(self, loaded_dict: dict[str, Any]) -> None:
-        """rsl_rl's `rnd_state_dict` and `rnd_optimizer_state_dict` into this run's RND (checked first)."""
-        rnd = cast(RND, self.rnd)
+    def rnd_from(self, loaded_dict: dict[str, Any]) -> dict[str, Any]:
+        """rsl_rl's `rnd_state_dict` and `rnd_optimizer_state_dict` as this run's RND state, checked."""
         if "rnd_state_dict" not in loaded_dict:
             raise UserError(f"{self.source}: no rnd_state_dict (trained without RND; load it with "
                             "load_cfg={..., 'rnd': False} to start the predictor new)")
-        state = rnd_from_rsl_rl(loaded_dict["rnd_state_dict"], rnd.module.state_dict(), self.source)
-        optimizer = loaded_dict.get("rnd_optimizer_state_dict")
-        try:
-            check_optimizer_state(optimizer, rnd.params, "rnd_optimizer_state_dict")
-        except UserError as e:
-            raise UserError(f"{self.source}: {e}") from None
-        rnd.load_state_dict({"module": state, "optimizer": optimizer})
+        return rnd_from_rsl_rl(loaded_dict["rnd_state_dict"], loaded_dict.get("rnd_optimizer_state_dict"),
+                               cast(RND, self.rnd), self.source)
 
     def train_mode(self) -> None:
         self.policy.train()
@@ -78,8 +75,8 @@ class PPO:
         return saved
 
     def load(self, loaded_dict: dict[str, Any], load_cfg: dict[str, bool] | None = None, strict: bool = True) -> bool:
-        """rsl_rl's `PPO.load`: the parts `load_cfg` names (all by default); returns whether the caller takes the
-        checkpoint's iteration."""
+        """rsl_rl's `PPO.load`: the parts `load_cfg` names (all by default), every one checked before any is copied;
+        returns whether the caller takes the checkpoint's iteration (checked too: `iteration_of`)."""
         load_cfg = load_cfg or {"actor": True, "critic": True, "optimizer": True, "iteration": True, "rnd": True}
         nets = [net for net in ("actor", "critic") if load_cfg.get(net)]
         for net in nets:
@@ -87,19 +84,29 @@ class PPO:
                 raise UserError(f"{self.source}: no {net}_state_dict")
         actor = loaded_dict["actor_state_dict"] if "actor" in nets else None
         critic = loaded_dict["critic_state_dict"] if "critic" in nets else None
-        load_networks(self.policy, actor, critic, nets, self.source, strict)
-        if load_cfg.get("optimizer"):
-            load_optimizer_from_rsl_rl(self.optim, loaded_dict.get("optimizer_state_dict"), self.source)
-        if load_cfg.get("rnd") and self.rnd is not None:  # as rsl_rl: a load_cfg without "rnd" leaves it new
-            self.load_rnd(loaded_dict)
-        return bool(load_cfg.get("iteration", False))
+        policy = networks_from_rsl_rl(self.policy, actor, critic, nets, self.source, strict)
+        optimizer = (optimizer_from_rsl_rl(self.optim, loaded_dict.get("optimizer_state_dict"), self.source)
+                     if load_cfg.get("optimizer") else None)
+        load_rnd = load_cfg.get("rnd") and self.rnd is not None  # as rsl_rl: a load_cfg without "rnd" leaves it new
+        rnd = self.rnd_from(loaded_dict) if load_rnd else None
+        takes_iteration = bool(load_cfg.get("iteration", False))
+        if takes_iteration:
+            iteration_of(loaded_dict, self.source)
+        self.policy.load_state_dict(policy)
+        if optimizer is not None:
+            self.optim.load_state_dict(optimizer)
+        if rnd is not None:
+            cast(RND, self.rnd).load_state_dict(rnd)
+        return takes_iteration
 
 
-def load_networks(policy: nn.Module, actor: dict[str, Tensor] | None, critic: dict[str, Tensor] | None,
-                  nets: list[str], source: str, strict: bool, named: str = "", optional: tuple[str, ...] = ()) -> None:
-    """rsl_rl's actor and/or critic state dicts (`nets` says which are read) into `policy`, checked: with `strict`
-    every key must have its counterpart (those under `optional` may be missing), and shapes and values must fit.
-    `named`: how rsl_rl's file names the actor's dict, when not `actor_state_dict` (a student, a teacher)."""
+def networks_from_rsl_rl(policy: nn.Module, actor: dict[str, Tensor] | None, critic: dict[str, Tensor] | None,
+                         nets: list[str], source: str, strict: bool, named: str = "", optional: tuple[str, ...] = ()
+                         ) -> dict[str, Tensor]:
+    """`policy`'s state dict with rsl_rl's actor and/or critic state dicts (`nets` says which are read) in place,
+    checked, nothing copied into `policy` yet: with `strict` every key must have its counterpart (those under
+    `optional` may be missing), and each tensor this policy's dtype and shape, finite and in range. `named`: how
+    rsl_rl's file names the actor's dict, when not `actor_state_dict` (a student, a teacher)."""
     converted, unknown = from_rsl_rl(actor, critic, source)
     own = policy.state_dict()
     wanted = {key for key in own if _net_of(key) in nets and not key.startswith(optional)}
@@ -115,15 +122,10 @@ def load_networks(policy: nn.Module, actor: dict[str, Tensor] | None, critic: di
     if strict and problems:
         raise UserError(f"{source}: {problems[0]} ({_hint(problems[0])})")
     for key, value in converted.items():
-        if key not in own:
-            continue
-        if value.shape != own[key].shape:
-            raise UserError(f"{source}: {name(key)} has shape {tuple(value.shape)}; this policy's "
-                            f"is {tuple(own[key].shape)}")
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise UserError(f"{source}: {name(key)} holds NaN or infinite values")
-        own[key] = value
-    policy.load_state_dict(own)
+        if key in own:
+            checked_tensor(value, own[key], key, name(key), source)
+            own[key] = value
+    return own
 
 
 class StudentTeacher:
@@ -170,26 +172,37 @@ class StudentTeacher:
 
     def load(self, loaded_dict: dict[str, Any], load_cfg: dict[str, bool] | None = None, strict: bool = True) -> bool:
         """rsl_rl's `Distillation.load`: from an RL checkpoint (`actor_state_dict`) the teacher only, by default;
-        from a distillation checkpoint the student, the teacher, the optimizer and the iteration."""
+        from a distillation checkpoint the student, the teacher, the optimizer and the iteration; every part checked
+        before any is copied."""
         if load_cfg is None:
             load_cfg = ({"teacher": True, "iteration": False} if "actor_state_dict" in loaded_dict else
                         {"student": True, "teacher": True, "optimizer": True, "iteration": True})
+        student = teacher = optimizer = None
         if load_cfg.get("student"):
             if "student_state_dict" not in loaded_dict:
                 raise UserError(f"{self.source}: no student_state_dict (an RL checkpoint: load its actor as the "
                                 "teacher with load_cfg={'teacher': True})")
-            load_networks(self.policy, loaded_dict["student_state_dict"], None, ["actor"], self.source, strict,
-                          "student_state_dict")
+            student = networks_from_rsl_rl(self.policy, loaded_dict["student_state_dict"], None, ["actor"],
+                                           self.source, strict, "student_state_dict")
         if load_cfg.get("teacher"):
             name = "teacher_state_dict" if "teacher_state_dict" in loaded_dict else "actor_state_dict"
             if name not in loaded_dict:
                 raise UserError(f"{self.source}: no teacher_state_dict nor actor_state_dict")
-            load_networks(self.teacher, loaded_dict[name], None, ["actor"], self.source, strict, name,
-                          optional=() if self.teacher_noise else ("head.",))
-            self.teacher_loaded = True
+            teacher = networks_from_rsl_rl(self.teacher, loaded_dict[name], None, ["actor"], self.source, strict,
+                                           name, optional=() if self.teacher_noise else ("head.",))
         if load_cfg.get("optimizer"):
-            load_optimizer_from_rsl_rl(self.optim, loaded_dict.get("optimizer_state_dict"), self.source)
-        return bool(load_cfg.get("iteration", False))
+            optimizer = optimizer_from_rsl_rl(self.optim, loaded_dict.get("optimizer_state_dict"), self.source)
+        takes_iteration = bool(load_cfg.get("iteration", False))
+        if takes_iteration:
+            iteration_of(loaded_dict, self.source)
+        if student is not None:
+            self.policy.load_state_dict(student)
+        if teacher is not None:
+            self.teacher.load_state_dict(teacher)
+            self.teacher_loaded = True
+        if optimizer is not None:
+            self.optim.load_state_dict(optimizer)
+        return takes_iteration
 
 
 def _net_of(key: str) -> str:

@@ -13,14 +13,18 @@ registered in rsl_rl's parameter order (noise, actor MLP, actor RNN, critic MLP,
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from syncfree.algo.optim import PolicyOptimizer
+from syncfree.algo.rnd import RND
 from syncfree.errors import UserError
+from syncfree.train.schema import Mismatch, check_optimizer_state, conform, describe
 
 _NOISE = {"log_std": "distribution.log_std_param", "std_param": "distribution.std_param"}
 _NORM_TO_RSL = {"mean": "_mean", "var": "_var", "count": "count"}
@@ -98,26 +102,70 @@ def optimizer_to_rsl_rl(optim: PolicyOptimizer) -> dict[str, Any]:
     return {"state": state, "param_groups": [group]}
 
 
-def load_optimizer_from_rsl_rl(optim: PolicyOptimizer, saved: Any, source: str) -> None:
-    """Moments, step counts and learning rate from rsl_rl's `optimizer_state_dict`; one line naming the file when
-    it does not fit this policy's parameters."""
-    if not isinstance(saved, dict) or not isinstance(saved.get("param_groups"), list) or not saved["param_groups"]:
-        raise UserError(f"{source}: optimizer_state_dict is not an optimizer's state dict")
-    params = [p for group in saved["param_groups"] for p in group.get("params", [])]
-    if len(params) != len(optim.params):
-        raise UserError(f"{source}: optimizer_state_dict holds {len(params)} parameters but this policy has "
-                        f"{len(optim.params)}")
-    for index, entry in saved.get("state", {}).items():
-        param = optim.params[params.index(index)]
-        for name in ("exp_avg", "exp_avg_sq"):
-            value = entry.get(name)
-            if not isinstance(value, Tensor) or value.shape != param.shape:
-                raise UserError(f"{source}: optimizer_state_dict: {name} of parameter {index} does not fit this "
-                                f"policy (shape {tuple(param.shape)})")
-    learning_rate = float(saved["param_groups"][0]["lr"])
-    optim.load_state_dict({"optimizer": {"state": saved.get("state", {})},
-                           "lr": torch.tensor(learning_rate, dtype=torch.float64),
-                           "skipped_steps": optim.skipped_steps.clone()})
+def optimizer_from_rsl_rl(optim: PolicyOptimizer, saved: Any, source: str) -> dict[str, Any]:
+    """rsl_rl's `optimizer_state_dict` as the state `optim.load_state_dict` takes (moments, step counts, learning
+    rate; this run's other options kept), checked before anything is copied: moments shaped as the parameters and
+    finite, step counts >= 0, a learning rate > 0; one line naming the file and the field otherwise."""
+    return {"optimizer": {"state": adam_state(saved, optim.params, "optimizer_state_dict", source)},
+            "lr": torch.tensor(learning_rate_of(saved, source), dtype=torch.float64),
+            "skipped_steps": optim.skipped_steps.clone()}
+
+
+def adam_state(saved: Any, params: Sequence[Tensor], name: str, source: str) -> dict[int, Any]:
+    """The per-parameter state of the Adam state dict `saved` (the file's field `name`), indexed by the position of
+    each parameter in `params` (the file's groups list their parameters' indices in that order), checked."""
+    if not isinstance(saved, dict) or not isinstance(saved.get("state"), dict) or not isinstance(
+            saved.get("param_groups"), list) or not saved["param_groups"]:
+        raise UserError(f"{source}: {name} is not an optimizer's state dict (state and param_groups)")
+    indices: list[Any] = []
+    for i, group in enumerate(saved["param_groups"]):
+        if not isinstance(group, dict) or not isinstance(group.get("params"), list):
+            raise UserError(f"{source}: {name}.param_groups[{i}] does not list its params")
+        indices += group["params"]
+    if len(indices) != len(params):
+        raise UserError(f"{source}: {name} holds {len(indices)} parameters but this policy has {len(params)}")
+    if any(not isinstance(index, int) or isinstance(index, bool) for index in indices) or len(set(indices)) != len(
+            indices):
+        raise UserError(f"{source}: {name}.param_groups: the parameters' indices are not distinct integers")
+    position = {index: i for i, index in enumerate(indices)}
+    unknown = [index for index in saved["state"] if index not in position]
+    if unknown:
+        raise UserError(f"{source}: {name}.state[{unknown[0]!r}] is the state of no parameter its groups list")
+    state = {position[index]: entry for index, entry in saved["state"].items()}
+    try:
+        check_optimizer_state({"state": state, "param_groups": saved["param_groups"]}, params, name, every=False)
+    except UserError as e:
+        raise UserError(f"{source}: {e}") from None
+    return state
+
+
+def learning_rate_of(saved: dict[str, Any], source: str) -> float:
+    """The learning rate of rsl_rl's optimizer state (its first group's): a finite number > 0."""
+    lr = saved["param_groups"][0].get("lr") if isinstance(saved["param_groups"][0], dict) else None
+    if not isinstance(lr, int | float) or isinstance(lr, bool) or not math.isfinite(lr) or lr <= 0:
+        raise UserError(f"{source}: optimizer_state_dict.param_groups[0].lr: expected a finite number > 0, found "
+                        f"{describe(lr)}")
+    return float(lr)
+
+
+def iteration_of(loaded: dict[str, Any], source: str) -> int:
+    """The checkpoint's `iter`, which the runner counts on from: an integer >= 0."""
+    if "iter" not in loaded:
+        raise UserError(f"{source}: no iter (load it with load_cfg={{..., 'iteration': False}} to count from the "
+                        "runner's own)")
+    value = loaded["iter"]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise UserError(f"{source}: iter: expected an integer >= 0, found {describe(value)}")
+    return value
+
+
+def checked_tensor(found: Tensor, expected: Tensor, key: str, name: str, source: str) -> None:
+    """`found` has `expected`'s dtype and shape and in-range values (`syncfree.train.schema.conform`: finite, and
+    never negative where syncfree's key `key` never is); one line under rsl_rl's `name` otherwise."""
+    try:
+        conform(found, expected, key)
+    except Mismatch as e:
+        raise UserError(f"{source}: {name}{str(e).removeprefix(key)}") from None
 
 
 _RND_NORMS = {"state_norm.": "state_normalizer.", "reward_norm.stats.": "reward_normalizer.emp_norm."}
@@ -146,28 +194,37 @@ def rnd_to_rsl_rl(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-def rnd_from_rsl_rl(saved: Any, own: dict[str, Tensor], source: str) -> dict[str, Tensor]:
-    """rsl_rl's `rnd_state_dict` as syncfree's RND state (the step count and discounted sums kept from `own`); one
-    line naming the file when it does not fit this run's RND."""
+def rnd_from_rsl_rl(saved: Any, saved_optimizer: Any, rnd: RND, source: str) -> dict[str, Any]:
+    """rsl_rl's `rnd_state_dict` and `rnd_optimizer_state_dict` as the state `rnd.load_state_dict` takes (the step
+    count and discounted sums kept from this run's, and its optimizer's options), checked before anything is
+    copied; one line naming the file and the field when it does not fit this run's RND."""
     if not isinstance(saved, dict):
         raise UserError(f"{source}: rnd_state_dict is not a state dict")
+    own = rnd.module.state_dict()
     expected = rnd_to_rsl_rl(own)
     missing = sorted(set(expected) - set(saved))
     extra = sorted(set(saved) - set(expected))
     if missing or extra:
         what = f"lacks {missing[0]}" if missing else f"has {extra[0]}, which this run's RND lacks"
         raise UserError(f"{source}: rnd_state_dict {what} (the checkpoint's rnd_cfg differs from this config's)")
-    out = dict(own)
+    for theirs, value in expected.items():
+        if not theirs.endswith("._std"):  # the variance's square root: syncfree computes it
+            checked_tensor(saved[theirs], value, _rnd_key(theirs), f"rnd_state_dict.{theirs}", source)
+    module = dict(own)
     for key in own:
-        if key in _RND_OWN:
-            continue
-        prefix = next((p for p in _RND_NORMS if key.startswith(p)), None)
-        theirs = key if prefix is None else f"{_RND_NORMS[prefix]}{_NORM_TO_RSL[key.removeprefix(prefix)]}"
-        value = saved[theirs]
-        if not isinstance(value, Tensor) or value.numel() != own[key].numel() or value.dtype != own[key].dtype:
-            raise UserError(f"{source}: rnd_state_dict.{theirs} does not fit this run's RND (a "
-                            f"{str(own[key].dtype).removeprefix('torch.')} tensor of {own[key].numel()} values)")
-        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
-            raise UserError(f"{source}: rnd_state_dict.{theirs} holds NaN or infinite values")
-        out[key] = value.reshape(own[key].shape).clone()
-    return out
+        if key not in _RND_OWN:
+            prefix = next((p for p in _RND_NORMS if key.startswith(p)), None)
+            theirs = key if prefix is None else f"{_RND_NORMS[prefix]}{_NORM_TO_RSL[key.removeprefix(prefix)]}"
+            module[key] = saved[theirs].reshape(own[key].shape)
+    state = adam_state(saved_optimizer, rnd.params, "rnd_optimizer_state_dict", source)
+    return {"module": module, "optimizer": {"state": state,
+                                            "param_groups": rnd.optimizer.state_dict()["param_groups"]}}
+
+
+def _rnd_key(theirs: str) -> str:
+    """syncfree's name of rsl_rl's RND tensor `theirs` (whose end says the range its values keep)."""
+    for ours, prefix in _RND_NORMS.items():
+        if theirs.startswith(prefix):
+            name = theirs.removeprefix(prefix)
+            return f"{ours}{next(k for k, v in _NORM_TO_RSL.items() if v == name)}"
+    return theirs

@@ -25,6 +25,7 @@ from syncfree.errors import UserError
 from syncfree.policy.actor_critic import ActorCritic
 from syncfree.policy.settings import PolicyConfig
 from syncfree.rsl_rl.algorithms import PPO, StudentTeacher
+from syncfree.rsl_rl.checkpoint import iteration_of
 from syncfree.rsl_rl.inference import InferencePolicy
 from syncfree.rsl_rl.logger import Logger
 from syncfree.tasks.rsl_rl_config import from_rsl_rl as config_from_rsl_rl
@@ -141,16 +142,17 @@ class OnPolicyRunner:
     def load(self, path: str, load_cfg: dict[str, bool] | None = None, strict: bool = True,
              map_location: str | None = None) -> Any:
         """An rsl_rl 5 checkpoint (rsl_rl's or this runner's), read as data: no code in the file runs. Returns its
-        `infos`. One line naming the file when it is not such a checkpoint or does not fit this policy. The tensors
-        are read on the CPU and copied into the policy and optimizer on the runner's device, whatever
-        `map_location` says (rsl_rl's argument, kept for its callers)."""
+        `infos`. One line naming the file and the field when it is not such a checkpoint or does not fit this policy
+        (a tensor's dtype, shape or values, the optimizer's state, the learning rate, `iter`), and then nothing of
+        it has been loaded. The tensors are read on the CPU and copied into the policy and optimizer on the runner's
+        device, whatever `map_location` says (rsl_rl's argument, kept for its callers)."""
         loaded = checkpoint.load_plain(path)
         if not isinstance(loaded, dict) or ("actor_state_dict" not in loaded and "student_state_dict" not in loaded):
             raise UserError(f"checkpoint {path}: not an rsl_rl 5 checkpoint (no actor_state_dict nor "
                             "student_state_dict)")
         self.alg.source = f"checkpoint {path}"
-        if self.alg.load(loaded, load_cfg, strict):
-            self.current_learning_iteration = int(loaded.get("iter", 0))
+        if self.alg.load(loaded, load_cfg, strict):  # checked every part it reads before copying any
+            self.current_learning_iteration = iteration_of(loaded, self.alg.source)
             self.run.runner.continue_from(self.current_learning_iteration)  # syncfree's metrics continue from it
         return loaded.get("infos")
 

@@ -18,6 +18,7 @@ segment per env's rollout, as rsl_rl trains it (a distillation's recurrent stude
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar, cast
 
@@ -181,13 +182,43 @@ def refuse(key: str, why: str) -> UserError:
     return UserError(f"rsl_rl config: {key}: {why}")
 
 
+def _float(value: Any, key: str) -> float:
+    """A number setting (an int or a float, NumPy's too); one line naming the key otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise refuse(key, f"{value!r}: a number")
+    return float(value)
+
+
+def _int(value: Any, key: str) -> int:
+    """An integer setting (a float of integral value too, as a YAML file may write one)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value).is_integer():
+        raise refuse(key, f"{value!r}: an integer")
+    return value if isinstance(value, int) else int(float(value))
+
+
+def _bool(value: Any, key: str) -> bool:
+    """A switch: True or False (or 1 or 0); a string such as 'false' would read as on."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    raise refuse(key, f"{value!r}: True or False")
+
+
+def _section(value: Any, key: str) -> dict[str, Any]:
+    """A section of settings: a dict."""
+    if not isinstance(value, Mapping):
+        raise refuse(key, f"a {type(value).__name__}: a dict of its settings")
+    return dict(value)
+
+
 def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num_envs: int, device: str,
                 step_dt: float | None = None) -> Mapped:
     """`train_cfg` as a syncfree config for `num_envs` envs on `device`; `obs` is the env's first observation
     (its groups and their widths; None before the env exists: then `obs_groups` must name both sets and no layer
     width may be -1); `step_dt` the env's control step in seconds (`env.unwrapped.step_dt`, which scales RND's
     weight as rsl_rl scales it). Raises `UserError` naming the first key refused."""
-    cfg = dict(train_cfg)
+    cfg = _section(train_cfg, "train_cfg")
     if isinstance(cfg.get("algorithm"), Mapping) and _short(str(cfg["algorithm"].get("class_name", ""))) \
             == "Distillation":
         return distillation_from_rsl_rl(cfg, obs, num_envs, device)
@@ -199,9 +230,9 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
             raise refuse(key, "missing (rsl_rl's runner needs it)")
     out = PPOTrainConfig(task="rsl_rl", device=device)
     out.env.num_envs = num_envs
-    out.seed = int(cfg.get("seed", 42))
-    out.iterations = int(cfg.get("max_iterations") or out.iterations)
-    algorithm = dict(cfg["algorithm"])
+    out.seed = _int(cfg.get("seed", 42), "seed")
+    out.iterations = _int(cfg.get("max_iterations") or out.iterations, "max_iterations")
+    algorithm = _section(cfg["algorithm"], "algorithm")
     out.rnd = rnd_config(algorithm.pop("rnd_cfg", None), step_dt)
     sets = ("actor", "critic", "rnd_state") if out.rnd.enabled else ("actor", "critic")
     obs_groups = resolve_obs_groups(cfg.get("obs_groups") or {}, obs, sets)
@@ -210,14 +241,16 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
     widths = {name: sum(int(obs[g].shape[-1]) for g in groups) if obs is not None else -1
               for name, groups in obs_groups.items()}
     symmetry, mirror_function = symmetry_config(algorithm.pop("symmetry_cfg", None))
-    out.ppo = dataclasses.replace(ppo_config(algorithm), steps_per_env=int(cfg["num_steps_per_env"]))
+    out.ppo = dataclasses.replace(ppo_config(algorithm), steps_per_env=_int(cfg["num_steps_per_env"],
+                                                                                      "num_steps_per_env"))
     out.symmetry = symmetry
     policy = policy_config(cfg, widths)
     if isinstance(policy, RecurrentMLPPolicyConfig):  # symmetry too (rsl_rl refuses it): see docs/symmetry.md
         out = convert(out, RecurrentPPOTrainConfig)
     out.policy = policy
     steps = out.ppo.steps_per_env
-    return Mapped(runner_settings(out, cfg), obs_groups, int(cfg["save_interval"]), steps, mirror_function)
+    return Mapped(runner_settings(out, cfg), obs_groups, _int(cfg["save_interval"], "save_interval"), steps,
+                  mirror_function)
 
 
 def runner_settings(out: ConfigT, cfg: Mapping[str, Any]) -> ConfigT:
@@ -272,10 +305,10 @@ def distillation_from_rsl_rl(cfg: dict[str, Any], obs: Mapping[str, Any] | None,
     obs_groups = resolve_obs_groups(cfg.get("obs_groups") or {}, obs, ("student", "teacher"))
     widths = {name: sum(int(obs[g].shape[-1]) for g in groups) if obs is not None else -1
               for name, groups in obs_groups.items()}
-    student = dict(cfg["student"])
+    student = _section(cfg["student"], "student")
     policy = policy_config({"actor": student, "critic": {**student, "distribution_cfg": None}},
                            {"actor": widths["student"], "critic": widths["student"]})
-    teacher = model(dict(cfg["teacher"]), "teacher", stochastic=None)
+    teacher = model(_section(cfg["teacher"], "teacher"), "teacher", stochastic=None)
     if teacher.rnn is not None:
         raise refuse("teacher.class_name", "RNNModel: syncfree's teacher is an MLPModel")
     hidden = [widths["teacher"] if h == -1 else h for h in teacher.hidden]
@@ -288,16 +321,18 @@ def distillation_from_rsl_rl(cfg: dict[str, Any], obs: Mapping[str, Any] | None,
     kind = RecurrentDistillationTrainConfig if isinstance(policy, RecurrentMLPPolicyConfig) else DistillationTrainConfig
     out = kind(task="rsl_rl", device=device, policy=policy)
     out.env.num_envs = num_envs
-    out.seed = int(cfg.get("seed", 42))
-    out.iterations = int(cfg.get("max_iterations") or out.iterations)
+    out.seed = _int(cfg.get("seed", 42), "seed")
+    out.iterations = _int(cfg.get("max_iterations") or out.iterations, "max_iterations")
     max_grad_norm = values["max_grad_norm"]
-    out.distill = DistillConfig(teacher=RSL_RL_TEACHER, steps_per_env=int(cfg["num_steps_per_env"]),
-                                loss=values["loss_type"], gradient_length=int(values["gradient_length"]),
-                                num_epochs=int(values["num_learning_epochs"]),
-                                learning_rate=float(values["learning_rate"]),
-                                max_grad_norm=float(max_grad_norm) if max_grad_norm else 0.0)
+    out.distill = DistillConfig(teacher=RSL_RL_TEACHER, steps_per_env=_int(cfg["num_steps_per_env"], "num_steps_per_env"),
+                                loss=values["loss_type"],
+                                gradient_length=_int(values["gradient_length"], "algorithm.gradient_length"),
+                                num_epochs=_int(values["num_learning_epochs"], "algorithm.num_learning_epochs"),
+                                learning_rate=_float(values["learning_rate"], "algorithm.learning_rate"),
+                                max_grad_norm=_float(max_grad_norm, "algorithm.max_grad_norm") if max_grad_norm else 0.0)
     steps = out.distill.steps_per_env
-    return Mapped(runner_settings(out, cfg), obs_groups, int(cfg["save_interval"]), steps, None, teacher_policy,
+    return Mapped(runner_settings(out, cfg), obs_groups, _int(cfg["save_interval"], "save_interval"), steps, None,
+                  teacher_policy,
                   "distribution_cfg" in cfg["teacher"] and cfg["teacher"]["distribution_cfg"] is not None)
 
 
@@ -327,9 +362,11 @@ def symmetry_config(sym: Any) -> tuple[SymmetryConfig, Callable[..., Any] | None
     if not callable(function):
         raise refuse("algorithm.symmetry_cfg.data_augmentation_func",
                      f"{function!r}: a callable f(env, obs, actions) or its 'module:name'")
-    augment, mirror_loss = bool(sym.get("use_data_augmentation")), bool(sym.get("use_mirror_loss"))
+    key = "algorithm.symmetry_cfg"
+    augment = _bool(sym.get("use_data_augmentation") or False, f"{key}.use_data_augmentation")
+    mirror_loss = _bool(sym.get("use_mirror_loss") or False, f"{key}.use_mirror_loss")
     return SymmetryConfig(augment=augment, mirror_loss=mirror_loss,
-                          mirror_loss_coef=float(sym.get("mirror_loss_coeff") or 0.0),
+                          mirror_loss_coef=_float(sym.get("mirror_loss_coeff") or 0.0, f"{key}.mirror_loss_coeff"),
                           log_only=not (augment or mirror_loss)), function
 
 
@@ -364,22 +401,19 @@ def rnd_config(rnd: Any, step_dt: float | None) -> RNDConfig:
     for key in _RND_SCHEDULE_KEYS[mode]:
         if key not in schedule:
             raise refuse(f"algorithm.rnd_cfg.weight_schedule.{key}", f"missing (the {mode} schedule reads it)")
-    try:
-        numbers = {"weight": float(rnd.get("weight", 0.0)) * float(step_dt),
-                   "initial_step": int(schedule.get("initial_step", 0)), "final_step": int(schedule.get("final_step", 0)),
-                   "final_value": float(schedule.get("final_value", 0.0)), "num_outputs": int(rnd["num_outputs"]),
-                   "learning_rate": float(rnd.get("learning_rate", 1e-3))}
-    except (TypeError, ValueError) as e:
-        raise refuse("algorithm.rnd_cfg", f"a number that is not one ({e})") from None
-    out = RNDConfig(enabled=True, weight=numbers["weight"], weight_schedule=mode,
-                    initial_step=int(numbers["initial_step"]), final_step=int(numbers["final_step"]),
-                    final_value=numbers["final_value"], num_outputs=int(numbers["num_outputs"]),
+    key, steps = "algorithm.rnd_cfg", "algorithm.rnd_cfg.weight_schedule"
+    out = RNDConfig(enabled=True, weight=_float(rnd.get("weight", 0.0), f"{key}.weight") * float(step_dt),
+                    weight_schedule=mode, initial_step=_int(schedule.get("initial_step", 0), f"{steps}.initial_step"),
+                    final_step=_int(schedule.get("final_step", 0), f"{steps}.final_step"),
+                    final_value=_float(schedule.get("final_value", 0.0), f"{steps}.final_value"),
+                    num_outputs=_int(rnd["num_outputs"], f"{key}.num_outputs"),
                     predictor_hidden=_hidden(rnd["predictor_hidden_dims"], "algorithm.rnd_cfg.predictor_hidden_dims"),
                     target_hidden=_hidden(rnd["target_hidden_dims"], "algorithm.rnd_cfg.target_hidden_dims"),
                     activation=_activation(rnd.get("activation", "elu"), "algorithm.rnd_cfg.activation"),
-                    state_normalization=bool(rnd.get("state_normalization", False)),
-                    reward_normalization=bool(rnd.get("reward_normalization", False)),
-                    learning_rate=numbers["learning_rate"])
+                    state_normalization=_bool(rnd.get("state_normalization", False), f"{key}.state_normalization"),
+                    reward_normalization=_bool(rnd.get("reward_normalization", False),
+                                               f"{key}.reward_normalization"),
+                    learning_rate=_float(rnd.get("learning_rate", 1e-3), f"{key}.learning_rate"))
     try:
         out.validate()
     except UserError as e:
@@ -419,11 +453,12 @@ def resolve_obs_groups(obs_groups: Mapping[str, Sequence[str]], obs: Mapping[str
     set must be named. `sets`: the sets the algorithm reads (`rnd_state` with RND)."""
     groups = _keys(obs) if obs is not None else None
     resolved: dict[str, list[str]] = {}
-    for name, listed in obs_groups.items():
+    for name, listed in _section(obs_groups, "obs_groups").items():
         if name not in sets:
             raise refuse(f"obs_groups.{name}", f"only the {' and '.join(sets)} sets are read" + (
                 "" if name != "rnd_state" else " (rnd_state needs algorithm.rnd_cfg)"))
-        if isinstance(listed, str) or not listed:
+        if isinstance(listed, str) or not isinstance(listed, Sequence) or not listed or not all(
+                isinstance(group, str) for group in listed):
             raise refuse(f"obs_groups.{name}", f"{listed!r}: a non-empty list of observation groups")
         for group in listed:
             if groups is not None and group not in groups:
@@ -471,14 +506,18 @@ def ppo_config(alg: dict[str, Any]) -> PPOConfig:
         raise refuse("algorithm.schedule", f"{schedule!r}: adaptive or fixed")
     if desired_kl is None:
         schedule, desired_kl = "fixed", _RSL_RL_PPO["desired_kl"]  # rsl_rl adapts only with a desired KL
+    def number(name: str) -> float:
+        return _float(values[name], f"algorithm.{name}")
+
     return PPOConfig(
-        num_epochs=int(values["num_learning_epochs"]),
-        num_minibatches=int(values["num_mini_batches"]), learning_rate=float(values["learning_rate"]),
-        schedule=schedule, desired_kl=float(desired_kl), kl_adapt_every="minibatch", gamma=float(values["gamma"]),
-        lam=float(values["lam"]), clip_param=float(values["clip_param"]),
-        value_loss_coef=float(values["value_loss_coef"]), clipped_value_loss=bool(values["use_clipped_value_loss"]),
-        entropy_coef=float(values["entropy_coef"]), max_grad_norm=float(values["max_grad_norm"]),
-        grad_clip="per_network", weight_decay=0.01 if optimizer == "adamw" else 0.0)
+        num_epochs=_int(values["num_learning_epochs"], "algorithm.num_learning_epochs"),
+        num_minibatches=_int(values["num_mini_batches"], "algorithm.num_mini_batches"),
+        learning_rate=number("learning_rate"), schedule=schedule,
+        desired_kl=_float(desired_kl, "algorithm.desired_kl"), kl_adapt_every="minibatch", gamma=number("gamma"),
+        lam=number("lam"), clip_param=number("clip_param"), value_loss_coef=number("value_loss_coef"),
+        clipped_value_loss=_bool(values["use_clipped_value_loss"], "algorithm.use_clipped_value_loss"),
+        entropy_coef=number("entropy_coef"), max_grad_norm=number("max_grad_norm"), grad_clip="per_network",
+        weight_decay=0.01 if optimizer == "adamw" else 0.0)
 
 
 Activation = Literal["elu", "tanh", "relu"]
@@ -502,14 +541,16 @@ def policy_config(cfg: Mapping[str, Any], widths: dict[str, int]) -> PolicyConfi
     if "policy" in cfg:
         if "actor" in cfg or "critic" in cfg:
             raise refuse("policy", "give either rsl_rl 5's actor and critic sections or the older policy section")
-        actor, critic = legacy_models(dict(cfg["policy"]), bool(cfg.get("empirical_normalization", False)))
+        actor, critic = legacy_models(_section(cfg["policy"], "policy"),
+                                      _bool(cfg.get("empirical_normalization", False), "empirical_normalization"))
     else:
         for key in ("actor", "critic"):
             if key not in cfg:
                 raise refuse(key, "missing (rsl_rl's runner needs it)")
-        actor = model(dict(cfg["actor"]), "actor", stochastic=True)
-        critic = model(dict(cfg["critic"]), "critic", stochastic=False)
-        if "empirical_normalization" in cfg and bool(cfg["empirical_normalization"]) != actor.normalize:
+        actor = model(_section(cfg["actor"], "actor"), "actor", stochastic=True)
+        critic = model(_section(cfg["critic"], "critic"), "critic", stochastic=False)
+        if "empirical_normalization" in cfg and _bool(cfg["empirical_normalization"],
+                                                      "empirical_normalization") != actor.normalize:
             raise refuse("empirical_normalization", "rsl_rl 5 reads actor.obs_normalization instead; remove it")
     if actor.activation != critic.activation:
         raise refuse("critic.activation", f"{critic.activation!r} differs from the actor's {actor.activation!r}; "
@@ -552,7 +593,7 @@ def model(section: dict[str, Any], name: str, stochastic: bool | None) -> _Model
     dist = section.pop("distribution_cfg", None)
     out = _Model(hidden=_hidden(section.pop("hidden_dims", (256, 256, 256)), f"{name}.hidden_dims"),
                  activation=_activation(section.pop("activation", "elu"), f"{name}.activation"),
-                 normalize=bool(section.pop("obs_normalization", False)), rnn=rnn)
+                 normalize=_bool(section.pop("obs_normalization", False), f"{name}.obs_normalization"), rnn=rnn)
     if section:
         raise refuse(f"{name}.{sorted(section)[0]}", "not a key of rsl_rl 5's MLPModel (nor one syncfree maps)")
     if stochastic is None and dist is None:
@@ -563,17 +604,17 @@ def model(section: dict[str, Any], name: str, stochastic: bool | None) -> _Model
         return out
     if dist is None:
         raise refuse(f"{name}.distribution_cfg", "the actor needs a distribution (GaussianDistribution)")
-    dist = dict(dist)
+    dist = _section(dist, f"{name}.distribution_cfg")
     kind = str(dist.pop("class_name", "GaussianDistribution"))
     if kind.rsplit(":", 1)[-1].rsplit(".", 1)[-1] != "GaussianDistribution":
         raise refuse(f"{name}.distribution_cfg.class_name", f"{kind!r}: syncfree's Gaussian head has a "
                      "state-independent standard deviation (GaussianDistribution)")
-    out.init_std = float(dist.pop("init_std", 1.0))
+    out.init_std = _float(dist.pop("init_std", 1.0), f"{name}.distribution_cfg.init_std")
     out.std_type = _std_type(dist.pop("std_type", "scalar"), f"{name}.distribution_cfg.std_type")
-    std_range = tuple(dist.pop("std_range", (1e-6, 1e6)))
-    if std_range != (1e-6, 1e6):
+    std_range = dist.pop("std_range", (1e-6, 1e6))
+    if not isinstance(std_range, Sequence) or tuple(std_range) != (1e-6, 1e6):
         raise refuse(f"{name}.distribution_cfg.std_range", f"{std_range}: only rsl_rl's default (1e-06, 1e+06)")
-    if not dist.pop("learn_std", True):
+    if not _bool(dist.pop("learn_std", True), f"{name}.distribution_cfg.learn_std"):
         raise refuse(f"{name}.distribution_cfg.learn_std", "False: syncfree learns the standard deviation")
     if dist:
         raise refuse(f"{name}.distribution_cfg.{sorted(dist)[0]}", "not a key of rsl_rl 5's GaussianDistribution")
@@ -602,11 +643,14 @@ def legacy_models(section: dict[str, Any], empirical_normalization: bool) -> tup
         raise refuse("policy.class_name", f"{class_name!r}: only ActorCritic is mapped (recurrent models: rsl_rl 5's "
                      "RNNModel, as the actor and critic sections)")
     activation = _activation(section.pop("activation", "elu"), "policy.activation")
-    actor_norm = bool(section.pop("actor_obs_normalization", empirical_normalization))
-    critic_norm = bool(section.pop("critic_obs_normalization", empirical_normalization))
+    actor_norm = _bool(section.pop("actor_obs_normalization", empirical_normalization),
+                       "policy.actor_obs_normalization")
+    critic_norm = _bool(section.pop("critic_obs_normalization", empirical_normalization),
+                        "policy.critic_obs_normalization")
     std_type = _std_type(section.pop("noise_std_type", "scalar"), "policy.noise_std_type")
     actor = _Model(_hidden(section.pop("actor_hidden_dims", (256, 256, 256)), "policy.actor_hidden_dims"),
-                   activation, actor_norm, float(section.pop("init_noise_std", 1.0)), std_type)
+                   activation, actor_norm, _float(section.pop("init_noise_std", 1.0), "policy.init_noise_std"),
+                   std_type)
     critic = _Model(_hidden(section.pop("critic_hidden_dims", (256, 256, 256)), "policy.critic_hidden_dims"),
                     activation, critic_norm)
     if section:

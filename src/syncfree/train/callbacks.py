@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import operator
 from collections.abc import Callable, Sequence
@@ -14,7 +15,7 @@ import torch
 
 from syncfree.config import TrainConfig
 from syncfree.envs.api import VecEnv
-from syncfree.errors import UserError
+from syncfree.errors import EVAL_MEMORY, UserError, allocating
 
 
 class Runner(Protocol):
@@ -57,6 +58,8 @@ class Callbacks:
         """The highest `save_best` metric seen (carried by checkpoints)."""
         self.since_best = 0
         """Records reporting the metric since its last new high."""
+        self.metrics_checked = False
+        """Whether `save_best` and `stop_when` were found among the metrics the records hold (at the first)."""
         if self.cfg.eval_every and make_env is None:
             raise UserError(f"config: callbacks.eval_every={self.cfg.eval_every} needs a task that makes its envs "
                             "(a registered task or --task module:factory), not an env passed in")
@@ -67,11 +70,12 @@ class Callbacks:
         every = self.cfg.eval_every
         if not every or iteration % every or self.make_env is None:
             return {}
-        if self.env is None:
-            self.env = self.make_env(self.cfg.eval_envs, self.cfg.eval_seed)
         cuda = [runner.device.index or 0] if runner.device.type == "cuda" else []
-        with torch.random.fork_rng(devices=cuda):
-            returns = np.asarray(runner.algorithm.evaluate(runner.policy, self.env, True), dtype=np.float64)
+        with allocating(EVAL_MEMORY):
+            if self.env is None:
+                self.env = self.make_env(self.cfg.eval_envs, self.cfg.eval_seed)
+            with torch.random.fork_rng(devices=cuda):
+                returns = np.asarray(runner.algorithm.evaluate(runner.policy, self.env, True), dtype=np.float64)
         return {"eval_return": float(returns.mean()), "eval_return_std": float(returns.std())}
 
     def after_iteration(self, run: Run, record: dict[str, Any]) -> str | None:
@@ -96,6 +100,22 @@ class Callbacks:
             if fn(run, record):
                 reason = reason or f"{getattr(fn, '__name__', 'a callback')} asked to stop"
         return reason
+
+    def check_metrics(self, names: set[str]) -> None:
+        """One line naming the nearest metric when `save_best` or `stop_when` names one that no record will hold
+        (`names`: what the records hold, `Runner.metric_names`; the evaluation's with `eval_every`). Checked once, at
+        the first record, before it is written."""
+        if self.metrics_checked:
+            return
+        known = names | ({"eval_return", "eval_return_std"} if self.cfg.eval_every else set())
+        condition = self.cfg.stop_condition()
+        for key, metric in (("save_best", self.cfg.save_best), ("stop_when", condition[0] if condition else "")):
+            if metric and metric not in known:
+                near = difflib.get_close_matches(metric, sorted(known), n=1)
+                hint = f"did you mean {near[0]}?" if near else f"the records hold {', '.join(sorted(known))}"
+                raise UserError(f"config: callbacks.{key}={getattr(self.cfg, key)!r} names a metric no record of "
+                                f"this run holds; {hint}")
+        self.metrics_checked = True
 
     def save_best(self, run: Run) -> Path | None:
         """The current state as `best.pt` (atomically), where the run has a folder."""

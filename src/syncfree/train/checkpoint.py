@@ -173,7 +173,7 @@ def make_run_dir(run_dir: Path) -> None:
             f.write(b"syncfree")
             f.flush()
             os.fsync(f.fileno())
-        probe.unlink()
+        probe.unlink(missing_ok=True)  # the folder's lock holder, cleaning, may have removed it already
     except OSError as e:
         culprit = e.filename or run_dir
         raise UserError(f"run folder {run_dir}: cannot write there ({culprit}: {e.strerror or e})") from None

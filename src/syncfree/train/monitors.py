@@ -53,6 +53,10 @@ class StepMonitors:
         self.nonfinite.check(t, step.obs, step.reward, done)
 
 
+SUMMARY = ("mean_return", "mean_length")
+"""What a record says of the recent episodes, once one has ended."""
+
+
 class EpisodeStats(ABC):
     """Returns and lengths of finished episodes, in (step, env) order: the last iteration's and a window of recent
     ones. `DeferredEpisodeStats` records them on the device, `HostEpisodeStats` on the host at every step."""
@@ -82,9 +86,11 @@ class EpisodeStats(ABC):
             self.recent_lengths.append(length)
 
     def summary(self) -> dict[str, float]:
+        """`SUMMARY` over the recent episodes; nothing before the first episode ends."""
         if not self.recent_returns:
             return {}
-        return {"mean_return": float(np.mean(self.recent_returns)), "mean_length": float(np.mean(self.recent_lengths))}
+        return dict(zip(SUMMARY, (float(np.mean(self.recent_returns)), float(np.mean(self.recent_lengths))),
+                        strict=True))
 
     def state_dict(self) -> dict[str, Any]:
         return {"recent_returns": list(self.recent_returns), "recent_lengths": list(self.recent_lengths)}

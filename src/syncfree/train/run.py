@@ -117,6 +117,7 @@ class Run:
         its checkpoint when one is due."""
         runner = self.runner
         if runner.is_main:
+            self.callbacks.check_metrics(runner.metric_names)  # before the first record is written
             record.update(self.callbacks.evaluations(runner, runner.iteration))
         if self.logger is not None:
             self.log_record(record)

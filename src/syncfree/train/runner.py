@@ -36,7 +36,8 @@ from syncfree.tasks import make_task_env, switch_scope, validated
 from syncfree.train import checkpoint
 from syncfree.train.compile_choice import compile_env_step, resolve_compile
 from syncfree.train.distributed import Distributed, NormalizerSync, agreed_facts, env_statistics_reduce
-from syncfree.train.monitors import StepMonitors, stop_on_nonfinite
+from syncfree.train.evaluate import read_checked
+from syncfree.train.monitors import SUMMARY, StepMonitors, stop_on_nonfinite
 from syncfree.train.schema import check_fits
 
 log = logging.getLogger("syncfree")
@@ -49,7 +50,7 @@ class Runner:
 
     def __init__(self, cfg: TrainConfig, env: VecEnv | None = None, dist: Distributed | None = None,
                  read_checkpoint: CheckpointReader | None = None) -> None:
-        self.read_checkpoint: CheckpointReader = read_checkpoint or checkpoint.read
+        self.read_checkpoint: CheckpointReader = read_checkpoint or read_checked
         """How the algorithm reads the checkpoints its config names (a teacher): syncfree's files by default."""
         cfg = validated(cfg)
         self.dist = dist or Distributed.current()
@@ -98,6 +99,9 @@ class Runner:
         self.transfer.register("env", self.env.pop_log)
         self._record_parts: list[str] = []
         """Sources of the transfer whose value goes into each record under its name (`record_part`)."""
+        self.metric_names: set[str] = set()
+        """Every metric this run's records hold, known after its first iteration (a record leaves out what has no
+        value yet: the episodes' summary before one ends, an env statistic without a sample)."""
         self.norm_sync: NormalizerSync | None = None
         self.rnd_norm_sync: NormalizerSync | None = None
         """With several processes and RND: its input and reward normalizers, merged after each update."""
@@ -263,6 +267,7 @@ class Runner:
                        if name.startswith("env/") and not math.isnan(value)})  # NaN: no sample this iteration
         record.update(self.algorithm.record_statistics(stats))
         record.update({name: float(host[name]) for name in self._record_parts})
+        self.metric_names = {*record, *SUMMARY, *(name.removeprefix("env/") for name in host if name.startswith("env/"))}
         return record
 
     # -- checkpoints -------------------------------------------------------------------------------------

@@ -197,14 +197,15 @@ def _tensor(found: Any, dtype: torch.dtype, shape: tuple[int, ...], path: str) -
     return found
 
 
-def _optimizer(found: Any, path: str, params: Sequence[Tensor]) -> None:
-    """`torch.optim.AdamW`'s state dict: per parameter index, a step count and moments shaped as the parameter."""
+def _optimizer(found: Any, path: str, params: Sequence[Tensor], every: bool = True) -> None:
+    """`torch.optim.AdamW`'s state dict: per parameter index, a step count and moments shaped as the parameter;
+    `every`: of every parameter or none."""
     if not isinstance(found, dict) or not isinstance(found.get("state"), dict) or not isinstance(
             found.get("param_groups"), list):
         raise Mismatch(f"{path}: expected an optimizer state (a dict of state and param_groups), found "
                        f"{describe(found)}")
     indices = set(found["state"])
-    if indices and indices != set(range(len(params))):  # empty before the first step, else every parameter's
+    if every and indices and indices != set(range(len(params))):  # empty before the first step, else all
         raise Mismatch(f"{path}.state: expected the moments of all {len(params)} parameters (indices 0-"
                        f"{len(params) - 1}) or none, found indices {sorted(map(repr, indices))[:8]}")
     for index, entry in found["state"].items():
@@ -226,10 +227,12 @@ def _optimizer(found: Any, path: str, params: Sequence[Tensor]) -> None:
             _tensor(entry[name], param.dtype, tuple(param.shape), f"{where}.{name}")
 
 
-def check_optimizer_state(found: Any, params: Sequence[Tensor], path: str) -> None:
+def check_optimizer_state(found: Any, params: Sequence[Tensor], path: str, every: bool = True) -> None:
     """`found` is an Adam(W) state dict for `params` (moments shaped as each, step counts >= 0), or one line
-    (`UserError`) naming the first field that is not, under `path`."""
-    _optimizer(found, path, params)
+    (`UserError`) naming the first field that is not, under `path`. `every`: the moments of every parameter or
+    none, as syncfree saves them; else of any (rsl_rl's Adam keeps none for a parameter that has had no
+    gradient)."""
+    _optimizer(found, path, params, every)
 
 
 def _learning_rate(found: Any, path: str) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from syncfree.config import RUN_NAME_BYTES, TrainConfig
+from syncfree.config import RUN_NAME_BYTES, LogConfig, TrainConfig
 from syncfree.errors import INTERRUPTED, UserError
 from syncfree.train import checkpoint
 from syncfree.train.distributed import Distributed
@@ -56,12 +56,13 @@ def run_dir_of(cfg: TrainConfig) -> Path:
 
 def resume_config(path: str | Path) -> TrainConfig:
     """The config a resume of the checkpoint at `path` starts from: the run's own, minus where it wrote. A resume
-    writes a new run folder (unless told `resume_in_place`) beside the resumed run's folder."""
+    writes a new run folder (unless told `resume_in_place`) beside the resumed run's folder, or for a checkpoint kept
+    alone in the current folder's `runs/`; never in the file's own `log.dir` (a file is data: it does not choose where
+    this machine writes)."""
     cfg = checkpoint.read(path)[0]
     cfg.resume, cfg.resume_in_place, cfg.log.run_name = str(path), False, ""
     folder = checkpoint.run_folder_of(path)
-    if folder is not None:
-        cfg.log.dir = str(folder.parent)
+    cfg.log.dir = str(folder.parent) if folder is not None else LogConfig.dir
     return cfg
 
 

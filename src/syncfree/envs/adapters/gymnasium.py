@@ -76,22 +76,13 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
                             "build it with vector_kwargs={'autoreset_mode': AutoresetMode.SAME_STEP} "
                             "(or use make_gymnasium)")
         obs_space, act_space = vector_env.single_observation_space, vector_env.single_action_space
-        if not isinstance(obs_space, Box):
-            raise UserError(f"Gymnasium adapter: observation space {_one_line(obs_space)} is not supported "
-                            "(needs a Box)")
-        if isinstance(act_space, Box):
-            self.action_spec = ActionSpec("continuous", math.prod(act_space.shape))
-        elif isinstance(act_space, Discrete):
-            self.action_spec = ActionSpec("discrete", int(act_space.n))
-        else:
-            raise UserError(f"Gymnasium adapter: action space {_one_line(act_space)} is not supported "
-                            "(needs a Box or a Discrete)")
+        self.action_spec = action_spec_of(obs_space, act_space)
         self.vector_env = vector_env
         self.num_envs = n = vector_env.num_envs
         self.device = torch.device(device)
         self.max_episode_length = _max_episode_steps(vector_env)
         """The env spec's `max_episode_steps`, 0 when it declares none."""
-        dim = math.prod(obs_space.shape)
+        dim = math.prod(cast(Box, obs_space).shape)  # a Box: `action_spec_of` checked it
         self.obs_shapes = {"policy": (dim,), "critic": (dim,)}
         self._seed = seed
         self._act_shape = (n, *cast("tuple[int, ...]", act_space.shape))  # a Discrete's is ()
@@ -179,6 +170,20 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
         self.vector_env.close()
 
 
+def action_spec_of(obs_space: Any, act_space: Any) -> ActionSpec:
+    """The action spec of an env with these spaces, or one line naming the space the adapter cannot map (it maps Box
+    observations, Box or Discrete actions), before anything is laid out for them."""
+    if not isinstance(obs_space, Box):
+        raise UserError(f"Gymnasium adapter: observation space {_one_line(obs_space)} is not supported "
+                        "(needs a Box)")
+    if isinstance(act_space, Box):
+        return ActionSpec("continuous", math.prod(act_space.shape))
+    if isinstance(act_space, Discrete):
+        return ActionSpec("discrete", int(act_space.n))
+    raise UserError(f"Gymnasium adapter: action space {_one_line(act_space)} is not supported "
+                    "(needs a Box or a Discrete)")
+
+
 class SplitVectorEnv(gymnasium.vector.VectorEnv):
     """`num_envs` Gymnasium envs of `env_id` in two processes (`perf.host_env_worker`): the first `num_envs // 2`
     step in this process while the others step in a worker process (`HostWorker`), each part a sync vector env
@@ -197,6 +202,7 @@ class SplitVectorEnv(gymnasium.vector.VectorEnv):
         self.single_action_space = probe.single_action_space
         self.spec = getattr(probe.envs[0], "spec", None)
         probe.close()
+        action_spec_of(self.single_observation_space, self.single_action_space)  # what the shared arrays lay out
         self.num_envs = num_envs
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
