@@ -384,7 +384,7 @@ def test_plot_draws_seeds_as_a_band_and_other_runs_beside_them(tmp_path: Path, c
     runs = [tmp_path / name for name in "abc"]
     assert group_runs({d: read_run(d) for d in runs}) == {"a": runs[:2], "c": runs[2:]}
     # a resume in a folder of its own, with a's config and seed: a curve of its own, not a third seed of a
-    assert main(["train", "--resume", str(runs[0] / "latest.pt"), "--log.run_name", "a2"]) == 0
+    assert main(["train", "--resume", str(runs[0] / "latest.pt"), "--iterations", "4", "--log.run_name", "a2"]) == 0
     both = [*runs[:2], tmp_path / "a2"]
     assert group_runs({d: read_run(d) for d in both}) == {"a": runs[:2], "a2": [tmp_path / "a2"]}
     capsys.readouterr()
