@@ -135,7 +135,7 @@ def test_the_report_names_envs_rows_and_env_only_loops_as_the_task_declares() ->
 def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     code = main(["bench", "--task", "point-mass", "--profile", "full", "--num_envs", "[16]", "--scaling", "[8, 16]",
                  "--repeats", "2", "--iterations", "1", "--min_seconds", "0", "--compile", "false", "--threads", "1",
-                 "--out", str(tmp_path)])
+                 "--out", str(tmp_path), "--settings", json.dumps({"ppo.num_epochs": 1})])
     assert code == 0
     result = json.loads((tmp_path / "results.json").read_text())
     assert {p.name for p in tmp_path.iterdir()} >= {"results.json", "results.md", "steps_per_s.png", "phases.png",
@@ -188,8 +188,9 @@ def test_bench_runs_a_gymnasium_task(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert BenchConfig(task="gym:Hopper-v5").resolved().num_envs == [16, 64]
     assert BenchConfig(task="gym:Hopper-v5", profile="full").resolved().scaling == [4, 16, 64, 256]
     monkeypatch.chdir(tmp_path)
+    small = json.dumps({"ppo.steps_per_env": 16, "ppo.num_epochs": 2, "ppo.num_minibatches": 2})  # not 10 x 32
     code = main(["bench", "--task", "gym:Pendulum-v1", "--num_envs", "[2]", "--repeats", "1", "--iterations", "1",
-                 "--min_seconds", "0", "--compile", "false", "--threads", "1", "--device", "cpu"])
+                 "--min_seconds", "0", "--compile", "false", "--threads", "1", "--device", "cpu", "--settings", small])
     assert code == 0
     result = json.loads((tmp_path / "benchmarks/results/gym_Pendulum-v1-quick-cpu/results.json").read_text())
     base, opt = (result["sizes"][0]["configs"][name]["counts"] for name in ("baseline", "optimized"))

@@ -64,7 +64,8 @@ def test_grid_arena_minibatches_divide_the_segments(monkeypatch) -> None:
 def test_grid_arena_bench_end_to_end(tmp_path: Path, one_thread) -> None:
     code = main(["bench", "--task", "grid-arena", "--profile", "full", "--num_envs", "[1]", "--scaling", "[1]",
                  "--add_one_in", "false", "--repeats", "1", "--iterations", "1", "--min_seconds", "0",
-                 "--threads", "1", "--compile", "false", "--out", str(tmp_path)])  # compile rows: test_compile.py
+                 "--threads", "1", "--compile", "false", "--out", str(tmp_path),  # compile rows: test_compile.py
+                 "--settings", json.dumps({"ppo.num_epochs": 1, "ppo.num_minibatches": 2})])  # not 4 x 4 minibatches
     assert code == 0
     result = json.loads((tmp_path / "results.json").read_text())
     assert result["bench"]["compile"] is False and "optimized - device_adaptive_lr" in result["skipped_rows"]

@@ -19,6 +19,7 @@ from syncfree.train.arguments import parse_train_config
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 PLACEHOLDERS = ("my_", "my.", "HOST:", "/tmp/before")
+DOCS_ENVS = 256  # the most envs a documented command trains with here
 """Commands naming the reader's own files or machines: their options are still parsed where that needs no file."""
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -155,9 +156,12 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
             assert info.value.code == 0
             return "ran"
         cfg = parse_train_config(args)
-        # run it for one iteration (or one more after a resumed checkpoint), into the test's folder
+        # run it for one iteration (or one more after a resumed checkpoint), into the test's folder, on at most
+        # DOCS_ENVS envs where the command does not choose (one iteration of a 4,096-env recurrent run is minutes)
         iterations = 2 if cfg.resume else 1
-        assert cli.main(["train", *args, "--iterations", str(iterations), "--log.progress", "false",
+        fewer = [] if cfg.resume or "--env.num_envs" in args or cfg.env.num_envs <= DOCS_ENVS else [
+            "--env.num_envs", str(DOCS_ENVS)]
+        assert cli.main(["train", *args, *fewer, "--iterations", str(iterations), "--log.progress", "false",
                          *([] if cfg.resume else ["--log.dir", str(tmp_path / "runs")])]) == 0, command
         return "ran"
     if sub == "bench":

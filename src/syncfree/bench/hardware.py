@@ -3,12 +3,13 @@
 FLOPs come from the shapes of the matrix products the policy runs (`Algorithm.flops_per_env_step`, through
 `torch.utils.flop_counter`, which counts `mm`, `addmm`, `bmm` and convolutions from their operands' shapes): one
 rollout forward of all envs, and one minibatch's forward and backward, scaled to an iteration. The peak is the GFLOP/s of a large square matrix product
-in the same dtype, measured on the same device in the same run. The fraction says how much of what the device can
+in the same dtype, measured on the same device in the same process. The fraction says how much of what the device can
 multiply the training loop uses; the rest goes to the env, elementwise kernels, launches and the host.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import TYPE_CHECKING, Any, cast
 
@@ -64,6 +65,12 @@ def hardware_fraction(steps_per_s: float, flops_per_step: float, peaks: dict[str
 
 
 def measure_peaks(device: torch.device, seconds: float = 1.0) -> dict[str, Any]:
-    """The matrix-product peak of the device in float32 and bfloat16 (GFLOP/s)."""
+    """The matrix-product peak of the device in float32 and bfloat16 (GFLOP/s), measured once per process and
+    device (a few seconds where bfloat16 has no matrix instructions): a second bench in one process reuses it."""
+    return dict(_peaks(device, seconds))
+
+
+@functools.cache
+def _peaks(device: torch.device, seconds: float) -> dict[str, float]:
     return {"float32": matmul_peak(device, torch.float32, seconds),
             "bfloat16": matmul_peak(device, torch.bfloat16, seconds)}
