@@ -158,3 +158,19 @@ def test_grid_scale_measures_agent_steps_and_refuses_uneven_splits(tmp_path: Pat
     assert "| 1 (4) | 1 | 128 |" in (tmp_path / "results.md").read_text()
     with pytest.raises(SystemExit, match="3 simulations on 2 processes"):
         module.main(["--sims", "3", "--ranks", "2", "--out", str(tmp_path)])
+
+
+def test_the_own_env_study_envs_pass_check_env_and_lost_reads_what_was_learned(monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    """`own_env_defaults.py`'s envs are valid syncfree envs (as a user's would have to be), and `lost` is the share
+    of what a run learned that it lost by its end, for rising negative and positive returns alike."""
+    from syncfree.envs.check import check_env
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import own_env_defaults as study
+
+    for name in study.ENVS:
+        check_env(getattr(study, f"make_{name}")(num_envs=8))
+    assert study.summary([-100.0] * 10 + [-10.0] * 5 + [-20.0] * 10)["lost"] == pytest.approx(10 / 90)
+    assert study.summary([0.0, 1.0, 0.5, *[1.0] * 20])["lost"] == 0.0  # first: the lowest of the first 10
+    assert study.summary([1.0, 0.0, 0.5, *[1.0] * 10, *[0.5] * 10])["lost"] == 0.5

@@ -159,6 +159,8 @@ def test_help_documents_every_field(capsys) -> None:
 
 def test_help_is_the_task_config_types_own(capsys) -> None:
     """`--help` lists the options of the task's config type, and names the switches that change nothing there."""
+    from syncfree.train.arguments import parse_train_config
+
     def help_of(*args: str) -> str:
         with pytest.raises(SystemExit) as info:
             main(["train", *args])
@@ -171,6 +173,12 @@ def test_help_is_the_task_config_types_own(capsys) -> None:
         assert other not in cartpole, other
     inert = cartpole.split("change nothing for it here: ")[1].split(" (")[0].split(", ")
     assert "fast_history" in inert and "cpu_time_index" in inert and "fused_adamw" not in inert
+    # short enough to read: one usage line; a switch by its first sentence, one inert here not listed (it parses)
+    assert cartpole.startswith("usage: syncfree train [--task TASK] [--algorithm NAME] [--config FILE] [--SECTION")
+    assert "--perf.fast_history" not in cartpole
+    assert parse_train_config(["--perf.fast_history", "false"]).perf.fast_history is False
+    assert "Use PyTorch's fused AdamW kernel. (`syncfree switches`)" in cartpole
+    assert "Off: AdamW with PyTorch's default" not in cartpole  # what `syncfree switches` says
     grid = help_of("--task", "grid-arena", "--help")
     assert "--env.map" in grid and "--losses.supervised" in grid and "--ppo.bptt_horizon" in grid
     assert "--env.history" not in grid and "--policy.token." not in grid and "--env.max_episode_length" not in grid

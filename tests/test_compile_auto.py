@@ -63,8 +63,7 @@ def test_auto_compiles_from_the_break_even_on(table: dict) -> None:
     assert choose_compile(config("pendulum", 200), CPU).mode == "off"
     chosen = choose_compile(config("pendulum", 201), CPU)
     assert chosen.mode == "step"
-    assert chosen.reason == ("auto: 201 iterations, a 40 s warm-up pays back after 201 (0.3 -> 0.1 s per iteration "
-                             "at the preset's size)")
+    assert chosen.reason == "auto: 201 iterations, a 40 s warm-up pays back after 201 iterations (0.3 -> 0.1 s each)"
     short = choose_compile(config("pendulum", 20), CPU)
     assert short.reason is not None and short.reason.startswith("auto: 20 iterations, too few: a 40 s warm-up")
 
@@ -194,8 +193,8 @@ def test_early_stopping_counts_only_the_iterations_a_run_is_sure_to_run(table: d
 def test_auto_does_not_compile_a_run_that_may_stop_before_the_break_even(table: dict) -> None:
     chosen = choose_compile(stopping("pendulum", 10_000, stop_when="mean_return >= 0"), CPU)
     assert chosen == CompileChoice("off", "auto: callbacks.stop_when may end the run at iteration 1, before the "
-                                          "break-even: a 40 s warm-up pays back after 201 (0.3 -> 0.1 s per iteration "
-                                          "at the preset's size)")
+                                          "break-even: a 40 s warm-up pays back after 201 iterations (0.3 -> 0.1 s "
+                                          "each)")
     chosen = choose_compile(stopping("mine:make", 10_000, save_best="mean_return", patience=100), CPU)
     assert chosen.mode == "off" and chosen.reason is not None
     assert chosen.reason.startswith("auto: callbacks.patience may end the run at iteration 101, before the break-even: "

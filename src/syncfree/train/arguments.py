@@ -75,6 +75,7 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
                            f"(`syncfree switches --task {base.task}` says why). {TRUST_HELP}", type(base), base,
                            sections)
     parser.add_argument("--config", action="config", help="YAML file with any of the options below.")
+    brief_switch_help(parser, inert)
     try:
         ns = parser.parse_args(list(argv))
     except Exception as e:
@@ -88,6 +89,30 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
         raise UserError(f"config: {message}{where}{other_algorithms_hint(message, base.algorithm)}{hint}") from None
     ns.pop("config", None)
     return validated(from_dict(type(base), ns.as_dict(), sections=sections))
+
+
+TRAIN_USAGE = "syncfree train [--task TASK] [--algorithm NAME] [--config FILE] [--SECTION.KEY VALUE ...]"
+
+
+def brief_switch_help(parser: Any, inert: Sequence[str]) -> None:
+    """`--help` short enough to read: one usage line, each switch by its first sentence (`syncfree switches` has
+    the rest), the switches that change nothing for the task left out (the description names them; they parse)."""
+    parser.usage = TRAIN_USAGE
+    for action in parser._actions:
+        switch = action.dest.removeprefix("perf.")
+        if switch == action.dest or not isinstance(action.help, str):
+            continue
+        action.help = argparse.SUPPRESS if switch in inert else f"{first_sentence(action.help)} (`syncfree switches`)"
+
+
+def first_sentence(text: str) -> str:
+    """`text` up to its first full stop outside parentheses."""
+    text, depth = " ".join(text.split()), 0
+    for i, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "." and depth == 0 and text[i + 1:i + 2] in (" ", ""):
+            return text[:i + 1]
+    return text
 
 
 def other_algorithms_hint(message: str, algorithm: str) -> str:

@@ -80,8 +80,8 @@ def choose_compile(cfg: TrainConfig, device: torch.device) -> CompileChoice:
                                     f"({figures['compiled_s']:.2g} s against {figures['eager_s']:.2g} s eager)")
     else:
         break_even = figures["break_even"]
-        measured = (f"a {figures['warmup_s']:.0f} s warm-up pays back after {break_even} "
-                    f"({figures['eager_s']:.2g} -> {figures['compiled_s']:.2g} s per iteration at the preset's size)")
+        measured = (f"a {figures['warmup_s']:.0f} s warm-up pays back after {break_even} iterations "
+                    f"({figures['eager_s']:.2g} -> {figures['compiled_s']:.2g} s each)")
     if cfg.iterations < break_even:
         return CompileChoice("off", f"auto: {cfg.iterations} iterations, too few: {measured}")
     stop = earliest_stop(cfg.callbacks)

@@ -1,11 +1,10 @@
 """The training loop, one for every algorithm: rollout, advantages, update, one host transfer, the record.
 
-`Runner` builds the env a config's task makes (`syncfree.tasks`), and the algorithm the config names
-(`syncfree.algo.algorithm_for`) with its policy, and drives them; the algorithm owns storage, the rollout step's
-two halves, advantages and the update (`syncfree.algo.base`). Everything the host needs from an iteration (the
-algorithm's statistics, the monitors' buffers, the env's log, with several processes the ranks' shared flags)
-reaches it in one named transfer (`syncfree.core.transfer`). What surrounds the loop (the run's folder, metrics,
-checkpoints, callbacks, signals) is the run's (`syncfree.train.run`).
+`Runner` builds the env a config's task makes (`syncfree.tasks`) and the algorithm it names (`algorithm_for`)
+with its policy, and drives them; the algorithm owns storage, the rollout step's two halves,
+advantages and the update (`syncfree.algo.base`). Everything the host needs from an iteration (the algorithm's
+statistics, the monitors' buffers, the env's log, the ranks' shared flags) reaches it in one named transfer
+(`syncfree.core.transfer`). What surrounds the loop (folder, metrics, checkpoints, callbacks, signals) is the run's.
 """
 
 from __future__ import annotations
@@ -100,8 +99,7 @@ class Runner:
         self._record_parts: list[str] = []
         """Sources of the transfer whose value goes into each record under its name (`record_part`)."""
         self.metric_names: set[str] = set()
-        """Every metric this run's records hold, known after its first iteration (a record leaves out what has no
-        value yet: the episodes' summary before one ends, an env statistic without a sample)."""
+        """Every metric of this run's records, from its first (those without a value yet included)."""
         self.norm_sync: NormalizerSync | None = None
         self.rnd_norm_sync: NormalizerSync | None = None
         """With several processes and RND: its input and reward normalizers, merged after each update."""
