@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from syncfree.algo import algorithms_with
@@ -94,7 +94,7 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
 TRAIN_USAGE = "syncfree train [--task TASK] [--algorithm NAME] [--config FILE] [--SECTION.KEY VALUE ...]"
 
 
-def brief_switch_help(parser: Any, inert: Sequence[str]) -> None:
+def brief_switch_help(parser: Any, inert: Collection[str]) -> None:
     """`--help` short enough to read: one usage line, each switch by its first sentence (`syncfree switches` has
     the rest), the switches that change nothing for the task left out (the description names them; they parse)."""
     parser.usage = TRAIN_USAGE
