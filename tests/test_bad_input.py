@@ -350,3 +350,13 @@ def test_a_read_only_folder_is_named(trained_run: Path, tmp_path: Path, capsys) 
         assert code == 2 and f"cannot write in {locked}" in one_line(err)
     finally:
         locked.chmod(0o755)
+
+
+@pytest.mark.parametrize(("text", "kind"), [("- iterations: 5\n", "list"), ("hello\n", "str"), ("3\n", "int")])
+def test_a_config_file_that_is_no_mapping_is_one_line(text: str, kind: str, capsys, tmp_path: Path) -> None:
+    """A list or a scalar at a config file's top level would be ignored, and the run would train the preset."""
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    assert main(["train", "--config", str(path), "--iterations", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"config: {path} is not a mapping of options (a YAML {kind})" in err, err

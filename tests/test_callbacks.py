@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -126,6 +127,29 @@ def test_a_misspelt_metric_is_one_line_before_the_first_record_is_written(settin
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and line in err, err
     assert (tmp_path / "run" / "metrics.jsonl").read_text() == "" and not list((tmp_path / "run").glob("*.pt"))
+    # the folder holds no record: the corrected command takes it again
+    assert main([*argv, *(s.replace("retrun", "return") for s in setting)]) == 0
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_run_from_python_that_stops_on_bad_input_releases_its_folder(tmp_path: Path) -> None:
+    """`syncfree.learn` raising in the loop (here: a misspelt metric at the first record) leaves no lock behind, and
+    a folder with records but no checkpoint is refused by name, without a checkpoint to resume that is not there."""
+    import syncfree
+    from syncfree.errors import UserError
+
+    small = {"env.num_envs": 8, "ppo.steps_per_env": 4, "iterations": 2, "perf.compile": "off",
+             "log": {"dir": str(tmp_path), "run_name": "run", "progress": False}}
+    with pytest.raises(UserError, match="did you mean mean_return"):
+        syncfree.learn("pendulum", callbacks={"save_best": "mean_retrun"}, **small)
+    assert not (tmp_path / "run" / ".lock").exists()
+    syncfree.learn("pendulum", callbacks={"save_best": "mean_return"}, **small)
+    for saved in (tmp_path / "run").glob("*.pt"):
+        saved.unlink()
+    with pytest.raises(UserError, match=re.escape("holds the records of a run that saved no checkpoint "
+                                                  "(metrics.jsonl); choose another log.run_name, or move that "
+                                                  "folder away")):
+        syncfree.learn("pendulum", **small)
 
 
 def test_a_metric_a_record_holds_later_is_no_misspelling(tmp_path: Path) -> None:

@@ -209,3 +209,26 @@ def test_eval_refuses_weights_of_another_dtype(tmp_path: Path, capsys) -> None:
     assert main(["eval", str(latest)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "policy.actor.0.weight: expected a float32 tensor" in err, err
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    (("action_spec",), ["discrete", -1], "action_spec ['discrete', -1] is invalid; expected ['continuous' or "
+                                         "'discrete', an integer >= 1]"),
+    (("action_spec",), ["torque", 1], "action_spec ['torque', 1] is invalid"),
+    (("config", "policy", "actor_hidden"), [10**6, 10**6], "lower the policy's layer sizes"),
+])
+@pytest.mark.parametrize("command", ["eval", "export"])
+def test_eval_and_export_name_a_checkpoints_wrong_shape_in_one_line(field, value, says, command: str,
+                                                                    trained: Path, tmp_path: Path, capsys) -> None:
+    """What `eval` and `export` build from a checkpoint alone (the policy of its recorded shapes and config) is
+    checked first: a nonsense action spec, or layers past the machine's memory named by their setting."""
+    from syncfree.cli import main
+
+    state = checkpoint.load(trained)
+    _set(state, field, value)
+    path = tmp_path / "crafted.pt"
+    checkpoint.save_atomic(state, path)
+    capsys.readouterr()
+    assert main([command, str(path), *(["--out", str(tmp_path / "out")] if command == "export" else [])]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and says in err, err

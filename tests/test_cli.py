@@ -312,7 +312,7 @@ def test_wandb_logs_to_the_configured_project_and_a_resume_continues_its_run(tmp
                                                                              monkeypatch) -> None:
     """In W&B's offline mode (files only): project, entity and group as configured; the run id is saved with the
     checkpoints and a resume in place logs to the same run (W&B's sync merges the two offline folders), a resume
-    into a new folder to a new run; `log.wandb_id` names the run."""
+    into a new folder to a new run; `log.wandb_id` names the run. A resume logs to W&B only when told again."""
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -323,7 +323,12 @@ def test_wandb_logs_to_the_configured_project_and_a_resume_continues_its_run(tmp
     run = tmp_path / "run"
     wandb_id = checkpoint.load(run / "latest.pt")["wandb_id"]
     assert wandb_id
-    assert main(["train", "--resume", str(run / "latest.pt"), "--resume_in_place", "true", "--iterations", "3"]) == 0
+    # a file does not choose where this machine sends data: a resume logs to W&B when its own command line says so
+    assert main(["train", "--resume", str(run / "latest.pt"), "--log.run_name", "quiet", "--iterations", "3"]) == 0
+    assert not (tmp_path / "quiet" / "wandb").exists()
+    again = ["--log.wandb", "true", "--log.wandb_entity", "team-y"]
+    assert main(["train", "--resume", str(run / "latest.pt"), "--resume_in_place", "true", "--iterations", "3",
+                 *again]) == 0
     assert checkpoint.load(run / "latest.pt")["wandb_id"] == wandb_id
     folders = sorted((run / "wandb").glob("offline-run-*"))
     assert len(folders) == 2 and all(f"-{wandb_id}" in f.name for f in folders), [f.name for f in folders]
@@ -331,7 +336,8 @@ def test_wandb_logs_to_the_configured_project_and_a_resume_continues_its_run(tmp
     assert all(text in first for text in (b"proj-x", b"team-y", b"group-z", b"value_loss", b"env_steps"))
     assert main(["train", "--iterations", "1", "--log.run_name", "named", "--log.wandb_id", "chosen1", *args]) == 0
     assert list((tmp_path / "named" / "wandb").glob("offline-run-*-chosen1"))
-    assert main(["train", "--resume", str(run / "latest.pt"), "--log.run_name", "fork", "--iterations", "4"]) == 0
+    assert main(["train", "--resume", str(run / "latest.pt"), "--log.run_name", "fork", "--iterations", "4",
+                 "--log.wandb", "true"]) == 0
     forked_id = checkpoint.load(tmp_path / "fork" / "latest.pt")["wandb_id"]
     assert forked_id and forked_id != wandb_id
     assert [f.name.endswith(forked_id) for f in (tmp_path / "fork" / "wandb").glob("offline-run-*")] == [True]
@@ -469,3 +475,21 @@ def test_a_task_whose_package_is_missing_names_the_extra(monkeypatch: pytest.Mon
     err = capsys.readouterr().err
     assert err.strip() == ("syncfree: error: task gym:Pendulum-v1: Gymnasium is not installed: pip install "
                            "'syncfree[gym]'"), err
+
+
+def test_wandb_that_cannot_start_a_run_is_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    """No login (or no network): W&B's own error in one line, nothing left that blocks the same command again."""
+    import sys
+    import types
+
+    def refuse(**_: object) -> None:
+        raise RuntimeError("No API key configured. Use `wandb login` to log in.\nmore detail")
+
+    monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=refuse))
+    argv = ["train", "--task", "pendulum", "--env.num_envs", "8", "--ppo.steps_per_env", "4", "--iterations", "1",
+            "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress", "false", "--log.wandb", "true"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("syncfree: error: log.wandb: W&B did not start a run: No API key configured. Use `wandb login` to "
+                   "log in. (`wandb login`, WANDB_MODE=offline, or leave --log.wandb off)"), err
+    assert main(argv[:-2]) == 0 and not (tmp_path / "run" / ".lock").exists()

@@ -291,3 +291,20 @@ def test_a_folder_where_a_file_goes_is_one_line_and_nothing_is_written(capsys, p
     line = export_error(capsys, str(pendulum.run_dir / "latest.pt"), "--out", str(tmp_path))
     assert f"export: {tmp_path / name} is a folder" in line
     assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+def test_export_replaces_a_link_in_the_folder_and_never_writes_through_it(pendulum: Run, tmp_path: Path) -> None:
+    """Each file is written beside its name and then put in its place: a link there (to a file outside the folder)
+    is replaced, its target left as it was, and no temporary file stays."""
+    victim = tmp_path / "elsewhere" / "keep"
+    victim.parent.mkdir()
+    victim.write_text("precious")
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("pendulum-actor.onnx", "pendulum-actor.json"):
+        (out / name).symlink_to(victim)
+    assert main(["export", str(pendulum.run_dir / "latest.pt"), "--out", str(out)]) == 0
+    assert victim.read_text() == "precious"
+    assert sorted(p.name for p in out.iterdir()) == ["pendulum-actor.json", "pendulum-actor.onnx"]
+    assert not any(p.is_symlink() for p in out.iterdir())
+    assert json.loads((out / "pendulum-actor.json").read_text())["graphs"]

@@ -72,3 +72,16 @@ def test_a_metric_missing_from_some_records_is_drawn_from_the_others(tmp_path: P
     run = write_run(tmp_path / "run", lines)
     assert main(["plot", str(run), "--out", str(run / "curves.png")]) == 0
     assert (run / "curves.png").is_file()
+
+
+def test_records_that_are_not_text_or_cannot_be_drawn_are_one_line(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    """A metrics file that is not UTF-8, and values matplotlib cannot lay out (axes from -1e308 to 1e308)."""
+    run = write_run(tmp_path / "bytes", [json.dumps(r) for r in GOOD])
+    (run / "metrics.jsonl").write_bytes(b'\xff\xfe{"iteration": 1}\n')
+    assert plot_fails(run, capsys) == f"syncfree: error: plot: cannot read {run / 'metrics.jsonl'} (not UTF-8 text: " \
+                                      "byte 0)"
+    huge = [{**GOOD[0], "mean_return": 1e308}, {**GOOD[1], "mean_return": -1e308}]
+    run = write_run(tmp_path / "huge", [json.dumps(r) for r in huge])
+    assert plot_fails(run, capsys, "--metrics", "mean_return").startswith("syncfree: error: plot: cannot draw "
+                                                                         "mean_return of these runs (")

@@ -30,7 +30,8 @@ from syncfree.rsl_rl import DistillationRunner, OnPolicyRunner
 from syncfree.rsl_rl.algorithms import StudentTeacher
 from syncfree.train import checkpoint
 
-TARGETED = [(("iter",), "negative", -5), (("iter",), "a str", "7"), (("iter",), "a float", 2.5),
+TARGETED = [(("iter",), "negative", -5), (("iter",), "past int64", 2**63), (("iter",), "a str", "7"),
+            (("iter",), "a float", 2.5),
             (("iter",), "a bool", True), (("iter",), "None", None),
             (("optimizer_state_dict", "param_groups", 0, "lr"), "negative", -1.0),
             (("optimizer_state_dict", "param_groups", 0, "lr"), "zero", 0.0),

@@ -610,6 +610,8 @@ def test_a_key_syncfree_cannot_honour_is_refused_by_name(change, key: str) -> No
     (lambda c: c.update(seed="one"), "seed"),
     (lambda c: c.update(num_steps_per_env="24"), "num_steps_per_env"),
     (lambda c: c.update(save_interval=2.5), "save_interval"),
+    (lambda c: c.update(save_interval=0), "save_interval"),
+    (lambda c: c.update(save_interval=-1), "save_interval"),
     (lambda c: c.update(max_iterations="many"), "max_iterations"),
     (lambda c: c.update(algorithm="PPO"), "algorithm"),
     (lambda c: c["algorithm"].update(learning_rate="fast"), "algorithm.learning_rate"),

@@ -111,6 +111,9 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
             run.close()
             log.info("aborted; %s", saved_line(run.last_saved, run.runner.iterations_run))
             raise
+        except BaseException:  # the folder's lock released and the envs closed, whatever stopped the run
+            run.close()
+            raise
         run.close()
         if run.interrupted:  # stopped by a signal after an iteration it saved: the script stops too
             log.info("interrupted at iteration %d; %s", run.runner.iteration,

@@ -21,13 +21,15 @@ no environment is needed; the policy says what to write (`deployment`, `syncfree
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import json
 import logging
+import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -37,6 +39,8 @@ from syncfree.errors import UserError
 from syncfree.outputs import check_output_dir
 from syncfree.policy.deploy import STATE_NOTE, Deployment, Graph
 from syncfree.train.evaluate import LoadedPolicy, load_policy
+
+T = TypeVar("T")
 
 log = logging.getLogger("syncfree")
 
@@ -74,14 +78,25 @@ def export_checkpoint(path: str | Path, out_dir: str | Path | None = None, forma
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"export: {out}: cannot create the folder ({type(e).__name__})") from None
-    exporters = {graph.name: export_onnx(graph, files[graph.name], source=f"checkpoint {path}")
+    exporters = {graph.name: written(files[graph.name], functools.partial(export_onnx, graph, source=f"checkpoint {path}"))
                  for graph in deployment.graphs}
     meta = describe(loaded, deployment, {name: file.name for name, file in files.items()}, exporters)
-    try:
-        sidecar.write_text(json.dumps(meta, indent=2) + "\n")
-    except OSError as e:
-        raise UserError(f"export: cannot write {sidecar} ({type(e).__name__})") from None
+    written(sidecar, lambda tmp: tmp.write_text(json.dumps(meta, indent=2) + "\n"))
     return [*files.values(), sidecar]
+
+
+def written(file: Path, write: Callable[[Path], T]) -> T:
+    """`write` to a temporary file beside `file`, then that file put in `file`'s place: a name that is a link is
+    replaced, never written through (its target stays as it was), and a failed write leaves no part of a file."""
+    tmp = file.with_name(f".{file.stem}.{os.getpid()}.tmp{file.suffix}")
+    try:
+        result = write(tmp)
+        os.replace(tmp, file)
+        return result
+    except OSError as e:
+        raise UserError(f"export: cannot write {file} ({e.strerror or type(e).__name__})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def require_onnx() -> None:

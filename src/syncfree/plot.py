@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ def read_run(run_dir: Path) -> tuple[list[dict[str, Any]], dict[str, Any] | None
         lines = path.read_text().splitlines()
     except OSError as e:
         raise UserError(f"plot: cannot read {path} ({e.strerror or type(e).__name__})") from None
+    except UnicodeDecodeError as e:
+        raise UserError(f"plot: cannot read {path} (not UTF-8 text: byte {e.start})") from None
     records = []
     for number, line in enumerate(lines, 1):
         try:
@@ -143,8 +146,15 @@ def plot(run_dirs: list[Path], out: Path, metrics: list[str] | None = None, titl
     axes[0][0].legend(fontsize=8)
     if title:
         fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    try:
+        with warnings.catch_warnings():  # the overflow warnings of such axes: the error below says it once
+            warnings.simplefilter("ignore", RuntimeWarning)
+            fig.tight_layout()
+            out.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(out, dpi=110)
+    except (ValueError, OverflowError) as e:  # values matplotlib cannot lay out (axes spanning +-1e308)
+        raise UserError(f"plot: cannot draw {', '.join(metrics)} of these runs ({' '.join(str(e).split())[:100]})"
+                        ) from None
+    finally:
+        plt.close(fig)
     return out

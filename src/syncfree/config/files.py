@@ -34,5 +34,8 @@ def read_config_file(path: str) -> dict[str, Any]:
         data = yaml.safe_load(text)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
         raise UserError(f"config: cannot read {path} ({type(e).__name__})") from None
+    if data is not None and not isinstance(data, dict):
+        raise UserError(f"config: {path} is not a mapping of options (a YAML {type(data).__name__}); write "
+                        "`section: {key: value}` or `section.key: value` lines")
     note_file(data, f"config file {path}")  # its references stay data unless the user names them
-    return data if isinstance(data, dict) else {}
+    return data or {}

@@ -148,14 +148,18 @@ def learning_rate_of(saved: dict[str, Any], source: str) -> float:
     return float(lr)
 
 
+MAX_ITER = 10**12
+"""The largest `iter` a checkpoint may hold (far beyond any run; TensorBoard's steps are 64-bit signed)."""
+
+
 def iteration_of(loaded: dict[str, Any], source: str) -> int:
     """The checkpoint's `iter`, which the runner counts on from: an integer >= 0."""
     if "iter" not in loaded:
         raise UserError(f"{source}: no iter (load it with load_cfg={{..., 'iteration': False}} to count from the "
                         "runner's own)")
     value = loaded["iter"]
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise UserError(f"{source}: iter: expected an integer >= 0, found {describe(value)}")
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_ITER:
+        raise UserError(f"{source}: iter: expected an integer in [0, {MAX_ITER:.0e}], found {describe(value)}")
     return value
 
 

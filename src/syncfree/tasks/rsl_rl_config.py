@@ -196,6 +196,14 @@ def _int(value: Any, key: str) -> int:
     return value if isinstance(value, int) else int(float(value))
 
 
+def _interval(value: Any, key: str) -> int:
+    """An integer >= 1 (a count of iterations between two events)."""
+    number = _int(value, key)
+    if number < 1:
+        raise refuse(key, f"{value!r}: an integer >= 1")
+    return number
+
+
 def _bool(value: Any, key: str) -> bool:
     """A switch: True or False (or 1 or 0); a string such as 'false' would read as on."""
     if isinstance(value, bool):
@@ -249,7 +257,7 @@ def from_rsl_rl(train_cfg: Mapping[str, Any], obs: Mapping[str, Any] | None, num
         out = convert(out, RecurrentPPOTrainConfig)
     out.policy = policy
     steps = out.ppo.steps_per_env
-    return Mapped(runner_settings(out, cfg), obs_groups, _int(cfg["save_interval"], "save_interval"), steps,
+    return Mapped(runner_settings(out, cfg), obs_groups, _interval(cfg["save_interval"], "save_interval"), steps,
                   mirror_function)
 
 
@@ -331,7 +339,7 @@ def distillation_from_rsl_rl(cfg: dict[str, Any], obs: Mapping[str, Any] | None,
                                 learning_rate=_float(values["learning_rate"], "algorithm.learning_rate"),
                                 max_grad_norm=_float(max_grad_norm, "algorithm.max_grad_norm") if max_grad_norm else 0.0)
     steps = out.distill.steps_per_env
-    return Mapped(runner_settings(out, cfg), obs_groups, _int(cfg["save_interval"], "save_interval"), steps, None,
+    return Mapped(runner_settings(out, cfg), obs_groups, _interval(cfg["save_interval"], "save_interval"), steps, None,
                   teacher_policy,
                   "distribution_cfg" in cfg["teacher"] and cfg["teacher"]["distribution_cfg"] is not None)
 

@@ -16,6 +16,7 @@ import os
 import pickle
 import random
 import re
+import warnings
 from pathlib import Path
 from typing import Any, cast
 
@@ -130,14 +131,20 @@ def run_folder_of(path: str | Path) -> Path | None:
 
 
 def check_run_dir_unused(run_dir: Path) -> None:
-    """A new run never writes into another run's folder (it would overwrite its checkpoints and mix its metrics)."""
+    """A new run never writes into another run's folder (it would overwrite its checkpoints and mix its metrics). A
+    folder of a run that stopped before its first record (an empty `metrics.jsonl`, no checkpoint) holds nothing to
+    lose: a run of the same name takes it again."""
     if not run_dir.is_dir():
         return
-    held = [name for name in RUN_FILES if (run_dir / name).exists()] or sorted(
-        p.name for p in run_dir.glob("checkpoint_*.pt"))[:1]
-    if held:
-        raise UserError(f"run folder {run_dir} already holds a run ({held[0]}); choose another log.run_name, or "
-                        f"continue that run with --resume {run_dir / 'latest.pt'} --resume_in_place true")
+    saved = [p.name for p in (run_dir / "latest.pt", *sorted(run_dir.glob("checkpoint_*.pt"))) if p.exists()]
+    if saved:
+        resume = run_dir / saved[0]
+        raise UserError(f"run folder {run_dir} already holds a run ({saved[0]}); choose another log.run_name, or "
+                        f"continue that run with --resume {resume} --resume_in_place true")
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.exists() and (not metrics.is_file() or metrics.stat().st_size > 0):
+        raise UserError(f"run folder {run_dir} already holds the records of a run that saved no checkpoint "
+                        "(metrics.jsonl); choose another log.run_name, or move that folder away")
 
 
 def first_missing(path: Path) -> Path | None:
@@ -235,7 +242,8 @@ def read(path: str | Path) -> tuple[TrainConfig, dict[str, Any]]:
 
 def _load_data(data: bytes, path: Path) -> Any:
     try:
-        with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS):
+        with torch.serialization.safe_globals(_NUMPY_ARRAY_GLOBALS), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Detected pickle protocol", UserWarning)  # the error below says it
             return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         refused = re.search(r"GLOBAL ([\w.]+)", str(e))

@@ -16,7 +16,7 @@ from syncfree.config import TrainConfig
 from syncfree.core.device import resolve_device
 from syncfree.core.imports import UserNames, active, user_names
 from syncfree.envs.api import ActionSpec, VecEnv
-from syncfree.errors import UserError
+from syncfree.errors import POLICY_MEMORY, UserError, allocating
 from syncfree.policy.actor_critic import set_autocast
 from syncfree.policy.build import EnvShape
 from syncfree.tasks import find_task, make_task_env
@@ -123,10 +123,14 @@ def recorded_shape(state: dict[str, Any], source: str) -> CheckpointShape:
     """The observation shapes (those of its last observations) and the action spec a checkpoint records."""
     try:
         kind, size = state["action_spec"]
-        return CheckpointShape({name: tuple(value.shape[1:]) for name, value in state["obs"].items()},
-                               ActionSpec(kind, int(size)))
+        shape = CheckpointShape({name: tuple(value.shape[1:]) for name, value in state["obs"].items()},
+                                ActionSpec(kind, int(size)))
     except (TypeError, ValueError, AttributeError) as e:
         raise UserError(f"{source}: its observations or action spec are unreadable ({type(e).__name__})") from None
+    if kind not in ("continuous", "discrete") or isinstance(size, bool) or shape.action_spec.size < 1:
+        raise UserError(f"{source}: action_spec {[kind, size]!r} is invalid; expected ['continuous' or 'discrete', an "
+                        "integer >= 1]")
+    return shape
 
 
 def recorded_policy(cfg: TrainConfig, state: dict[str, Any], source: str, shape: CheckpointShape | None = None
@@ -136,8 +140,8 @@ def recorded_policy(cfg: TrainConfig, state: dict[str, Any], source: str, shape:
     into it."""
     shape = shape or recorded_shape(state, source)
     try:
-        with torch.random.fork_rng(devices=[]):  # the initial weights are replaced: the caller's draws stay as they were
-            policy = algorithm_for(cfg).build_policy(cfg, shape)
+        with torch.random.fork_rng(devices=[]), allocating(POLICY_MEMORY):  # the initial weights are replaced: the
+            policy = algorithm_for(cfg).build_policy(cfg, shape)  # caller's draws stay as they were
     except UserError as e:
         raise UserError(f"{source}: {e}") from None
     check_checkpoint(state, {"policy": policy.state_dict()}, source)

@@ -51,9 +51,15 @@ class RunLogger:
                 import wandb as wandb_module
             except ImportError:
                 raise UserError("log.wandb: the wandb package is not installed (pip install 'syncfree[wandb]')") from None
-            self._wandb = wandb_module.init(project=wandb.project, entity=wandb.entity or None,
-                                            group=wandb.group or None, id=wandb.id or None, resume="allow",
-                                            name=run_dir.name, config=config, dir=str(run_dir))
+            try:
+                self._wandb = wandb_module.init(project=wandb.project, entity=wandb.entity or None,
+                                                group=wandb.group or None, id=wandb.id or None, resume="allow",
+                                                name=run_dir.name, config=config, dir=str(run_dir))
+            except Exception as e:  # no login, no network, an entity this login may not write to
+                self.close()
+                reason = next((line.strip() for line in str(e).splitlines() if line.strip()), type(e).__name__)
+                raise UserError(f"log.wandb: W&B did not start a run: {reason} (`wandb login`, WANDB_MODE=offline, "
+                                "or leave --log.wandb off)") from None
             self.wandb_id = self._wandb.id
 
     def log(self, record: dict[str, Any]) -> None:

@@ -58,9 +58,11 @@ def resume_config(path: str | Path) -> TrainConfig:
     """The config a resume of the checkpoint at `path` starts from: the run's own, minus where it wrote. A resume
     writes a new run folder (unless told `resume_in_place`) beside the resumed run's folder, or for a checkpoint kept
     alone in the current folder's `runs/`; never in the file's own `log.dir` (a file is data: it does not choose where
-    this machine writes)."""
+    this machine writes), and it logs to W&B only when told so again (`--log.wandb true`), under the entity the
+    command names or the login's own: nor does a file choose where this machine sends a run's data."""
     cfg = checkpoint.read(path)[0]
     cfg.resume, cfg.resume_in_place, cfg.log.run_name = str(path), False, ""
+    cfg.log.wandb, cfg.log.wandb_entity = False, ""
     folder = checkpoint.run_folder_of(path)
     cfg.log.dir = str(folder.parent) if folder is not None else LogConfig.dir
     return cfg
