@@ -1,0 +1,126 @@
+"""Soft Actor-Critic's networks: a tanh-squashed Gaussian actor, twin Q critics with their target copies, and the
+entropy temperature (its log, learned); one module, so that a checkpoint's policy holds all of them."""
+
+from __future__ import annotations
+
+import copy
+import math
+from typing import cast
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from syncfree.envs.api import ActionSpec
+from syncfree.policy.actor_critic import mlp
+from syncfree.policy.deploy import ACTOR_OBS, DeployedActor, Deployment, Graph, flat_observation
+from syncfree.policy.heads import normal_log_prob
+from syncfree.policy.normalizer import RunningNorm
+from syncfree.policy.settings import PolicyConfig
+
+LOG_STD_RANGE = (-5.0, 2.0)
+"""The actor's log standard deviation, squashed into this range by a tanh (CleanRL's and SpinningUp's bounds)."""
+
+
+class SquashedGaussianActorCritic(nn.Module):
+    """The actor maps its (normalized) observation to the mean and log standard deviation of a Gaussian whose
+    samples are squashed by tanh into [-1, 1]; each critic maps the (normalized) critic observation and an action
+    to a Q value. `q1_target` and `q2_target` follow the critics by soft updates and take no gradient; `log_alpha`
+    is the entropy temperature's log."""
+
+    is_recurrent = False
+
+    def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
+                 init_alpha: float) -> None:
+        super().__init__()
+        self.actor_obs_dim, self.critic_obs_dim = actor_obs_dim, critic_obs_dim
+        self.action_spec, self.action_dim = action_spec, action_spec.size
+        self.actor_group = cfg.actor_obs
+        """The observation group the actor reads (`policy.actor_obs`)."""
+        self.normalize_obs = cfg.normalize_obs
+        norm = (lambda d: RunningNorm(d, std_offset=cfg.obs_norm_std_offset)) if cfg.normalize_obs else (
+            lambda d: nn.Identity())
+        self.actor_norm = norm(actor_obs_dim)
+        self.critic_norm = norm(critic_obs_dim)
+        self.actor = mlp(actor_obs_dim, cfg.actor_hidden, 2 * self.action_dim, cfg.activation)
+        self.q1 = mlp(critic_obs_dim + self.action_dim, cfg.critic_hidden, 1, cfg.activation)
+        self.q2 = mlp(critic_obs_dim + self.action_dim, cfg.critic_hidden, 1, cfg.activation)
+        self.q1_target = copy.deepcopy(self.q1).requires_grad_(False)
+        self.q2_target = copy.deepcopy(self.q2).requires_grad_(False)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
+
+    def actor_params(self) -> list[Tensor]:
+        return list(self.actor.parameters())
+
+    def critic_params(self) -> list[Tensor]:
+        return [*self.q1.parameters(), *self.q2.parameters()]
+
+    def target_params(self) -> list[Tensor]:
+        """The target critics' parameters, in the order of `critic_params` (the soft update pairs them)."""
+        return [*self.q1_target.parameters(), *self.q2_target.parameters()]
+
+    def actor_input(self, obs: dict[str, Tensor], out: Tensor | None = None) -> Tensor:
+        return obs[self.actor_group]
+
+    def mean_log_std(self, actor_obs: Tensor) -> tuple[Tensor, Tensor]:
+        mean, raw = self.actor(self.actor_norm(actor_obs)).split(self.action_dim, dim=-1)
+        low, high = LOG_STD_RANGE
+        return mean, low + 0.5 * (high - low) * (torch.tanh(raw) + 1.0)
+
+    def sample(self, actor_obs: Tensor) -> tuple[Tensor, Tensor]:
+        """Actions drawn from the squashed Gaussian (reparameterized: gradients flow through them) and their
+        log-density, with the tanh's change of variables: log N(u) - sum log(1 - tanh(u)^2)."""
+        mean, log_std = self.mean_log_std(actor_obs)
+        std = log_std.exp()
+        u = mean + std * torch.randn_like(mean)
+        # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), exact where tanh(u)^2 rounds to 1
+        correction = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+        return torch.tanh(u), normal_log_prob(mean, std, u) - correction.sum(-1)
+
+    def act_deterministic(self, actor_obs: Tensor) -> Tensor:
+        """The squashed mean: what evaluation, `play` and export act with."""
+        return torch.tanh(self.mean_log_std(actor_obs)[0])
+
+    def q_values(self, critic_obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        x = torch.cat((self.critic_norm(critic_obs), actions), dim=-1)
+        return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
+
+    def target_q_values(self, critic_obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        x = torch.cat((self.critic_norm(critic_obs), actions), dim=-1)
+        return self.q1_target(x).squeeze(-1), self.q2_target(x).squeeze(-1)
+
+    @torch.no_grad()
+    def update_normalizers(self, actor_obs: Tensor, critic_obs: Tensor) -> None:
+        if self.normalize_obs:  # the norms are then `RunningNorm`s (`nn.Identity` otherwise)
+            cast(RunningNorm, self.actor_norm).update(actor_obs)
+            cast(RunningNorm, self.critic_norm).update(critic_obs)
+
+    def initial_actor_state(self, batch: int, device: torch.device | str = "cpu") -> tuple[Tensor, ...]:
+        """Empty: the actor carries no state."""
+        return ()
+
+    def act_carrying(self, actor_obs: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
+        return self.act_deterministic(actor_obs), state
+
+    # -- deployment -----------------------------------------------------------------------------------------
+
+    def deployment(self, rows: int) -> Deployment:
+        """What `syncfree export` writes: `actor_obs -> actions`, the squashed mean (`SquashedMean`)."""
+        module = SquashedMean(DeployedActor(self.actor_norm, self.actor, self.actor_obs_dim), self.action_dim)
+        graph = Graph("actor", module.eval(), {ACTOR_OBS: torch.zeros(rows, self.actor_obs_dim)}, ["actions"])
+        action = {"kind": "continuous", "size": self.action_dim,
+                  "note": "deterministic action: tanh of the squashed Gaussian's mean, in [-1, 1]"}
+        return Deployment("sac", [graph], self.action_spec,
+                          flat_observation({self.actor_group: self.actor_obs_dim}, self.normalize_obs),
+                          {"action": action})
+
+
+class SquashedMean(nn.Module):
+    """A copy of the actor (`DeployedActor`: normalizer and MLP) -> tanh of the mean half of its output."""
+
+    def __init__(self, actor: DeployedActor, action_dim: int) -> None:
+        super().__init__()
+        self.actor, self.action_dim = actor, action_dim
+
+    def forward(self, actor_obs: Tensor) -> Tensor:
+        return torch.tanh(self.actor(actor_obs)[..., : self.action_dim])

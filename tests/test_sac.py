@@ -1,0 +1,131 @@
+"""Soft Actor-Critic (`--algorithm sac`): it learns pendulum, its rollout step and gradient step read the host 0 times,
+it resumes (with an empty replay buffer, said in one line), evaluates and exports its deterministic actor, and refuses
+what it cannot train in one line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch.distributions import Normal, TanhTransform, TransformedDistribution
+
+from conftest import trained_host_reads
+from syncfree.algo.sac import SAC
+from syncfree.cli import main
+from syncfree.envs.api import ActionSpec
+from syncfree.policy.sac import SquashedGaussianActorCritic
+from syncfree.policy.settings import PolicyConfig
+from syncfree.tasks import preset, with_algorithm
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def sac_args(log_dir: Path, run: str, envs: int = 16) -> list[str]:
+    return ["--task", "pendulum", "--algorithm", "sac", "--env.num_envs", str(envs), "--log.dir", str(log_dir),
+            "--log.run_name", run, "--log.progress", "false"]
+
+
+def mean_return(eval_line: str) -> float:
+    match = re.match(r"pendulum: mean return (-?[\d.]+)", eval_line)
+    assert match, eval_line
+    return float(match.group(1))
+
+
+def test_sac_learns_pendulum_from_its_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Pendulum's preset (256 envs) trained by SAC for 90 iterations (92,160 env steps, 2,752 gradient steps): the
+    deterministic actor's return rose from about -1,200 (untrained) to -529 on seed 0 (better than -300 from about
+    107,000 env steps: docs/off-policy.md)."""
+    assert main(["train", "--task", "pendulum", "--algorithm", "sac", "--iterations", "90", "--log.dir",
+                 str(tmp_path), "--log.run_name", "run", "--log.progress", "false"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["env_steps"] == 90 * 256 * 4
+    assert sum(r["gradient_steps"] for r in records) == (90 - 4) * 32  # none before 5,000 env steps
+    assert all(math.isfinite(r["critic_loss"]) and math.isfinite(r["actor_loss"]) for r in records)
+    assert records[-1]["alpha"] < 0.5  # the temperature fell from 1 toward the target entropy
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run" / "latest.pt"), "--num_envs", "32"]) == 0
+    assert mean_return(capsys.readouterr().out) > -700
+
+
+def test_no_host_read_per_env_step_or_gradient_step_one_per_iteration() -> None:
+    cfg = with_algorithm(preset("pendulum"), "sac")
+    cfg.env.num_envs, cfg.sac.steps_per_env, cfg.sac.updates_per_iteration, cfg.sac.batch_size = 16, 4, 3, 32
+    cfg.sac.learning_starts = 0
+    cfg.log.progress = False
+    trainer, reads = trained_host_reads(cfg)
+    assert reads == (0, 0, 1)
+    assert trainer.algorithm.gradient_steps == 3  # the counted iteration took its gradient steps
+
+
+def test_a_resume_starts_an_empty_buffer_says_so_and_its_checkpoint_evaluates_and_exports(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--sac.learning_starts", "128", "--sac.batch_size", "100", "--sac.updates_per_iteration", "2"]
+    assert main(["train", *sac_args(tmp_path, "run"), *args, "--iterations", "2"]) == 0
+    with caplog.at_level(logging.INFO, logger="syncfree"):
+        assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--iterations", "4",
+                     "--log.run_name", "resumed", "--log.progress", "false"]) == 0
+    assert caplog.text.count("sac: the run resumes with an empty replay buffer") == 1
+    records = [json.loads(line) for line in (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in records] == [1, 2, 3, 4]
+    # 64 env steps per iteration: random actions and no update until the second; the resumed run counts on from the
+    # checkpoint's env steps (no random actions) and updates once its empty buffer holds a batch of 100
+    assert [r["gradient_steps"] for r in records] == [0, 2, 0, 2]
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "resumed" / "latest.pt"), "--num_envs", "4"]) == 0
+    assert mean_return(capsys.readouterr().out) < 0
+    if importlib.util.find_spec("onnx") and importlib.util.find_spec("onnxscript"):  # the export extra
+        assert main(["export", str(tmp_path / "resumed" / "latest.pt"), "--out", str(tmp_path / "onnx")]) == 0
+        sidecar = json.loads((tmp_path / "onnx" / "pendulum-actor.json").read_text())
+        assert sidecar["policy_kind"] == "sac" and "tanh" in sidecar["action"]["note"]
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--sac.batch_size", "512", "--sac.buffer_size", "256"], "sac.batch_size=512 is invalid"),
+    (["--sac.updates_per_iteration", "0"], "sac.updates_per_iteration=0 is invalid"),
+    (["--sac.learning_starts", "-1"], "sac.learning_starts=-1 is invalid"),
+    (["--sac.gamma", "1.5"], "sac.gamma=1.5 is invalid"),
+    (["--sac.actor_learning_rate", "0"], "sac.actor_learning_rate=0.0 is invalid"),
+    (["--task", "cartpole"], "algorithm=sac: task 'cartpole' has discrete actions"),
+])
+def test_bad_settings_and_discrete_actions_are_one_line(extra: list[str], says: str, tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["train", *sac_args(tmp_path, "run"), "--iterations", "1", *extra])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and says in err, err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_squashed_log_prob_is_the_tanh_transformed_gaussians() -> None:
+    torch.manual_seed(0)
+    policy = SquashedGaussianActorCritic(3, 3, ActionSpec("continuous", 2), PolicyConfig(normalize_obs=False), 1.0)
+    obs = torch.randn(64, 3)
+    torch.manual_seed(1)
+    actions, log_prob = policy.sample(obs)
+    mean, log_std = policy.mean_log_std(obs)
+    reference = TransformedDistribution(Normal(mean, log_std.exp()), TanhTransform())
+    expected = reference.log_prob(actions.clamp(-1 + 1e-6, 1 - 1e-6)).sum(-1)
+    torch.testing.assert_close(log_prob, expected, rtol=1e-3, atol=1e-3)
+    assert actions.abs().max() < 1 and torch.equal(policy.act_deterministic(obs), torch.tanh(mean))
+
+
+def test_a_gradient_step_moves_the_targets_by_tau_and_leaves_the_critics_out_of_the_actors_loss() -> None:
+    cfg = with_algorithm(preset("pendulum"), "sac")
+    cfg.env.num_envs, cfg.sac.learning_starts, cfg.log.progress = 8, 0, False
+    from syncfree.train.runner import Runner
+
+    runner = Runner(cfg)
+    runner.learn(until=1)
+    sac = runner.algorithm
+    assert isinstance(sac, SAC)
+    targets = [p.clone() for p in sac.target_params]
+    sac.gradient_step()
+    for before, target, critic in zip(targets, sac.target_params, sac.critic_params, strict=True):
+        torch.testing.assert_close(target, before + cfg.sac.tau * (critic - before))
+    assert all(p.grad is None for p in sac.target_params)
+    assert all(p.grad is not None for p in [*sac.actor_params, sac.policy.log_alpha])
