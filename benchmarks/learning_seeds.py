@@ -1,6 +1,7 @@
 """A task's preset trained with several seeds: the learning figure of iteration windows, mean and spread over seeds.
 
     python benchmarks/learning_seeds.py --task grid-arena --seeds 0 1 2 3 4 --out results.json
+    python benchmarks/learning_seeds.py --task pendulum --algorithm sac --seeds 0 1 2 --eval_envs 32 ...
     PYTHONPATH=/tmp/before/src python benchmarks/learning_seeds.py ...   # the same with another checkout's syncfree
 
 The figure is `reward_per_agent_step` for multi-agent tasks (grid-arena) and `mean_return` otherwise, averaged over
@@ -46,8 +47,8 @@ def final_eval(runner, cfg, num_envs: int, greedy: bool) -> float:
     return float(evaluate_task(cfg, runner.policy, num_envs, runner.device, seed=12345, greedy=greedy).mean())
 
 
-def run(task: str, seed: int, iterations: int, eval_envs: int) -> dict:
-    cfg = preset(task)
+def run(task: str, seed: int, iterations: int, eval_envs: int, algorithm: str = "") -> dict:
+    cfg = preset(task, algorithm=algorithm) if algorithm else preset(task)
     cfg.seed, cfg.log.progress = seed, False
     cfg.iterations = iterations or cfg.iterations
     runner = make_runner(cfg)
@@ -61,7 +62,7 @@ def run(task: str, seed: int, iterations: int, eval_envs: int) -> dict:
     wall = time.perf_counter() - start
     result = {"seed": seed, "figure": figures, "learning_rate": rates, "wall_seconds": wall,
               "last_record": records[-1]}
-    if getattr(cfg.ppo, "schedule", None) == "adaptive" and MIN_LR is not None:
+    if getattr(getattr(cfg, "ppo", None), "schedule", None) == "adaptive" and MIN_LR is not None:
         result["share_at_bound"] = sum(rate <= MIN_LR or rate >= MAX_LR for rate in rates) / len(rates)
     if eval_envs:
         result["eval_return"] = final_eval(runner, cfg, eval_envs, greedy=True)
@@ -73,6 +74,7 @@ def run(task: str, seed: int, iterations: int, eval_envs: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="grid-arena")
+    parser.add_argument("--algorithm", default="", help="the algorithm that trains the task (default: its own)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--iterations", type=int, default=0, help="0: the preset's")
     parser.add_argument("--windows", nargs="+", default=["11-20", "31-50", "76-100"])
@@ -83,7 +85,7 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.eval_envs < 0:
         parser.error(f"--eval_envs={args.eval_envs} is invalid; allowed: an integer >= 0")
-    runs = [run(args.task, seed, args.iterations, args.eval_envs) for seed in args.seeds]
+    runs = [run(args.task, seed, args.iterations, args.eval_envs, args.algorithm) for seed in args.seeds]
     windows = {}
     for window in args.windows:
         first, last = (int(x) for x in window.split("-"))
@@ -108,8 +110,9 @@ def main() -> None:
                   f"± {spread:.2f} over {len(evals)} seeds (per seed: {', '.join(f'{e:.2f}' for e in evals)})")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"task": args.task, "seeds": args.seeds, "windows": windows,
-                                              "wall_seconds": walls, "runs": runs}, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps({"task": args.task, "algorithm": args.algorithm, "seeds": args.seeds,
+                                              "windows": windows, "wall_seconds": walls, "runs": runs},
+                                             indent=2) + "\n")
 
 
 if __name__ == "__main__":

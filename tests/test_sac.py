@@ -129,3 +129,17 @@ def test_a_gradient_step_moves_the_targets_by_tau_and_leaves_the_critics_out_of_
         torch.testing.assert_close(target, before + cfg.sac.tau * (critic - before))
     assert all(p.grad is None for p in sac.target_params)
     assert all(p.grad is not None for p in [*sac.actor_params, sac.policy.log_alpha])
+
+
+def test_auto_runs_sac_eagerly_where_the_payback_figures_are_ppos() -> None:
+    """`perf.compile=auto` weighs the warm-up of a compiled rollout step and update; SAC's run eagerly, so at any
+    length auto compiles nothing (pendulum's figures, PPO's, would compile from 506 iterations)."""
+    from syncfree.train.compile_choice import choose_compile
+
+    cfg = with_algorithm(preset("pendulum"), "sac")
+    cfg.iterations = 10_000
+    choice = choose_compile(cfg, torch.device("cpu"))
+    assert choice.mode == "off" and "--algorithm sac steps and updates eagerly" in str(choice.reason)
+    ppo = preset("pendulum")
+    ppo.iterations = 10_000
+    assert choose_compile(ppo, torch.device("cpu")).mode == "step"

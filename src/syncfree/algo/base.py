@@ -84,6 +84,9 @@ class Algorithm(ABC):
     chosen_by_policy_kind: ClassVar[str | None] = None
     """The `policy.kind` that, asked for on another algorithm of the family, chooses this one instead (recurrent PPO:
     `recurrent`); None: none does."""
+    compiled_update: ClassVar[bool] = True
+    """Whether `perf.compile` compiles the algorithm's own rollout step and update (the warm-up `perf.compile=auto`
+    weighs is theirs); False: only the env's step would compile, and `auto` runs eagerly."""
     learning_rate_key: ClassVar[str] = "ppo.learning_rate"
     """The setting a diverged run is told to lower."""
 

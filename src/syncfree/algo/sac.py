@@ -141,6 +141,7 @@ class SAC(Algorithm):
     family = "sac"
     config_type = SACTrainConfig
     learning_rate_key = "sac.critic_learning_rate"
+    compiled_update = False
     stat_names = SAC_STATS
     shared_statistics = ()
     optional_state = ()

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import torch
 
+from syncfree.algo import algorithm_named
 from syncfree.config import CallbackConfig, TrainConfig
 from syncfree.core.compile import GraphBreak, hot
 from syncfree.envs import VecEnv
@@ -68,6 +69,9 @@ def choose_compile(cfg: TrainConfig, device: torch.device) -> CompileChoice:
     """The compile mode `cfg` runs under on `device`: its own unless it is `auto`."""
     if cfg.perf.compile != "auto":
         return CompileChoice(cfg.perf.compile)
+    if cfg.algorithm and not algorithm_named(cfg.algorithm).compiled_update:
+        return CompileChoice("off", f"auto: --algorithm {cfg.algorithm} steps and updates eagerly; a warm-up would "
+                                    "compile the env's step alone")
     table = payback_table()
     if device.type != table["device"]:
         return CompileChoice("step", f"auto: no measured warm-up on {device.type}, compiled as the optimized preset")
