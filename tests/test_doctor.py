@@ -198,3 +198,12 @@ def test_a_host_simulators_report_says_where_its_host_time_goes() -> None:
         assert f"host<->device copies per env step: {copies:g} uploads, {copies:g} downloads" in text
         assert report.to_json()["transfers"] == report.transfers
     assert doctor.examine_env(doctor.task_env("cartpole", 8, PerfConfig())).host_time_us == {}
+
+
+def test_every_site_is_one_full_path_and_its_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The env's own file (here below the working folder) and syncfree's files are written the same way."""
+    monkeypatch.chdir(Path(doctor.__file__).parent)  # syncfree's files lie below the working folder
+    report = doctor.examine_env(doctor.task_env("pendulum", 8, PerfConfig.preset("optimized")), steps=4)
+    sites = [row["site"] for row in report.sites()]
+    assert sites and all(Path(site.rpartition(":")[0]).is_absolute() for site in sites), sites
+    assert all(site.rpartition(":")[2].isdigit() for site in sites)

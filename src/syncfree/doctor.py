@@ -174,7 +174,7 @@ class Report:
             n = self.per[phase]
             repeats = self.repeats.get(phase, Counter())
             for where, site in (counts.sites or {}).items():
-                rows.append({"site": _short(where), "phase": phase, "per": self.unit.get(phase, "step"),
+                rows.append({"site": _site(where), "phase": phase, "per": self.unit.get(phase, "step"),
                              "repeats": repeats[where] / n,
                              "syncs": sum(site.syncs.values()) / n,
                              "sync_kinds": {k: v / n for k, v in site.syncs.most_common()},
@@ -193,11 +193,11 @@ class Report:
                 "host_time_us": self.host_time_us, "transfers": self.transfers, "compile": self.compile}
 
 
-def _short(where: str) -> str:
-    """A site's path relative to the working directory when it lies below it, else as it is."""
+def _site(where: str) -> str:
+    """A site as one full path and its line, whoever's file it is (yours, syncfree's, torch's): the same form for
+    every row, which an editor or terminal opens at the line."""
     path, _, line = where.rpartition(":")
-    relative = os.path.relpath(path) if path.startswith(os.getcwd() + os.sep) else path
-    return f"{relative}:{line}"
+    return f"{os.path.abspath(path)}:{line}"
 
 
 # ---------------------------------------------------------------------------------------------------- targets
