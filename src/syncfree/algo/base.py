@@ -336,3 +336,18 @@ effect) or weigh a loss, and leave what the saved weights compute as it was."""
 def reward_scale(cfg: PPOConfig, num_envs: int, device: torch.device) -> RewardScale | None:
     """The algorithm's `reward_scale`: one running return per env (agent) row, when `cfg.normalize_rewards`."""
     return RewardScale(num_envs, cfg.gamma).to(device) if cfg.normalize_rewards else None
+
+
+def first_episode_returns(env: VecEnv, act: Callable[[dict[str, Tensor]], Tensor]) -> np.ndarray:
+    """The return of each env's first episode when `act` chooses the actions from the observations (every episode
+    ends by the env's time limit); call it in inference mode."""
+    obs = env.reset()
+    first_return = torch.full((env.num_envs,), float("nan"), device=env.device)
+    finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+    for _ in range(env.max_episode_length):
+        step = env.step(act(obs))
+        done = step.terminated | step.truncated
+        first_return = torch.where(done & ~finished, step.info["episode_return"], first_return)
+        finished |= done
+        obs = step.obs
+    return first_return.cpu().numpy()

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from syncfree.algo.advantages import compute_gae, global_mean_std
-from syncfree.algo.base import Algorithm, CheckpointReader, reward_scale
+from syncfree.algo.base import Algorithm, CheckpointReader, first_episode_returns, reward_scale
 from syncfree.algo.configs import PPOTrainConfig
 from syncfree.algo.minibatch_step import MinibatchStep
 from syncfree.algo.optim import Collective, PolicyOptimizer
@@ -155,16 +155,7 @@ class FeedForwardPPO(Algorithm):
             return policy.head.sample(policy.dist_params(actor_obs))[0]
 
         act = policy.act_deterministic if greedy else sampled
-        obs = env.reset()
-        first_return = torch.full((env.num_envs,), float("nan"), device=env.device)
-        finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
-        for _ in range(env.max_episode_length):  # every episode ends by its time limit
-            step = env.step(act(policy.actor_input(obs)))
-            done = step.terminated | step.truncated
-            first_return = torch.where(done & ~finished, step.info["episode_return"], first_return)
-            finished |= done
-            obs = step.obs
-        return first_return.cpu().numpy()
+        return first_episode_returns(env, lambda obs: act(policy.actor_input(obs)))
 
     @classmethod
     def scope(cls, cfg: PPOTrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from syncfree.algo.base import Algorithm, CheckpointReader
+from syncfree.algo.base import Algorithm, CheckpointReader, first_episode_returns
 from syncfree.config import TrainConfig
 from syncfree.core.phases import Phases
 from syncfree.core.switches import Scope
@@ -215,16 +215,7 @@ class SAC(Algorithm):
             return policy.sample(actor_obs)[0]
 
         act = policy.act_deterministic if greedy else sampled
-        obs = env.reset()
-        first_return = torch.full((env.num_envs,), float("nan"), device=env.device)
-        finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
-        for _ in range(env.max_episode_length):  # every episode ends by its time limit
-            step = env.step(act(policy.actor_input(obs)))
-            done = step.terminated | step.truncated
-            first_return = torch.where(done & ~finished, step.info["episode_return"], first_return)
-            finished |= done
-            obs = step.obs
-        return first_return.cpu().numpy()
+        return first_episode_returns(env, lambda obs: act(policy.actor_input(obs)))
 
     @classmethod
     def scope(cls, cfg: SACTrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
