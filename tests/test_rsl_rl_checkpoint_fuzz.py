@@ -4,8 +4,8 @@ refused in one line with the runner as it was (policy, teacher, optimizer, learn
 and leave the runner equal to what the intact file gives.
 
 The corruptions are `test_checkpoint_fuzz`'s (a field's type, a tensor's dtype or shape, a dict's keys, a list's
-length, a non-finite value, a negative value where there is none), and the iteration and learning rate of the
-issue that found the drop-in loading them: `iter` negative or not an integer, a learning rate <= 0 or not finite.
+length, a non-finite value, a negative value where there is none), and the iterations and learning rates the
+drop-in once loaded: `iter` negative, past 10^12 or not an integer, a learning rate <= 0 or not finite.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ TARGETED = [(("iter",), "negative", -5), (("iter",), "past int64", 2**63), (("it
             (("optimizer_state_dict", "param_groups", 0, "lr"), "infinite", float("inf")),
             (("optimizer_state_dict", "param_groups", 0, "lr"), "NaN", float("nan")),
             (("optimizer_state_dict", "param_groups", 0, "lr"), "a str", "0.001")]
-"""The corruptions the issue names, in every case's file."""
+"""The corruptions the drop-in once loaded, in every case's file."""
 
 CASES = 200
 """Random corruptions per source file (three files: with `TARGETED`, 630 in all)."""
