@@ -63,14 +63,14 @@ def test_auto_compiles_from_the_break_even_on(table: dict) -> None:
     assert choose_compile(config("pendulum", 200), CPU).mode == "off"
     chosen = choose_compile(config("pendulum", 201), CPU)
     assert chosen.mode == "step"
-    assert chosen.reason == "auto: 201 iterations, a 40 s warm-up pays back after 201 iterations (0.3 -> 0.1 s each)"
+    assert chosen.reason == "auto: a 40 s warm-up pays back after 201 iterations"
     short = choose_compile(config("pendulum", 20), CPU)
-    assert short.reason is not None and short.reason.startswith("auto: 20 iterations, too few: a 40 s warm-up")
+    assert short.mode == "off" and short.reason == "auto: a 40 s warm-up pays back after 201 iterations"
 
 
 def test_auto_never_compiles_where_compiled_iterations_were_not_faster(table: dict) -> None:
     chosen = choose_compile(config("slow-to-compile", 10_000), CPU)
-    assert chosen.mode == "off" and "were not faster (0.35 s against 0.3 s eager)" in str(chosen.reason)
+    assert chosen.mode == "off" and "were not faster (0.35 s against 0.3 s)" in str(chosen.reason)
 
 
 def test_a_task_without_figures_takes_the_median_break_even(table: dict) -> None:
@@ -79,7 +79,7 @@ def test_a_task_without_figures_takes_the_median_break_even(table: dict) -> None
     assert median_break_even({"a": {**FIGURES, "break_even": None}}) == compile_choice.NEVER
     assert choose_compile(config("mine:make", 200), CPU).mode == "off"
     chosen = choose_compile(config("mine:make", 201), CPU)
-    assert chosen.mode == "step" and "the median of the built-in presets' break-even, 201" in str(chosen.reason)
+    assert chosen == CompileChoice("step", "auto: the built-in presets' median warm-up pays back after 201 iterations")
 
 
 def test_a_device_without_figures_compiles_and_a_set_mode_is_kept(table: dict) -> None:
@@ -146,7 +146,7 @@ def test_a_short_run_of_the_default_config_runs_eagerly_and_records_it(tmp_path:
         runner.close()
     assert runner.cfg.perf.compile == "off" and cfg.perf.compile == "auto"
     execution = runner.runner.execution()
-    assert "perf.compile=off (auto: 2 iterations, too few: " in execution
+    assert "perf.compile=off (auto: a " in execution and " warm-up pays back after " in execution
     lines = (tmp_path / "run" / "config.yaml").read_text().splitlines()
     assert lines[0] == f"# ran on {execution}"
     assert yaml.safe_load("\n".join(lines))["perf"]["compile"] == "off"
@@ -162,7 +162,7 @@ def test_the_cli_says_what_auto_chose(tmp_path: Path) -> None:
                                                                             "PATH": "/usr/bin:/bin"})
     assert done.returncode == 0, done.stderr[-2000:]
     start = next(line for line in done.stderr.splitlines() if line.startswith("training cartpole"))
-    assert "perf.compile=off (auto: 2 iterations, too few: a " in start
+    assert "2 iterations; on cpu" in start and "perf.compile=off (auto: a " in start
     assert "first iteration compiles" not in done.stderr
 
 
@@ -192,16 +192,14 @@ def test_early_stopping_counts_only_the_iterations_a_run_is_sure_to_run(table: d
 
 def test_auto_does_not_compile_a_run_that_may_stop_before_the_break_even(table: dict) -> None:
     chosen = choose_compile(stopping("pendulum", 10_000, stop_when="mean_return >= 0"), CPU)
-    assert chosen == CompileChoice("off", "auto: callbacks.stop_when may end the run at iteration 1, before the "
-                                          "break-even: a 40 s warm-up pays back after 201 iterations (0.3 -> 0.1 s "
-                                          "each)")
+    assert chosen == CompileChoice("off", "auto: a 40 s warm-up pays back after 201 iterations; callbacks.stop_when "
+                                          "may stop the run at iteration 1")
     chosen = choose_compile(stopping("mine:make", 10_000, save_best="mean_return", patience=100), CPU)
-    assert chosen.mode == "off" and chosen.reason is not None
-    assert chosen.reason.startswith("auto: callbacks.patience may end the run at iteration 101, before the break-even: "
-                                    "the median of the built-in presets' break-even, 201")
+    assert chosen == CompileChoice("off", "auto: the built-in presets' median warm-up pays back after 201 iterations; "
+                                          "callbacks.patience may stop the run at iteration 101")
     late = choose_compile(stopping("pendulum", 10_000, eval_every=250, stop_when="eval_return >= 0"), CPU)
-    assert late.mode == "step"
-    assert late.reason is not None and "10000 iterations, callbacks.stop_when ends none before 250, " in late.reason
+    assert late == CompileChoice("step", "auto: a 40 s warm-up pays back after 201 iterations; callbacks.stop_when "
+                                         "stops none before 250")
     assert choose_compile(stopping("pendulum", 100, eval_every=250, stop_when="eval_return >= 0"), CPU).mode == "off"
 
 
@@ -264,7 +262,7 @@ def test_auto_compiles_the_trainer_and_runs_an_env_that_breaks_the_graph_eagerly
         assert run.runner.compile_choice.env_break is not None and run.runner.compile_choice.env_break.site == BREAK
         assert "_transition" not in vars(env)  # the env's step is not wrapped: it runs eagerly
         start_line = next(r.getMessage() for r in caplog.records if r.getMessage().startswith("training ItemEnv"))
-        assert (f"perf.compile=step (auto: 201 iterations, the median of the built-in presets' break-even, 201; "
+        assert (f"perf.compile=step (auto: the built-in presets' median warm-up pays back after 201 iterations; "
                 f"ItemEnv's step runs eagerly: its graph breaks at {BREAK} (data-dependent branching))") in start_line
         before = compile_counts()["unique_graphs"]
         run.learn(until=2)

@@ -128,12 +128,10 @@ def describe_precision(module: nn.Module, precision: str, device: torch.device) 
     lowered = [cast("_Autocast", sub) for sub in module.modules() if getattr(sub, "autocast_dtype", None) is not None]
     if not lowered:
         why = {"off": "", "bf16": " (no layer of this policy runs under autocast)",
-               "auto": " (no bfloat16 matrix instructions on this device)" if not native_bf16(device)
-               else " (this policy's layers stay float32 under auto)"}[precision]
-        return f"float32{why}"
+               "auto": "" if not native_bf16(device) else " (layers below auto's size)"}
+        return f"float32{why[precision]}"
     least = min(sub.autocast_min_work for sub in lowered)
-    where = f" in calls of >= {least:,} rows x width" if least else ""
-    return f"bfloat16 hidden layers{where}, float32 parameters and outputs"
+    return f"bfloat16 hidden layers from {least:,} rows x width" if least else "bfloat16 hidden layers"
 
 
 def chunked_value(critic: nn.Module, norm: nn.Module, critic_obs: Tensor, chunk_size: int) -> Tensor:

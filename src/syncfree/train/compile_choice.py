@@ -78,24 +78,22 @@ def choose_compile(cfg: TrainConfig, device: torch.device) -> CompileChoice:
     figures = table["tasks"].get(cfg.task)
     if figures is None:
         break_even = median_break_even(table["tasks"])
-        measured = f"the median of the built-in presets' break-even, {break_even}"
+        measured = f"the built-in presets' median warm-up pays back after {break_even} iterations"
     elif figures["break_even"] is None:
-        return CompileChoice("off", f"auto: compiled iterations of {cfg.task}'s preset were not faster "
-                                    f"({figures['compiled_s']:.2g} s against {figures['eager_s']:.2g} s eager)")
+        return CompileChoice("off", f"auto: {cfg.task}'s compiled iterations were not faster "
+                                    f"({figures['compiled_s']:.2g} s against {figures['eager_s']:.2g} s)")
     else:
         break_even = figures["break_even"]
-        measured = (f"a {figures['warmup_s']:.0f} s warm-up pays back after {break_even} iterations "
-                    f"({figures['eager_s']:.2g} -> {figures['compiled_s']:.2g} s each)")
+        measured = f"a {figures['warmup_s']:.0f} s warm-up pays back after {break_even} iterations"
     if cfg.iterations < break_even:
-        return CompileChoice("off", f"auto: {cfg.iterations} iterations, too few: {measured}")
+        return CompileChoice("off", f"auto: {measured}")
     stop = earliest_stop(cfg.callbacks)
     if stop is None:
-        return CompileChoice("step", f"auto: {cfg.iterations} iterations, {measured}")
+        return CompileChoice("step", f"auto: {measured}")
     first, setting = stop
     if first < break_even:
-        return CompileChoice("off", f"auto: {setting} may end the run at iteration {first}, before the break-even: "
-                                    f"{measured}")
-    return CompileChoice("step", f"auto: {cfg.iterations} iterations, {setting} ends none before {first}, {measured}")
+        return CompileChoice("off", f"auto: {measured}; {setting} may stop the run at iteration {first}")
+    return CompileChoice("step", f"auto: {measured}; {setting} stops none before {first}")
 
 
 def earliest_stop(callbacks: CallbackConfig) -> tuple[int, str] | None:

@@ -296,9 +296,10 @@ def start(cfg: TrainConfig, run_dir: Path | None, env: VecEnv | None = None, dis
             f" as a new run (--resume_in_place true writes on in {Path(cfg.resume).parent} instead)")
     cfg = run.cfg  # as it runs: perf.compile=auto resolved
     ranks = f"{runner.world_size} ranks x " if runner.world_size > 1 else ""
-    say("training %s with %s on %s: %s%s x %d steps per iteration, %d iterations -> %s", cfg.task,
-        runner.algorithm.label, runner.execution(), ranks, cfg.env.describe(runner.env.num_envs),
-        runner.algorithm.steps_per_env, cfg.iterations, run_dir if run_dir is not None else "no run folder")
+    say("training %s with %s: %s%s x %d steps per iteration, %d iteration%s; on %s -> %s", cfg.task,
+        runner.algorithm.label, ranks, cfg.env.describe(runner.env.num_envs), runner.algorithm.steps_per_env,
+        cfg.iterations, "s" if cfg.iterations != 1 else "", runner.execution(),
+        run_dir if run_dir is not None else "no run folder")
     if main:
         warn_inert_switches(cfg, runner.switch_scope(), preset_or_none(cfg.task, cfg.algorithm))
     if runner.compiles_first_iteration() and runner.iteration < cfg.iterations:

@@ -190,9 +190,10 @@ class Runner:
 
     def execution(self) -> str:
         """Where and how this run computes, resolved: device, threads and why, compile mode, precision."""
-        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''} ({self.threads_reason})"
+        why = f" ({self.threads_reason})" if self.threads_reason != "threads" else ""  # not when the user set it
+        threads = f"{self.threads} thread{'s' if self.threads != 1 else ''}{why}"
         chosen = f" ({self.compile_choice.reason})" if self.compile_choice.reason else ""
-        return f"{self.device}, {threads}, perf.compile={self.cfg.perf.compile}{chosen}, {self.precision}"
+        return f"{self.device}, {threads}, {self.precision}, perf.compile={self.cfg.perf.compile}{chosen}"
 
     @property
     def iterations_run(self) -> int:
