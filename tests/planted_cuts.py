@@ -80,6 +80,10 @@ CUTS: dict[str, list[Edit]] = {
                          "worker=False")],
     "whole_chunk_distillation": [("algo/distillation.py", "        if self.perf.whole_chunk_distillation:\n",
                                   "        if False:\n")],
+    "replay_on_device": [("algo/offpolicy.py", "replay_buffer(perf.replay_on_device,", "replay_buffer(False,")],
+    "vectorized_n_step": [("algo/offpolicy.py", "device, perf.vectorized_n_step)", "device, False)")],
+    "fused_target_update": [("algo/offpolicy.py", "self.cfg.tau, self.perf.fused_target_update)",
+                             "self.cfg.tau, False)")],
 }  # each a switch's first path (host_env_worker: Gymnasium's); `PATH_CUTS` has the others
 """Switch -> the cut of its optimized path: the optimized value takes the baseline path."""
 
@@ -210,6 +214,19 @@ WASTE_CUTS: dict[str, list[Edit]] = {
                             "    env_cfg = __import__('copy').deepcopy(env_cfg)\n"
                             "    env_cfg.sim.physx.gpu_max_num_partitions = perf.physics_partitions\n"
                             "    return env_cfg\n")],
+    # each stored observation copied to the host as well, the copy dropped
+    "replay_on_device": [("algo/replay.py", "        for g, stored in self.obs.items():\n            stored[slot].copy_(obs[g])\n",
+                          "        for g, stored in self.obs.items():\n            stored[slot].copy_(obs[g])\n"
+                          "            obs[g].cpu()\n")],
+    # the loop's sums computed beside the vectorized ones, and dropped
+    "vectorized_n_step": [("algo/replay.py",
+                           "            returns, discounts, last = n_step_sums(rewards, done, terminated, self.gamma)\n",
+                           "            returns, discounts, last = n_step_sums(rewards, done, terminated, self.gamma)\n"
+                           "            n_step_sums_loop(rewards, done, terminated, self.gamma)\n")],
+    # CleanRL's per-parameter blend computed beside the fused lerp, and dropped
+    "fused_target_update": [("algo/offpolicy.py", "            torch._foreach_lerp_(targets, sources, tau)\n",
+                             "            torch._foreach_lerp_(targets, sources, tau)\n"
+                             "            [tau * s.data + (1 - tau) * t.data for t, s in zip(targets, sources)]\n")],
     # `max` with its indices taken beside `amax`, and dropped
     "sparse_token_max": [("policy/token_pool.py", "    return features, features.add_(padding).amax(1)\n",
                           "    features.add_(padding).max(1)\n    return features, features.amax(1)\n")],
@@ -346,6 +363,16 @@ PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
     **{switch: optimizer_wiring(switch) for switch in ("fused_adamw", "zero_grad_set_to_none", "grad_finite_from_norm")},
     "device_adaptive_lr": optimizer_wiring("device_adaptive_lr")[:2],  # distillation steps at a fixed rate
     # the second adapter the switch acts in, each shape cut there alone
+    # the off-policy learners' statistics: read at every gradient step, or read beside the device sums
+    "device_loss_stats": [
+        ("baseline path, off-policy learners", [("algo/offpolicy.py", "        if self.perf.device_loss_stats:\n"
+                                                 "            self.stats.add_(", "        if False:\n"
+                                                 "            self.stats.add_(")]),
+        ("work thrown away, off-policy learners", [("algo/offpolicy.py",
+                                                    "            self.stats.add_(torch.stack([v.detach() for v in values]))\n",
+                                                    "            self.stats.add_(torch.stack([v.detach() for v in values]))\n"
+                                                    "            [v.item() for v in values]\n")]),
+    ],
     "host_env_worker": [
         ("baseline path, MettaGrid", [("tasks/grid_arena.py",
                                        "worker=cfg.perf.host_env_worker and worth_a_worker(num_envs)",

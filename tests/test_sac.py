@@ -123,11 +123,11 @@ def test_a_gradient_step_moves_the_targets_by_tau_and_leaves_the_critics_out_of_
     runner.learn(until=1)
     sac = runner.algorithm
     assert isinstance(sac, SAC)
-    targets = [p.clone() for p in sac.target_params]
+    targets = [p.clone() for p in sac.targets]
     sac.gradient_step()
-    for before, target, critic in zip(targets, sac.target_params, sac.critic_params, strict=True):
+    for before, target, critic in zip(targets, sac.targets, sac.critic_params, strict=True):
         torch.testing.assert_close(target, before + cfg.sac.tau * (critic - before))
-    assert all(p.grad is None for p in sac.target_params)
+    assert all(p.grad is None for p in sac.targets)
     assert all(p.grad is not None for p in [*sac.actor_params, sac.policy.log_alpha])
 
 

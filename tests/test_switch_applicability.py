@@ -32,19 +32,26 @@ def trained(cfg) -> tuple[dict[str, torch.Tensor], dict[str, float], Runner]:
 @pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_every_switch_reported_inert_changes_nothing_that_runs(task: str) -> None:
+    """The inert switches flipped together first (one run); only where that changes something, each alone, so that
+    the failure names the switch."""
     cfg = small_task_config(task)
     state, counts, runner = trained(cfg)
     inert = cfg.perf.inert_switches(runner.switch_scope())
-    flipped = []
+    others = {}
     for field in PerfConfig.switches():
         if field.name not in inert or field.metadata["check"]:  # a check is off in both presets: nothing to flip
             continue
         value = getattr(cfg.perf, field.name)
-        other = field.metadata["baseline" if value == field.metadata["optimized"] else "optimized"]
-        other_state, other_counts, _ = trained(dataclasses.replace(cfg, perf=dataclasses.replace(cfg.perf, **{
-            field.name: other})))
-        assert other_counts == counts, (field.name, inert[field.name])
-        assert other_state.keys() == state.keys()
-        assert all(torch.equal(other_state[k], v) for k, v in state.items()), (field.name, inert[field.name])
-        flipped.append(field.name)
-    assert flipped, "no switch is inert here: the test checks nothing"
+        others[field.name] = field.metadata["baseline" if value == field.metadata["optimized"] else "optimized"]
+    assert others, "no switch is inert here: the test checks nothing"
+
+    def same(flipped: dict[str, object]) -> bool:
+        other_state, other_counts, _ = trained(dataclasses.replace(cfg, perf=dataclasses.replace(cfg.perf, **flipped)))
+        return other_counts == counts and other_state.keys() == state.keys() and all(
+            torch.equal(other_state[k], v) for k, v in state.items())
+
+    if same(others):
+        return
+    for name, other in others.items():
+        assert same({name: other}), (name, inert[name])
+    raise AssertionError(f"the inert switches change the run together, none alone: {sorted(others)}")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_offpolicy import assert_statistics_unread_per_gradient_step
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import conftest
@@ -64,6 +65,9 @@ EFFECT_TESTS = {
     "sparse_token_max": "test_switch_effects.py::test_sparse_token_max_runs_the_last_layer_backward_on_winners_only",
     "cache_game_config": "test_switch_effects.py::test_cache_game_config_converts_the_game_config_once_per_run",
     "host_env_worker": "test_switch_effects.py::test_host_env_worker_steps_half_the_envs_here_while_the_worker_steps",
+    "replay_on_device": "test_offpolicy.py::test_replay_on_device_reads_and_allocates_nothing_per_step_or_sample",
+    "vectorized_n_step": "test_offpolicy.py::test_vectorized_n_step_dispatches_the_same_ops_whatever_n",
+    "fused_target_update": "test_offpolicy.py::test_fused_target_update_runs_one_kernel_for_every_target",
     "whole_chunk_distillation":
         "test_distillation.py::test_whole_chunk_distillation_runs_one_student_forward_per_optimizer_step",
 }
@@ -200,11 +204,15 @@ def count_update(runner: Runner) -> Counts:
 
 @pytest.mark.parametrize("compile", ["off", "step"])
 def test_device_loss_stats_reads_no_loss_per_minibatch(compile: str) -> None:
-    """On either path a whole update (4 minibatches) reads no loss; off, each minibatch reads rsl_rl's three."""
+    """On either path a whole update (4 minibatches) reads no loss; off, each minibatch reads rsl_rl's three. The
+    off-policy learners' gradient steps likewise (0 reads; off, one per statistic they log)."""
     on = count_update(warm(one_switch("pendulum", "device_loss_stats", True, perf__compile=compile)))
     off = count_update(warm(one_switch("pendulum", "device_loss_stats", False, perf__compile=compile)))
     assert on.syncs == 0, reads(on)
     assert off.host_reads == {"item": 3 * 4}, reads(off)  # surrogate, value and entropy, as rsl_rl logs them
+    if compile == "off":  # the off-policy learners' gradient step (they run eagerly)
+        for algorithm in ("sac", "td3"):
+            assert_statistics_unread_per_gradient_step(algorithm)
 
 
 @pytest.fixture(scope="module")

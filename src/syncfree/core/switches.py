@@ -60,6 +60,10 @@ class Scope:
     """The most rows one call of the policy's networks sees (a rollout step's envs, a minibatch's rows)."""
     distillation: bool = False
     """The algorithm is student-teacher distillation (`distill.teacher`): no PPO loss, no critic, a fixed rate."""
+    off_policy: bool = False
+    """The algorithm is an off-policy learner with a replay buffer (`sac`, `td3`)."""
+    n_step: int = 1
+    """Steps its replay buffer sums into a sampled transition's return (`sac.n_step`, `td3.n_step`)."""
     native_bf16: bool = False
     """The device has fast bfloat16 matrix products, which `autocast=auto` asks for (CPUs with AVX512-BF16 or AMX;
     CUDA devices are not counted until measured there)."""
@@ -80,10 +84,23 @@ def _only_for(where: str, **wanted: Any) -> Inert:
 
 _FEEDFORWARD = _only_for("in the feed-forward algorithm (the recurrent one has its own action sampling)",
                          flat_rollouts=True)
-_RSL_RL_UPDATE = _only_for("in the feed-forward algorithm (rsl_rl's update; the recurrent one keeps its statistics "
-                           "on the device)", flat_rollouts=True)
 _RECURRENT = _only_for("in the recurrent algorithm's segment buffer (grid-arena)", segment_buffer=True)
 _ENV_LAYER = _only_for("in a manager-based env (g1-track)", env_layer=True)
+_OFF_POLICY = _only_for("in the off-policy learners' replay buffer and updates (--algorithm sac or td3)",
+                        off_policy=True)
+
+
+def _n_step(scope: Scope, perf: PerfConfig) -> str | None:
+    if not scope.off_policy:
+        return _OFF_POLICY(scope, perf)
+    return None if scope.n_step > 1 else "n_step=1: each sampled transition's return is its own reward"
+
+
+def _loss_stats(scope: Scope, perf: PerfConfig) -> str | None:
+    if scope.flat_rollouts or scope.off_policy:
+        return None
+    return ("acts only in the feed-forward algorithm (rsl_rl's update) and the off-policy learners; the recurrent one "
+            "keeps its statistics on the device")
 _ISAACLAB = _only_for("on Isaac Lab env configs (PhysX); syncfree's own physics has no partitions", isaaclab=True)
 
 
@@ -248,11 +265,13 @@ class PerfConfig:
     of the Gymnasium tasks other than Humanoid)."""
 
     device_loss_stats: bool = switch(baseline=False, optimized=True, seed="rsl_rl loss logs, on device",
-                                     inert=_RSL_RL_UPDATE)
+                                     inert=_loss_stats)
     """Sum the update's statistics over the minibatches on the device and read them once per iteration, with the
     iteration's host transfer. Off: rsl_rl 5.5.1's update, which reads the three losses it logs (surrogate, value,
     entropy) with `.item()` at every minibatch and sums them on the host; the statistics rsl_rl does not log (KL,
-    clip fraction, gradient norm) stay on the device. The recurrent algorithm keeps its statistics on the device."""
+    clip fraction, gradient norm) stay on the device. The off-policy learners' off path reads every statistic they
+    log with `.item()` at every gradient step (Stable-Baselines3's logging). The recurrent algorithm keeps its
+    statistics on the device."""
 
     validate_distributions: bool = switch(baseline=False, optimized=False, seed="torch.distributions validation",
                                           check=True, inert=_FEEDFORWARD)
@@ -315,6 +334,27 @@ class PerfConfig:
     """With `compile=hot` on a CUDA device, replay the compiled graphs as CUDA graphs (`torch.compile`'s
     `reduce-overhead` mode; random numbers are drawn inside the graphs). `auto`: on for CUDA devices, off
     elsewhere; `on` on another device is an error. The recurrent algorithm's compiled graphs run without them."""
+
+    # -- off-policy learners (sac, td3; inert for the others) -------------------------------------------
+
+    replay_on_device: bool = switch(baseline=False, optimized=True,
+                                    seed="FastTD3: replay buffer on the device, sampled there", inert=_OFF_POLICY)
+    """Keep the replay buffer on the training device, allocated once: a rollout step writes into its rows and a
+    batch is gathered into preallocated tensors by indices drawn on the device (`syncfree.algo.replay.DeviceReplay`).
+    Off: Stable-Baselines3's `ReplayBuffer`, NumPy arrays on the host written with `.cpu().numpy()` at every step
+    and indexed there, each batch moved to the device. The same batches bit for bit on the CPU."""
+
+    vectorized_n_step: bool = switch(baseline=False, optimized=True,
+                                     seed="n-step returns as one masked gather", inert=_n_step)
+    """N-step returns of a batch (`n_step > 1`) from one gather of its `n` steps and one masked, discounted sum.
+    Off: a Python loop over the `n` steps, gathering and accumulating one step at a time. Equal within float32
+    rounding (the sums' order differs)."""
+
+    fused_target_update: bool = switch(baseline=False, optimized=True,
+                                       seed="CleanRL soft target update, as one _foreach_lerp_", inert=_OFF_POLICY)
+    """Move every target parameter `tau` of the way to its network's with one `torch._foreach_lerp_`. Off:
+    CleanRL's loop, `target.data.copy_(tau * p.data + (1 - tau) * target.data)` per parameter (4 ops each). Equal
+    within float32 rounding (lerp rounds once)."""
 
     # -- env side and model (the humanoid tracking task; inert for the classic tasks) --------------------
 

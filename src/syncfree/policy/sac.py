@@ -1,5 +1,7 @@
-"""Soft Actor-Critic's networks: a tanh-squashed Gaussian actor, twin Q critics with their target copies, and the
-entropy temperature (its log, learned); one module, so that a checkpoint's policy holds all of them."""
+"""The off-policy learners' networks, each one module so that a checkpoint's policy holds all of them: twin Q critics
+with their target copies (`TwinCritics`), and Soft Actor-Critic's tanh-squashed Gaussian actor with the entropy
+temperature's log (`SquashedGaussianActorCritic`) or TD3's deterministic tanh actor with its target copy
+(`DeterministicActorCritic`)."""
 
 from __future__ import annotations
 
@@ -22,16 +24,15 @@ LOG_STD_RANGE = (-5.0, 2.0)
 """The actor's log standard deviation, squashed into this range by a tanh (CleanRL's and SpinningUp's bounds)."""
 
 
-class SquashedGaussianActorCritic(nn.Module):
-    """The actor maps its (normalized) observation to the mean and log standard deviation of a Gaussian whose
-    samples are squashed by tanh into [-1, 1]; each critic maps the (normalized) critic observation and an action
-    to a Q value. `q1_target` and `q2_target` follow the critics by soft updates and take no gradient; `log_alpha`
-    is the entropy temperature's log."""
+class TwinCritics(nn.Module):
+    """Twin Q critics on the (normalized) critic observation and an action, their target copies (soft-updated, no
+    gradient), and the observation normalizers; the actor is the subclass's."""
 
     is_recurrent = False
+    kind = ""
+    """The deployment's `policy_kind`."""
 
-    def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
-                 init_alpha: float) -> None:
+    def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig) -> None:
         super().__init__()
         self.actor_obs_dim, self.critic_obs_dim = actor_obs_dim, critic_obs_dim
         self.action_spec, self.action_dim = action_spec, action_spec.size
@@ -42,12 +43,11 @@ class SquashedGaussianActorCritic(nn.Module):
             lambda d: nn.Identity())
         self.actor_norm = norm(actor_obs_dim)
         self.critic_norm = norm(critic_obs_dim)
-        self.actor = mlp(actor_obs_dim, cfg.actor_hidden, 2 * self.action_dim, cfg.activation)
         self.q1 = mlp(critic_obs_dim + self.action_dim, cfg.critic_hidden, 1, cfg.activation)
         self.q2 = mlp(critic_obs_dim + self.action_dim, cfg.critic_hidden, 1, cfg.activation)
         self.q1_target = copy.deepcopy(self.q1).requires_grad_(False)
         self.q2_target = copy.deepcopy(self.q2).requires_grad_(False)
-        self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
+        self.actor: nn.Sequential
 
     def actor_params(self) -> list[Tensor]:
         return list(self.actor.parameters())
@@ -59,27 +59,12 @@ class SquashedGaussianActorCritic(nn.Module):
         """The target critics' parameters, in the order of `critic_params` (the soft update pairs them)."""
         return [*self.q1_target.parameters(), *self.q2_target.parameters()]
 
+    def followed_params(self) -> tuple[list[Tensor], list[Tensor]]:
+        """Every target parameter and the parameter it follows by soft updates, in pairs."""
+        return self.target_params(), self.critic_params()
+
     def actor_input(self, obs: dict[str, Tensor], out: Tensor | None = None) -> Tensor:
         return obs[self.actor_group]
-
-    def mean_log_std(self, actor_obs: Tensor) -> tuple[Tensor, Tensor]:
-        mean, raw = self.actor(self.actor_norm(actor_obs)).split(self.action_dim, dim=-1)
-        low, high = LOG_STD_RANGE
-        return mean, low + 0.5 * (high - low) * (torch.tanh(raw) + 1.0)
-
-    def sample(self, actor_obs: Tensor) -> tuple[Tensor, Tensor]:
-        """Actions drawn from the squashed Gaussian (reparameterized: gradients flow through them) and their
-        log-density, with the tanh's change of variables: log N(u) - sum log(1 - tanh(u)^2)."""
-        mean, log_std = self.mean_log_std(actor_obs)
-        std = log_std.exp()
-        u = mean + std * torch.randn_like(mean)
-        # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), exact where tanh(u)^2 rounds to 1
-        correction = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
-        return torch.tanh(u), normal_log_prob(mean, std, u) - correction.sum(-1)
-
-    def act_deterministic(self, actor_obs: Tensor) -> Tensor:
-        """The squashed mean: what evaluation, `play` and export act with."""
-        return torch.tanh(self.mean_log_std(actor_obs)[0])
 
     def q_values(self, critic_obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
         x = torch.cat((self.critic_norm(critic_obs), actions), dim=-1)
@@ -104,16 +89,81 @@ class SquashedGaussianActorCritic(nn.Module):
 
     # -- deployment -----------------------------------------------------------------------------------------
 
+    deployed_action = ""
+    """The sidecar's note on the exported action."""
+
     def deployment(self, rows: int) -> Deployment:
-        """What `syncfree export` writes: `actor_obs -> actions`, the squashed mean (`SquashedMean`)."""
+        """What `syncfree export` writes: `actor_obs -> actions`, tanh of the actor's first `action_dim` outputs
+        (`SquashedMean`)."""
         module = SquashedMean(DeployedActor(self.actor_norm, self.actor, self.actor_obs_dim), self.action_dim)
         graph = Graph("actor", module.eval(), {ACTOR_OBS: torch.zeros(rows, self.actor_obs_dim)}, ["actions"])
-        action = {"kind": "continuous", "size": self.action_dim,
-                  "note": "deterministic action: tanh of the squashed Gaussian's mean, in [-1, 1]"}
-        return Deployment("sac", [graph], self.action_spec,
+        action = {"kind": "continuous", "size": self.action_dim, "note": self.deployed_action}
+        return Deployment(self.kind, [graph], self.action_spec,
                           flat_observation({self.actor_group: self.actor_obs_dim}, self.normalize_obs),
                           {"action": action})
 
+    def act_deterministic(self, actor_obs: Tensor) -> Tensor:
+        """The actor's action without exploration: what evaluation, `play` and export act with."""
+        raise NotImplementedError
+
+
+class SquashedGaussianActorCritic(TwinCritics):
+    """The actor maps its (normalized) observation to the mean and log standard deviation of a Gaussian whose
+    samples are squashed by tanh into [-1, 1]; each critic maps the (normalized) critic observation and an action
+    to a Q value. `q1_target` and `q2_target` follow the critics by soft updates and take no gradient; `log_alpha`
+    is the entropy temperature's log."""
+
+    kind = "sac"
+
+    def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
+                 init_alpha: float) -> None:
+        super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg)
+        self.actor = mlp(actor_obs_dim, cfg.actor_hidden, 2 * self.action_dim, cfg.activation)
+        self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
+
+    deployed_action = "deterministic action: tanh of the squashed Gaussian's mean, in [-1, 1]"
+
+    def mean_log_std(self, actor_obs: Tensor) -> tuple[Tensor, Tensor]:
+        mean, raw = self.actor(self.actor_norm(actor_obs)).split(self.action_dim, dim=-1)
+        low, high = LOG_STD_RANGE
+        return mean, low + 0.5 * (high - low) * (torch.tanh(raw) + 1.0)
+
+    def sample(self, actor_obs: Tensor) -> tuple[Tensor, Tensor]:
+        """Actions drawn from the squashed Gaussian (reparameterized: gradients flow through them) and their
+        log-density, with the tanh's change of variables: log N(u) - sum log(1 - tanh(u)^2)."""
+        mean, log_std = self.mean_log_std(actor_obs)
+        std = log_std.exp()
+        u = mean + std * torch.randn_like(mean)
+        # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), exact where tanh(u)^2 rounds to 1
+        correction = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+        return torch.tanh(u), normal_log_prob(mean, std, u) - correction.sum(-1)
+
+    def act_deterministic(self, actor_obs: Tensor) -> Tensor:
+        """The squashed mean."""
+        return torch.tanh(self.mean_log_std(actor_obs)[0])
+
+
+class DeterministicActorCritic(TwinCritics):
+    """TD3's networks: a deterministic actor, tanh of its MLP's output in [-1, 1], with a target copy that follows
+    it by soft updates, and the twin critics."""
+
+    kind = "td3"
+    deployed_action = "deterministic action: tanh of the actor's output, in [-1, 1]"
+
+    def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig) -> None:
+        super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg)
+        self.actor = mlp(actor_obs_dim, cfg.actor_hidden, self.action_dim, cfg.activation)
+        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+
+    def followed_params(self) -> tuple[list[Tensor], list[Tensor]]:
+        return [*self.target_params(), *self.actor_target.parameters()], [*self.critic_params(), *self.actor_params()]
+
+    def act_deterministic(self, actor_obs: Tensor) -> Tensor:
+        return torch.tanh(self.actor(self.actor_norm(actor_obs)))
+
+    def target_action(self, actor_obs: Tensor) -> Tensor:
+        """The target actor's action (no gradient: its parameters take none)."""
+        return torch.tanh(self.actor_target(self.actor_norm(actor_obs)))
 
 class SquashedMean(nn.Module):
     """A copy of the actor (`DeployedActor`: normalizer and MLP) -> tanh of the mean half of its output."""

@@ -1,0 +1,329 @@
+"""What the off-policy learners (`sac`, `td3`) share: their settings, the replay buffer's rollout side, the
+iteration's gradient steps, the target networks' soft update, the statistics and the checkpoints.
+
+An iteration collects `steps_per_env` steps of every env into the replay buffer (`syncfree.algo.replay`), then takes
+`updates_per_iteration` gradient steps, each on a batch drawn from it. The buffer's write position and fill are host
+integers that the rollout advances, so neither a step nor a gradient step reads the device. A time-out bootstraps
+from the episode's last observation where the env gives it (`final_obs`), else from the step's own observation, as
+PPO's time-outs do. Until `learning_starts` env steps the actions are uniform and no gradient step is taken (counted
+on the host from the steps collected, which a checkpoint keeps).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from abc import abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from syncfree.algo.base import Algorithm
+from syncfree.algo.replay import Batch, replay_buffer
+from syncfree.config import PerfConfig, TrainConfig
+from syncfree.core.phases import Phases
+from syncfree.core.switches import Scope
+from syncfree.envs.api import StepResult
+from syncfree.errors import UserError, check
+from syncfree.policy.actor_critic import auto_lowers_mlps
+from syncfree.policy.build import EnvShape, obs_dim
+from syncfree.policy.sac import TwinCritics
+from syncfree.policy.settings import PolicyConfig
+
+log = logging.getLogger("syncfree")
+
+
+@dataclass
+class OffPolicyConfig:
+    """The settings every off-policy learner has: the rollout and updates of an iteration, the replay buffer, the
+    targets, the two networks' step sizes."""
+
+    steps_per_env: int = 4
+    """Env steps collected per env and iteration."""
+    updates_per_iteration: int = 32
+    """Gradient steps per iteration."""
+    buffer_size: int = 1_000_000
+    """Transitions the replay buffer holds (rounded up to a multiple of the env count); the oldest are overwritten."""
+    batch_size: int = 256
+    """Transitions per gradient step, drawn uniformly (with replacement) from the buffer."""
+    learning_starts: int = 5000
+    """Env steps (all envs together) of uniform random actions before the first gradient step."""
+    n_step: int = 1
+    """Steps summed into each sampled transition's return before it bootstraps (1: the one-step target)."""
+    gamma: float = 0.99
+    """Discount."""
+    tau: float = 0.005
+    """Soft target update: each target parameter moves this fraction of the way to its network's, every gradient
+    step."""
+    actor_learning_rate: float = 3e-4
+    """The actor's Adam step size."""
+    critic_learning_rate: float = 1e-3
+    """The critics' Adam step size."""
+    save_buffer: bool = False
+    """Checkpoints hold the replay buffer too (it can be large: `buffer_size` transitions of every group stored), so
+    that a resumed run continues with it; off, a resumed run starts with an empty buffer."""
+
+    def validate(self, section: str) -> None:
+        for key in ("steps_per_env", "updates_per_iteration", "buffer_size", "batch_size", "n_step"):
+            check(getattr(self, key) >= 1, f"{section}.{key}", "an integer >= 1", getattr(self, key))
+        check(self.batch_size <= self.buffer_size, f"{section}.batch_size",
+              f"an integer <= {section}.buffer_size={self.buffer_size}", self.batch_size)
+        check(self.learning_starts >= 0, f"{section}.learning_starts", "an integer >= 0", self.learning_starts)
+        check(0 <= self.gamma <= 1, f"{section}.gamma", "a number in [0, 1]", self.gamma)
+        check(0 < self.tau <= 1, f"{section}.tau", "a number in (0, 1]", self.tau)
+        for key in ("actor_learning_rate", "critic_learning_rate"):
+            check(getattr(self, key) > 0, f"{section}.{key}", "a number > 0", getattr(self, key))
+
+
+UNREAD_POLICY = {"init_std": "the off-policy learners explore by their own noise, not the policy's init_std",
+                 "std_type": "the off-policy learners explore by their own noise, not the policy's std_type"}
+"""Fields of the `policy` section the off-policy networks do not read, and why."""
+
+
+@dataclass
+class OffPolicyTrainConfig(TrainConfig):
+    """An off-policy learner's run: the MLP sizes of `policy` (actor; each of the twin critics) and the learner's
+    own section (`SECTION`)."""
+
+    SECTION: ClassVar[str]
+    """The learner's section (`sac`, `td3`)."""
+
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    @property
+    def learner(self) -> OffPolicyConfig:
+        section: OffPolicyConfig = getattr(self, self.SECTION)
+        return section
+
+    def rollout_steps(self) -> int:
+        return self.learner.steps_per_env
+
+    def describe_iteration(self) -> str:
+        own = self.learner
+        return (f"{super().describe_iteration()} into a replay buffer of {own.buffer_size:,}, "
+                f"{own.updates_per_iteration} gradient steps of {own.batch_size}")
+
+    def validate(self) -> None:
+        super().validate()
+        self.policy.validate(self.algorithm)
+        self.learner.validate(self.SECTION)
+
+    def unused_settings(self, defaults: TrainConfig | None = None) -> list[tuple[str, str]]:
+        base = defaults if isinstance(defaults, OffPolicyTrainConfig) else type(self)()
+        return [(f"policy.{name}={getattr(self.policy, name)!r}", why) for name, why in UNREAD_POLICY.items()
+                if getattr(self.policy, name) != getattr(base.policy, name)]
+
+    @classmethod
+    def adopt(cls, cfg: OffPolicyTrainConfig, source: TrainConfig) -> None:
+        """From a PPO preset: its discount; the policy fields the learner does not read keep their defaults."""
+        ppo = getattr(source, "ppo", None)
+        if ppo is not None:
+            cfg.learner.gamma = ppo.gamma
+        fresh = PolicyConfig()
+        cfg.policy = dataclasses.replace(cfg.policy, **{name: getattr(fresh, name) for name in UNREAD_POLICY})
+
+
+def soft_update(targets: list[Tensor], sources: list[Tensor], tau: float, fused: bool) -> None:
+    """Move every target parameter `tau` of the way to its source: one `_foreach_lerp_` (`perf.fused_target_update`),
+    or the conventional per-parameter loop (CleanRL's `target.data.copy_(tau * p.data + (1 - tau) * target.data)`)."""
+    with torch.no_grad():
+        if fused:
+            torch._foreach_lerp_(targets, sources, tau)
+        else:
+            for target, source in zip(targets, sources, strict=True):
+                target.data.copy_(tau * source.data + (1 - tau) * target.data)
+
+
+class OffPolicy(Algorithm):
+    """An off-policy learner on `num_envs` envs with its replay buffer; the subclass gives its networks' gradient
+    step (`gradient_step`), its exploration (`explore`) and its optimizers."""
+
+    compiled_update = False
+    shared_statistics = ()
+    optional_state = ()
+    policy: TwinCritics
+
+    def __init__(self, policy: TwinCritics, cfg: OffPolicyConfig, perf: PerfConfig, num_envs: int, critic_group: str,
+                 device: torch.device) -> None:
+        self.policy, self.cfg, self.perf, self.device = policy, cfg, perf, device
+        self.phases = Phases()
+        self.steps_per_env, self.num_envs = cfg.steps_per_env, num_envs
+        self.minibatches_per_update = cfg.updates_per_iteration
+        self.critic_group = critic_group
+        dims = {policy.actor_group: policy.actor_obs_dim, critic_group: policy.critic_obs_dim}
+        self.buffer = replay_buffer(perf.replay_on_device, dims, policy.action_dim, num_envs, cfg.buffer_size,
+                                    cfg.batch_size, cfg.n_step, cfg.gamma, device, perf.vectorized_n_step)
+        self.groups = list(dims)
+        """The observation groups stored: the actor's and the critics'."""
+        self.targets, self.followed = policy.followed_params()
+        self.env_steps = 0
+        """Env steps collected by this run, all envs together (kept by checkpoints): `learning_starts` counts them."""
+        self.gradient_steps = 0
+        """Gradient steps of the last update."""
+        self.stats = torch.zeros(len(self.stat_names), device=device)
+        self.host_stats = [0.0] * len(self.stat_names)
+        """The statistics' sums read at every gradient step (`perf.device_loss_stats` off)."""
+
+    # -- the class's side -------------------------------------------------------------------------------------
+
+    @classmethod
+    def check_actions(cls, cfg: TrainConfig, env: EnvShape, dist: Any) -> None:
+        if dist is not None:
+            raise UserError(f"algorithm={cls.name}: trains in one process (its gradients are not averaged over ranks)")
+        spec = env.action_spec
+        if spec.kind != "continuous":
+            raise UserError(f"algorithm={cls.name}: task {cfg.task!r} has {spec.kind} actions ({spec.size} choices); "
+                            f"{cls.label} trains continuous actions only (--algorithm ppo trains this task)")
+
+    @staticmethod
+    def policy_dims(cfg: OffPolicyTrainConfig, env: EnvShape) -> tuple[int, int]:
+        return obs_dim(env, cfg.policy.actor_obs), obs_dim(env, "critic")
+
+    @classmethod
+    def scope(cls, cfg: OffPolicyTrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
+        own = cfg.learner
+        rows = max(cfg.env.rows(), own.batch_size)  # a rollout step's actor, a gradient step's networks
+        return Scope(flat_rollouts=False, whole_step_update=False, chunked_critic=False, cuda_graph_replay=False,
+                     adaptive_lr=False, env_layer=env_layer, device=device_type, world_size=world_size,
+                     critic_rows=own.batch_size, policy_rows=rows, off_policy=True, n_step=own.n_step,
+                     auto_precision_modules=auto_lowers_mlps([*cfg.policy.actor_hidden, *cfg.policy.critic_hidden],
+                                                             rows))
+
+    def obs_dims(self, env: EnvShape) -> dict[str, int]:
+        return {"policy": self.policy.actor_obs_dim, "critic": self.policy.critic_obs_dim}
+
+    def forward_only(self, obs: dict[str, Tensor]) -> Callable[[], list[Tensor]]:
+        actor_obs = self.policy.actor_input(obs).clone()
+        return lambda: [self.explore(actor_obs) for _ in range(self.steps_per_env)]
+
+    def rollout_forward(self, obs: dict[str, Tensor]) -> None:
+        self.explore(self.policy.actor_input(obs))
+
+    def rows_per_minibatch(self) -> int:
+        return self.cfg.batch_size
+
+    # -- rollout ----------------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def explore(self, actor_obs: Tensor) -> Tensor:
+        """The actions the rollout takes once learning started (the actor's, with its exploration)."""
+
+    def acting_randomly(self) -> bool:
+        """Before `learning_starts` env steps the actions are uniform in [-1, 1] (decided on the host)."""
+        return self.env_steps < self.cfg.learning_starts
+
+    def act(self, obs: dict[str, Tensor], t: int) -> Tensor:
+        with self.phases("act"):
+            if self.acting_randomly():
+                actions = torch.rand(self.num_envs, self.policy.action_dim, device=self.device).mul_(2.0).sub_(1.0)
+            else:
+                actions = self.explore(self.policy.actor_input(obs))
+        with self.phases("store"):
+            self.buffer.write_obs(obs, actions)
+        return actions
+
+    def record(self, t: int, step: StepResult) -> None:
+        """The env's side of the transition; a time-out's next observation is the episode's last (`final_obs`) where
+        the env gives it, else the step's own observation (the returned one already starts the next episode)."""
+        with self.phases("store"):
+            final = step.info.get("final_obs", {})
+            next_obs = {g: final[g] if g in final else step.obs[g] for g in self.groups}
+            self.buffer.write_step(step.reward, step.terminated, step.truncated, next_obs)
+        with self.phases("normalizer"):
+            self.policy.update_normalizers(self.policy.actor_input(step.obs), step.obs[self.critic_group])
+        if self.observer is not None:
+            with self.phases("stats"):
+                self.observer.record(t, step)
+        self.env_steps += self.num_envs
+
+    def compute_returns(self, obs: dict[str, Tensor]) -> None:
+        """Nothing: the targets are computed per gradient step, from the critics of that step."""
+
+    # -- update -----------------------------------------------------------------------------------------------
+
+    def sample_batch(self) -> Batch:
+        return self.buffer.sample()
+
+    def update(self, progress: float = 0.0) -> None:
+        """`updates_per_iteration` gradient steps, once `learning_starts` env steps were collected and the buffer
+        holds a batch (a resumed run's refills first)."""
+        self.stats.zero_()
+        self.host_stats = [0.0] * len(self.stat_names)
+        ready = not self.acting_randomly() and self.buffer.sampleable() >= self.cfg.batch_size
+        self.gradient_steps = self.cfg.updates_per_iteration if ready else 0
+        for _ in range(self.gradient_steps):
+            self.gradient_step()
+
+    @abstractmethod
+    def gradient_step(self) -> None:
+        """One step of the critics, and of the actor (and what else the learner trains) on a batch."""
+
+    def soft_update(self) -> None:
+        soft_update(self.targets, self.followed, self.cfg.tau, self.perf.fused_target_update)
+
+    def add_step_statistics(self, values: tuple[Tensor, ...]) -> None:
+        """Add a gradient step's statistics (`stat_names`' order) to the iteration's sums: on the device
+        (`perf.device_loss_stats`), or read with `.item()` and summed on the host (Stable-Baselines3's logging)."""
+        if self.perf.device_loss_stats:
+            self.stats.add_(torch.stack([v.detach() for v in values]))
+        else:
+            self.host_stats = [total + v.item() for total, v in zip(self.host_stats, values, strict=True)]
+
+    def statistics(self) -> dict[str, Tensor]:
+        sums = self.stats if self.perf.device_loss_stats else torch.tensor(self.host_stats, device=self.device)
+        means = sums / max(self.gradient_steps, 1)
+        return {**dict(zip(self.stat_names, means.unbind(), strict=True)),
+                "gradient_steps": torch.full((), self.gradient_steps, device=self.device)}
+
+    def record_statistics(self, stats: dict[str, float]) -> dict[str, Any]:
+        record: dict[str, Any] = dict(stats)
+        record["gradient_steps"] = int(stats["gradient_steps"])
+        return record
+
+    def divergence(self, stats: dict[str, float]) -> str | None:
+        if not all(math.isfinite(stats[name]) for name in self.stat_names):
+            return f"the update's losses are not finite (the run diverged: try a smaller {self.learning_rate_key})"
+        return None
+
+    def storage_tensors(self) -> list[Tensor]:
+        return self.buffer.tensors()
+
+    # -- checkpoints ------------------------------------------------------------------------------------------
+
+    @abstractmethod
+    def named_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The optimizers by the name their state has in checkpoints."""
+
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return list(self.named_optimizers().values())
+
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizers and the env steps collected (the networks, the targets and the temperature are the
+        policy's), and the replay buffer where `save_buffer` asks for it."""
+        state: dict[str, Any] = {name: o.state_dict() for name, o in self.named_optimizers().items()}
+        state["env_steps"] = self.env_steps
+        if self.cfg.save_buffer:
+            state["replay_buffer"] = self.buffer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name, optimizer in self.named_optimizers().items():
+            optimizer.load_state_dict(state[name])
+        self.env_steps = int(state["env_steps"])
+        saved = state.get("replay_buffer")
+        section = self.config_type.SECTION  # type: ignore[attr-defined]
+        if saved is None:
+            log.info("%s: the run resumes with an empty replay buffer (the checkpoint does not hold it: "
+                     "--%s.save_buffer true saves it); it refills from the trained policy's actions", self.name, section)
+            return
+        try:
+            self.buffer.load_state_dict(saved)
+        except (RuntimeError, ValueError, KeyError, TypeError, AssertionError) as e:
+            raise UserError(f"resume: the checkpoint's replay buffer does not fit this run's ({section}.buffer_size, "
+                            f"env.num_envs and the observation sizes must be the run's): {e}") from None
+        log.info("%s: the run resumes with the checkpoint's replay buffer (%d transitions)", self.name,
+                 self.buffer.transitions)

@@ -1,0 +1,322 @@
+"""The off-policy learners (`sac`, `td3`): TD3 learns pendulum; the replay buffer's n-step returns are the
+discounted sums they claim; each off-policy switch computes what its conventional path computes (bitwise where the
+arithmetic is the same, within float32 rounding where it is not) and saves what it says it saves (host reads,
+allocations, ops); `save_buffer` resumes a run exactly; bad settings are one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import assert_same_state, trained_host_reads
+from syncfree.algo.offpolicy import OffPolicy, OffPolicyTrainConfig, soft_update
+from syncfree.algo.replay import DeviceReplay, n_step_sums, n_step_sums_loop, replay_buffer
+from syncfree.cli import main
+from syncfree.config import PerfConfig
+from syncfree.core.counters import Counts, count_syncs
+from syncfree.tasks import preset, with_algorithm
+from syncfree.train import checkpoint
+from syncfree.train.runner import Runner
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+LEARNERS = ["sac", "td3"]
+
+
+def small(algorithm: str, n_step: int = 1, iterations: int = 3, **perf: object) -> OffPolicyTrainConfig:
+    """pendulum with 8 envs x 4 steps, 4 gradient steps of 32 from the second iteration on, MLPs of 32, `perf`
+    given (compile off: these learners run eagerly)."""
+    cfg = with_algorithm(preset("pendulum"), algorithm)
+    assert isinstance(cfg, OffPolicyTrainConfig)
+    cfg.seed, cfg.iterations, cfg.env.num_envs, cfg.log.progress = 3, iterations, 8, False
+    cfg.env.max_episode_length = 10  # episodes end by time-out within the buffer
+    cfg.policy = dataclasses.replace(cfg.policy, actor_hidden=[32, 32], critic_hidden=[32, 32])
+    own = cfg.learner
+    own.steps_per_env, own.updates_per_iteration, own.batch_size, own.learning_starts = 4, 4, 32, 32
+    own.buffer_size, own.n_step = 512, n_step
+    cfg.perf = PerfConfig(**{"compile": "off", **perf})
+    return cfg
+
+
+def trained(cfg: OffPolicyTrainConfig) -> tuple[Runner, list[dict]]:
+    runner = Runner(cfg)
+    records = [runner.learn(until=it) for it in range(1, cfg.iterations + 1)]
+    return runner, records
+
+
+def learner(runner: Runner) -> OffPolicy:
+    algorithm = runner.algorithm
+    assert isinstance(algorithm, OffPolicy)
+    return algorithm
+
+
+def assert_same_parameters(a: Runner, b: Runner) -> None:
+    for (name, x), y in zip(a.policy.state_dict().items(), b.policy.state_dict().values(), strict=True):
+        assert torch.equal(x, y), name
+
+
+def assert_close_parameters(a: Runner, b: Runner) -> None:
+    for (name, x), y in zip(a.policy.state_dict().items(), b.policy.state_dict().values(), strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=name)
+
+
+# -- TD3 --------------------------------------------------------------------------------------------------------
+
+def test_td3_learns_pendulum(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Pendulum's preset (256 envs) trained by TD3's defaults (3-step returns) for 150 iterations (153,600 env
+    steps, 4,672 gradient steps of the critics): the deterministic actor's return rose from about -1,200 (untrained)
+    to -251 on seed 0 (docs/off-policy.md)."""
+    assert main(["train", "--task", "pendulum", "--algorithm", "td3", "--iterations", "150", "--log.dir",
+                 str(tmp_path), "--log.run_name", "run", "--log.progress", "false"]) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r["gradient_steps"] for r in records) == (150 - 4) * 32  # none before 5,000 env steps
+    assert all(math.isfinite(r["critic_loss"]) and math.isfinite(r["actor_loss"]) for r in records)
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "run" / "latest.pt"), "--num_envs", "32"]) == 0
+    out = capsys.readouterr().out
+    assert float(out.split("mean return ")[1].split()[0]) > -600, out
+
+
+def test_td3_delays_the_actor_and_moves_every_target_by_tau() -> None:
+    runner, _ = trained(small("td3", iterations=2))
+    td3 = learner(runner)
+    assert td3.critic_steps % 2 == 0  # type: ignore[attr-defined]  # 4 so far
+    actor, critics = [p.clone() for p in td3.policy.actor_params()], [p.clone() for p in td3.policy.critic_params()]
+    targets = [p.clone() for p in td3.targets]
+    td3.gradient_step()  # an odd step: the critics only
+    assert all(torch.equal(a, p) for a, p in zip(actor, td3.policy.actor_params(), strict=True))
+    assert all(torch.equal(a, t) for a, t in zip(targets, td3.targets, strict=True))
+    assert not any(torch.equal(a, p) for a, p in zip(critics, td3.policy.critic_params(), strict=True))
+    td3.gradient_step()  # an even one: the actor and every target (the critics' and the actor's) too
+    assert not any(torch.equal(a, p) for a, p in zip(actor, td3.policy.actor_params(), strict=True))
+    followed = td3.followed
+    for before, target, source in zip(targets, td3.targets, followed, strict=True):
+        torch.testing.assert_close(target, before + td3.cfg.tau * (source - before))
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_no_host_read_per_env_step_or_gradient_step(algorithm: str) -> None:
+    cfg = small(algorithm)
+    trainer, reads = trained_host_reads(cfg)
+    assert reads == (0, 0, 1)
+    assert learner(trainer).gradient_steps == 4
+
+
+@pytest.mark.parametrize(("extra", "says"), [
+    (["--td3.policy_delay", "0"], "td3.policy_delay=0 is invalid"),
+    (["--td3.noise_clip", "-1"], "td3.noise_clip=-1.0 is invalid"),
+    (["--td3.n_step", "0"], "td3.n_step=0 is invalid"),
+    (["--sac.policy_delay", "2"], "sac"),
+    (["--task", "cartpole"], "algorithm=td3: task 'cartpole' has discrete actions"),
+])
+def test_td3_bad_settings_are_one_line(extra: list[str], says: str, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["train", "--task", "pendulum", "--algorithm", "td3", "--env.num_envs", "8", "--iterations", "1",
+                 "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress", "false", *extra])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and says in err, err
+    assert not (tmp_path / "run").exists()
+
+
+# -- n-step returns ---------------------------------------------------------------------------------------------
+
+def test_n_step_sums_stop_at_the_episode_end_and_bootstrap_from_the_last_step() -> None:
+    gamma = 0.5
+    rewards = torch.tensor([[1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [1.0, 2.0, 4.0], [1.0, 2.0, 4.0]])
+    done = torch.tensor([[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 1.0]])
+    terminated = torch.tensor([[0.0, 0.0, 1.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    # row 0: all three steps, the last terminated; row 1: two, terminated; row 2: one, a time-out; row 3: two, a
+    # time-out at the second (its third step, of the next episode, is not summed)
+    returns = torch.tensor([1 + 0.5 * 2 + 0.25 * 4, 1 + 0.5 * 2, 1.0, 1 + 0.5 * 2])
+    discounts = torch.tensor([0.0, 0.0, 0.5, 0.25])
+    last = torch.tensor([2, 1, 0, 1])
+    for sums in (n_step_sums, n_step_sums_loop):
+        got = sums(rewards, done, terminated, gamma)
+        torch.testing.assert_close(got[0], returns)
+        torch.testing.assert_close(got[1], discounts)
+        assert torch.equal(got[2], last)
+
+
+def filled_buffer(on_device: bool, n_step: int, vectorized: bool = True, envs: int = 4) -> DeviceReplay:
+    """A ring of 6 slots x `envs` written 9 times (it wrapped), rewards numbering the steps, every third step a
+    time-out and every fifth terminated."""
+    buffer = replay_buffer(on_device, {"policy": 2}, 1, envs, 6 * envs, 16, n_step, 0.9, torch.device("cpu"),
+                           vectorized)
+    for t in range(9):
+        obs = {"policy": torch.full((envs, 2), float(t))}
+        buffer.write_obs(obs, torch.full((envs, 1), float(t)))
+        buffer.write_step(torch.full((envs,), float(t)), torch.full((envs,), t % 5 == 4),
+                          torch.full((envs,), t % 3 == 2), {"policy": torch.full((envs, 2), t + 0.5)})
+    return buffer
+
+
+@pytest.mark.parametrize("on_device", [True, False])
+def test_a_batch_is_drawn_from_the_written_steps_and_its_n_step_return_is_theirs(on_device: bool) -> None:
+    torch.manual_seed(0)
+    buffer = filled_buffer(on_device, n_step=3)
+    assert buffer.filled == 6 and buffer.position == 3 and buffer.sampleable() == 4 * 4
+    batch = buffer.sample()
+    steps = batch.obs["policy"][:, 0]
+    assert set(steps.tolist()) <= {3.0, 4.0, 5.0, 6.0}  # the oldest four slots: the newest two lack later steps
+    for t, ret, discount, bootstrap in zip(steps.tolist(), batch.returns.tolist(), batch.discounts.tolist(),
+                                           batch.next_obs["policy"][:, 0].tolist(), strict=True):
+        total, k = 0.0, 0
+        while True:  # the rewards are the step numbers; a step ends the sum when done or the n-th
+            total += 0.9 ** k * (t + k)
+            end = (t + k) % 3 == 2 or (t + k) % 5 == 4
+            if end or k == 2:
+                break
+            k += 1
+        assert ret == pytest.approx(total) and bootstrap == t + k + 0.5
+        assert discount == pytest.approx(0.0 if (t + k) % 5 == 4 else 0.9 ** (k + 1))
+
+
+# -- switches: on == off ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_replay_on_device_is_bitwise_equivalent(algorithm: str, n_step: int) -> None:
+    """The host buffer draws its indices from torch's CPU generator, as the device buffer does on the CPU: the same
+    batches, the same run."""
+    on, on_records = trained(small(algorithm, n_step, replay_on_device=True))
+    off, off_records = trained(small(algorithm, n_step, replay_on_device=False))
+    assert_same_parameters(on, off)
+    assert learner(on).gradient_steps == 4
+    drop = ("steps_per_s", "iteration_seconds")
+    assert [{k: v for k, v in r.items() if k not in drop} for r in on_records] == \
+           [{k: v for k, v in r.items() if k not in drop} for r in off_records]
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_device_loss_stats_is_bitwise_equivalent_in_training_and_close_in_its_means(algorithm: str) -> None:
+    on, on_records = trained(small(algorithm, device_loss_stats=True))
+    off, off_records = trained(small(algorithm, device_loss_stats=False))
+    assert_same_parameters(on, off)
+    for a, b in zip(on_records, off_records, strict=True):
+        for name in learner(on).stat_names:  # float32 device sums against float64 host sums
+            assert a[name] == pytest.approx(b[name], rel=1e-5, abs=1e-6), name
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+@pytest.mark.parametrize("switch", ["vectorized_n_step", "fused_target_update"])
+def test_switch_agrees_within_float32_rounding(algorithm: str, switch: str) -> None:
+    """The n-step sums in another order; lerp rounding once where `tau * p + (1 - tau) * t` rounds three times."""
+    on, _ = trained(small(algorithm, n_step=3, **{switch: True}))
+    off, _ = trained(small(algorithm, n_step=3, **{switch: False}))
+    assert_close_parameters(on, off)
+
+
+def test_the_soft_updates_agree_within_float32_rounding() -> None:
+    torch.manual_seed(0)
+    sources = [torch.randn(64, 32), torch.randn(32)]
+    fused, loop = [torch.randn(64, 32), torch.randn(32)], []
+    loop = [t.clone() for t in fused]
+    soft_update(fused, sources, 0.005, fused=True)
+    soft_update(loop, sources, 0.005, fused=False)
+    for a, b in zip(fused, loop, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+
+
+# -- switches: effects ------------------------------------------------------------------------------------------
+
+def count(fn, times: int = 1) -> Counts:
+    with count_syncs() as counts:
+        for _ in range(times):
+            fn()
+    return counts
+
+
+def rollout_step_counts(runner: Runner, steps: int = 4) -> Counts:
+    with torch.inference_mode(), count_syncs() as counts:
+        for t in range(steps):
+            runner.rollout_step(t)
+    return counts
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_replay_on_device_reads_and_allocates_nothing_per_step_or_sample(algorithm: str) -> None:
+    """On: the rollout step's buffer writes and a batch's draw and gathers read the host 0 times and allocate
+    nothing (the ring and the batch are preallocated). Off: every tensor of a step is copied to the host (2 groups,
+    the actions, the reward, 2 flags x 2 and the 2 next groups: 9 reads or more), and a batch is indexed there and
+    copied in."""
+    on, _ = trained(small(algorithm, replay_on_device=True, iterations=2))
+    off, _ = trained(small(algorithm, replay_on_device=False, iterations=2))
+    on_step, off_step = rollout_step_counts(on), rollout_step_counts(off)
+    assert on_step.syncs == 0, on_step.host_reads
+    assert off_step.syncs >= 9 * 4, off_step.host_reads
+    buffer = learner(on).buffer
+    flags = torch.zeros(8, dtype=torch.bool)  # as the env gives them
+    writes = count(lambda: (buffer.write_obs(on.obs, buffer.actions[0]),
+                            buffer.write_step(buffer.rewards[0], flags, flags, on.obs)))
+    assert writes.allocations == 0 and writes.syncs == 0, writes.ops
+    sample = count(buffer.sample, 3)
+    assert sample.allocations == 0 and sample.syncs == 0, sample.ops
+    host_sample = count(learner(off).buffer.sample, 3)
+    # a batch's tensors made from NumPy arrays: 2 groups, actions, rewards, flags and 2 next groups, each sample
+    assert host_sample.syncs >= 3 and host_sample.ops["aten::lift_fresh"] == 3 * 7, host_sample
+
+
+def test_vectorized_n_step_dispatches_the_same_ops_whatever_n() -> None:
+    """One gather of the `n` steps and one masked sum: a batch of a run's buffer takes as many ops with n = 5 as with
+    n = 2. Off, the loop's ops grow with `n`."""
+    def ops(n_step: int, vectorized: bool) -> int:
+        runner, _ = trained(small("td3", n_step, iterations=2, vectorized_n_step=vectorized))
+        return count(learner(runner).buffer.sample).num_ops
+
+    assert ops(2, True) == ops(5, True)
+    assert ops(5, False) > ops(2, False) > ops(2, True)
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_fused_target_update_runs_one_kernel_for_every_target(algorithm: str) -> None:
+    """On: one `_foreach_lerp_` for all the target parameters. Off: CleanRL's four ops per parameter."""
+    for fused in (True, False):
+        runner = Runner(small(algorithm, fused_target_update=fused))
+        algo = learner(runner)
+        counts = count(algo.soft_update)
+        if fused:
+            assert counts.ops == {"aten::_foreach_lerp_": 1}, counts.ops
+        else:
+            assert counts.num_ops >= 3 * len(algo.targets) and "aten::_foreach_lerp_" not in counts.ops
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_device_loss_stats_reads_no_statistic_per_gradient_step(algorithm: str) -> None:
+    assert_statistics_unread_per_gradient_step(algorithm)
+
+
+def assert_statistics_unread_per_gradient_step(algorithm: str) -> None:
+    """`device_loss_stats` on: 0 host reads in a gradient step. Off: each statistic the learner logs read with
+    `.item()` (also run by the switch's effect test, `test_switch_effects.py`)."""
+    for on in (True, False):
+        runner, _ = trained(small(algorithm, iterations=2, device_loss_stats=on))
+        algo = learner(runner)
+        counts = count(algo.gradient_step, 2)
+        expected = {} if on else {"item": 2 * len(algo.stat_names)}
+        assert dict(counts.host_reads) == expected and counts.sync_ops.total() == 0, counts.host_reads
+
+
+# -- checkpoints ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_save_buffer_resumes_exactly(algorithm: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """With the buffer in the checkpoint, 2 + 2 iterations give the parameters of 4 in one run, bit for bit."""
+    section = f"--{algorithm}."
+    args = ["--task", "pendulum", "--algorithm", algorithm, "--env.num_envs", "8", "--log.dir", str(tmp_path),
+            "--log.progress", "false", "--perf.compile", "off", f"{section}learning_starts", "32",
+            f"{section}batch_size", "32", f"{section}updates_per_iteration", "2", f"{section}buffer_size", "256",
+            f"{section}save_buffer", "true", f"{section}n_step", "2"]
+    assert main(["train", *args, "--iterations", "4", "--log.run_name", "whole"]) == 0
+    assert main(["train", *args, "--iterations", "2", "--log.run_name", "half"]) == 0
+    caplog.set_level("INFO", logger="syncfree")
+    assert main(["train", "--resume", str(tmp_path / "half" / "latest.pt"), "--iterations", "4",
+                 "--log.run_name", "resumed", "--log.progress", "false"]) == 0
+    assert "resumes with the checkpoint's replay buffer (64 transitions)" in caplog.text
+    whole, resumed = (checkpoint.load(tmp_path / run / "latest.pt") for run in ("whole", "resumed"))
+    assert_same_state(whole["policy"], resumed["policy"], "policy")
+    assert_same_state(whole["algorithm"], resumed["algorithm"], "algorithm")  # the optimizers and the buffer
