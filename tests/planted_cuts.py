@@ -299,8 +299,8 @@ PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
                                  "self._update = self.update_rows")]),
         ("baseline path, distillation", [("algo/distillation.py", "self.loss = hot(self.steps_loss, perf, device)",
                                           "self.loss = self.steps_loss")]),
-        ("baseline path, env step", [("train/compile_choice.py", "env.compile_step(lambda fn: hot(fn, perf, device))",
-                                      "env.compile_step(lambda fn: fn)")]),
+        ("baseline path, env step", [("train/compile_choice.py", "env.compile_step(lambda fn, *static: hot(fn, perf, device, static))",
+                                      "env.compile_step(lambda fn, *static: fn)")]),
         ("baseline path, compile=step", [("algo/feedforward.py", "self._whole_step = hot(self.whole_step, perf, device)",
                                           "self._whole_step = self.whole_step")]),
         # the critic's values of the episodes' last observations computed eagerly before the record step's graph
