@@ -316,8 +316,8 @@ PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
                                  "self._update = self.update_rows")]),
         ("baseline path, distillation", [("algo/distillation.py", "self.loss = hot(self.steps_loss, perf, device)",
                                           "self.loss = self.steps_loss")]),
-        ("baseline path, env step", [("train/compile_choice.py", "env.compile_step(lambda fn: hot(fn, perf, device))",
-                                      "env.compile_step(lambda fn: fn)")]),
+        ("baseline path, env step", [("train/compile_choice.py", "env.compile_step(lambda fn, *static: hot(fn, perf, device, static))",
+                                      "env.compile_step(lambda fn, *static: fn)")]),
         ("baseline path, compile=step", [("algo/feedforward.py", "self._whole_step = hot(self.whole_step, perf, device)",
                                           "self._whole_step = self.whole_step")]),
         # the critic's values of the episodes' last observations computed eagerly before the record step's graph
@@ -341,6 +341,9 @@ PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
                                               "            (lambda *tensors: None)(self.perf, self.device, *data")]),
         ("baseline path, rollout not static", [("algo/feedforward.py", "mark_static(self.perf, self.device, *data, ",
                                                 "mark_static(self.perf, self.device, ")]),
+        # the env's tensors, which its compiled step writes in place, left unmarked: inductor skips that graph
+        ("baseline path, env state not static", [("envs/api.py", "wrap(self._transition, *held)",
+                                                  "wrap(self._transition)")]),
     ],
     # the value ignored for a fixed one (the optimized preset's)
     "physics_partitions": [
@@ -395,6 +398,8 @@ CUT_TESTS = {("compile", "baseline path, bootstrap values"):
              "test_compile.py::test_compiled_record_step_computes_the_bootstrap_values_inside_its_graph",
              ("compile", "baseline path, input asserts"):
              "test_compile.py::test_graphs_do_not_assert_their_inputs_again_at_every_call",
+             ("cuda_graphs", "baseline path, env state not static"):
+             "test_cuda_graph_replay.py::test_every_graph_of_the_whole_step_trainer_would_replay",
              ("host_env_worker", "baseline path, sleeping between calls"):
              "test_gymnasium_adapter.py::test_the_worker_polls_between_steps_rather_than_sleeping"}
 """(switch, shape) -> the effect test of a further path where it is not the switch's own (`EFFECT_TESTS`)."""

@@ -85,7 +85,7 @@ def test_compiled_rollout_matches_eager() -> None:
 def test_compiled_env_step_matches_eager(task: str) -> None:
     """The built-in tasks' step compiles whole (its random draws stay on the env's generator, outside)."""
     eager, compiled = (make_env(task, 64, TEST_DEVICE, seed=5, max_episode_length=7) for _ in range(2))
-    compiled.compile_step(lambda fn: hot(fn, PerfConfig(compile="step"), torch.device(TEST_DEVICE)))
+    compiled.compile_step(lambda fn, *static: hot(fn, PerfConfig(compile="step"), torch.device(TEST_DEVICE), static))
     actions = torch.Generator().manual_seed(6)
     for _ in range(20):
         if eager.action_spec.kind == "discrete":

@@ -91,9 +91,12 @@ class FeedForwardPPO(Algorithm):
         """`device_loss_stats` off: the logged losses summed on the host, as rsl_rl sums them."""
 
         use_cuda_graphs(perf, device)  # rejects cuda_graphs=on off a GPU
-        self._act_step = hot(self.act_step, perf, device)
-        self._record_step = hot(self.record_step, perf, device)
-        self._gae = compute_gae if dist is not None else hot(compute_gae, perf, device)
+        rows = [view for row in self.storage.rows for view in row]  # each step's graph writes its row's views
+        outs = [] if self._next_actor_obs is None else [self._next_actor_obs]
+        self._act_step = hot(self.act_step, perf, device, static=rows + outs)
+        self._record_step = hot(self.record_step, perf, device, static=[*rows, *outs, self._done])
+        self._gae = compute_gae if dist is not None else hot(compute_gae, perf, device,
+                                                             static=(self.storage.advantages, self.storage.returns))
         """With several processes the advantage statistics need a collective: GAE then stays eager."""
         self.losses = hot(self.minibatch_losses, perf, device)
         """`minibatch_losses`, or its compiled graph (`PerfConfig.compile`); its backward is compiled with it."""
@@ -270,8 +273,8 @@ class FeedForwardPPO(Algorithm):
         state = None
         if self.whole_step is not None:
             state = self.whole_step.state(self.optim.lr, self.stats, self.optim.skipped_steps)
-            mark_static(self.perf, self.device, *data, *state.moments, *state.squares, *state.steps, state.lr,
-                        state.stats, state.skipped)  # the rollout too: CUDA graph trees copy other inputs in at each replay
+            mark_static(self.perf, self.device, *data, *state.params, *state.moments, *state.squares, *state.steps,
+                        state.lr, state.stats, state.skipped)  # the rollout too: CUDA graph trees copy other inputs in at each replay
         for _ in range(cfg.num_epochs):
             order = self.minibatch_order(batch_size)
             for start in range(0, batch_size, minibatch_size):

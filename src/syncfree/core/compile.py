@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import linecache
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,8 +50,9 @@ def compile_cache_dir() -> Path:
     return Path(cache_home) / "syncfree" / "torchinductor"
 
 
-def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
-    """`fn` itself with compile off, else its compiled whole graph.
+def hot(fn: F, perf: PerfConfig, device: torch.device, static: Iterable[torch.Tensor] = ()) -> F:
+    """`fn` itself with compile off, else its compiled whole graph; `static`: the tensors it writes in place, which
+    keep their addresses (`mark_static`).
 
     Under a dispatch mode (the op and sync counters of `syncfree.core.counters`) dynamo does not compile, so there the
     compiled form runs `fn` eagerly: counts of a compiled configuration are those of the same functions run
@@ -65,6 +66,7 @@ def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
     import torch._dynamo  # not imported by eager runs: it takes a second or two
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(compile_cache_dir())  # read by torch when it compiles
     _allow_graphs_per_function(RECOMPILE_LIMIT)
+    mark_static(perf, device, *static)
     if use_cuda_graphs(perf, device):
         graph = torch.compile(fn, fullgraph=True, dynamic=False, mode="reduce-overhead")
     else:  # each call of a graph re-checks its inputs' sizes and strides, which dynamo's guards have just checked
@@ -81,7 +83,8 @@ def hot(fn: F, perf: PerfConfig, device: torch.device) -> F:
 
 def mark_static(perf: PerfConfig, device: torch.device, *tensors: torch.Tensor) -> None:
     """With CUDA graphs: tell the compiler these tensors keep their address (state a graph updates in place, e.g.
-    optimizer moments), so replays update them directly; CUDA graph trees skip graphs that mutate other inputs."""
+    optimizer moments, storage rows, env state), so replays update them directly; CUDA graph trees skip graphs that
+    mutate other inputs (`tests/test_cuda_graph_replay.py` checks every hot graph)."""
     if use_cuda_graphs(perf, device):
         import torch._dynamo
 

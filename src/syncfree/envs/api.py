@@ -103,9 +103,11 @@ class VecEnv(ABC):
         with no sample since the last call is NaN and is left out of the log."""
         return {}
 
-    def compile_step(self, wrap: Callable[[Callable], Callable]) -> None:  # noqa: B027
+    def compile_step(self, wrap: Callable[..., Callable]) -> None:  # noqa: B027
         """Called by the trainer with `perf.compile` on: an env whose step (or part of it) is a pure tensor
-        function may replace it by `wrap(fn)`, a whole compiled graph of it. Envs that cannot leave it."""
+        function may replace it by `wrap(fn, *tensors)`, a whole compiled graph of it; `tensors`: those it updates in
+        place, which keep their addresses (a graph replayed as a CUDA graph updates them where they are). Envs that
+        cannot leave it."""
 
     def step_graph_break(self) -> GraphBreak | None:
         """Where the function `compile_step` would compile leaves one whole graph (a host read, a branch on a
@@ -254,12 +256,14 @@ class TorchVecEnv(VecEnv):
         with torch.inference_mode():
             return graph_break(type(self)._transition, self, actions, fresh)
 
-    def compile_step(self, wrap: Callable[[Callable], Callable]) -> None:
+    def compile_step(self, wrap: Callable[..., Callable]) -> None:
         """Run the deterministic part of every `step` after the first (which checks what the subclass returns,
-        eagerly) through `wrap(fn)`; the random draws stay outside, on the env's own generator, so the random stream
-        is the same either way. Once per env: a second call keeps the first wrapper."""
+        eagerly) through `wrap(fn, *tensors)`, `tensors` being every tensor the env holds (its state, bookkeeping and
+        output buffers); the random draws stay outside, on the env's own generator, so the random stream is the same
+        either way. Once per env: a second call keeps the first wrapper."""
         if "_transition" not in vars(self):
-            vars(self)["_transition"] = wrap(self._transition)
+            held = [value for value in vars(self).values() if isinstance(value, Tensor)]
+            vars(self)["_transition"] = wrap(self._transition, *held)
 
     def _check_initial_state(self, fresh: Any) -> None:
         """`num_envs` as `__init__` was given it, and `_initial_state()`: one tensor per state the env holds, of the

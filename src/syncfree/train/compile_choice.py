@@ -131,7 +131,7 @@ def compile_env_step(env: VecEnv, choice: CompileChoice, cfg: TrainConfig, devic
         return choice
     found = env.step_graph_break()
     if found is None:
-        env.compile_step(lambda fn: hot(fn, perf, device))
+        env.compile_step(lambda fn, *static: hot(fn, perf, device, static))
         return choice
     name = type(env).__name__
     if choice.reason is None and not cfg.resume:

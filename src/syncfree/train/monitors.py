@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from syncfree.core.compile import mark_static
 from syncfree.core.switches import PerfConfig
 from syncfree.envs.api import StepResult
 from syncfree.errors import NonFiniteError
@@ -32,6 +33,8 @@ class StepMonitors:
                           and isinstance(self.nonfinite, DeferredNonFinite) else None)
         self.fused = self._deferred is not None
         self._done = torch.zeros(num_envs, dtype=torch.bool, device=device)
+        if self._deferred is not None:  # what a compiled record step writes keeps its address (CUDA graphs)
+            mark_static(perf, device, self._done, *self._deferred[0].rows, self._deferred[1].first_step)
 
     def rows(self, t: int) -> tuple[Tensor, Tensor]:
         episodes, nonfinite = cast(tuple[DeferredEpisodeStats, DeferredNonFinite], self._deferred)  # when `fused`
@@ -174,7 +177,8 @@ class DeferredNonFinite(NonFiniteMonitor):
 
     def __init__(self, steps: int, num_envs: int, device: torch.device) -> None:
         super().__init__(num_envs)
-        self._first_step = torch.full((num_envs,), float("inf"), device=device)
+        self.first_step = torch.full((num_envs,), float("inf"), device=device)
+        """Each env's first non-finite step of the iteration (inf: none yet)."""
         self.step_values = list(torch.arange(steps, dtype=torch.float32, device=device).unbind())
         """`step_values[t]`: step t as a 0-dim device tensor, for `check_row`."""
 
@@ -183,19 +187,19 @@ class DeferredNonFinite(NonFiniteMonitor):
 
     def check_row(self, step: Tensor, obs: dict[str, Tensor], reward: Tensor) -> None:
         """The check of one step (`step`: its index as a 0-dim tensor, see `step_values`)."""
-        bad = torch.zeros_like(self._first_step, dtype=torch.bool)
+        bad = torch.zeros_like(self.first_step, dtype=torch.bool)
         for x in _distinct(obs, reward):
             bad.logical_or_(_row_not_finite(x))
-        torch.minimum(self._first_step, torch.where(bad, step, float("inf")), out=self._first_step)
+        torch.minimum(self.first_step, torch.where(bad, step, float("inf")), out=self.first_step)
 
     def device_payload(self) -> Tensor:
-        return self._first_step
+        return self.first_step
 
     def any_bad(self, out: Tensor) -> None:
-        out.copy_(torch.lt(self._first_step, float("inf")).any())
+        out.copy_(torch.lt(self.first_step, float("inf")).any())
 
     def end_iteration(self, payload: np.ndarray | None) -> tuple[int, list[int]] | None:
-        self._first_step.fill_(float("inf"))
+        self.first_step.fill_(float("inf"))
         values = cast(np.ndarray, payload)  # the transfer carries the first steps
         first = values.min()
         return None if np.isinf(first) else (int(first), np.flatnonzero(values == first).tolist())

@@ -1,0 +1,157 @@
+"""Every hot graph would be replayed as a CUDA graph: inductor's own reasons to run a graph without one, found on
+the CPU.
+
+With `perf.cuda_graphs` on, inductor runs a compiled graph without its CUDA graph (and logs `skipping cudagraphs
+due to ...`) when the graph mutates an input whose address is not static (CUDA graph trees check this at the first
+replay, with the static inputs that are not 16-byte aligned counted as not static), rebinds an input's storage,
+holds an op a CUDA graph cannot capture or a size known only on the device, or takes a non-tensor input. Here the
+trainers compile their graphs as a run with CUDA graphs does (the switch is asked about a CUDA device, so everything
+such a run marks static is marked; inductor compiles for the CPU), and inductor's checks
+(`torch._inductor.cudagraph_utils`) run on each compiled graph: its post-grad graph, mutated inputs, static input
+indices and, at its first call, its real inputs. Left out: inductor's check for nodes on the CPU, which every node
+is here (the GPU check covers it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import torch
+import torch._functorch.config as functorch_config
+import torch._inductor.config as inductor_config
+from torch._inductor import cudagraph_utils
+from torch._inductor.compile_fx import compile_fx, compile_fx_inner
+from torch._inductor.utils import get_first_incompatible_cudagraph_node, remove_unaligned_input_idxs
+
+import syncfree.core.compile as compile_module
+from conftest import recurrent_config, small_config
+from syncfree.config import TrainConfig
+from syncfree.train.runner import Runner
+
+pytestmark = pytest.mark.usefixtures("compile_enabled")
+
+Skips = dict[str, list[str]]
+"""Graph (the compiled function's name; `(backward)` for its backward graph) -> inductor's reasons to skip it."""
+
+
+def skip_reasons(gm: torch.fx.GraphModule, compiled: Any, static_input_idxs: list[int], inputs: list[Any]) -> list[str]:
+    """What inductor decides for one compiled graph (`CompiledFxGraph.__init__`, `cudagraph_trees.check_for_mutation`),
+    with the graph's real `inputs` at its first call."""
+    static = list(remove_unaligned_input_idxs(inputs, static_input_idxs))  # as CUDA graph trees record it
+    reasons = [compiled.disabled_cudagraphs_reason,
+               cudagraph_utils.check_for_mutation_ignore_cuda_graph_managed_tensor(
+                   gm, compiled.mutated_inputs, compiled.mutated_input_idxs, static),
+               cudagraph_utils.get_input_storage_mutation_reason(cudagraph_utils.get_input_storage_mutation_info(gm))]
+    node = get_first_incompatible_cudagraph_node(gm)
+    if node is not None:
+        reasons.append(f"skipping cudagraphs due to incompatible op {node.target}")
+    if not all(isinstance(x, (torch.Tensor, torch.SymInt, torch.Generator)) for x in inputs):
+        reasons.append("skipping cudagraphs due to non-Tensor inputs")
+    return [r for r in reasons if r]
+
+
+def checking_backend(name: str, found: Skips) -> Callable[..., Any]:
+    """Inductor's own compilation, with each compiled graph's skip reasons written into `found` at its first call."""
+
+    def inner(gm: torch.fx.GraphModule, example_inputs: Any, **kwargs: Any) -> Any:
+        compiled = compile_fx_inner(gm, example_inputs, **kwargs)
+        key = name + (" (backward)" if kwargs.get("is_backward") else "")
+        call = compiled.current_callable
+
+        def first_call(inputs: list[Any]) -> Any:
+            if call is not None and compiled.current_callable is first_call:
+                found[key] = skip_reasons(gm, compiled, list(kwargs.get("static_input_idxs") or ()), list(inputs))
+                compiled.current_callable = call
+            return call(inputs)
+
+        compiled.current_callable = first_call
+        return compiled
+
+    return lambda gm, example_inputs: compile_fx(gm, example_inputs, inner_compile=inner)
+
+
+@contextmanager
+def compiled_as_with_cuda_graphs() -> Iterator[Skips]:
+    """Everything compiled inside compiles as with `perf.cuda_graphs` on a CUDA device (marks included), with inductor
+    for the CPU and the reasons it would skip each graph's CUDA graph collected (AOT autograd's cache is off: its hits
+    skip inductor's compile)."""
+    found: Skips = {}
+    real_compile, real_choice = torch.compile, compile_module.use_cuda_graphs
+
+    def compile_checked(fn: Callable[..., Any], **kwargs: Any) -> Any:
+        if "backend" in kwargs:  # `graph_break`'s probe, which compiles nothing
+            return real_compile(fn, **kwargs)
+        name = getattr(fn, "__qualname__", type(fn).__qualname__)
+        kwargs = {k: v for k, v in kwargs.items() if k not in ("mode", "options")}
+        return real_compile(fn, backend=checking_backend(name, found), **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch, torch._dynamo.config.patch(disable=False), \
+            functorch_config.patch(enable_autograd_cache=False), inductor_config.patch({"triton.cudagraph_trees": True}):
+        patch.setattr(torch, "compile", compile_checked)
+        patch.setattr(compile_module, "use_cuda_graphs", lambda perf, device: real_choice(perf, torch.device("cuda")))
+        yield found
+
+
+def trained_skips(cfg: TrainConfig) -> Skips:
+    """The skip reasons of every graph one iteration of `cfg` compiles and runs, as with CUDA graphs."""
+    cfg.iterations = 1
+    with compiled_as_with_cuda_graphs() as found:
+        Runner(cfg).learn()
+    return found
+
+
+def skipped(found: Skips) -> dict[str, list[str]]:
+    """The graphs inductor would skip, each reason in one line: its first and the line of code it names."""
+    def one_line(reason: str) -> str:
+        lines = [line.strip() for line in reason.splitlines() if line.strip().strip("^")]
+        return lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
+
+    return {name: [one_line(r) for r in reasons] for name, reasons in found.items() if reasons}
+
+
+@pytest.fixture(scope="module")
+def feedforward_step() -> Skips:
+    """Point-mass, `compile=step` (shared: a module's graphs compile once)."""
+    return trained_skips(small_config("point-mass", compile="step", cuda_graphs="auto"))
+
+
+def test_the_check_sees_a_mutated_input_unless_its_address_is_static() -> None:
+    def accumulate(x: torch.Tensor, total: torch.Tensor) -> None:
+        total.add_(x)
+
+    x, total = torch.ones(4), torch.zeros(4)
+    with compiled_as_with_cuda_graphs() as found:
+        torch.compile(accumulate, fullgraph=True, dynamic=False)(x, total)
+    assert found["test_the_check_sees_a_mutated_input_unless_its_address_is_static.<locals>.accumulate"][0].startswith(
+        "skipping cudagraphs due to mutated inputs (1 instances)")
+    torch._dynamo.mark_static_address(total)
+    with compiled_as_with_cuda_graphs() as found:
+        torch.compile(accumulate, fullgraph=True, dynamic=False)(x, total)
+    assert list(found.values()) == [[]]
+    assert torch.equal(total, torch.full((4,), 2.0))
+
+
+def test_every_graph_of_the_whole_step_trainer_would_replay(feedforward_step: Skips) -> None:
+    """Point-mass, `compile=step`: the rollout step's two graphs, the env step, GAE and the whole-minibatch update."""
+    assert set(feedforward_step) == {"FeedForwardPPO.act_step", "FeedForwardPPO.record_step",
+                                     "TorchVecEnv._transition", "compute_gae", "MinibatchStep"}
+    assert skipped(feedforward_step) == {}
+
+
+def test_every_graph_of_the_hot_trainer_would_replay() -> None:
+    """CartPole, `compile=hot`: the minibatch's forward and losses, and their backward, as graphs of their own."""
+    found = trained_skips(small_config("cartpole", compile="hot", cuda_graphs="auto"))
+    assert {"FeedForwardPPO.minibatch_losses", "FeedForwardPPO.minibatch_losses (backward)",
+            "TorchVecEnv._transition"} <= set(found)
+    assert skipped(found) == {}
+
+
+def test_every_graph_of_the_recurrent_trainer_would_replay() -> None:
+    """The recurrent algorithm's graphs (compiled without CUDA graphs, which none of them would refuse) and the env
+    step."""
+    found = trained_skips(recurrent_config("pendulum", compile="hot", cuda_graphs="auto"))
+    assert set(found) == {"RecurrentMLPPolicy.step", "RecurrentPPO.minibatch_loss",
+                          "RecurrentPPO.minibatch_loss (backward)", "TorchVecEnv._transition"}
+    assert skipped(found) == {}
