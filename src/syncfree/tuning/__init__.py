@@ -80,7 +80,6 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
     if not name or "/" in name or name in (".", ".."):
         raise UserError(f"tune: --study {name!r} is invalid; allowed: a name usable as a folder name")
     study_folder = check_output_dir(Path(folder) / name, "tune: --dir")
-    study_folder.mkdir(parents=True, exist_ok=True)
     if pruner is None:
         pruner = "median" if len(objectives) == 1 else "none"
     threads = base.threads or (max(1, cores() // workers) if workers > 1 else 0)
@@ -88,16 +87,15 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
         base=base, parameters=parameters, trials=trials, workers=workers, name=name,
         storage=storage or default_storage(study_folder), folder=study_folder, objectives=objectives,
         budget_steps=int(budget_steps), budget_seconds=float(budget_seconds),
-        pruner=pruner if isinstance(pruner, str) else "given", sampler=sampler if isinstance(sampler, str) else "given",
+        pruner=pruner if isinstance(pruner, str) else "given", sampler=sampler if isinstance(sampler, str) else "tpe",
         reports=reports, threads=threads, names=active(),
         pruner_object=None if isinstance(pruner, str) else pruner,
         sampler_object=None if isinstance(sampler, str) else sampler)
-    if settings.pruner == "given":
-        settings.pruner = "none" if len(objectives) > 1 else settings.pruner
-    if settings.sampler == "given":
-        settings.sampler = "tpe"
     check_settings(settings)
+    if storage is None:  # the SQLite file goes in the study folder
+        study_folder.mkdir(parents=True, exist_ok=True)
     opened = open_study(settings, create=True)
+    study_folder.mkdir(parents=True, exist_ok=True)
     budget = (f"{budget_seconds:g} s" if budget_seconds else f"{settings.budget_steps:,} env steps")
     per = f"{threads} thread{'s' if threads > 1 else ''}" if threads else "threads as syncfree train chooses"
     goals = ", ".join(f"{name} ({OBJECTIVES[name]})" for name in objectives)
@@ -105,7 +103,7 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
              "cores); objective %s; %s sampler, %s pruner (%d reports a trial) -> %s", name,
              hidden(settings.storage), trials, counted(opened), base.task, algorithm_for(base).label, budget, workers,
              "s" if workers > 1 else "", per, cores(), goals, settings.sampler,
-             "no" if settings.pruner == "none" else settings.pruner, reports, study_folder)
+             pruner_label(settings), reports, study_folder)
     log.info("tune: searching %s", describe(parameters))
     run_workers(settings)
     finished = open_study(settings)
@@ -114,6 +112,12 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
     for path in [*([best] if best else []), *plots]:
         log.info("tune: wrote %s", path)
     return TuneResult(finished, study_folder, results.table(finished, objectives), best, plots)
+
+
+def pruner_label(settings: StudySettings) -> str:
+    if settings.pruner_object is not None:
+        return type(settings.pruner_object).__name__
+    return "no" if settings.pruner == "none" else settings.pruner
 
 
 def tune(task: str = "cartpole", *, trials: int = 20, workers: int = 1,

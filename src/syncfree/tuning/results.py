@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -76,8 +77,8 @@ def write_plots(study: Any, folder: Path, objectives: tuple[str, ...]) -> list[P
     """`history.png` (each trial's return and the best so far) and `importances.png` (how much each setting
     explains the return), where matplotlib is installed and the study has the trials a plot needs; a plot that
     cannot be drawn is one warning."""
-    if importlib.util.find_spec("matplotlib") is None:
-        return []
+    if importlib.util.find_spec("matplotlib") is None or not ranked(study, objectives):
+        return []  # nothing to draw before a trial finishes
     import matplotlib
 
     matplotlib.use("Agg")
@@ -85,15 +86,19 @@ def write_plots(study: Any, folder: Path, objectives: tuple[str, ...]) -> list[P
     from optuna import importance
     from optuna.visualization import matplotlib as plots
 
-    target = (lambda t: t.values[0]) if len(objectives) > 1 else None
+    several = len(objectives) > 1
+    target = (lambda t: t.values[0]) if several else None
+    lower_better = (lambda t: -t.values[0]) if several else None  # PED-ANOVA ranks a target low-is-best
     evaluator = (importance.FanovaImportanceEvaluator() if importlib.util.find_spec("sklearn") is not None
                  else importance.PedAnovaImportanceEvaluator())
     drawn = []
     for name, draw in (("history", lambda: plots.plot_optimization_history(study, target=target, target_name="return")),
-                       ("importances", lambda: plots.plot_param_importances(study, evaluator=evaluator, target=target,
+                       ("importances", lambda: plots.plot_param_importances(study, evaluator=evaluator, target=lower_better,
                                                                             target_name="return"))):
         try:
-            axes = draw()
+            with warnings.catch_warnings():  # Optuna's notes on the target's direction, matplotlib's on legends
+                warnings.simplefilter("ignore", UserWarning)
+                axes = draw()
         except Exception as e:  # too few finished trials, or a space of one value
             log.warning("tune: %s.png not drawn (%s)", name, " ".join(str(e).split())[:160] or type(e).__name__)
             continue

@@ -109,11 +109,13 @@ def make_pruner(settings: StudySettings) -> Any:
 
 def check_settings(settings: StudySettings) -> None:
     """Choices that cannot work together, each one line."""
+    if settings.pruner == "given" and len(settings.objectives) > 1:
+        raise UserError("tune: a pruner needs one objective (Optuna prunes no study of several)")
     if settings.sampler not in SAMPLERS:
         raise UserError(f"tune: --sampler {settings.sampler!r} is invalid; allowed: {', '.join(SAMPLERS)}")
-    if settings.pruner not in PRUNERS:
+    if settings.pruner not in (*PRUNERS, "given"):
         raise UserError(f"tune: --pruner {settings.pruner!r} is invalid; allowed: {', '.join(PRUNERS)}")
-    if len(settings.objectives) > 1 and (settings.pruner != "none" or settings.pruner_object is not None):
+    if len(settings.objectives) > 1 and settings.pruner != "none":
         raise UserError(f"tune: --pruner {settings.pruner} needs one objective (Optuna prunes no study of several); "
                         "use --pruner none with --objective return,seconds")
     for name, value in (("--trials", settings.trials), ("--workers", settings.workers),
