@@ -12,6 +12,7 @@ import yaml
 
 import syncfree
 from syncfree import cli
+from syncfree.errors import UserError
 from syncfree.tasks import preset
 from syncfree.tuning.space import default_space
 
@@ -60,10 +61,10 @@ def test_a_study_scores_by_evaluation_resumes_when_rerun_and_its_best_yaml_train
         assert config["env"]["num_envs"] == trial.params["env.num_envs"]
         steps = json.loads((run / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"]
         assert 384 <= steps < 384 + 32 * 8  # the budget, rounded up to whole iterations
-        # the objective is what `syncfree eval` says of the trial's last checkpoint on the evaluation's envs
-        returns = syncfree.evaluate(run / "latest.pt", num_envs=4, seed=12345)
-        assert trial.value == pytest.approx(float(returns.mean()))
     best = max(trials, key=lambda t: t.value)
+    # the objective is what `syncfree eval` says of the trial's last checkpoint on the evaluation's envs
+    returns = syncfree.evaluate(folder / f"trial-{best.number:04d}" / "latest.pt", num_envs=4, seed=12345)
+    assert best.value == pytest.approx(float(returns.mean()))
     table = out.split("best trials of study tune-cartpole-ppo:\n")[-1].splitlines()
     assert table[0].split()[:2] == ["trial", "return"] and len(table) == 5  # header, rule, three trials
     assert table[2].split()[:2] == [str(best.number), f"{best.value:.4g}"]  # best first
@@ -99,6 +100,7 @@ def test_a_pruned_trial_stops_at_its_report_keeps_its_run_and_counts(tmp_path: P
     assert result.best_config is None and result.table == "no trial finished"
 
 
+@pytest.mark.slow  # two processes start (torch imported in each): about 15 s on 2 cores
 def test_two_workers_split_the_cores_and_share_the_study(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str],
                                                          caplog: pytest.LogCaptureFixture) -> None:
@@ -169,31 +171,38 @@ def test_the_default_space_is_ppos_documented_one() -> None:
     assert all(f"`{key}`" in docs for key in parameters)
 
 
+def test_a_database_that_cannot_be_reached_is_one_line_and_exit_code_2(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    storage = "sqlite:////nonexistent-folder/study.db"
+    assert cli.main(["tune", *TINY, "--storage", storage, "--dir", str(tmp_path), "--trials", "1"]) == 2
+    lines = errors(capsys)
+    assert len(lines) == 1 and lines[0].startswith(
+        f"syncfree: error: tune: cannot open the study's storage {storage} (OperationalError: ")
+    assert not any(tmp_path.iterdir())  # nothing was started
+
+
 @pytest.mark.parametrize("storage,shown", [
-    ("sqlite:////nonexistent-folder/study.db", "sqlite:////nonexistent-folder/study.db"),
     ("postgresql://tuner:secret@127.0.0.1:9/optuna", "postgresql://tuner:***@127.0.0.1:9/optuna"),
     ("nodb://x", "nodb://x"),
 ])
-def test_a_database_that_cannot_be_reached_is_one_line(storage: str, shown: str, tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["tune", *TINY, "--storage", storage, "--dir", str(tmp_path), "--trials", "1"]) == 2
-    lines = errors(capsys)
-    assert len(lines) == 1 and lines[0].startswith(f"syncfree: error: tune: cannot open the study's storage {shown} (")
-    assert "secret" not in lines[0]
+def test_a_storage_url_that_names_no_reachable_database_is_one_line(storage: str, shown: str, tmp_path: Path) -> None:
+    with pytest.raises(UserError) as info:
+        syncfree.tune("pendulum", trials=1, storage=storage, folder=tmp_path)
+    assert str(info.value).startswith(f"tune: cannot open the study's storage {shown} (") and "\n" not in str(info.value)
+    assert "secret" not in str(info.value)
 
 
 @pytest.mark.parametrize("options,message", [
-    (["--objective", "return,seconds", "--pruner", "median"], "tune: --pruner median needs one objective"),
-    (["--objective", "speed"], "tune: --objective 'speed' is invalid; allowed: return, return,seconds"),
-    (["--sampler", "grid"], "tune: --sampler 'grid' is invalid; allowed: tpe, cmaes, random, nsga2"),
-    (["--workers", "0"], "tune: --workers 0 is invalid; allowed: an integer >= 1"),
-    (["--algorithm", "sac"], "tune: --algorithm sac has no default search space; give one with --space"),
+    ({"objective": "return,seconds", "pruner": "median"}, "tune: --pruner median needs one objective"),
+    ({"objective": "speed"}, "tune: --objective 'speed' is invalid; allowed: return, return,seconds"),
+    ({"sampler": "grid"}, "tune: --sampler 'grid' is invalid; allowed: tpe, cmaes, random, nsga2"),
+    ({"workers": 0}, "tune: --workers 0 is invalid; allowed: an integer >= 1"),
+    ({"algorithm": "sac"}, "tune: --algorithm sac has no default search space; give one with --space"),
 ])
-def test_choices_that_cannot_work_are_one_line(options: list[str], message: str, tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["tune", "--task", "pendulum", "--dir", str(tmp_path), *options]) == 2
-    lines = errors(capsys)
-    assert len(lines) == 1 and lines[0].startswith(f"syncfree: error: {message}")
+def test_choices_that_cannot_work_are_one_line(options: dict, message: str, tmp_path: Path) -> None:
+    with pytest.raises(UserError) as info:
+        syncfree.tune("pendulum", folder=tmp_path, **options)
+    assert str(info.value).startswith(message) and "\n" not in str(info.value)
     assert not any(tmp_path.iterdir())  # nothing was started
 
 
@@ -205,3 +214,30 @@ def test_the_documented_space_is_valid_for_pendulum() -> None:
     docs = (Path(__file__).resolve().parents[1] / "docs" / "tune.md").read_text()
     example = yaml.safe_load(re.search(r"```yaml\n(.*?)```", docs, flags=re.S).group(1))
     assert [p.key for p in parse_space(example, preset("pendulum"), "docs/tune.md")] == list(example)
+
+
+def test_a_trial_whose_settings_cannot_train_fails_in_one_line_and_the_study_goes_on(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # 128 minibatches divide 16 envs x 8 steps, not 24 x 8: each setting is valid alone, not together
+    grid = optuna.samplers.GridSampler({"env.num_envs": [16, 24], "ppo.num_minibatches": [128]}, seed=0)
+    space = {"env.num_envs": {"type": "categorical", "choices": [16, 24]},
+             "ppo.num_minibatches": {"type": "categorical", "choices": [128]}}
+    caplog.set_level("INFO", logger="syncfree")
+    result = syncfree.tune("cartpole", trials=2, space=space, budget_steps=128, sampler=grid, folder=tmp_path,
+                           study="grid", **TINY_OVERRIDES)
+    states = {t.params["env.num_envs"]: t.state for t in result.study.trials}
+    assert states == {16: optuna.trial.TrialState.COMPLETE, 24: optuna.trial.TrialState.FAIL}
+    failed = [line for line in caplog.text.splitlines() if " failed: " in line]
+    assert len(failed) == 1 and "config: ppo.num_minibatches=128 is invalid; allowed: a divisor of" in failed[0]
+
+
+@pytest.mark.parametrize("pruner", ["hyperband", "halving"])
+def test_a_budget_of_seconds_ends_each_trial_and_best_yaml_keeps_its_iterations(pruner: str, tmp_path: Path) -> None:
+    result = syncfree.tune("cartpole", trials=1, space={"ppo.clip_param": {"type": "float", "low": 0.1, "high": 0.3}},
+                           budget_seconds=0.5, pruner=pruner, folder=tmp_path, study="timed", **TINY_OVERRIDES)
+    (trial,) = result.study.trials
+    records = (Path(trial.user_attrs["run_dir"]) / "metrics.jsonl").read_text().splitlines()
+    assert trial.state == optuna.trial.TrialState.COMPLETE and len(records) == trial.user_attrs["iterations"]
+    assert trial.user_attrs["seconds"] >= 0.5
+    assert result.best_config is not None
+    assert yaml.safe_load(result.best_config.read_text())["iterations"] == len(records)

@@ -67,13 +67,6 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
     objectives = parse_objectives(objective)
     if budget_steps and budget_seconds:
         raise UserError("tune: give one budget, --budget-steps or --budget-seconds")
-    parameters: list[Parameter]
-    if space is None:
-        parameters = default_space(base)
-    elif isinstance(space, Mapping):
-        parameters = parse_space(space, base, "space")
-    else:
-        parameters = read_space(str(space), base)
     if not budget_steps and not budget_seconds:  # the preset's own budget
         budget_steps = base.iterations * steps_per_iteration(base)
     name = study or study_name(base)
@@ -84,7 +77,7 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
         pruner = "median" if len(objectives) == 1 else "none"
     threads = base.threads or (max(1, cores() // workers) if workers > 1 else 0)
     settings = StudySettings(
-        base=base, parameters=parameters, trials=trials, workers=workers, name=name,
+        base=base, parameters=[], trials=trials, workers=workers, name=name,
         storage=storage or default_storage(study_folder), folder=study_folder, objectives=objectives,
         budget_steps=int(budget_steps), budget_seconds=float(budget_seconds),
         pruner=pruner if isinstance(pruner, str) else "given", sampler=sampler if isinstance(sampler, str) else "tpe",
@@ -92,6 +85,14 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
         pruner_object=None if isinstance(pruner, str) else pruner,
         sampler_object=None if isinstance(sampler, str) else sampler)
     check_settings(settings)
+    parameters: list[Parameter]
+    if space is None:
+        parameters = default_space(base)
+    elif isinstance(space, Mapping):
+        parameters = parse_space(space, base, "space")
+    else:
+        parameters = read_space(str(space), base)
+    settings.parameters = parameters
     if storage is None:  # the SQLite file goes in the study folder
         study_folder.mkdir(parents=True, exist_ok=True)
     opened = open_study(settings, create=True)
@@ -102,7 +103,8 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
     log.info("tune: study %s in %s: %d trials (%d there already) of %s by %s, %s each, on %d worker%s x %s (%d "
              "cores); objective %s; %s sampler, %s pruner (%d reports a trial) -> %s", name,
              hidden(settings.storage), trials, counted(opened), base.task, algorithm_for(base).label, budget, workers,
-             "s" if workers > 1 else "", per, cores(), goals, settings.sampler,
+             "s" if workers > 1 else "", per, cores(), goals,
+             type(settings.sampler_object).__name__ if settings.sampler_object is not None else settings.sampler,
              pruner_label(settings), reports, study_folder)
     log.info("tune: searching %s", describe(parameters))
     run_workers(settings)

@@ -183,27 +183,40 @@ def work(settings: StudySettings, worker: int = 0) -> None:
     study = open_study(settings)
     prune = len(settings.objectives) == 1 and not isinstance(study.pruner, optuna_module().pruners.NopPruner)
     with user_names(settings.names):
-        while counted(study) < settings.trials:
+        stopped = False
+        while not stopped and counted(study) < settings.trials:
             trial = study.ask()
             who = f"trial {trial.number}" + (f" (worker {worker})" if settings.workers > 1 else "")
             try:
                 values = run_trial(trial, settings, prune)
             except Pruned as e:
-                study.tell(trial, state=TrialState.PRUNED)
+                stopped = not tell(study, trial, state=TrialState.PRUNED)
                 log.info("tune: %s pruned at report %d of %d (return %.4g); %s; run kept in %s", who, e.report,
                          settings.reports, e.value, values_line(trial.params), trial.user_attrs["run_dir"])
                 continue
             except UserError as e:
-                study.tell(trial, state=TrialState.FAIL)
                 trial.set_user_attr("error", str(e))
+                stopped = not tell(study, trial, state=TrialState.FAIL)
                 log.warning("tune: %s failed: %s; %s", who, e, values_line(trial.params))
                 continue
             except BaseException:  # interrupted, or a fault of the program: the trial is not left running
                 study.tell(trial, state=TrialState.FAIL)
                 raise
-            study.tell(trial, list(values))
+            stopped = not tell(study, trial, list(values))
             scores = ", ".join(f"{name} {value:.4g}" for name, value in zip(settings.objectives, values, strict=True))
             log.info("tune: %s: %s; %s", who, scores, values_line(trial.params))
+
+
+def tell(study: Any, trial: Any, values: list[float] | None = None, state: Any = None) -> bool:
+    """Tell the study a trial's end; False when the sampler asked the study to stop (a grid it has been through:
+    Optuna stores the trial, then the sampler's `study.stop()` raises outside `optimize`)."""
+    try:
+        study.tell(trial, values, state=state)
+    except RuntimeError as e:
+        if "Study.stop" not in str(e):
+            raise
+        return False
+    return True
 
 
 def worker_main(settings: StudySettings, worker: int) -> None:
