@@ -241,3 +241,14 @@ def test_a_budget_of_seconds_ends_each_trial_and_best_yaml_keeps_its_iterations(
     assert trial.user_attrs["seconds"] >= 0.5
     assert result.best_config is not None
     assert yaml.safe_load(result.best_config.read_text())["iterations"] == len(records)
+
+
+@pytest.mark.parametrize("options,line", [
+    (["--trial", "5"], "tune: unknown option --trial; did you mean --trials?"),
+    (["--trials", "five"], "tune: argument --trials: invalid int value: 'five'"),
+    (["--budget-steps", "5", "--budget-seconds", "3"],
+     "tune: argument --budget-seconds: not allowed with argument --budget-steps"),
+])
+def test_a_mistyped_option_is_one_line(options: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["tune", *options]) == 2
+    assert errors(capsys) == [f"syncfree: error: {line}"]

@@ -6,12 +6,14 @@ and plots (`results`)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import difflib
 import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from syncfree.algo import algorithm_for
 from syncfree.config import TrainConfig
@@ -158,11 +160,22 @@ DESCRIPTION = ("Search a task's settings with Optuna: each trial trains the task
                "study. See docs/tune.md.")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """An argument parser whose errors are a `UserError` (one line, exit code 2) instead of usage and exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UserError(f"tune: {message}")
+
+
+TRAIN_TOP_LEVEL = {f.name for f in dataclasses.fields(TrainConfig)} | {"config", "help", "trust"}
+"""The options of `syncfree train` outside any section (a near tune option is not a typo of theirs)."""
+
+
 def parse_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, TrainConfig]:
     """`syncfree tune`'s options, and the base config the rest of the command line makes (as `syncfree train`'s)."""
     from syncfree.train.arguments import parse_train_config
 
-    parser = argparse.ArgumentParser(prog="syncfree tune", description=DESCRIPTION, allow_abbrev=False,
+    parser = OneLineParser(prog="syncfree tune", description=DESCRIPTION, allow_abbrev=False,
                                      epilog="Any other option is a training option (syncfree train --task T --help "
                                      "lists them); it sets the base config every trial starts from.")
     parser.add_argument("--task", default="cartpole", help="the task (default cartpole; see syncfree tasks)")
@@ -188,6 +201,13 @@ def parse_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, TrainConfi
     parser.add_argument("--reports", type=int, default=4, help="evaluations a trial reports for pruning, at even "
                         "fractions of its budget (default 4)")
     args, rest = parser.parse_known_args(list(argv))
+    own = [option for action in parser._actions for option in action.option_strings if option.startswith("--")]
+    for arg in rest:
+        name = arg.split("=", 1)[0]
+        near = difflib.get_close_matches(name, own, n=1, cutoff=0.8) if name.startswith("--") and "." not in name \
+            else []
+        if near and name.replace("-", "_").removeprefix("__") not in TRAIN_TOP_LEVEL:
+            raise UserError(f"tune: unknown option {name}; did you mean {near[0]}?")
     train_argv = ["--task", args.task, *(["--algorithm", args.algorithm] if args.algorithm else []), *rest]
     return args, parse_train_config(train_argv)
 
