@@ -252,3 +252,14 @@ def test_a_budget_of_seconds_ends_each_trial_and_best_yaml_keeps_its_iterations(
 def test_a_mistyped_option_is_one_line(options: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["tune", *options]) == 2
     assert errors(capsys) == [f"syncfree: error: {line}"]
+
+
+def test_a_trial_that_diverges_counts_as_pruned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="syncfree")
+    result = syncfree.tune("pendulum", trials=1, space={"ppo.learning_rate": {"type": "categorical", "choices": [1e30]}},
+                           budget_steps=512, folder=tmp_path, study="diverged",
+                           **{**TINY_OVERRIDES, "ppo.schedule": "fixed"})
+    (trial,) = result.study.trials
+    assert trial.state == optuna.trial.TrialState.PRUNED  # the run stopped on non-finite values (NonFiniteError)
+    assert "non-finite" in trial.user_attrs["error"] or "diverged" in trial.user_attrs["error"]
+    assert f"tune: trial 0 diverged, counted as pruned: {trial.user_attrs['error']}" in caplog.text

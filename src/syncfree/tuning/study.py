@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from syncfree.core.imports import user_names
-from syncfree.errors import UserError
+from syncfree.errors import NonFiniteError, UserError, out_of_memory
 from syncfree.tuning.trial import Pruned, StudySettings, run_trial
 
 log = logging.getLogger("syncfree")
@@ -177,7 +177,8 @@ def values_line(values: dict[str, Any]) -> str:
 
 def work(settings: StudySettings, worker: int = 0) -> None:
     """One worker: trials until the study holds `trials` (those of earlier runs of the command and of other
-    machines count). A trial a user's setting breaks fails with its line; the study goes on."""
+    machines count). A trial whose settings cannot train (an invalid combination, more memory than there is) fails
+    with its line, one that diverges counts as pruned; the study goes on."""
     from optuna.trial import TrialState
 
     study = open_study(settings)
@@ -194,10 +195,19 @@ def work(settings: StudySettings, worker: int = 0) -> None:
                 log.info("tune: %s pruned at report %d of %d (return %.4g); %s; run kept in %s", who, e.report,
                          settings.reports, e.value, values_line(trial.params), trial.user_attrs["run_dir"])
                 continue
-            except UserError as e:
+            except NonFiniteError as e:  # settings that diverge score as badly as those pruned (RL Zoo's choice)
                 trial.set_user_attr("error", str(e))
+                stopped = not tell(study, trial, state=TrialState.PRUNED)
+                log.warning("tune: %s diverged, counted as pruned: %s; %s", who, e, values_line(trial.params))
+                continue
+            except (UserError, MemoryError, RuntimeError) as e:  # settings that cannot train here
+                message = str(e) if isinstance(e, UserError) else out_of_memory(e)
+                if message is None:
+                    study.tell(trial, state=TrialState.FAIL)
+                    raise
+                trial.set_user_attr("error", message)
                 stopped = not tell(study, trial, state=TrialState.FAIL)
-                log.warning("tune: %s failed: %s; %s", who, e, values_line(trial.params))
+                log.warning("tune: %s failed: %s; %s", who, message, values_line(trial.params))
                 continue
             except BaseException:  # interrupted, or a fault of the program: the trial is not left running
                 study.tell(trial, state=TrialState.FAIL)
