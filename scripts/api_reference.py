@@ -24,6 +24,7 @@ PAGE = ROOT / "docs" / "api.md"
 SECTIONS: list[tuple[str, list[str]]] = [
     ("Training and checkpoints", ["syncfree.learn", "syncfree.api.TrainResult", "syncfree.load", "syncfree.evaluate",
                                   "syncfree.train.evaluate.LoadedPolicy"]),
+    ("Tuning", ["syncfree.tune", "syncfree.tuning.TuneResult"]),
     ("Your environment", ["syncfree.check_env", "syncfree.envs.api.VecEnv", "syncfree.envs.api.StepResult",
                           "syncfree.envs.api.ActionSpec"]),
     ("Between iterations", ["syncfree.config.CallbackConfig"]),

@@ -1,7 +1,7 @@
 """The README and docs/ stay true: every relative link resolves, every page is reachable from the README, and
 every documented command is checked. `syncfree train` commands run for one iteration (compiling is off in the
 suite), `eval`, `play`, `export`, `plot`, `tasks` and `switches` run on a small run trained here, which stands in for
-`runs/<run>`; `bench`, `doctor`, `torchrun` and commands naming the reader's own files are parsed with the
+`runs/<run>`; `tune`, `bench`, `doctor`, `torchrun` and commands naming the reader's own files are parsed with the
 command's own parser (every option must exist and validate); benchmark scripts must exist and know their flags."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 from syncfree import cli, doctor
 from syncfree.bench.config import parse_arguments as parse_bench_arguments
 from syncfree.train.arguments import parse_train_config
+from syncfree.tuning import parse_arguments as parse_tune_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -133,6 +134,8 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
         for flag in (w.split("=")[0] for w in words[2:] if w.startswith("--")):
             assert f'"{flag}"' in source or f"'{flag}'" in source, f"{words[1]} has no {flag}"
         return "parsed"
+    if words[0] == "optuna-dashboard":
+        return "skipped: serves a web page"
     if words[0] == "torchrun":
         words = words[words.index("-m") + 1:]
         assert words[0] == "syncfree"
@@ -142,6 +145,9 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
     sub, args = words[1], words[2:]
     monkeypatch.chdir(tmp_path)
     if any(p in command for p in PLACEHOLDERS) or "<" in command:
+        if sub == "tune":  # the space file is read when the study starts
+            parse_tune_arguments(args)
+            return "parsed"
         if sub == "doctor":
             doctor.parse_arguments(args)
             return "parsed"
@@ -164,6 +170,9 @@ def check(command: str, run: Path, tmp_path: Path, monkeypatch, capsys) -> str:
         assert cli.main(["train", *args, *fewer, "--iterations", str(iterations), "--log.progress", "false",
                          *([] if cfg.resume else ["--log.dir", str(tmp_path / "runs")])]) == 0, command
         return "ran"
+    if sub == "tune":  # a study trains for minutes: its options parse (tests/test_tune.py runs small ones)
+        parse_tune_arguments(args)
+        return "parsed"
     if sub == "bench":
         parse_bench_arguments(args)
         return "parsed"

@@ -21,7 +21,7 @@ LAYERS = {
     "tasks": 4,
     "train": 5,
     "bench": 6, "doctor": 6, "export": 6, "cli": 6, "api": 6, "plot": 6, "play": 6, "switches": 6, "__main__": 6,
-    "rsl_rl": 6,
+    "rsl_rl": 6, "tuning": 6,
     "": 6,
 }
 """Each top-level part's layer: a module may import its own layer's parts and those below, never above."""

@@ -53,6 +53,35 @@ def merged(start: TrainConfig, overrides: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
+def configured(task: str | VecEnv, config: TrainConfig | None, overrides: dict[str, Any],
+               trust: bool = False) -> TrainConfig:
+    """The validated config `learn(task, config=config, **overrides)` trains (see `learn`)."""
+    overrides = dict(overrides)
+    resume = str(overrides.pop("resume", "") or (config.resume if config is not None else ""))
+    if resume:
+        start = resume_config(resume)
+    elif config is not None:
+        start = config
+    elif isinstance(task, str):
+        start = preset(task)
+    else:
+        start = default_config(type(task).__name__, None, device=str(task.device))
+        start.env.num_envs = task.num_envs
+    base = merged(start, overrides)
+    policy, distill = base.get("policy"), base.get("distill")
+    algorithm = choose_algorithm(start.algorithm, overrides.get("algorithm"),
+                                 policy.get("kind") if isinstance(policy, dict) else None,
+                                 distill.get("teacher") if isinstance(distill, dict) else None)
+    if algorithm != start.algorithm and not resume:  # another algorithm's config type, the shared settings kept
+        start = with_algorithm(start, algorithm)
+        base = merged(start, overrides)
+    cfg = validated(from_dict(type(start), base, sections=sections_of(start)))
+    cfg.resume = resume
+    if resume:
+        check_references(cfg, UserNames(named_in_call(task, overrides), trust, source=f"checkpoint {resume}"))
+    return cfg
+
+
 def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None, run_dir: str | Path | bool = True,
           on_iteration: Sequence[IterationCallback] = (), trust: bool = False, **overrides: Any) -> TrainResult:
     """Train on a built-in task (its name, see `syncfree tasks`) or on your own env (any `VecEnv`), with the task's
@@ -80,28 +109,7 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     names it too (`learn("my_envs:make", resume=...)`, `**{"symmetry.mirror": ...}`) or with `trust=True`.
     """
     env = task if isinstance(task, VecEnv) else None
-    resume = str(overrides.pop("resume", "") or (config.resume if config is not None else ""))
-    if resume:
-        start = resume_config(resume)
-    elif config is not None:
-        start = config
-    elif isinstance(task, str):
-        start = preset(task)
-    else:
-        start = default_config(type(task).__name__, None, device=str(task.device))
-        start.env.num_envs = task.num_envs
-    base = merged(start, overrides)
-    policy, distill = base.get("policy"), base.get("distill")
-    algorithm = choose_algorithm(start.algorithm, overrides.get("algorithm"),
-                                 policy.get("kind") if isinstance(policy, dict) else None,
-                                 distill.get("teacher") if isinstance(distill, dict) else None)
-    if algorithm != start.algorithm and not resume:  # another algorithm's config type, the shared settings kept
-        start = with_algorithm(start, algorithm)
-        base = merged(start, overrides)
-    cfg = validated(from_dict(type(start), base, sections=sections_of(start)))
-    cfg.resume = resume
-    if resume:
-        check_references(cfg, UserNames(named_in_call(task, overrides), trust, source=f"checkpoint {resume}"))
+    cfg = configured(task, config, overrides, trust)
     folder = (run_dir_of(cfg) if run_dir is True else Path(run_dir)) if run_dir else None
     with visible_logs():
         run = start_run(cfg, folder, env=env, on_iteration=on_iteration)

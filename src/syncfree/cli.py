@@ -1,4 +1,4 @@
-"""Command line: `syncfree train | eval | play | export | plot | bench | doctor | tasks | switches`: parsing and
+"""Command line: `syncfree train | tune | eval | play | export | plot | bench | doctor | tasks | switches`: parsing and
 dispatch (each command's work is in the module it names)."""
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with user_names(from_command_line(argv[1:])):  # a file's code runs only when this command line names it
             return command(argv[1:])
     except UserError as e:
-        print(f"syncfree: error: {e}", file=sys.stderr)
+        for line in str(e).splitlines() or [""]:  # a file with several mistakes: one line each
+            print(f"syncfree: error: {line}", file=sys.stderr)
         return 2
     except DistributedError as e:
         print(f"syncfree: error: {e}", file=sys.stderr)
@@ -111,6 +112,12 @@ def cmd_train(argv: Sequence[str]) -> int:
     finally:
         if dist is not None:
             distributed.shutdown(wait_for_peers=finished)
+
+
+def cmd_tune(argv: Sequence[str]) -> int:
+    from syncfree import tuning
+
+    return tuning.main(argv)
 
 
 def checkpoint_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -242,6 +249,7 @@ def cmd_switches(argv: Sequence[str]) -> int:
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "train": (cmd_train, "train a task with its algorithm or --algorithm's (default: cartpole by PPO, on CPU unless CUDA "
                          "is available)"),
+    "tune": (cmd_tune, "search a task's settings with Optuna: trials of training runs, best.yaml and plots (docs/tune.md)"),
     "eval": (cmd_eval, "run a checkpoint's deterministic policy on N fresh envs and print the mean return"),
     "play": (cmd_play, "record a checkpoint's policy acting in one env as a video (MP4 or GIF)"),
     "export": (cmd_export, "write a checkpoint's deterministic actor as ONNX graphs (normalizer included)"),

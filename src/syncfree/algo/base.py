@@ -91,6 +91,13 @@ class Algorithm(ABC):
     """The setting a diverged run is told to lower."""
 
     @classmethod
+    def search_space(cls, cfg: Any) -> dict[str, dict[str, Any]]:
+        """What `syncfree tune` searches when no space is given, around the run's config `cfg` (a `config_type`): by
+        dotted key, `{type: float|int|categorical, low, high, log, choices}`; empty: the algorithm has no default
+        space (a study names its own)."""
+        return {}
+
+    @classmethod
     @abstractmethod
     def build(cls, cfg: Any, env: VecEnv, device: torch.device, dist: Collective | None = None,
               read_checkpoint: CheckpointReader | None = None) -> Algorithm:

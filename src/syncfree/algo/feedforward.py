@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -56,6 +56,24 @@ class FeedForwardPPO(Algorithm):
     family = "ppo"
     config_type = PPOTrainConfig
     policy: PolicyBase
+
+    @classmethod
+    def search_space(cls, cfg: PPOTrainConfig) -> dict[str, dict[str, Any]]:
+        """PPO's default search (RL Zoo's ranges, narrowed to the settings that matter most): the learning rate and
+        the entropy bonus on log scales, epochs, minibatches, gamma, lambda, the clip range, steps per env, and the
+        envs at half, the same and twice the preset's count (powers of two keep every minibatch count a divisor)."""
+        envs = cfg.env.num_envs
+        return {
+            "ppo.learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
+            "ppo.entropy_coef": {"type": "float", "low": 1e-5, "high": 1e-1, "log": True},
+            "ppo.num_epochs": {"type": "int", "low": 2, "high": 10},
+            "ppo.num_minibatches": {"type": "categorical", "choices": [1, 2, 4, 8]},
+            "ppo.gamma": {"type": "float", "low": 0.9, "high": 0.999},
+            "ppo.lam": {"type": "float", "low": 0.8, "high": 0.99},
+            "ppo.clip_param": {"type": "float", "low": 0.1, "high": 0.4},
+            "ppo.steps_per_env": {"type": "categorical", "choices": [8, 16, 32, 64]},
+            "env.num_envs": {"type": "categorical", "choices": sorted({max(1, envs // 2), envs, 2 * envs})},
+        }
 
     def __init__(self, policy: PolicyBase, cfg: PPOConfig, perf: PerfConfig, num_envs: int, critic_dim: int,
                  action_spec: ActionSpec, device: torch.device, dist: Collective | None = None,

@@ -4,7 +4,9 @@ key and value checked against its field's type, one line naming the first that i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import types
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, cast
 
@@ -55,11 +57,13 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", root: type | No
     return cls(**kwargs)
 
 
-def field_types(cls: type) -> dict[str, Any]:
-    """The resolved type of each field of the config dataclass `cls`."""
+@functools.cache
+def field_types(cls: type) -> Mapping[str, Any]:
+    """The resolved type of each field of the config dataclass `cls` (resolved once per type: reading a config
+    asks for each of its keys)."""
     import typing
 
-    return typing.get_type_hints(cls)
+    return types.MappingProxyType(typing.get_type_hints(cls))
 
 
 def _shown(value: Any) -> str:

@@ -70,13 +70,21 @@ class Callbacks:
         every = self.cfg.eval_every
         if not every or iteration % every or self.make_env is None:
             return {}
+        returns = self.evaluate(runner)
+        return {"eval_return": float(returns.mean()), "eval_return_std": float(returns.std())}
+
+    def evaluate(self, runner: Runner) -> np.ndarray:
+        """The first-episode return of each of `eval_envs` envs (seeded `eval_seed`, made once) under the policy's
+        most likely actions, torch's random state left as it was (a task that makes its envs)."""
+        if self.make_env is None:
+            raise UserError("evaluation needs a task that makes its envs (a registered task or --task "
+                            "module:factory), not an env passed in")
         cuda = [runner.device.index or 0] if runner.device.type == "cuda" else []
         with allocating(EVAL_MEMORY):
             if self.env is None:
                 self.env = self.make_env(self.cfg.eval_envs, self.cfg.eval_seed)
             with torch.random.fork_rng(devices=cuda):
-                returns = np.asarray(runner.algorithm.evaluate(runner.policy, self.env, True), dtype=np.float64)
-        return {"eval_return": float(returns.mean()), "eval_return_std": float(returns.std())}
+                return np.asarray(runner.algorithm.evaluate(runner.policy, self.env, True), dtype=np.float64)
 
     def after_iteration(self, run: Run, record: dict[str, Any]) -> str | None:
         """Write `best.pt` on a new high, run the functions; the reason to stop now, or None."""
