@@ -15,7 +15,7 @@ import torch
 from syncfree.config import LogConfig
 from syncfree.policy import actor_critic
 from syncfree.policy.actor_critic import describe_precision, mlp, native_bf16, set_autocast
-from syncfree.train.progress import Progress
+from syncfree.train.progress import Progress, progress_line
 
 LINE = re.compile(r"^it (\d+)/(\d+)  env_steps [\d,]+  mean_return (-?[\d.]+|nan)  [\d,]+ steps/s  left \d+s$")
 
@@ -93,3 +93,10 @@ def test_the_precision_is_stated_as_resolved(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setattr(actor_critic, "native_bf16", lambda device: True)
     set_autocast(net, "auto", cpu)
     assert describe_precision(net, "auto", cpu) == "bfloat16 hidden layers from 131,072 rows x width"
+
+
+def test_the_line_says_no_mean_return_until_an_episode_ended() -> None:
+    record = {"iteration": 3, "env_steps": 3072, "steps_per_s": 1000.0}
+    assert progress_line(record, 10, 7.0) == "it 3/10  env_steps 3,072  mean_return -  1,000 steps/s  left 7s"
+    assert "mean_return -  " in progress_line({**record, "mean_return": float("nan")}, 10, 7.0)
+    assert "mean_return -12.5  " in progress_line({**record, "mean_return": -12.5}, 10, 7.0)

@@ -31,10 +31,12 @@ def uses_bar(style: str, stream: TextIO) -> bool:
 
 
 def learning_figure(record: dict[str, Any]) -> tuple[str, str]:
-    """The iteration's learning figure: the mean return, or for multi-agent runs the reward per agent step."""
+    """The iteration's learning figure: the mean return (`-` until an episode ended), or for multi-agent runs the
+    reward per agent step."""
     if "reward_per_agent_step" in record:
         return "reward", f"{record['reward_per_agent_step']:.3f}"
-    return "mean_return", f"{record.get('mean_return', float('nan')):.1f}"
+    value = record.get("mean_return", float("nan"))
+    return "mean_return", f"{value:.1f}" if math.isfinite(value) else "-"
 
 
 def duration(seconds: float) -> str:
