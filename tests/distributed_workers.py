@@ -270,3 +270,50 @@ def _two_rank_rnd_worker(rank: int, tmp: str) -> None:
     finally:
         torch.save(out, Path(tmp) / f"rnd_rank{rank}.pt")
         dist.destroy_process_group()
+
+
+def offpolicy_config(algorithm: str):
+    """pendulum by SAC or TD3: 8 envs a rank, 4 gradient steps of 32 per iteration from the second on."""
+    import dataclasses
+
+    from syncfree.config import PerfConfig
+    from syncfree.tasks import preset, with_algorithm
+
+    cfg = with_algorithm(preset("pendulum"), algorithm)
+    cfg.seed, cfg.iterations, cfg.env.num_envs, cfg.log.progress = 3, 3, 8, False
+    cfg.policy = dataclasses.replace(cfg.policy, actor_hidden=[32, 32], critic_hidden=[32, 32])
+    own = cfg.learner
+    own.steps_per_env, own.updates_per_iteration, own.batch_size, own.learning_starts, own.buffer_size = 4, 4, 32, 32, 512
+    cfg.perf = PerfConfig(compile="off")
+    return cfg
+
+
+def _offpolicy_vector(trainer: Runner) -> torch.Tensor:
+    """Parameters, buffers (targets, normalizers) and every optimizer's moments, flattened."""
+    tensors = [*trainer.policy.parameters(), *trainer.policy.buffers()]
+    for optimizer in trainer.algorithm.optimizers():
+        for state in optimizer.state.values():
+            tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+    return torch.cat([t.detach().reshape(-1).double() for t in tensors])
+
+
+def _two_rank_offpolicy_worker(rank: int, tmp: str) -> None:
+    """SAC and TD3 on 2 ranks, each with its own replay buffer: 3 iterations, then two more gradient steps counted."""
+    _join(tmp, rank, timeout=60)
+    out: dict = {}
+    try:
+        for algorithm in ("sac", "td3"):
+            trainer = Run(offpolicy_config(algorithm), Path(tmp) / f"{algorithm}{rank}")
+            out[f"{algorithm}_record"] = trainer.learn()
+            runner = trainer.runner
+            out[f"{algorithm}_start"] = _gather(_offpolicy_vector(runner))
+            out[f"{algorithm}_batch"] = _gather(runner.algorithm.buffer.batch.actions.clone())
+            with count_syncs() as counts:
+                runner.algorithm.gradient_step()
+                runner.algorithm.gradient_step()
+            out[f"{algorithm}_counts"] = (counts.syncs, counts.ops["c10d::allreduce_"])
+            out[f"{algorithm}_after"] = _gather(_offpolicy_vector(runner))
+            trainer.close()
+    finally:
+        torch.save(out, Path(tmp) / f"offpolicy_rank{rank}.pt")
+        dist.destroy_process_group()

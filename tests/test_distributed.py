@@ -24,6 +24,7 @@ from distributed_workers import (
     _dead_rank_worker,
     _disagreeing_worker,
     _two_rank_grid_worker,
+    _two_rank_offpolicy_worker,
     _two_rank_rnd_worker,
     _two_rank_worker,
     equivalence_config,
@@ -194,6 +195,22 @@ def test_rnd_trains_on_two_ranks_with_its_gradients_averaged(tmp_path: Path) -> 
         for a, b in zip(params, single.module.predictor.parameters(), strict=True):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(stats, single.stats, rtol=1e-5, atol=1e-6)
+
+
+def test_sac_and_td3_train_on_two_ranks_with_their_gradients_averaged(tmp_path: Path) -> None:
+    """Each rank fills its own replay buffer and draws its own batches (they differ), the gradients are averaged
+    (one collective per optimizer group that steps, no host read), so networks, targets, normalizers and every
+    optimizer's moments stay bitwise equal across ranks."""
+    mp.start_processes(_two_rank_offpolicy_worker, args=(str(tmp_path),), nprocs=WORLD, start_method="spawn")
+    r0 = torch.load(tmp_path / "offpolicy_rank0.pt", weights_only=False)
+    for algorithm, collectives in (("sac", 2 * 2), ("td3", 2 + 1)):  # TD3's actor steps on every second step
+        start, after = r0[f"{algorithm}_start"], r0[f"{algorithm}_after"]
+        assert torch.equal(*start) and torch.equal(*after), algorithm
+        assert not torch.equal(start[0], after[0]), algorithm  # the two gradient steps moved them
+        assert not torch.equal(*r0[f"{algorithm}_batch"]), algorithm  # each rank's own batch
+        assert r0[f"{algorithm}_counts"] == (0, collectives), algorithm
+        assert r0[f"{algorithm}_record"]["gradient_steps"] == 4
+    assert not (tmp_path / "sac1").exists() and (tmp_path / "sac0" / "latest.pt").exists()
 
 
 def test_the_recurrent_algorithm_trains_on_two_ranks(tmp_path: Path) -> None:

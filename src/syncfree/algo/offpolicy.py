@@ -17,12 +17,13 @@ import math
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from syncfree.algo.base import Algorithm
+from syncfree.algo.optim import Collective, GradientAllReduce
 from syncfree.algo.replay import Batch, replay_buffer
 from syncfree.config import PerfConfig, TrainConfig
 from syncfree.core.phases import Phases
@@ -148,8 +149,8 @@ class OffPolicy(Algorithm):
     policy: TwinCritics
 
     def __init__(self, policy: TwinCritics, cfg: OffPolicyConfig, perf: PerfConfig, num_envs: int, critic_group: str,
-                 device: torch.device) -> None:
-        self.policy, self.cfg, self.perf, self.device = policy, cfg, perf, device
+                 device: torch.device, dist: Collective | None = None) -> None:
+        self.policy, self.cfg, self.perf, self.device, self.dist = policy, cfg, perf, device, dist
         self.phases = Phases()
         self.steps_per_env, self.num_envs = cfg.steps_per_env, num_envs
         self.minibatches_per_update = cfg.updates_per_iteration
@@ -167,13 +168,21 @@ class OffPolicy(Algorithm):
         self.stats = torch.zeros(len(self.stat_names), device=device)
         self.host_stats = [0.0] * len(self.stat_names)
         """The statistics' sums read at every gradient step (`perf.device_loss_stats` off)."""
+        self._no_extra = torch.zeros(1, device=device)
+
+    def gradient_average(self, params: list[Tensor]) -> GradientAllReduce | None:
+        """With several processes: what averages `params`' gradients over the ranks before their optimizer steps
+        (one collective; each rank draws its batches from its own buffer, so the ranks step alike)."""
+        return None if self.dist is None else GradientAllReduce(cast(list[nn.Parameter], params), self.dist)
+
+    def average(self, gradients: GradientAllReduce | None) -> None:
+        if gradients is not None:
+            gradients(self._no_extra)
 
     # -- the class's side -------------------------------------------------------------------------------------
 
     @classmethod
-    def check_actions(cls, cfg: TrainConfig, env: EnvShape, dist: Any) -> None:
-        if dist is not None:
-            raise UserError(f"algorithm={cls.name}: trains in one process (its gradients are not averaged over ranks)")
+    def check_actions(cls, cfg: TrainConfig, env: EnvShape) -> None:
         spec = env.action_spec
         if spec.kind != "continuous":
             raise UserError(f"algorithm={cls.name}: task {cfg.task!r} has {spec.kind} actions ({spec.size} choices); "

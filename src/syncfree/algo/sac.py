@@ -19,6 +19,7 @@ from torch import Tensor
 
 from syncfree.algo.base import CheckpointReader, first_episode_returns
 from syncfree.algo.offpolicy import OffPolicy, OffPolicyConfig, OffPolicyTrainConfig
+from syncfree.algo.optim import Collective
 from syncfree.algo.replay import Batch
 from syncfree.envs.api import VecEnv
 from syncfree.errors import POLICY_MEMORY, allocating, check
@@ -73,8 +74,8 @@ class SAC(OffPolicy):
     cfg: SACConfig
 
     def __init__(self, policy: SquashedGaussianActorCritic, cfg: SACTrainConfig, device: torch.device,
-                 num_envs: int) -> None:
-        super().__init__(policy, cfg.sac, cfg.perf, num_envs, "critic", device)
+                 num_envs: int, dist: Collective | None = None) -> None:
+        super().__init__(policy, cfg.sac, cfg.perf, num_envs, "critic", device, dist)
         self.target_entropy = -float(policy.action_dim)
         self.actor_params, self.critic_params = policy.actor_params(), policy.critic_params()
         own = cfg.sac
@@ -82,19 +83,21 @@ class SAC(OffPolicy):
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=own.actor_learning_rate, fused=True)
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=own.critic_learning_rate, fused=True)
         self.alpha_optimizer = torch.optim.Adam([policy.log_alpha], lr=own.alpha_learning_rate, fused=True)
+        self.critic_gradients = self.gradient_average(self.critic_params)
+        self.actor_gradients = self.gradient_average([*self.actor_params, policy.log_alpha])
 
     @classmethod
     def build(cls, cfg: SACTrainConfig, env: VecEnv, device: torch.device, dist: Any = None,
               read_checkpoint: CheckpointReader | None = None) -> SAC:
-        cls.check_actions(cfg, env, dist)
+        cls.check_actions(cfg, env)
         with allocating(POLICY_MEMORY):
             policy = cls.build_policy(cfg, env).to(device)
         set_autocast(policy, cfg.perf.autocast, device)
-        return cls(policy, cfg, device, env.num_envs)
+        return cls(policy, cfg, device, env.num_envs, dist)
 
     @classmethod
     def build_policy(cls, cfg: SACTrainConfig, env: EnvShape) -> SquashedGaussianActorCritic:
-        cls.check_actions(cfg, env, None)
+        cls.check_actions(cfg, env)
         return SquashedGaussianActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy, cfg.sac.init_alpha)
 
     @staticmethod
@@ -149,6 +152,7 @@ class SAC(OffPolicy):
             self.critic_optimizer.zero_grad(set_to_none=True)
             critic_loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         with self.phases("update.optimizer"):
+            self.average(self.critic_gradients)
             self.critic_optimizer.step()
         with self.phases("update.forward"):
             actor_loss, alpha_loss, log_prob = self.actor_losses(batch)
@@ -159,6 +163,7 @@ class SAC(OffPolicy):
             trained = [*self.actor_params, self.policy.log_alpha]
             (actor_loss + alpha_loss).backward(inputs=trained)  # type: ignore[no-untyped-call]  # unannotated
         with self.phases("update.optimizer"):
+            self.average(self.actor_gradients)
             self.actor_optimizer.step()
             self.alpha_optimizer.step()
             self.soft_update()

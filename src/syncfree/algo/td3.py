@@ -19,6 +19,7 @@ from torch import Tensor
 
 from syncfree.algo.base import CheckpointReader, first_episode_returns
 from syncfree.algo.offpolicy import OffPolicy, OffPolicyConfig, OffPolicyTrainConfig
+from syncfree.algo.optim import Collective
 from syncfree.algo.replay import Batch
 from syncfree.envs.api import VecEnv
 from syncfree.errors import POLICY_MEMORY, allocating, check
@@ -80,26 +81,28 @@ class TD3(OffPolicy):
     cfg: TD3Config
 
     def __init__(self, policy: DeterministicActorCritic, cfg: TD3TrainConfig, device: torch.device,
-                 num_envs: int) -> None:
-        super().__init__(policy, cfg.td3, cfg.perf, num_envs, "critic", device)
+                 num_envs: int, dist: Collective | None = None) -> None:
+        super().__init__(policy, cfg.td3, cfg.perf, num_envs, "critic", device, dist)
         self.actor_params, self.critic_params = policy.actor_params(), policy.critic_params()
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=cfg.td3.actor_learning_rate, fused=True)
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.td3.critic_learning_rate, fused=True)
+        self.critic_gradients = self.gradient_average(self.critic_params)
+        self.actor_gradients = self.gradient_average(self.actor_params)
         self.critic_steps = 0
         """Gradient steps of the critics so far (host integer): the actor steps on every `policy_delay`-th."""
 
     @classmethod
     def build(cls, cfg: TD3TrainConfig, env: VecEnv, device: torch.device, dist: Any = None,
               read_checkpoint: CheckpointReader | None = None) -> TD3:
-        cls.check_actions(cfg, env, dist)
+        cls.check_actions(cfg, env)
         with allocating(POLICY_MEMORY):
             policy = cls.build_policy(cfg, env).to(device)
         set_autocast(policy, cfg.perf.autocast, device)
-        return cls(policy, cfg, device, env.num_envs)
+        return cls(policy, cfg, device, env.num_envs, dist)
 
     @classmethod
     def build_policy(cls, cfg: TD3TrainConfig, env: EnvShape) -> DeterministicActorCritic:
-        cls.check_actions(cfg, env, None)
+        cls.check_actions(cfg, env)
         return DeterministicActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy)
 
     @staticmethod
@@ -150,6 +153,7 @@ class TD3(OffPolicy):
             self.critic_optimizer.zero_grad(set_to_none=True)
             critic_loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
         with self.phases("update.optimizer"):
+            self.average(self.critic_gradients)
             self.critic_optimizer.step()
         self.critic_steps += 1
         actor_loss = torch.zeros((), device=self.device)
@@ -160,6 +164,7 @@ class TD3(OffPolicy):
                 self.actor_optimizer.zero_grad(set_to_none=True)
                 actor_loss.backward(inputs=self.actor_params)  # type: ignore[no-untyped-call]  # unannotated
             with self.phases("update.optimizer"):
+                self.average(self.actor_gradients)
                 self.actor_optimizer.step()
                 self.soft_update()
         self.add_step_statistics((critic_loss, actor_loss, q_mean))
