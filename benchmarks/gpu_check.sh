@@ -9,6 +9,8 @@
 #   grid      grid-arena at 256 and 1,024 simulations: baseline, optimized
 #   side-large  point-mass at 65,536 envs: syncfree optimized against rsl_rl
 #   ceiling   cartpole at 262,144 and 1,048,576 envs: compiled step, and compile=hot replayed as CUDA graphs
+#   offpolicy g1-track at 4,096 envs trained by SAC and by TD3 (no random steps first): env steps/s and the phases of
+#             their 32 gradient steps per iteration, baseline against optimized (the `g1` part has PPO's figures)
 # On one H200 (torch 2.11), compiling took most of each part: 35-41 s for syncfree's compiled trainer at one size
 # of point-mass, and none of the benchmark parts finished inside the limits below (the tests part reached 172 of
 # 177 tests in 120 s). A whole check needs two 10-minute calls: `LIMIT_SCALE=2 ... tests side`, then
@@ -99,10 +101,16 @@ for part in "${parts[@]}"; do
     grid)
         bench "$(small 100 300)" grid-arena-scale grid-arena "$(small "256 1024" 2)" --repeats 2 --iterations 1 \
             --min_seconds 0 ;;
+    offpolicy)
+        for algorithm in sac td3; do
+            bench "$(small 120 300)" "$algorithm-g1-track-4096" g1-track "$(small 4096 16)" --algorithm "$algorithm" \
+                --settings "{\"$algorithm.learning_starts\": 0, \"$algorithm.buffer_size\": $(small 1000000 4096)}" \
+                --repeats 2 --iterations 2
+        done ;;
     ceiling)
         side_by_side "$(small 55 300)" cartpole-ceiling cartpole "$(small "262144 1048576" 64)" "" \
             "syncfree optimized;syncfree optimized, compile=hot" ;;
-    *) echo "unknown part: $part (allowed: tests side g1 grid side-large ceiling)"; exit 2 ;;
+    *) echo "unknown part: $part (allowed: tests side g1 grid side-large ceiling offpolicy)"; exit 2 ;;
     esac
 done
 cat "$res/parts.txt"

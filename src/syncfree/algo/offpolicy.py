@@ -159,6 +159,11 @@ class OffPolicy(Algorithm):
         self.buffer = replay_buffer(perf.replay_on_device, dims, policy.action_dim, num_envs, cfg.buffer_size,
                                     cfg.batch_size, cfg.n_step, cfg.gamma, device, perf.vectorized_n_step)
         self.groups = list(dims)
+        held = sum(t.numel() * t.element_size() for t in self.buffer.tensors())
+        say = log.info if getattr(dist, "is_main", True) else log.debug  # rank 0 speaks for all
+        say("%s: a replay buffer of %s transitions (%d slots x %d envs), %.1f MiB in %s memory", self.name,
+                 f"{self.buffer.slots * num_envs:,}", self.buffer.slots, num_envs, held / 2**20,
+                 "host" if self.buffer.on_host else device.type)
         """The observation groups stored: the actor's and the critics'."""
         self.targets, self.followed = policy.followed_params()
         self.env_steps = 0

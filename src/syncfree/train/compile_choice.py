@@ -70,8 +70,7 @@ def choose_compile(cfg: TrainConfig, device: torch.device) -> CompileChoice:
     if cfg.perf.compile != "auto":
         return CompileChoice(cfg.perf.compile)
     if cfg.algorithm and not algorithm_named(cfg.algorithm).compiled_update:
-        return CompileChoice("off", f"auto: --algorithm {cfg.algorithm} steps and updates eagerly; a warm-up would "
-                                    "compile the env's step alone")
+        return CompileChoice("off", f"auto: {cfg.algorithm} runs eagerly")
     table = payback_table()
     if device.type != table["device"]:
         return CompileChoice("step", f"auto: no measured warm-up on {device.type}, compiled as the optimized preset")
