@@ -50,13 +50,14 @@ def unwired(switch: str, relative: str, package: Path = PACKAGE) -> list[tuple[s
         if node.attr == switch:
             assert node.end_lineno == node.lineno, f"{relative}:{node.lineno}: a read over several lines"
             by_line.setdefault(node.lineno, []).append(node)
-    edits = []
+    edits, current = [], text
     for lineno, nodes in sorted(by_line.items()):
         old = new = lines[lineno - 1]
         for node in sorted(nodes, key=lambda n: -n.col_offset):  # from the right: offsets to the left stay valid
             start, end = _char_offset(old, node.col_offset), _char_offset(old, node.end_col_offset or 0)
             new = new[:start] + value + new[end:]
-        if (relative, old, new) not in edits:
+        if old in current:  # else an earlier edit replaced this line too (a line that ends another one)
+            current = current.replace(old, new)
             edits.append((relative, old, new))
     return edits
 
