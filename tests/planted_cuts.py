@@ -1,9 +1,11 @@
 """Check the switches' effect tests against planted cuts: for each switch, copy the package, cut its optimized path
 (the optimized value takes the baseline path; for the switches in `WASTE_CUTS` also a second shape: the optimized
 path does the baseline's work as well and throws it away; for those in `STEP_CUTS` a cut of the `compile=step`
-path's own code; for those in `PATH_CUTS` the same shapes on a further path the switch acts on), run the
-switch's effect test (`test_switch_effects.EFFECT_TESTS`) on the cut copy, and report whether it failed, as it
-must.
+path's own code; for those in `PATH_CUTS` the same shapes on a further path the switch acts on; for those in
+`EXTRA_CUTS` a third shape, extra work on the optimized path, which the budget of a workload must see; and for
+every file that reads a switch, that file's wiring dropped, which the wiring test must see), run the switch's
+effect test (`test_switch_effects.EFFECT_TESTS`, or the budget or wiring test) on the cut copy, and report whether
+it failed, as it must.
 
     python tests/planted_cuts.py [SWITCH ...]
 
@@ -27,6 +29,7 @@ PACKAGE = ROOT / "src" / "syncfree"
 """Where the cuts' files are (their paths are relative to it)."""
 sys.path.insert(0, str(ROOT / "tests"))
 
+from switch_readers import readers, unwired  # noqa: E402
 from test_switch_effects import EFFECT_TESTS  # noqa: E402
 
 Edit = tuple[str, str, str]
@@ -394,6 +397,120 @@ PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
 }
 """Switch -> (shape, cut) for the further paths a switch acts on, each planted on its own."""
 
+EXTRA_CUTS: dict[str, tuple[str, list[Edit]]] = {
+    # each: a copy, a temporary or a recomputation on the optimized path, no host read; the workload whose budget
+    # (`test_optimized_budgets.BUDGETS`) sees it
+    "deferred_episode_stats": ("ppo-mlp", [("train/monitors.py", '        record_row(episode_row, done, step.info["episode_return"], '
+                                            'step.info["episode_length"])\n',
+                                            '        record_row(episode_row, done, step.info["episode_return"], '
+                                            'step.info["episode_length"])\n'
+                                            '        step.info["episode_return"].clone()\n')]),
+    "deferred_nonfinite_check": ("ppo-mlp", [("train/monitors.py",
+                                              "        nonfinite.check_row(step_value, step.obs, step.reward)\n",
+                                              "        nonfinite.check_row(step_value, step.obs, step.reward)\n"
+                                              "        torch.isfinite(step.reward)\n")]),
+    "grad_finite_from_norm": ("ppo-mlp", [("algo/optim.py", "            self.optimizer.step()  # the fused kernel leaves",
+                                           "            torch.isfinite(self.found_inf)\n"
+                                           "            self.optimizer.step()  # the fused kernel leaves")]),
+    "fused_adamw": ("ppo-mlp", [("algo/optim.py", "            self.optimizer.step()  # the fused kernel leaves",
+                                 "            [p.detach().clone() for p in self.params]\n"
+                                 "            self.optimizer.step()  # the fused kernel leaves")]),
+    "zero_grad_set_to_none": ("ppo-mlp", [("algo/optim.py",
+                                           "        self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)",
+                                           "        [p.detach().clone() for p in self.params]\n"
+                                           "        self.optimizer.zero_grad(set_to_none=self.perf.zero_grad_set_to_none)")]),
+    "device_loss_stats": ("sac", [("algo/offpolicy.py",
+                                   "            self.stats.add_(torch.stack([v.detach() for v in values]))\n",
+                                   "            self.stats.add_(torch.stack([v.detach() for v in values]))\n"
+                                   "            torch.stack([v.detach() for v in values])\n")]),
+    "compile": ("ppo-mlp-compile-step", [("algo/minibatch_step.py",
+                                          "            state.stats.add_(torch.stack((*parts, grad_norm)))\n",
+                                          "            state.stats.add_(torch.stack((*parts, grad_norm)))\n"
+                                          "            grad_norm.clone()\n")]),
+    "autocast": ("ppo-mlp", [("policy/actor_critic.py", "        *hidden, output = self\n",
+                              "        x = x.clone()\n        *hidden, output = self\n")]),
+    "validate_distributions": ("ppo-mlp", [("policy/heads.py", "        actions = mean + std * torch.randn_like(mean)\n",
+                                            "        std = std.clone()\n"
+                                            "        actions = mean + std * torch.randn_like(mean)\n")]),
+    "critic_chunk_size": ("ppo-mlp-wide", [("policy/actor_critic.py",
+                                            "        return chunked_value(self.critic, self.critic_norm, critic_obs, "
+                                            "self.critic_chunk_size)",
+                                            "        critic_obs = critic_obs.clone()\n"
+                                            "        return chunked_value(self.critic, self.critic_norm, critic_obs, "
+                                            "self.critic_chunk_size)")]),
+    "shared_obs_terms": ("ppo-mlp-env-layer", [("envs/managers/observations.py",
+                                                "        if spec.func not in self._shared:\n",
+                                                "        torch.ones(1)\n        if spec.func not in self._shared:\n")]),
+    "log_env_actions": ("ppo-mlp-env-layer", [("envs/managers/env.py", "        self.action.process(actions)\n",
+                                               "        actions = actions.clone()\n"
+                                               "        self.action.process(actions)\n")]),
+    "reset_without_sync": ("ppo-mlp-env-layer", [("envs/managers/env.py", "            self.reset_envs(done)\n",
+                                                  "            done = done.clone()\n            self.reset_envs(done)\n")]),
+    "fast_history": ("ppo-mlp-env-layer", [("envs/managers/history.py",
+                                            "        torch.where(first_push, data.unsqueeze(1), self._buffer, "
+                                            "out=self._buffer)\n",
+                                            "        torch.where(first_push, data.unsqueeze(1), self._buffer, "
+                                            "out=self._buffer)\n        self._buffer.clone()\n")]),
+    "batched_command_metrics": ("ppo-mlp-env-layer", [("envs/managers/commands.py",
+                                                       "            log.add_device(self.log_names, means, count > 0 if "
+                                                       "is_mask(selection) else True)\n",
+                                                       "            log.add_device(self.log_names, means, count > 0 if "
+                                                       "is_mask(selection) else True)\n            means.clone()\n")]),
+    "cache_encoded_outputs": ("ppo-token-env-layer", [("policy/token_encoder.py",
+                                                       "        if self.cache_encoded_outputs:\n",
+                                                       "        tokens.detach().clone()\n"
+                                                       "        if self.cache_encoded_outputs:\n")]),
+    "cache_full_latent": ("ppo-token-env-layer", [("policy/token_encoder.py", "        if self.cache_full_latent:\n",
+                                                   "        full_latent.detach().clone()\n"
+                                                   "        if self.cache_full_latent:\n")]),
+    "cpu_time_index": ("recurrent-mlp", [("algo/segments.py", "            return int(self.t_in_row_cpu[env.start])\n",
+                                          "            self.t_in_row.clone()\n"
+                                          "            return int(self.t_in_row_cpu[env.start])\n")]),
+    "cached_minibatch_indices": ("recurrent-mlp", [("algo/segments.py", "            key = (mb_idx, count)\n",
+                                                    "            torch.arange(count, device=self.device)\n"
+                                                    "            key = (mb_idx, count)\n")]),
+    "preallocated_last_actions": ("recurrent-mlp", [("algo/segments.py", "        return self.last_actions[env]\n",
+                                                     "        return self.last_actions[env].clone()\n")]),
+    "token_embedding_tables": ("recurrent-token-sets", [("policy/recurrent.py",
+                                                         "            return torch.relu_(table_sum(index, tables))",
+                                                         "            return torch.relu(table_sum(index, tables))")]),
+    "sparse_token_max": ("recurrent-token-sets", [("policy/token_pool.py",
+                                                   "    return features, features.add_(padding).amax(1)\n",
+                                                   "    features.clone()\n"
+                                                   "    return features, features.add_(padding).amax(1)\n")]),
+    "whole_chunk_distillation": ("distillation", [("algo/distillation.py",
+                                                   "            return buffer[chunk.start:chunk.start + chunk.steps]\n",
+                                                   "            return buffer[chunk.start:chunk.start + chunk.steps]"
+                                                   ".clone()\n")]),
+    "replay_on_device": ("sac", [("algo/replay.py",
+                                  "        for g, stored in self.obs.items():\n            stored[slot].copy_(obs[g])\n",
+                                  "        for g, stored in self.obs.items():\n            stored[slot].copy_(obs[g])\n"
+                                  "            obs[g].clone()\n")]),
+    "vectorized_n_step": ("td3", [("algo/replay.py",
+                                   "            returns, discounts, last = n_step_sums(rewards, done, terminated, "
+                                   "self.gamma)\n",
+                                   "            returns, discounts, last = n_step_sums(rewards, done, terminated, "
+                                   "self.gamma)\n            returns.clone()\n")]),
+    "fused_target_update": ("td3", [("algo/offpolicy.py", "            torch._foreach_lerp_(targets, sources, tau)\n",
+                                     "            torch._foreach_lerp_(targets, sources, tau)\n"
+                                     "            torch._foreach_mul(targets, 1.0)\n")]),
+}
+"""Switch -> (budgeted workload, the third cut shape: extra work on its optimized path). Not cut so: the switches
+whose optimized path no counter sees here (`deterministic`, `retain_host_memory`, `cuda_graphs`,
+`physics_partitions`, `host_env_worker`, `cache_game_config`: process settings, another process, host-side
+MettaGrid code) and `gate_full_log_probs`, `device_adaptive_lr` (not yet)."""
+
+
+def wiring_cuts() -> list[tuple[str, str, list[Edit]]]:
+    """For every file that reads a switch, its wiring dropped: each read there replaced by the default value."""
+    return [(switch, f"dropped wiring, {file}", unwired(switch, file, PACKAGE))
+            for switch, files in sorted(readers(PACKAGE).items()) for file in sorted(files)]
+
+
+def wiring_test(switch: str, file: str) -> str:
+    return f"test_switch_wiring.py::test_each_reader_reads_the_value_set[{switch}-{file.replace('/', '.')}]"
+
+
 CUT_TESTS = {("compile", "baseline path, bootstrap values"):
              "test_compile.py::test_compiled_record_step_computes_the_bootstrap_values_inside_its_graph",
              ("compile", "baseline path, input asserts"):
@@ -438,7 +555,19 @@ def planted_cuts(switches: list[str]) -> list[tuple[str, str, list[Edit]]]:
     cuts = [(switch, "baseline path", CUTS[switch]) for switch in switches]
     cuts += [(switch, "work thrown away", WASTE_CUTS[switch]) for switch in switches if switch in WASTE_CUTS]
     cuts += [(switch, "compile=step path", STEP_CUTS[switch]) for switch in switches if switch in STEP_CUTS]
-    return cuts + [(switch, shape, edits) for switch in switches for shape, edits in PATH_CUTS.get(switch, [])]
+    cuts += [(switch, shape, edits) for switch in switches for shape, edits in PATH_CUTS.get(switch, [])]
+    cuts += [(switch, "extra work", EXTRA_CUTS[switch][1]) for switch in switches if switch in EXTRA_CUTS]
+    return cuts + [cut for cut in wiring_cuts() if cut[0] in switches]
+
+
+def cut_test(switch: str, shape: str) -> str:
+    """The test a cut must fail: the switch's effect test, a further path's (`CUT_TESTS`), the budget of the workload
+    an extra-work cut adds to, or the wiring test of the reader a dropped wiring cuts."""
+    if shape == "extra work":
+        return f"test_optimized_budgets.py::test_the_optimized_path_costs_exactly_its_budget[{EXTRA_CUTS[switch][0]}]"
+    if shape.startswith("dropped wiring, "):
+        return wiring_test(switch, shape.removeprefix("dropped wiring, "))
+    return CUT_TESTS.get((switch, shape), EFFECT_TESTS[switch])
 
 
 def stale_cuts(cuts: list[tuple[str, str, list[Edit]]], package: Path = PACKAGE) -> list[str]:
@@ -482,7 +611,7 @@ def main(argv: list[str]) -> int:
     blind, rows = [], []
     with tempfile.TemporaryDirectory() as work:
         for switch, shape, edits in tqdm(cuts, desc="planted cuts", unit="cut"):
-            effect_test = CUT_TESTS.get((switch, shape), EFFECT_TESTS[switch])
+            effect_test = cut_test(switch, shape)
             failed, last = run_cut(switch, edits, Path(work), effect_test)
             verdict = "caught" if failed else "NOT CAUGHT"
             tqdm.write(f"{switch} ({shape}): {verdict} by {effect_test} ({last})")

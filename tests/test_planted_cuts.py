@@ -5,13 +5,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from planted_cuts import CUTS, PATH_CUTS, STEP_CUTS, WASTE_CUTS, planted_cuts, stale_cuts
+from planted_cuts import (
+    CUTS,
+    EXTRA_CUTS,
+    PATH_CUTS,
+    STEP_CUTS,
+    WASTE_CUTS,
+    planted_cuts,
+    stale_cuts,
+    wiring_cuts,
+)
 
 
 def test_every_planted_cut_applies_to_the_source_and_leaves_it_parsing() -> None:
-    assert set(WASTE_CUTS) | set(STEP_CUTS) | set(PATH_CUTS) <= set(CUTS)  # the script plants those of CUTS' switches
+    assert set(WASTE_CUTS) | set(STEP_CUTS) | set(PATH_CUTS) | set(EXTRA_CUTS) <= set(CUTS)  # those of CUTS' switches
     cuts = planted_cuts(list(CUTS))
-    assert len(cuts) == len(CUTS) + len(WASTE_CUTS) + len(STEP_CUTS) + sum(map(len, PATH_CUTS.values()))
+    assert len(cuts) == (len(CUTS) + len(WASTE_CUTS) + len(STEP_CUTS) + sum(map(len, PATH_CUTS.values()))
+                         + len(EXTRA_CUTS) + len(wiring_cuts()))
     assert stale_cuts(cuts) == []
 
 

@@ -28,7 +28,8 @@ def time_iterations(runner: Runner, iterations: int) -> float:
 
 
 def count_iteration(runner: Runner) -> dict[str, Any]:
-    """Host syncs, ops and allocations of one iteration, per phase, per rollout step and per minibatch."""
+    """Host syncs, ops, allocations and bytes allocated in one iteration, per phase, per rollout step and per
+    minibatch."""
     recorder = PhaseCounter()
     with runner.phases.attached(recorder):
         time_iterations(runner, 1)
@@ -41,10 +42,10 @@ def count_iteration(runner: Runner) -> dict[str, Any]:
 
     out: dict[str, Any] = {"phases": phases}
     for unit, names in (("step", ROLLOUT_PHASES), ("minibatch", UPDATE_PHASES)):
-        for key in ("syncs", "ops", "allocations"):
+        for key in ("syncs", "ops", "allocations", "allocated_bytes"):
             out[f"{key}_per_{unit}"] = total(names, key) / per[unit]
     out["trainer_ops_per_step"] = total(tuple(p for p in ROLLOUT_PHASES if p != "env"), "ops") / per["step"]
-    for key in ("syncs", "ops", "allocations"):
+    for key in ("syncs", "ops", "allocations", "allocated_bytes"):
         out[f"{key}_per_iteration"] = total(ALL_PHASES, key)
     return out
 
