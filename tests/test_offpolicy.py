@@ -320,3 +320,31 @@ def test_save_buffer_resumes_exactly(algorithm: str, tmp_path: Path, caplog: pyt
     whole, resumed = (checkpoint.load(tmp_path / run / "latest.pt") for run in ("whole", "resumed"))
     assert_same_state(whole["policy"], resumed["policy"], "policy")
     assert_same_state(whole["algorithm"], resumed["algorithm"], "algorithm")  # the optimizers and the buffer
+
+
+# -- perf.compile ------------------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("compile_enabled")
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_compiled_losses_match_eager_and_compile_once(algorithm: str) -> None:
+    """`perf.compile=hot`: the critics' loss and the actor's (each forward with its backward) are whole graphs; with
+    inductor drawing random numbers as eager code does, two iterations train the parameters eager ones train,
+    within float32 rounding, and a third compiles nothing more."""
+    import torch._inductor.config as inductor_config
+
+    from syncfree.core.compile import compile_counts
+
+    runners = []
+    with inductor_config.patch(fallback_random=True):
+        for mode in ("off", "hot"):
+            runner, _ = trained(small(algorithm, n_step=3, iterations=2, compile=mode))
+            runners.append(runner)
+        eager, compiled = runners
+        for (name, x), y in zip(eager.policy.state_dict().items(), compiled.policy.state_dict().values(), strict=True):
+            torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5, msg=name)
+        assert learner(compiled)._critic_loss is not learner(compiled).critic_loss  # the compiled wrapper runs
+        warm = compile_counts()
+        compiled.cfg.iterations = 3
+        compiled.learn()
+    assert compile_counts() == warm

@@ -17,7 +17,7 @@ import math
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -26,6 +26,7 @@ from syncfree.algo.base import Algorithm
 from syncfree.algo.optim import Collective, GradientAllReduce
 from syncfree.algo.replay import Batch, replay_buffer
 from syncfree.config import PerfConfig, TrainConfig
+from syncfree.core.compile import hot
 from syncfree.core.phases import Phases
 from syncfree.core.switches import Scope
 from syncfree.envs.api import StepResult
@@ -36,6 +37,8 @@ from syncfree.policy.sac import TwinCritics
 from syncfree.policy.settings import PolicyConfig
 
 log = logging.getLogger("syncfree")
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @dataclass
@@ -174,6 +177,13 @@ class OffPolicy(Algorithm):
         self.host_stats = [0.0] * len(self.stat_names)
         """The statistics' sums read at every gradient step (`perf.device_loss_stats` off)."""
         self._no_extra = torch.zeros(1, device=device)
+
+    def compiled(self, fn: F) -> F:
+        """`fn` (a loss of a batch: its forward, and its backward with it) compiled as one graph under `perf.compile`
+        (`hot` and `step` alike), the batch tensors the buffer gathers into marked static; itself with it off."""
+        batch = self.buffer.batch
+        static = [*batch.obs.values(), batch.actions, batch.returns, batch.discounts, *batch.next_obs.values()]
+        return hot(fn, self.perf, self.device, static=[] if self.buffer.on_host else static)
 
     def gradient_average(self, params: list[Tensor]) -> GradientAllReduce | None:
         """With several processes: what averages `params`' gradients over the ranks before their optimizer steps

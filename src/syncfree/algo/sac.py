@@ -83,6 +83,7 @@ class SAC(OffPolicy):
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=own.actor_learning_rate, fused=True)
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=own.critic_learning_rate, fused=True)
         self.alpha_optimizer = torch.optim.Adam([policy.log_alpha], lr=own.alpha_learning_rate, fused=True)
+        self._critic_loss, self._actor_losses = self.compiled(self.critic_loss), self.compiled(self.actor_losses)
         self.critic_gradients = self.gradient_average(self.critic_params)
         self.actor_gradients = self.gradient_average([*self.actor_params, policy.log_alpha])
 
@@ -147,7 +148,7 @@ class SAC(OffPolicy):
         then the targets' soft update."""
         with self.phases("update.forward"):
             batch = self.sample_batch()
-            critic_loss, q_mean = self.critic_loss(batch)
+            critic_loss, q_mean = self._critic_loss(batch)
         with self.phases("update.backward"):
             self.critic_optimizer.zero_grad(set_to_none=True)
             critic_loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
@@ -155,7 +156,7 @@ class SAC(OffPolicy):
             self.average(self.critic_gradients)
             self.critic_optimizer.step()
         with self.phases("update.forward"):
-            actor_loss, alpha_loss, log_prob = self.actor_losses(batch)
+            actor_loss, alpha_loss, log_prob = self._actor_losses(batch)
         with self.phases("update.backward"):
             self.actor_optimizer.zero_grad(set_to_none=True)
             self.alpha_optimizer.zero_grad(set_to_none=True)

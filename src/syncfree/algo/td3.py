@@ -86,6 +86,7 @@ class TD3(OffPolicy):
         self.actor_params, self.critic_params = policy.actor_params(), policy.critic_params()
         self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=cfg.td3.actor_learning_rate, fused=True)
         self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.td3.critic_learning_rate, fused=True)
+        self._critic_loss, self._actor_loss = self.compiled(self.critic_loss), self.compiled(self.actor_loss)
         self.critic_gradients = self.gradient_average(self.critic_params)
         self.actor_gradients = self.gradient_average(self.actor_params)
         self.critic_steps = 0
@@ -148,7 +149,7 @@ class TD3(OffPolicy):
         critics) and the targets' soft update."""
         with self.phases("update.forward"):
             batch = self.sample_batch()
-            critic_loss, q_mean = self.critic_loss(batch)
+            critic_loss, q_mean = self._critic_loss(batch)
         with self.phases("update.backward"):
             self.critic_optimizer.zero_grad(set_to_none=True)
             critic_loss.backward()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
@@ -159,7 +160,7 @@ class TD3(OffPolicy):
         actor_loss = torch.zeros((), device=self.device)
         if self.critic_steps % self.cfg.policy_delay == 0:
             with self.phases("update.forward"):
-                actor_loss = self.actor_loss(batch)
+                actor_loss = self._actor_loss(batch)
             with self.phases("update.backward"):
                 self.actor_optimizer.zero_grad(set_to_none=True)
                 actor_loss.backward(inputs=self.actor_params)  # type: ignore[no-untyped-call]  # unannotated
