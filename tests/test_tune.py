@@ -197,6 +197,8 @@ def test_a_storage_url_that_names_no_reachable_database_is_one_line(storage: str
     ({"objective": "speed"}, "tune: --objective 'speed' is invalid; allowed: return, return,seconds"),
     ({"sampler": "grid"}, "tune: --sampler 'grid' is invalid; allowed: tpe, cmaes, random, nsga2"),
     ({"workers": 0}, "tune: --workers 0 is invalid; allowed: an integer >= 1"),
+    ({"heartbeat": -1}, "tune: --heartbeat -1 is invalid; allowed: seconds >= 0 (0: none)"),
+    ({"heartbeat": 10, "grace": 10}, "tune: --grace 10 is invalid with --heartbeat 10; allowed: more seconds than"),
     ({"algorithm": "sac"}, "tune: --algorithm sac has no default search space; give one with --space"),
 ])
 def test_choices_that_cannot_work_are_one_line(options: dict, message: str, tmp_path: Path) -> None:
