@@ -5,6 +5,7 @@ space is data whose every mistake is one line; an unreachable database is one li
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,16 @@ def test_a_storage_url_that_names_no_reachable_database_is_one_line(storage: str
         syncfree.tune("pendulum", trials=1, storage=storage, folder=tmp_path)
     assert str(info.value).startswith(f"tune: cannot open the study's storage {shown} (") and "\n" not in str(info.value)
     assert "secret" not in str(info.value)
+
+
+def test_a_postgresql_storage_without_its_driver_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in ("psycopg", "psycopg2"):  # neither installed: importing either fails
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(UserError) as info:
+        syncfree.tune("pendulum", trials=1, storage="postgresql://tuner:secret@127.0.0.1:9/optuna", folder=tmp_path)
+    assert str(info.value) == ("tune: cannot open the study's storage postgresql://tuner:***@127.0.0.1:9/optuna "
+                               "(ImportError: no driver for postgresql installed; pip install 'syncfree[tune]' (or "
+                               "pip install 'psycopg[binary]'))")
 
 
 @pytest.mark.parametrize("options,message", [

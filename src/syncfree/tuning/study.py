@@ -91,8 +91,11 @@ def open_storage(url: str, heartbeat: int = 0, grace: int = 0) -> Any:
     except Exception as e:
         text = " ".join(str(e).split()) or type(e).__name__
         text = text.split(" (Background on this error")[0].split(" [SQL:")[0]
-        if isinstance(e, ImportError) and url.startswith("postgresql"):
-            text += "; pip install 'syncfree[tune]' (or pip install 'psycopg[binary]')"
+        if isinstance(e, ImportError):  # SQLAlchemy knows the database, Python lacks its driver
+            scheme = url.split("://")[0]
+            text = f"no driver for {scheme} installed" + (
+                "; pip install 'syncfree[tune]' (or pip install 'psycopg[binary]')"
+                if scheme in ("postgresql", "postgresql+psycopg") else "")
         raise UserError(f"tune: cannot open the study's storage {hidden(url)} ({type(e).__name__}: "
                         f"{text[:300]})") from None
 
