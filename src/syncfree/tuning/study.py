@@ -378,8 +378,13 @@ def run_workers(settings: StudySettings) -> None:
             process.start()
         for process in processes:
             process.join()
-    failed = [f"worker {i} exit code {p.exitcode}" for i, p in enumerate(processes) if p.exitcode]
-    if failed:
+    codes = [p.exitcode or 0 for p in processes]  # joined: each has its code
+    killed = [f"worker {i} (signal {-code})" for i, code in enumerate(codes) if code < 0]
+    failed = [f"worker {i} exit code {code}" for i, code in enumerate(codes) if code]
+    if killed and settings.heartbeat and 0 in codes and max(codes) == 0:
+        # the others waited for its trial to go silent, retried it and ended the study
+        log.warning("tune: %s killed; the other workers retried its trial and finished the study", ", ".join(killed))
+    elif failed:
         raise UserError(f"tune: {', '.join(failed)}; the study keeps every trial they finished (rerun the command to "
                         "go on)")
 
