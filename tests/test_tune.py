@@ -5,6 +5,7 @@ space is data whose every mistake is one line; an unreachable database is one li
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -192,11 +193,23 @@ def test_a_storage_url_that_names_no_reachable_database_is_one_line(storage: str
     assert "secret" not in str(info.value)
 
 
+def test_a_postgresql_storage_without_its_driver_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for module in ("psycopg", "psycopg2"):  # neither installed: importing either fails
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(UserError) as info:
+        syncfree.tune("pendulum", trials=1, storage="postgresql://tuner:secret@127.0.0.1:9/optuna", folder=tmp_path)
+    assert str(info.value) == ("tune: cannot open the study's storage postgresql://tuner:***@127.0.0.1:9/optuna "
+                               "(ImportError: no driver for postgresql installed; pip install 'syncfree[tune]' (or "
+                               "pip install 'psycopg[binary]'))")
+
+
 @pytest.mark.parametrize("options,message", [
     ({"objective": "return,seconds", "pruner": "median"}, "tune: --pruner median needs one objective"),
     ({"objective": "speed"}, "tune: --objective 'speed' is invalid; allowed: return, return,seconds"),
     ({"sampler": "grid"}, "tune: --sampler 'grid' is invalid; allowed: tpe, cmaes, random, nsga2"),
     ({"workers": 0}, "tune: --workers 0 is invalid; allowed: an integer >= 1"),
+    ({"heartbeat": -1}, "tune: --heartbeat -1 is invalid; allowed: seconds >= 0 (0: none)"),
+    ({"heartbeat": 10, "grace": 10}, "tune: --grace 10 is invalid with --heartbeat 10; allowed: more seconds than"),
     ({"algorithm": "sac"}, "tune: --algorithm sac has no default search space; give one with --space"),
 ])
 def test_choices_that_cannot_work_are_one_line(options: dict, message: str, tmp_path: Path) -> None:

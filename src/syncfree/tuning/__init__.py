@@ -23,6 +23,8 @@ from syncfree.outputs import check_output_dir
 from syncfree.tuning import results
 from syncfree.tuning.space import Parameter, default_space, describe, parse_space, read_space
 from syncfree.tuning.study import (
+    GRACE,
+    HEARTBEAT,
     OBJECTIVES,
     PRUNERS,
     SAMPLERS,
@@ -64,7 +66,8 @@ def study_name(base: TrainConfig) -> str:
 def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = None, trials: int = 20,
               workers: int = 1, study: str | None = None, storage: str | None = None, budget_steps: int = 0,
               budget_seconds: float = 0.0, objective: str = "return", pruner: Any = None, sampler: Any = "tpe",
-              reports: int = 4, folder: str | Path = "runs") -> TuneResult:
+              reports: int = 4, folder: str | Path = "runs", heartbeat: int = HEARTBEAT,
+              grace: int = GRACE) -> TuneResult:
     """The study of `base` (a validated config), as `syncfree tune` and `syncfree.tune` run it."""
     objectives = parse_objectives(objective)
     if budget_steps and budget_seconds:
@@ -83,7 +86,7 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
         storage=storage or default_storage(study_folder), folder=study_folder, objectives=objectives,
         budget_steps=int(budget_steps), budget_seconds=float(budget_seconds),
         pruner=pruner if isinstance(pruner, str) else "given", sampler=sampler if isinstance(sampler, str) else "tpe",
-        reports=reports, threads=threads, names=active(),
+        reports=reports, threads=threads, heartbeat=int(heartbeat), grace=int(grace), names=active(),
         pruner_object=None if isinstance(pruner, str) else pruner,
         sampler_object=None if isinstance(sampler, str) else sampler)
     check_settings(settings)
@@ -108,6 +111,9 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
              "s" if workers > 1 else "", per, cores(), goals,
              type(settings.sampler_object).__name__ if settings.sampler_object is not None else settings.sampler,
              pruner_label(settings), reports, study_folder)
+    if settings.heartbeat:
+        log.info("tune: heartbeat every %d s; a trial silent for %d s (its worker stopped) is failed and retried",
+                 settings.heartbeat, settings.grace)
     log.info("tune: searching %s", describe(parameters))
     run_workers(settings)
     finished = open_study(settings)
@@ -127,8 +133,8 @@ def pruner_label(settings: StudySettings) -> str:
 def tune(task: str = "cartpole", *, trials: int = 20, workers: int = 1,
          space: str | Path | Mapping[str, Any] | None = None, study: str | None = None, storage: str | None = None,
          budget_steps: int = 0, budget_seconds: float = 0.0, objective: str = "return", pruner: Any = None,
-         sampler: Any = "tpe", reports: int = 4, folder: str | Path = "runs", config: TrainConfig | None = None,
-         **overrides: Any) -> TuneResult:
+         sampler: Any = "tpe", reports: int = 4, folder: str | Path = "runs", heartbeat: int = HEARTBEAT,
+         grace: int = GRACE, config: TrainConfig | None = None, **overrides: Any) -> TuneResult:
     """Search a task's settings with Optuna, as `syncfree tune` does: `trials` training runs of the task's preset (or
     `config`, changed by `overrides` as `syncfree.learn` takes them), each with settings drawn from `space` (a YAML
     file or a dict `{dotted key: {type: float|int|categorical, low, high, log, step, choices}}`; None: the
@@ -142,6 +148,10 @@ def tune(task: str = "cartpole", *, trials: int = 20, workers: int = 1,
     `hyperband`, `none` (default `median` with one objective) or an Optuna pruner; `sampler`: `tpe`, `cmaes`,
     `random`, `nsga2` or an Optuna sampler. A pruned trial stops after the report it was pruned at (`reports` a
     trial, at even fractions of its budget), its run folder kept.
+
+    A running trial writes a heartbeat to the database every `heartbeat` seconds (0: none); one silent for `grace`
+    seconds (its worker killed, its machine gone) is marked failed by another worker and retried with its settings
+    (up to 3 times), in a run folder of its own.
     """
     from syncfree.api import configured
     from syncfree.train.run import visible_logs
@@ -149,7 +159,7 @@ def tune(task: str = "cartpole", *, trials: int = 20, workers: int = 1,
     base = configured(task, config, overrides)
     with visible_logs():
         result = run_study(base, space, trials, workers, study, storage, budget_steps, budget_seconds, objective,
-                           pruner, sampler, reports, folder)
+                           pruner, sampler, reports, folder, heartbeat, grace)
         log.info("tune: best trials of %s:\n%s", result.study.study_name, result.table)
     return result
 
@@ -198,6 +208,10 @@ def parse_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, TrainConfi
                         "return,seconds (the Pareto front of return against training time)")
     parser.add_argument("--pruner", help=f"{', '.join(PRUNERS)} (default median; none with two objectives)")
     parser.add_argument("--sampler", default="tpe", help=f"{', '.join(SAMPLERS)} (default tpe)")
+    parser.add_argument("--heartbeat", type=int, default=HEARTBEAT, help="seconds between a running trial's "
+                        f"heartbeats in the database; 0: none (default {HEARTBEAT})")
+    parser.add_argument("--grace", type=int, default=GRACE, help="seconds without a heartbeat after which another "
+                        f"worker marks a trial failed and retries it (default {GRACE})")
     parser.add_argument("--reports", type=int, default=4, help="evaluations a trial reports for pruning, at even "
                         "fractions of its budget (default 4)")
     args, rest = parser.parse_known_args(list(argv))
@@ -216,6 +230,7 @@ def main(argv: Sequence[str]) -> int:
     """`syncfree tune`."""
     args, base = parse_arguments(argv)
     result = run_study(base, args.space, args.trials, args.workers, args.study, args.storage, args.budget_steps,
-                       args.budget_seconds, args.objective, args.pruner, args.sampler, args.reports, args.dir)
+                       args.budget_seconds, args.objective, args.pruner, args.sampler, args.reports, args.dir,
+                       args.heartbeat, args.grace)
     print(f"best trials of study {result.study.study_name}:\n{result.table}")
     return 0

@@ -9,7 +9,10 @@ import importlib.util
 import logging
 import multiprocessing
 import os
+import socket
 import sys
+import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +38,8 @@ def optuna_module() -> Any:
         raise UserError("tune: needs Optuna; pip install 'syncfree[tune]' (or pip install optuna)") from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    # the heartbeat outside `Study.optimize`: the workers beat and fail silent trials themselves (`work`)
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used", category=UserWarning)
     return optuna
 
 
@@ -60,19 +65,48 @@ def default_storage(folder: Path) -> str:
     return f"sqlite:///{(folder / 'study.db').resolve()}"
 
 
-def open_storage(url: str) -> Any:
-    """Optuna's storage at `url`; a database that cannot be reached (or a URL that names none) is one line."""
+HEARTBEAT = 10
+"""Seconds between a running trial's heartbeats (written to the study's database by a thread of its worker)."""
+GRACE = 60
+"""Seconds without a heartbeat after which another worker marks a running trial failed and queues its retry."""
+RETRIES = 3
+"""How many times a trial whose worker stopped is retried (a trial that kills its worker each time ends failed)."""
+
+
+def open_storage(url: str, heartbeat: int = 0, grace: int = 0) -> Any:
+    """Optuna's storage at `url`, with heartbeats every `heartbeat` seconds (0: none) and a trial silent for `grace`
+    seconds failed and retried; a database that cannot be reached (or a URL that names none) is one line."""
     optuna = optuna_module()
     kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:"):  # several workers write one file: wait for each other's writes
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+    if heartbeat:
+        kwargs.update(heartbeat_interval=heartbeat, grace_period=grace)
+        if hasattr(optuna.storages, "RetryHeartbeatStaleTrialCallback"):  # Optuna >= 4.9
+            kwargs["heartbeat_stale_trial_callback"] = optuna.storages.RetryHeartbeatStaleTrialCallback(RETRIES)
+        else:
+            kwargs["failed_trial_callback"] = optuna.storages.RetryFailedTrialCallback(RETRIES)
     try:
-        return optuna.storages.RDBStorage(url, **kwargs)
+        return optuna.storages.RDBStorage(driver(url), **kwargs)
     except Exception as e:
         text = " ".join(str(e).split()) or type(e).__name__
         text = text.split(" (Background on this error")[0].split(" [SQL:")[0]
+        if isinstance(e, ImportError):  # SQLAlchemy knows the database, Python lacks its driver
+            scheme = url.split("://")[0]
+            text = f"no driver for {scheme} installed" + (
+                "; pip install 'syncfree[tune]' (or pip install 'psycopg[binary]')"
+                if scheme in ("postgresql", "postgresql+psycopg") else "")
         raise UserError(f"tune: cannot open the study's storage {hidden(url)} ({type(e).__name__}: "
-                        f"{text[:200]})") from None
+                        f"{text[:300]})") from None
+
+
+def driver(url: str) -> str:
+    """`url` with the PostgreSQL driver the `tune` extra installs (psycopg 3) where it names none and SQLAlchemy's
+    default for `postgresql://` (psycopg2 before SQLAlchemy 2.1) is not installed."""
+    if not url.startswith("postgresql://") or importlib.util.find_spec("psycopg2") is not None \
+            or importlib.util.find_spec("psycopg") is None:
+        return url
+    return "postgresql+psycopg://" + url.removeprefix("postgresql://")
 
 
 def make_sampler(settings: StudySettings) -> Any:
@@ -124,13 +158,18 @@ def check_settings(settings: StudySettings) -> None:
             raise UserError(f"tune: {name} {value} is invalid; allowed: an integer >= 1")
     if settings.budget_steps < 0 or settings.budget_seconds < 0:
         raise UserError("tune: a budget is a number > 0")
+    if settings.heartbeat < 0:
+        raise UserError(f"tune: --heartbeat {settings.heartbeat} is invalid; allowed: seconds >= 0 (0: none)")
+    if settings.heartbeat and settings.grace <= settings.heartbeat:
+        raise UserError(f"tune: --grace {settings.grace} is invalid with --heartbeat {settings.heartbeat}; allowed: "
+                        "more seconds than --heartbeat")
 
 
 def open_study(settings: StudySettings, create: bool = False) -> Any:
     """The study in its storage (made by the first command that runs it: `create`); one line when the study there
     was started for another task, algorithm or objective."""
     optuna = optuna_module()
-    storage = open_storage(settings.storage)
+    storage = open_storage(settings.storage, settings.heartbeat, settings.grace)
     directions = [OBJECTIVES[name] for name in settings.objectives]
     try:
         if create:
@@ -161,13 +200,19 @@ def open_study(settings: StudySettings, create: bool = False) -> Any:
 
 
 COUNTED = ("COMPLETE", "PRUNED", "FAIL", "RUNNING")
-"""The trials that count toward a study's `trials`: finished, failed, and those running now (on any machine)."""
+"""The trials that count toward a study's `trials`: finished, failed, and those running now (on any machine); a
+trial failed because its worker stopped counts through its retry instead."""
+
+
+def retried(trials: list[Any]) -> set[int]:
+    """The numbers of the trials that a later trial retries (their worker stopped: no heartbeat)."""
+    return {number for t in trials for number in t.system_attrs.get("retry_history", ())}
 
 
 def counted(study: Any) -> int:
-    from optuna.trial import TrialState
-
-    return len(study.get_trials(deepcopy=False, states=tuple(TrialState[name] for name in COUNTED)))
+    trials = study.get_trials(deepcopy=False)
+    again = retried(trials)
+    return sum(1 for t in trials if t.state.name in COUNTED and not (t.state.name == "FAIL" and t.number in again))
 
 
 def values_line(values: dict[str, Any]) -> str:
@@ -175,57 +220,127 @@ def values_line(values: dict[str, Any]) -> str:
                      for key, value in values.items())
 
 
+def next_step(study: Any, settings: StudySettings) -> tuple[str, list[int]]:
+    """What a worker does next: `ask` for a trial (the study is short, or holds a retry), `wait` for the trials that
+    other workers run (they end, or go silent and are retried here), or `stop`. Trials silent for the grace period are
+    failed first, their retries queued."""
+    optuna = optuna_module()
+    if settings.heartbeat:
+        optuna.storages.fail_stale_trials(study)
+    trials = study.get_trials(deepcopy=False)
+    if counted(study) < settings.trials or any(t.state.name == "WAITING" for t in trials):
+        return "ask", []
+    running = [t.number for t in trials if t.state.name == "RUNNING" and "heartbeat" in t.user_attrs]
+    return ("wait", running) if settings.heartbeat and running else ("stop", [])
+
+
+@contextlib.contextmanager
+def beating(storage: Any, trial: Any, interval: int) -> Iterator[None]:
+    """The trial's heartbeat every `interval` seconds while it runs (0: none), by a thread of this process: when the
+    process dies the beats stop, and after the grace period another worker fails the trial and queues its retry."""
+    if not interval:
+        yield
+        return
+    trial_id = trial._trial_id  # private: Optuna's own heartbeat thread takes the same id
+    storage.record_heartbeat(trial_id)  # before the attribute that makes other workers wait for it
+    trial.set_user_attr("heartbeat", interval)
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(interval):
+            with contextlib.suppress(Exception):  # a database hiccup: the next beat tries again
+                storage.record_heartbeat(trial_id)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat of trial {trial.number}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
 def work(settings: StudySettings, worker: int = 0) -> None:
     """One worker: trials until the study holds `trials` (those of earlier runs of the command and of other
-    machines count). A trial whose settings cannot train (an invalid combination, more memory than there is) fails
-    with its line, one that diverges counts as pruned; the study goes on."""
+    machines count), then waits for the trials other workers run, so that every command of the study ends on the
+    same trials. A trial whose settings cannot train (an invalid combination, more memory than there is) fails
+    with its line, one that diverges counts as pruned; the study goes on. A trial whose worker died (no heartbeat
+    for `grace` seconds) is failed and retried with its settings, in a run folder of its own."""
     from optuna.trial import TrialState
 
     study = open_study(settings)
     prune = len(settings.objectives) == 1 and not isinstance(study.pruner, optuna_module().pruners.NopPruner)
+    host = socket.gethostname()
+    waited: list[int] = []
     with user_names(settings.names):
-        stopped = False
-        while not stopped and counted(study) < settings.trials:
+        while True:
+            step, running = next_step(study, settings)
+            if step == "stop":
+                break
+            if step == "wait":
+                if running != waited:
+                    log.info("tune: the study holds its trials; waiting for trial%s %s on other workers",
+                             "s" if len(running) > 1 else "", ", ".join(map(str, running)))
+                    waited = running
+                time.sleep(min(settings.heartbeat, 1))
+                continue
             trial = study.ask()
             who = f"trial {trial.number}" + (f" (worker {worker})" if settings.workers > 1 else "")
+            history = study._storage.get_trial_system_attrs(trial._trial_id).get("retry_history")
+            if history:
+                log.warning("tune: %s retries trial %d, whose worker stopped (no heartbeat for %d s)", who,
+                            history[-1], settings.grace)
+            trial.set_user_attr("host", host)
             try:
-                values = run_trial(trial, settings, prune)
+                with beating(study._storage, trial, settings.heartbeat):
+                    values = run_trial(trial, settings, prune)
             except Pruned as e:
-                stopped = not tell(study, trial, state=TrialState.PRUNED)
+                if not tell(study, trial, who, state=TrialState.PRUNED):
+                    break
                 log.info("tune: %s pruned at report %d of %d (return %.4g); %s; run kept in %s", who, e.report,
                          settings.reports, e.value, values_line(trial.params), trial.user_attrs["run_dir"])
                 continue
             except NonFiniteError as e:  # settings that diverge score as badly as those pruned (RL Zoo's choice)
                 trial.set_user_attr("error", str(e))
-                stopped = not tell(study, trial, state=TrialState.PRUNED)
+                if not tell(study, trial, who, state=TrialState.PRUNED):
+                    break
                 log.warning("tune: %s diverged, counted as pruned: %s; %s", who, e, values_line(trial.params))
                 continue
             except (UserError, MemoryError, RuntimeError) as e:  # settings that cannot train here
                 message = str(e) if isinstance(e, UserError) else out_of_memory(e)
                 if message is None:
-                    study.tell(trial, state=TrialState.FAIL)
+                    tell(study, trial, who, state=TrialState.FAIL)
                     raise
                 trial.set_user_attr("error", message)
-                stopped = not tell(study, trial, state=TrialState.FAIL)
+                if not tell(study, trial, who, state=TrialState.FAIL):
+                    break
                 log.warning("tune: %s failed: %s; %s", who, message, values_line(trial.params))
                 continue
             except BaseException:  # interrupted, or a fault of the program: the trial is not left running
-                study.tell(trial, state=TrialState.FAIL)
+                tell(study, trial, who, state=TrialState.FAIL)
                 raise
-            stopped = not tell(study, trial, list(values))
+            if not tell(study, trial, who, list(values)):
+                break
             scores = ", ".join(f"{name} {value:.4g}" for name, value in zip(settings.objectives, values, strict=True))
             log.info("tune: %s: %s; %s", who, scores, values_line(trial.params))
 
 
-def tell(study: Any, trial: Any, values: list[float] | None = None, state: Any = None) -> bool:
+def tell(study: Any, trial: Any, who: str, values: list[float] | None = None, state: Any = None) -> bool:
     """Tell the study a trial's end; False when the sampler asked the study to stop (a grid it has been through:
-    Optuna stores the trial, then the sampler's `study.stop()` raises outside `optimize`)."""
+    Optuna stores the trial, then the sampler's `study.stop()` raises outside `optimize`). A trial another worker
+    has failed meanwhile (its heartbeats late by more than the grace period) keeps that end: its retry counts."""
     try:
         study.tell(trial, values, state=state)
     except RuntimeError as e:
         if "Study.stop" not in str(e):
             raise
         return False
+    except ValueError:
+        ended = study._storage.get_trial(trial._trial_id).state
+        if not ended.is_finished():
+            raise
+        log.warning("tune: %s was marked %s by another worker (its heartbeats came too late); its result is "
+                    "dropped and its retry counts", who, ended.name.lower())
     return True
 
 
@@ -263,8 +378,13 @@ def run_workers(settings: StudySettings) -> None:
             process.start()
         for process in processes:
             process.join()
-    failed = [f"worker {i} exit code {p.exitcode}" for i, p in enumerate(processes) if p.exitcode]
-    if failed:
+    codes = [p.exitcode or 0 for p in processes]  # joined: each has its code
+    killed = [f"worker {i} (signal {-code})" for i, code in enumerate(codes) if code < 0]
+    failed = [f"worker {i} exit code {code}" for i, code in enumerate(codes) if code]
+    if killed and settings.heartbeat and 0 in codes and max(codes) == 0:
+        # the others waited for its trial to go silent, retried it and ended the study
+        log.warning("tune: %s killed; the other workers retried its trial and finished the study", ", ".join(killed))
+    elif failed:
         raise UserError(f"tune: {', '.join(failed)}; the study keeps every trial they finished (rerun the command to "
                         "go on)")
 

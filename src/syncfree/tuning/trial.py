@@ -47,6 +47,11 @@ class StudySettings:
     """Intermediate evaluations a trial reports for pruning, at even fractions of its budget."""
     threads: int = 0
     """torch threads per trial; 0: each run chooses as `syncfree train` does."""
+    heartbeat: int = 0
+    """Seconds between a running trial's heartbeats in the database; 0: none (a trial whose worker dies stays
+    running)."""
+    grace: int = 0
+    """Seconds without a heartbeat after which a running trial is failed and retried (by any worker of the study)."""
     names: UserNames | None = None
     """The code the command named (a `module:factory` task), allowed in the workers too."""
     pruner_object: Any = field(default=None, repr=False)
