@@ -75,6 +75,18 @@ def test_close_kills_a_worker_that_does_not_answer_within_the_grace_period(stall
         "killed it"]
 
 
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler (KeyboardInterrupt), which a process started as a shell's background job lacks
+    (it starts with SIGINT ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("python_sigint")
 def test_a_silent_worker_is_named_once_and_a_second_ctrl_c_ends_the_run(stalling: HostWorker,
                                                                         monkeypatch: pytest.MonkeyPatch,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
