@@ -22,16 +22,16 @@ from typing import Any, ClassVar, TypeVar, cast
 import torch
 from torch import Tensor, nn
 
-from syncfree.algo.base import Algorithm
+from syncfree.algo.base import Algorithm, CheckpointReader
 from syncfree.algo.optim import Collective, GradientAllReduce
 from syncfree.algo.replay import Batch, replay_buffer
 from syncfree.config import PerfConfig, TrainConfig
 from syncfree.core.compile import hot
 from syncfree.core.phases import Phases
 from syncfree.core.switches import Scope
-from syncfree.envs.api import StepResult
-from syncfree.errors import UserError, check
-from syncfree.policy.actor_critic import auto_lowers_mlps
+from syncfree.envs.api import StepResult, VecEnv
+from syncfree.errors import POLICY_MEMORY, UserError, allocating, check
+from syncfree.policy.actor_critic import auto_lowers_mlps, set_autocast
 from syncfree.policy.build import EnvShape, obs_dim
 from syncfree.policy.sac import TwinCritics
 from syncfree.policy.settings import PolicyConfig
@@ -195,6 +195,16 @@ class OffPolicy(Algorithm):
             gradients(self._no_extra)
 
     # -- the class's side -------------------------------------------------------------------------------------
+
+    @classmethod
+    def build(cls, cfg: OffPolicyTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
+              read_checkpoint: CheckpointReader | None = None) -> OffPolicy:
+        cls.check_actions(cfg, env)
+        with allocating(POLICY_MEMORY):
+            policy = cls.build_policy(cfg, env).to(device)
+        set_autocast(policy, cfg.perf.autocast, device)
+        learner: OffPolicy = cast(Any, cls)(policy, cfg, device, env.num_envs, dist)  # each learner's constructor
+        return learner
 
     @classmethod
     def check_actions(cls, cfg: TrainConfig, env: EnvShape) -> None:

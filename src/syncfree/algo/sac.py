@@ -11,19 +11,18 @@ learners' (`syncfree.algo.offpolicy`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from syncfree.algo.base import CheckpointReader, first_episode_returns
+from syncfree.algo.base import first_episode_returns
 from syncfree.algo.offpolicy import OffPolicy, OffPolicyConfig, OffPolicyTrainConfig
 from syncfree.algo.optim import Collective
 from syncfree.algo.replay import Batch
 from syncfree.envs.api import VecEnv
-from syncfree.errors import POLICY_MEMORY, allocating, check
-from syncfree.policy.actor_critic import set_autocast
+from syncfree.errors import check
 from syncfree.policy.build import EnvShape
 from syncfree.policy.sac import SquashedGaussianActorCritic
 
@@ -86,15 +85,6 @@ class SAC(OffPolicy):
         self._critic_loss, self._actor_losses = self.compiled(self.critic_loss), self.compiled(self.actor_losses)
         self.critic_gradients = self.gradient_average(self.critic_params)
         self.actor_gradients = self.gradient_average([*self.actor_params, policy.log_alpha])
-
-    @classmethod
-    def build(cls, cfg: SACTrainConfig, env: VecEnv, device: torch.device, dist: Any = None,
-              read_checkpoint: CheckpointReader | None = None) -> SAC:
-        cls.check_actions(cfg, env)
-        with allocating(POLICY_MEMORY):
-            policy = cls.build_policy(cfg, env).to(device)
-        set_autocast(policy, cfg.perf.autocast, device)
-        return cls(policy, cfg, device, env.num_envs, dist)
 
     @classmethod
     def build_policy(cls, cfg: SACTrainConfig, env: EnvShape) -> SquashedGaussianActorCritic:

@@ -17,13 +17,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from syncfree.algo.base import CheckpointReader, first_episode_returns
+from syncfree.algo.base import first_episode_returns
 from syncfree.algo.offpolicy import OffPolicy, OffPolicyConfig, OffPolicyTrainConfig
 from syncfree.algo.optim import Collective
 from syncfree.algo.replay import Batch
 from syncfree.envs.api import VecEnv
-from syncfree.errors import POLICY_MEMORY, allocating, check
-from syncfree.policy.actor_critic import set_autocast
+from syncfree.errors import check
 from syncfree.policy.build import EnvShape
 from syncfree.policy.sac import DeterministicActorCritic
 
@@ -91,15 +90,6 @@ class TD3(OffPolicy):
         self.actor_gradients = self.gradient_average(self.actor_params)
         self.critic_steps = 0
         """Gradient steps of the critics so far (host integer): the actor steps on every `policy_delay`-th."""
-
-    @classmethod
-    def build(cls, cfg: TD3TrainConfig, env: VecEnv, device: torch.device, dist: Any = None,
-              read_checkpoint: CheckpointReader | None = None) -> TD3:
-        cls.check_actions(cfg, env)
-        with allocating(POLICY_MEMORY):
-            policy = cls.build_policy(cfg, env).to(device)
-        set_autocast(policy, cfg.perf.autocast, device)
-        return cls(policy, cfg, device, env.num_envs, dist)
 
     @classmethod
     def build_policy(cls, cfg: TD3TrainConfig, env: EnvShape) -> DeterministicActorCritic:
