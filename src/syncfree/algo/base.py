@@ -288,7 +288,18 @@ class Algorithm(ABC):
     @classmethod
     def check_resumable(cls, saved: dict[str, Any], cfg: TrainConfig, source: str) -> None:
         """A run of `cfg` may continue a checkpoint trained with the config `saved` (a dict): the policy settings that
-        shape what its weights compute are the same (those of `POLICY_CHANGEABLE` may differ)."""
+        shape what its weights compute are the same (those of `POLICY_CHANGEABLE` may differ), and its optimizer keeps
+        state of the same kind (adam and adamw: AdamW's moments; muon: Muon's momentum and AdamW's moments;
+        schedule_free_adamw: its own)."""
+        for section in ("ppo", "distill"):
+            ours = getattr(getattr(cfg, section, None), "optimizer", None)
+            stored = saved.get(section)
+            if ours is None or not isinstance(stored, dict):
+                continue
+            theirs = stored.get("optimizer", "adam")  # written before the setting: Adam
+            if {theirs, ours} != {"adam", "adamw"} and theirs != ours:
+                raise UserError(f"{source}: its optimizer state is {section}.optimizer={theirs}'s but this run has "
+                                f"{section}.optimizer={ours}; resume with {section}.optimizer={theirs}")
         policy = getattr(cfg, "policy", None)
         if policy is None:
             return
@@ -310,7 +321,7 @@ class Algorithm(ABC):
     def optimizer_params(self) -> dict[str, list[Tensor]]:
         """The parameters of each Adam optimizer whose state `state_dict` holds, by its key there (`optimizer`,
         `rnd.optimizer`), in the optimizer's order: a checkpoint's moments are checked against their shapes."""
-        found: dict[str, list[Tensor]] = {"optimizer": list(self.optim.params)}
+        found: dict[str, list[Tensor]] = {"optimizer": list(self.optim.state_params())}
         if self.rnd is not None:
             found["rnd.optimizer"] = list(self.rnd.params)
         return found
