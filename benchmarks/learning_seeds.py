@@ -44,9 +44,14 @@ except ImportError:  # a checkout from before the runner
 def final_eval(runner, cfg, num_envs: int, greedy: bool) -> float:
     """Mean first-episode return of the trained policy's deterministic (`greedy`) or sampled actions on fresh envs,
     as `syncfree eval [--sample]`."""
+    import contextlib
+
     from syncfree.train.evaluate import evaluate_task
 
-    return float(evaluate_task(cfg, runner.policy, num_envs, runner.device, seed=12345, greedy=greedy).mean())
+    # the weights to evaluate (schedule-free AdamW's average); a checkout from before them has no such block
+    weights = getattr(runner.algorithm, "average_weights", contextlib.nullcontext)
+    with weights():
+        return float(evaluate_task(cfg, runner.policy, num_envs, runner.device, seed=12345, greedy=greedy).mean())
 
 
 def run(task: str, seed: int, iterations: int, eval_envs: int, algorithm: str = "",

@@ -7,6 +7,7 @@ import copy
 import logging
 import re
 from pathlib import Path
+from typing import cast
 
 import pytest
 import torch
@@ -236,7 +237,11 @@ def test_schedule_free_adamw_steps_as_the_schedulefree_package() -> None:
     assert not torch.equal(ours.actor[2].weight, network().actor[2].weight)
 
 
-def test_schedule_free_skips_a_non_finite_step_and_the_run_sees_the_average(tmp_path: Path) -> None:
+def test_schedule_free_skips_a_non_finite_step_and_saves_and_evaluates_its_average(tmp_path: Path) -> None:
+    """The run acts and steps with the interpolated weights; checkpoints, evaluation and `syncfree.learn`'s policy
+    get the average, and the acting weights come back exactly after a save."""
+    import syncfree
+
     net = network()
     params = list(net.parameters())
     found_inf = torch.ones(())
@@ -254,14 +259,23 @@ def test_schedule_free_skips_a_non_finite_step_and_the_run_sees_the_average(tmp_
     cfg.iterations, cfg.save_every, cfg.ppo.optimizer = 2, 100, "schedule_free_adamw"
     run = Run(cfg, tmp_path / "run")
     run.learn()
-    optim = run.runner.algorithm.optim.optimizer
-    assert isinstance(optim, ScheduleFreeAdamW) and not optim.train_mode  # between updates: the average
+    algorithm, policy = run.runner.algorithm, run.runner.policy
+    optim = algorithm.optim.optimizer
+    assert isinstance(optim, ScheduleFreeAdamW) and optim.train_mode  # between updates: the acting weights
+    acting = {name: p.detach().clone() for name, p in policy.named_parameters()}
+    with algorithm.average_weights():
+        average = {name: p.detach().clone() for name, p in policy.named_parameters()}
+    assert all(torch.equal(acting[name], p) for name, p in policy.named_parameters())
+    assert not torch.equal(average["actor.2.weight"], acting["actor.2.weight"])
     saved = checkpoint.load(tmp_path / "run" / "latest.pt")
-    for name, p in run.runner.policy.named_parameters():
-        assert torch.equal(saved["policy"][name], p), name
-    optim.train()  # the interpolation the next update steps from differs from what was saved
-    assert not torch.equal(run.runner.policy.actor[2].weight, saved["policy"]["actor.2.weight"])
-    optim.eval()
+    assert all(torch.equal(saved["policy"][name], average[name]) for name in average)
+    assert all(torch.equal(a, acting[name]) for a, name in zip(saved["algorithm"]["acting_weights"], acting,
+                                                                strict=True))
+
+    result = syncfree.learn("pendulum", run_dir=False, iterations=1, seed=3, **{
+        "env.num_envs": 16, "ppo.steps_per_env": 8, "ppo.optimizer": "schedule_free_adamw", "perf.compile": "off",
+        "log.progress": False})
+    assert not cast(ScheduleFreeAdamW, result.run.runner.algorithm.optim.optimizer).train_mode  # the average
 
 
 def test_a_schedule_free_run_resumes_exactly(tmp_path: Path) -> None:

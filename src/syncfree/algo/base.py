@@ -12,6 +12,7 @@ no host read, nothing allocated that a preallocated buffer could hold.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from syncfree.algo.optim import Collective, PolicyOptimizer
+from syncfree.algo.optim import Collective, PolicyOptimizer, ScheduleFreeAdamW
 from syncfree.algo.rnd import RND
 from syncfree.algo.settings import PPOConfig
 from syncfree.config import TrainConfig, flatten
@@ -312,6 +313,20 @@ class Algorithm(ABC):
     optional_state: ClassVar[tuple[str, ...]] = ("reward_scale", "rnd")
     """Keys of `state_dict` a checkpoint may have or lack (an extension turned on or off since it was written: the run
     starts that part new, or drops it)."""
+
+    def average_weights(self) -> contextlib.AbstractContextManager[bool]:
+        """A block in which the policy holds the weights to evaluate, export and save: with schedule-free AdamW its
+        average (`PolicyOptimizer.average_weights`), else the policy as it is."""
+        optim = getattr(self, "optim", None)
+        return optim.average_weights() if isinstance(optim, PolicyOptimizer) else contextlib.nullcontext(False)
+
+    def keep_average_weights(self) -> None:
+        """After the last update: the policy keeps the weights to evaluate and export (schedule-free AdamW's average;
+        a later update steps on from the weights this recomputes from it, no longer exactly those of an unbroken
+        run)."""
+        optim = getattr(self, "optim", None)
+        if isinstance(optim, PolicyOptimizer) and isinstance(optim.optimizer, ScheduleFreeAdamW):
+            optim.optimizer.eval()
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """Every optimizer the algorithm steps (the bench counts their state's memory): the policy's, and RND's

@@ -4,7 +4,8 @@ gradient all-reduce."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, cast
 
 import torch
@@ -145,9 +146,9 @@ class ScheduleFreeAdamW(torch.optim.Optimizer):
     non-finite gradients (`found_inf`) read nothing on the host.
 
     The parameters hold `y`, where gradients are taken, in train mode (`train()`), and the average `x`, the weights
-    to act, evaluate, export and save, in eval mode (`eval()`); the state holds `z`, the squared-gradient average and
-    the step count, the sum of the averaging weights and the largest rate so far (the last three per parameter,
-    equal in all). Steps are taken in train mode only."""
+    to evaluate, export and save, in eval mode (`eval()`); the state holds `z`, the squared-gradient average and the
+    step count, the sum of the averaging weights and the largest rate so far (the last three per parameter, equal in
+    all). Steps are taken in train mode only."""
 
     SCALARS = ("step", "weight_sum", "lr_max")
 
@@ -382,19 +383,16 @@ class PolicyOptimizer:
 
     def end_update(self) -> None:
         """After the update's last minibatch: `kl_adapt_every=update` adapts the learning rate to the update's mean
-        KL (the per-minibatch schedule has adapted already); schedule-free AdamW puts the average in the parameters,
-        which the rollouts, evaluation, export and checkpoints then use."""
+        KL (the per-minibatch schedule has adapted already)."""
         if self.adaptive and not self.adapt_per_minibatch and self.update_minibatches:
             self.adapt_learning_rate(self.update_kl / self.update_minibatches)
-        if isinstance(self.optimizer, ScheduleFreeAdamW):
-            self.optimizer.eval()
 
     def begin_update(self, progress: float = 0.0) -> None:
         """Mark the start of an iteration's update (for `statistics` and the per-update schedule); the linear
         schedule sets this update's rate from `progress`, the fraction of the run done before it."""
         if self.annealed:
             self.set_learning_rate(annealed_learning_rate(self.cfg.learning_rate, progress))
-        if isinstance(self.optimizer, ScheduleFreeAdamW):  # the update steps from y; the rest of the run sees x
+        if isinstance(self.optimizer, ScheduleFreeAdamW):  # from the first update on, the parameters hold y
             self.optimizer.train()
         self.update_kl.zero_()
         self.update_minibatches = 0
@@ -424,11 +422,32 @@ class PolicyOptimizer:
         for saving and reporting, never in the loop)."""
         return float(self.lr) if self.lr_on_device else self.learning_rate
 
+    @contextlib.contextmanager
+    def average_weights(self) -> Iterator[bool]:
+        """With schedule-free AdamW, the parameters hold its average inside the block (to evaluate or save them) and
+        the weights the run acts and steps with, exactly as they were, after it; yields whether they were swapped."""
+        optimizer = self.optimizer
+        if not isinstance(optimizer, ScheduleFreeAdamW) or not optimizer.train_mode:
+            yield False
+            return
+        acting = [p.detach().clone() for p in self.params]
+        optimizer.eval()
+        try:
+            yield True
+        finally:
+            with torch.no_grad():
+                torch._foreach_copy_(list[Tensor](self.params), acting)
+            optimizer.train_mode = True
+
     def state_dict(self) -> dict[str, Any]:
         """The learning rate is saved as one float64 tensor whichever path kept it, so a run may resume with
-        `device_adaptive_lr` switched."""
+        `device_adaptive_lr` switched. Schedule-free AdamW adds the weights the run acts and steps with (the policy's
+        saved weights are its average), so a resumed run continues exactly."""
         lr = self.lr if self.lr_on_device else torch.tensor(self.learning_rate, dtype=torch.float64)
-        return {"optimizer": self.optimizer.state_dict(), "lr": lr.clone(), "skipped_steps": self.skipped_steps.clone()}
+        state = {"optimizer": self.optimizer.state_dict(), "lr": lr.clone(), "skipped_steps": self.skipped_steps.clone()}
+        if isinstance(self.optimizer, ScheduleFreeAdamW):
+            state["acting_weights"] = [p.detach().clone() for p in self.params]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.load_optimizer_state(state["optimizer"])
@@ -437,6 +456,11 @@ class PolicyOptimizer:
             self.optimizer_lr.copy_(self.lr)
         self.learning_rate = float(state["lr"])
         self.skipped_steps.copy_(state["skipped_steps"])
+        if isinstance(self.optimizer, ScheduleFreeAdamW):  # the policy was loaded with the average
+            acting = [w.to(p.device) for w, p in zip(state["acting_weights"], self.params, strict=True)]
+            with torch.no_grad():
+                torch._foreach_copy_(list[Tensor](self.params), acting)
+            self.optimizer.train_mode = True
         for group in lr_groups(self.optimizer):
             group["lr"] = self.optimizer_lr if isinstance(self.optimizer_lr, Tensor) else self.learning_rate
 

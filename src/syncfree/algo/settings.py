@@ -73,9 +73,9 @@ class PPOConfig:
     the hidden weight matrices of each MLP (every linear layer's weight but its first and last), AdamW on the rest
     (biases, the input and output layers, the action distribution's parameters), both with `weight_decay`.
     `schedule_free_adamw`: schedule-free AdamW (Defazio et al. 2024, as the `schedulefree` package's
-    `AdamWScheduleFree` without warm-up), made for a `fixed` schedule: the update steps from the interpolated
-    weights, and the average it keeps is what the policy acts with between updates and what evaluation, export and
-    checkpoints see. With `perf.compile=step` only `adam` and `adamw` run the whole-step graph; `muon` and
+    `AdamWScheduleFree` without warm-up), made for a `fixed` schedule: the policy acts and steps with the
+    interpolated weights, and the average it keeps is what evaluation during training, checkpoints (so `eval` and
+    `export`) and `syncfree.learn`'s policy get. With `perf.compile=step` only `adam` and `adamw` run the whole-step graph; `muon` and
     `schedule_free_adamw` run the update as `hot` does."""
     weight_decay: float = 0.0
     """Decoupled weight decay of `optimizer` (see there)."""
