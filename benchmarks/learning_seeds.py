@@ -2,6 +2,7 @@
 
     python benchmarks/learning_seeds.py --task grid-arena --seeds 0 1 2 3 4 --out results.json
     python benchmarks/learning_seeds.py --task pendulum --algorithm sac --seeds 0 1 2 --eval_envs 32 ...
+    python benchmarks/learning_seeds.py --task pendulum --set ppo.optimizer=muon ...   # a setting changed
     PYTHONPATH=/tmp/before/src python benchmarks/learning_seeds.py ...   # the same with another checkout's syncfree
 
 The figure is `reward_per_agent_step` for multi-agent tasks (grid-arena) and `mean_return` otherwise, averaged over
@@ -24,6 +25,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -42,13 +44,24 @@ except ImportError:  # a checkout from before the runner
 def final_eval(runner, cfg, num_envs: int, greedy: bool) -> float:
     """Mean first-episode return of the trained policy's deterministic (`greedy`) or sampled actions on fresh envs,
     as `syncfree eval [--sample]`."""
+    import contextlib
+
     from syncfree.train.evaluate import evaluate_task
 
-    return float(evaluate_task(cfg, runner.policy, num_envs, runner.device, seed=12345, greedy=greedy).mean())
+    # the weights to evaluate (schedule-free AdamW's average); a checkout from before them has no such block
+    weights = getattr(runner.algorithm, "average_weights", contextlib.nullcontext)
+    with weights():
+        return float(evaluate_task(cfg, runner.policy, num_envs, runner.device, seed=12345, greedy=greedy).mean())
 
 
-def run(task: str, seed: int, iterations: int, eval_envs: int, algorithm: str = "") -> dict:
+def run(task: str, seed: int, iterations: int, eval_envs: int, algorithm: str = "",
+        settings: dict[str, Any] | None = None) -> dict:
     cfg = preset(task, algorithm=algorithm) if algorithm else preset(task)
+    if settings:
+        from syncfree.config import with_values
+
+        cfg = with_values(cfg, settings)
+        cfg.validate()
     cfg.seed, cfg.log.progress = seed, False
     cfg.iterations = iterations or cfg.iterations
     runner = make_runner(cfg)
@@ -71,6 +84,17 @@ def run(task: str, seed: int, iterations: int, eval_envs: int, algorithm: str = 
     return result
 
 
+def parse_setting(item: str) -> tuple[str, Any]:
+    """`key=value` of `--set`: the value as JSON (numbers, booleans, lists), else as a string."""
+    key, sep, text = item.partition("=")
+    if not sep or not key:
+        raise SystemExit(f"--set {item!r} is invalid; allowed: KEY=VALUE, e.g. ppo.optimizer=muon")
+    try:
+        return key, json.loads(text)
+    except json.JSONDecodeError:
+        return key, text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="grid-arena")
@@ -80,12 +104,16 @@ def main() -> None:
     parser.add_argument("--windows", nargs="+", default=["11-20", "31-50", "76-100"])
     parser.add_argument("--eval_envs", type=int, default=0,
                         help="evaluate each final policy on this many fresh envs (grid-arena: simulations); 0: none")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="settings of the preset to change, e.g. ppo.optimizer=muon (values read as JSON, else "
+                             "as strings)")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
+    settings = dict(parse_setting(item) for item in args.set)
     torch.set_num_threads(1)
     if args.eval_envs < 0:
         parser.error(f"--eval_envs={args.eval_envs} is invalid; allowed: an integer >= 0")
-    runs = [run(args.task, seed, args.iterations, args.eval_envs, args.algorithm) for seed in args.seeds]
+    runs = [run(args.task, seed, args.iterations, args.eval_envs, args.algorithm, settings) for seed in args.seeds]
     windows = {}
     for window in args.windows:
         first, last = (int(x) for x in window.split("-"))
@@ -110,7 +138,8 @@ def main() -> None:
                   f"± {spread:.2f} over {len(evals)} seeds (per seed: {', '.join(f'{e:.2f}' for e in evals)})")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps({"task": args.task, "algorithm": args.algorithm, "seeds": args.seeds,
+        Path(args.out).write_text(json.dumps({"task": args.task, "algorithm": args.algorithm, "settings": settings,
+                                              "seeds": args.seeds,
                                               "windows": windows, "wall_seconds": walls, "runs": runs},
                                              indent=2) + "\n")
 

@@ -316,4 +316,23 @@ def _two_rank_offpolicy_worker(rank: int, tmp: str) -> None:
             trainer.close()
     finally:
         torch.save(out, Path(tmp) / f"offpolicy_rank{rank}.pt")
+
+
+def _two_rank_muon_worker(rank: int, tmp: str) -> None:
+    """`ppo.optimizer=muon` on 2 ranks: 2 iterations, then one minibatch update counted."""
+    _join(tmp, rank, timeout=60)
+    out: dict = {}
+    try:
+        cfg = small_config("pendulum")
+        cfg.iterations, cfg.ppo.optimizer = 2, "muon"
+        trainer = Runner(cfg)
+        out["record"] = trainer.learn()
+        out["vectors"] = _gather(_policy_vector(trainer))
+        mb = Batch(*(x[:64] for x in trainer.algorithm.storage.flat()))
+        with count_syncs() as update:
+            trainer.algorithm.minibatch_update(mb)
+        out["update_counts"] = (update.syncs, update.ops["c10d::allreduce_"])
+        trainer.close()
+    finally:
+        torch.save(out, Path(tmp) / f"muon_rank{rank}.pt")
         dist.destroy_process_group()

@@ -174,3 +174,31 @@ def test_the_own_env_study_envs_pass_check_env_and_lost_reads_what_was_learned(m
     assert study.summary([-100.0] * 10 + [-10.0] * 5 + [-20.0] * 10)["lost"] == pytest.approx(10 / 90)
     assert study.summary([0.0, 1.0, 0.5, *[1.0] * 20])["lost"] == 0.0  # first: the lowest of the first 10
     assert study.summary([1.0, 0.0, 0.5, *[1.0] * 10, *[0.5] * 10])["lost"] == 0.5
+
+
+def test_learning_seeds_changes_the_settings_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--set KEY=VALUE`: the value read as JSON, else as a string, set on the preset and validated."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import learning_seeds
+
+    from syncfree.errors import UserError
+
+    assert learning_seeds.parse_setting("ppo.learning_rate=3e-3") == ("ppo.learning_rate", 0.003)
+    assert learning_seeds.parse_setting("ppo.optimizer=muon") == ("ppo.optimizer", "muon")
+    preset, make_runner, built = learning_seeds.preset, learning_seeds.make_runner, []
+
+    def small_preset(task: str):
+        cfg = preset(task)
+        cfg.env.num_envs, cfg.perf.compile = 16, "off"
+        return cfg
+
+    def runner(cfg):
+        built.append(cfg)
+        return make_runner(cfg)
+
+    monkeypatch.setattr(learning_seeds, "preset", small_preset)
+    monkeypatch.setattr(learning_seeds, "make_runner", runner)
+    learning_seeds.run("pendulum", seed=0, iterations=1, eval_envs=0, settings={"ppo.optimizer": "muon"})
+    assert built[0].ppo.optimizer == "muon" and built[0].ppo.num_epochs == preset("pendulum").ppo.num_epochs
+    with pytest.raises(UserError, match=r"ppo\.optimizer"):
+        learning_seeds.run("pendulum", seed=0, iterations=1, eval_envs=0, settings={"ppo.optimizer": "sgd"})

@@ -88,3 +88,16 @@ def test_the_documented_parity_figures_are_the_ones_in_the_results(folder: str, 
         cell = (f"| {row['final_mean']:.{digits}f} ± {row['ci_half']:.{digits}f} | "
                 f"{', '.join(f'{v:.{seed_digits}f}' for v in row['per_seed'])} |")
         assert cell in doc, (name, cell)
+
+
+def test_the_documented_optimizer_figures_are_the_ones_in_the_results() -> None:
+    """docs/learning.md's table of optimizers on pendulum is `benchmarks/learning_seeds.py`'s output (each final
+    deterministic return, their mean and standard deviation over the seeds)."""
+    page = (ROOT / "docs" / "learning.md").read_text()
+    for name in ("adam", "muon", "schedule_free_adamw"):
+        result = json.loads((ROOT / f"benchmarks/results/optimizers-pendulum-cpu/{name}.json").read_text())
+        assert result["settings"] == {"ppo.optimizer": name}
+        values = [run["eval_return"] for run in result["runs"]]
+        figures = f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} | " + ", ".join(
+            f"{v:.1f}" for v in values)
+        assert f"| {name} | {figures.replace('-', '−')} |" in page, name

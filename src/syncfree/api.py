@@ -127,6 +127,7 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
             log.info("interrupted at iteration %d; %s", run.runner.iteration,
                      saved_line(run.last_saved, run.runner.iterations_run))
             raise KeyboardInterrupt
+    run.runner.algorithm.keep_average_weights()
     return TrainResult(run.runner.policy, folder, record, run)
 
 

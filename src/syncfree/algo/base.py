@@ -12,6 +12,7 @@ no host read, nothing allocated that a preallocated buffer could hold.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from syncfree.algo.optim import Collective, PolicyOptimizer
+from syncfree.algo.optim import Collective, PolicyOptimizer, ScheduleFreeAdamW
 from syncfree.algo.rnd import RND
 from syncfree.algo.settings import PPOConfig
 from syncfree.config import TrainConfig, flatten
@@ -288,7 +289,18 @@ class Algorithm(ABC):
     @classmethod
     def check_resumable(cls, saved: dict[str, Any], cfg: TrainConfig, source: str) -> None:
         """A run of `cfg` may continue a checkpoint trained with the config `saved` (a dict): the policy settings that
-        shape what its weights compute are the same (those of `POLICY_CHANGEABLE` may differ)."""
+        shape what its weights compute are the same (those of `POLICY_CHANGEABLE` may differ), and its optimizer keeps
+        state of the same kind (adam and adamw: AdamW's moments; muon: Muon's momentum and AdamW's moments;
+        schedule_free_adamw: its own)."""
+        for section in ("ppo", "distill"):
+            ours = getattr(getattr(cfg, section, None), "optimizer", None)
+            stored = saved.get(section)
+            if ours is None or not isinstance(stored, dict):
+                continue
+            theirs = stored.get("optimizer", "adam")  # written before the setting: Adam
+            if {theirs, ours} != {"adam", "adamw"} and theirs != ours:
+                raise UserError(f"{source}: its optimizer state is {section}.optimizer={theirs}'s but this run has "
+                                f"{section}.optimizer={ours}; resume with {section}.optimizer={theirs}")
         policy = getattr(cfg, "policy", None)
         if policy is None:
             return
@@ -302,6 +314,20 @@ class Algorithm(ABC):
     """Keys of `state_dict` a checkpoint may have or lack (an extension turned on or off since it was written: the run
     starts that part new, or drops it)."""
 
+    def average_weights(self) -> contextlib.AbstractContextManager[bool]:
+        """A block in which the policy holds the weights to evaluate, export and save: with schedule-free AdamW its
+        average (`PolicyOptimizer.average_weights`), else the policy as it is."""
+        optim = getattr(self, "optim", None)
+        return optim.average_weights() if isinstance(optim, PolicyOptimizer) else contextlib.nullcontext(False)
+
+    def keep_average_weights(self) -> None:
+        """After the last update: the policy keeps the weights to evaluate and export (schedule-free AdamW's average;
+        a later update steps on from the weights this recomputes from it, no longer exactly those of an unbroken
+        run)."""
+        optim = getattr(self, "optim", None)
+        if isinstance(optim, PolicyOptimizer) and isinstance(optim.optimizer, ScheduleFreeAdamW):
+            optim.optimizer.eval()
+
     def optimizers(self) -> list[torch.optim.Optimizer]:
         """Every optimizer the algorithm steps (the bench counts their state's memory): the policy's, and RND's
         predictor's with RND."""
@@ -310,7 +336,7 @@ class Algorithm(ABC):
     def optimizer_params(self) -> dict[str, list[Tensor]]:
         """The parameters of each Adam optimizer whose state `state_dict` holds, by its key there (`optimizer`,
         `rnd.optimizer`), in the optimizer's order: a checkpoint's moments are checked against their shapes."""
-        found: dict[str, list[Tensor]] = {"optimizer": list(self.optim.params)}
+        found: dict[str, list[Tensor]] = {"optimizer": list(self.optim.state_params())}
         if self.rnd is not None:
             found["rnd.optimizer"] = list(self.rnd.params)
         return found

@@ -31,7 +31,7 @@ from torch import Tensor, nn
 from syncfree.algo.base import Algorithm, CheckpointReader
 from syncfree.algo.configs import DistillationTrainConfig, PPOTrainConfig, RecurrentDistillationTrainConfig
 from syncfree.algo.feedforward import FeedForwardPPO
-from syncfree.algo.optim import Collective, PolicyOptimizer
+from syncfree.algo.optim import Collective, PolicyOptimizer, hidden_matrices
 from syncfree.algo.recurrent import RecurrentPPO
 from syncfree.algo.settings import DistillConfig, PPOConfig
 from syncfree.config import TrainConfig
@@ -159,9 +159,12 @@ class Distillation(Algorithm):
         """The student's actor and its action distribution, not its critic (the Gaussian's deviation gets no gradient
         from the mean action's loss and stays as initialized, as in rsl_rl)."""
         optim_cfg = PPOConfig(learning_rate=cfg.learning_rate, schedule="fixed", weight_decay=0.0, grad_clip="global",
-                              max_grad_norm=cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf)
-        self.optim = PolicyOptimizer(self.params, optim_cfg, perf, device, dist)
-        """Adam (AdamW without weight decay) at a fixed rate; `max_grad_norm=0`: the norm is taken but not clipped."""
+                              max_grad_norm=cfg.max_grad_norm if cfg.max_grad_norm > 0 else math.inf,
+                              optimizer=cfg.optimizer)
+        self.optim = PolicyOptimizer(self.params, optim_cfg, perf, device, dist, matrices=hidden_matrices(policy),
+                                     key="distill")
+        """`distill.optimizer` (Adam by default: AdamW without weight decay) at a fixed rate; `max_grad_norm=0`: the
+        norm is taken but not clipped."""
         size = policy.action_spec.size
         with allocating(STORAGE_MEMORY):
             self.student_obs = torch.zeros(steps_per_env, num_envs, policy.actor_obs_dim, device=device)

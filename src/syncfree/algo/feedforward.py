@@ -21,7 +21,7 @@ from syncfree.algo.advantages import compute_gae, global_mean_std
 from syncfree.algo.base import Algorithm, CheckpointReader, first_episode_returns, reward_scale
 from syncfree.algo.configs import PPOTrainConfig
 from syncfree.algo.minibatch_step import MinibatchStep
-from syncfree.algo.optim import Collective, PolicyOptimizer
+from syncfree.algo.optim import Collective, PolicyOptimizer, hidden_matrices
 from syncfree.algo.rnd import RND, build_rnd
 from syncfree.algo.settings import PPOConfig
 from syncfree.algo.storage import Batch, RolloutStorage, StepRow, store_env, store_policy
@@ -88,7 +88,7 @@ class FeedForwardPPO(Algorithm):
         self.epochs, self.minibatches_per_update = cfg.num_epochs, cfg.num_epochs * cfg.num_minibatches
         self.params = [p for p in policy.parameters() if p.requires_grad]
         clip_groups = policy.gradient_groups() if cfg.grad_clip == "per_network" else None
-        self.optim = PolicyOptimizer(self.params, cfg, perf, device, dist, clip_groups)
+        self.optim = PolicyOptimizer(self.params, cfg, perf, device, dist, clip_groups, hidden_matrices(policy))
         with allocating(STORAGE_MEMORY):
             self.storage = RolloutStorage(cfg.steps_per_env, num_envs, policy.actor_obs_dim, critic_dim, action_spec,
                                           policy.head.num_params, device)
@@ -125,7 +125,8 @@ class FeedForwardPPO(Algorithm):
             log.info("perf.compile=step: the minibatch update is compiled as with perf.compile=hot (%s)", fallback)
         elif perf.compile == "step":
             adapt = self.optim.next_learning_rate if self.optim.adapt_per_minibatch else None
-            self.whole_step = MinibatchStep(policy, self.minibatch_losses, self.optim.optimizer, cfg.max_grad_norm,
+            optimizer = cast(torch.optim.AdamW, self.optim.optimizer)  # `whole_step_fallback`: AdamW's only
+            self.whole_step = MinibatchStep(policy, self.minibatch_losses, optimizer, cfg.max_grad_norm,
                                             adapt, skip_nonfinite=perf.grad_finite_from_norm is True,
                                             clip_groups=self.optim.clip_groups)
             self._whole_step = hot(self.whole_step, perf, device)
@@ -330,6 +331,8 @@ class FeedForwardPPO(Algorithm):
         the optimizer step, on the host or in a collective."""
         if self.dist is not None:
             return "several processes (the gradient all-reduce)"
+        if not isinstance(self.optim.optimizer, torch.optim.AdamW):
+            return f"ppo.optimizer={self.cfg.optimizer}: the whole-step graph steps AdamW only"
         if not self.perf.device_loss_stats:
             return "perf.device_loss_stats=false"
         if self.optim.adaptive and not self.perf.device_adaptive_lr:

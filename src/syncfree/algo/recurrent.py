@@ -26,7 +26,7 @@ from torch import Tensor
 from syncfree.algo.base import Algorithm, CheckpointReader, reward_scale
 from syncfree.algo.configs import RecurrentPPOTrainConfig
 from syncfree.algo.losses import LossInputs, build_losses, needed_fields, needs_full_log_probs, teacher_fields
-from syncfree.algo.optim import Collective, PolicyOptimizer
+from syncfree.algo.optim import Collective, PolicyOptimizer, hidden_matrices
 from syncfree.algo.rnd import RND, build_rnd
 from syncfree.algo.segments import Minibatch, SegmentBuffer, prioritized_beta
 from syncfree.algo.settings import LossesConfig, PPOConfig, RecurrentPPOConfig
@@ -91,7 +91,7 @@ class RecurrentPPO(Algorithm):
         per_network = isinstance(policy, RecurrentMLPPolicy) and cfg.grad_clip == "per_network"
         clip_groups = policy.gradient_groups() if isinstance(policy, RecurrentMLPPolicy) and per_network else None
         self.optim = PolicyOptimizer([p for p in policy.parameters() if p.requires_grad], cfg, perf, device, dist,
-                                     clip_groups)
+                                     clip_groups, hidden_matrices(policy))
         """The optimizer, gradient clipping, non-finite step skipping and learning-rate schedule."""
 
         num_actions = policy.num_actions

@@ -9,6 +9,9 @@ from typing import Literal
 
 from syncfree.errors import check
 
+OPTIMIZERS = ("adam", "adamw", "muon", "schedule_free_adamw")
+"""The optimizers a policy may step with (`ppo.optimizer`, `distill.optimizer`)."""
+
 
 @dataclass
 class PPOConfig:
@@ -62,8 +65,24 @@ class PPOConfig:
     max_skipped_updates: int = 8
     """Stop the run (keeping the last good checkpoint) once this many minibatch updates in a row were skipped for
     non-finite gradients: the run has diverged. 0: never stop for it."""
+    optimizer: Literal["adam", "adamw", "muon", "schedule_free_adamw"] = "adam"
+    """What steps the parameters (`syncfree.algo.optim.make_optimizer`). `adam`: torch's AdamW with
+    `weight_decay` (0 by default, which is Adam; the trainer's optimizer before this setting existed). `adamw`: the
+    same with decoupled weight decay `weight_decay`, or torch's default 0.01 when that is 0. `muon`: torch's Muon
+    (Newton-Schulz orthogonalized momentum, its step scaled to AdamW's RMS, so one `learning_rate` serves both) on
+    the hidden weight matrices of each MLP (every linear layer's weight but its first and last), AdamW on the rest
+    (biases, the input and output layers, the action distribution's parameters), both with `weight_decay`.
+    `schedule_free_adamw`: schedule-free AdamW (Defazio et al. 2024, as the `schedulefree` package's
+    `AdamWScheduleFree` without warm-up), made for a `fixed` schedule: the policy acts and steps with the
+    interpolated weights, and the average it keeps is what evaluation during training, checkpoints (so `eval` and
+    `export`) and `syncfree.learn`'s policy get. With `perf.compile=step` only `adam` and `adamw` run the whole-step graph; `muon` and
+    `schedule_free_adamw` run the update as `hot` does."""
     weight_decay: float = 0.0
-    """AdamW weight decay."""
+    """Decoupled weight decay of `optimizer` (see there)."""
+
+    def decay(self) -> float:
+        """The weight decay the optimizer steps with: `weight_decay`, or 0.01 for `adamw` when it is 0."""
+        return 0.01 if self.optimizer == "adamw" and self.weight_decay == 0 else self.weight_decay
 
     def validate(self) -> None:
         check(self.steps_per_env >= 1, "ppo.steps_per_env", "an integer >= 1", self.steps_per_env)
@@ -77,6 +96,7 @@ class PPOConfig:
         check(self.max_skipped_updates >= 0, "ppo.max_skipped_updates", "an integer >= 0 (0: never stop)",
               self.max_skipped_updates)
         check(self.weight_decay >= 0, "ppo.weight_decay", "a number >= 0", self.weight_decay)
+        check(self.optimizer in OPTIMIZERS, "ppo.optimizer", ", ".join(OPTIMIZERS), self.optimizer)
 
 
 @dataclass
@@ -261,7 +281,10 @@ class DistillConfig:
     num_epochs: int = 1
     """Passes over the rollout per update (rsl_rl's `num_learning_epochs`)."""
     learning_rate: float = 1e-3
-    """Adam's step size (fixed)."""
+    """The optimizer's step size (fixed)."""
+    optimizer: Literal["adam", "adamw", "muon", "schedule_free_adamw"] = "adam"
+    """`adam`, `adamw` (weight decay 0.01), `muon` (on the student's hidden matrices, AdamW on the rest) or
+    `schedule_free_adamw`, as `ppo.optimizer` describes them."""
     max_grad_norm: float = 0.0
     """Clip the gradient to this norm; 0: no clipping (rsl_rl's default, `max_grad_norm=None`)."""
 
@@ -278,3 +301,4 @@ class DistillConfig:
               self.gradient_length)
         check(self.learning_rate > 0, "distill.learning_rate", "a number > 0", self.learning_rate)
         check(self.max_grad_norm >= 0, "distill.max_grad_norm", "a number >= 0 (0: no clipping)", self.max_grad_norm)
+        check(self.optimizer in OPTIMIZERS, "distill.optimizer", ", ".join(OPTIMIZERS), self.optimizer)

@@ -83,7 +83,7 @@ class Callbacks:
         with allocating(EVAL_MEMORY):
             if self.env is None:
                 self.env = self.make_env(self.cfg.eval_envs, self.cfg.eval_seed)
-            with torch.random.fork_rng(devices=cuda):
+            with torch.random.fork_rng(devices=cuda), runner.algorithm.average_weights():
                 return np.asarray(runner.algorithm.evaluate(runner.policy, self.env, True), dtype=np.float64)
 
     def after_iteration(self, run: Run, record: dict[str, Any]) -> str | None:

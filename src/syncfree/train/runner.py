@@ -273,7 +273,11 @@ class Runner:
 
     def state_dict(self) -> dict[str, Any]:
         """The trainer's state: everything a resumed run continues exactly from (a run's checkpoint adds its own:
-        `syncfree.train.run.Run.state_dict`)."""
+        `syncfree.train.run.Run.state_dict`). The policy's weights are those to evaluate and export
+        (`Algorithm.average_weights`)."""
+        with self.algorithm.average_weights() as swapped:
+            policy = {k: v.clone() for k, v in self.policy.state_dict().items()} if swapped else \
+                self.policy.state_dict()
         return {
             "format": checkpoint.FORMAT_VERSION,
             "config": to_dict(self.cfg),
@@ -284,7 +288,7 @@ class Runner:
             "world_size": self.world_size,
             "iteration": self.iteration,
             "env_steps": self.env_steps,
-            "policy": self.policy.state_dict(),
+            "policy": policy,
             "algorithm": self.algorithm.state_dict(),
             "env": self.env.state_dict() if self.env.saveable else None,
             "obs": {k: v.clone() for k, v in self.obs.items()},

@@ -33,6 +33,12 @@ IGNORED = ("config",)
 ADAM_MOMENTS = ("exp_avg", "exp_avg_sq")
 """AdamW's moments (syncfree's AdamW has no `amsgrad`)."""
 
+MUON_MOMENTS = ("momentum_buffer",)
+"""Muon's state per hidden matrix (`ppo.optimizer=muon`; its other parameters keep AdamW's)."""
+
+SCHEDULE_FREE_STATE = (("z", "exp_avg_sq"), ("step", "weight_sum", "lr_max"))
+"""Schedule-free AdamW's state per parameter: tensors shaped as it, and scalars >= 0."""
+
 NON_NEGATIVE = (".var", ".count", "algorithm.skipped_steps", "exp_avg_sq", ".env_steps")
 """Tensors (by the end of their path) whose values are never negative."""
 
@@ -197,9 +203,10 @@ def _tensor(found: Any, dtype: torch.dtype, shape: tuple[int, ...], path: str) -
     return found
 
 
-def _optimizer(found: Any, path: str, params: Sequence[Tensor], every: bool = True) -> None:
-    """`torch.optim.AdamW`'s state dict: per parameter index, a step count and moments shaped as the parameter;
-    `every`: of every parameter or none."""
+def _optimizer(found: Any, path: str, params: Sequence[Tensor], every: bool = True, adam_only: bool = False) -> None:
+    """`torch.optim.AdamW`'s state dict: per parameter index, a step count and moments shaped as the parameter (or,
+    not `adam_only`, Muon's momentum shaped as it, `MuonAdamW`'s, or `ScheduleFreeAdamW`'s state); `every`: of every
+    parameter or none."""
     if not isinstance(found, dict) or not isinstance(found.get("state"), dict) or not isinstance(
             found.get("param_groups"), list):
         raise Mismatch(f"{path}: expected an optimizer state (a dict of state and param_groups), found "
@@ -212,6 +219,21 @@ def _optimizer(found: Any, path: str, params: Sequence[Tensor], every: bool = Tr
         where = f"{path}.state[{index!r}]"
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(params):
             raise Mismatch(f"{where}: expected a parameter index in [0, {len(params)}), found {describe(index)}")
+        param = params[index]
+        if not adam_only and isinstance(entry, dict) and set(entry) == set(MUON_MOMENTS):
+            for name in MUON_MOMENTS:
+                _tensor(entry[name], param.dtype, tuple(param.shape), f"{where}.{name}")
+            continue
+        shaped, scalars = SCHEDULE_FREE_STATE
+        if not adam_only and isinstance(entry, dict) and set(entry) == {*shaped, *scalars}:
+            for name in shaped:
+                _tensor(entry[name], param.dtype, tuple(param.shape), f"{where}.{name}")
+            for name in scalars:
+                value = entry[name]
+                if not isinstance(value, Tensor) or value.dim() != 0 or not bool(torch.isfinite(value)) or \
+                        float(value) < 0:
+                    raise Mismatch(f"{where}.{name}: expected a number >= 0, found {describe(value)}")
+            continue
         if not isinstance(entry, dict) or set(entry) != {"step", *ADAM_MOMENTS}:
             raise Mismatch(f"{where}: expected step, exp_avg and exp_avg_sq, found "
                            f"{sorted(entry) if isinstance(entry, dict) else describe(entry)}")
@@ -222,7 +244,6 @@ def _optimizer(found: Any, path: str, params: Sequence[Tensor], every: bool = Tr
                 raise Mismatch(f"{where}.step: expected a count >= 0, found {describe(step)}")
         elif _number(step, f"{where}.step") < 0:
             raise Mismatch(f"{where}.step: expected a count >= 0, found {step!r}")
-        param = params[index]
         for name in ADAM_MOMENTS:
             _tensor(entry[name], param.dtype, tuple(param.shape), f"{where}.{name}")
 
@@ -232,7 +253,7 @@ def check_optimizer_state(found: Any, params: Sequence[Tensor], path: str, every
     (`UserError`) naming the first field that is not, under `path`. `every`: the moments of every parameter or
     none, as syncfree saves them; else of any (rsl_rl's Adam keeps none for a parameter that has had no
     gradient)."""
-    _optimizer(found, path, params, every)
+    _optimizer(found, path, params, every, adam_only=True)
 
 
 def _learning_rate(found: Any, path: str) -> None:
