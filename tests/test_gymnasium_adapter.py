@@ -316,8 +316,8 @@ def test_the_worker_polls_between_steps_rather_than_sleeping(monkeypatch: pytest
     env.reset()
     actions = torch.zeros(4, dtype=torch.int64)
     env.step(actions)
-    slept = []  # the best of three tries: a busy machine preempts the polling sides now and then (11, 155 and 150
-    for _ in range(3):  # switches in 200 steps in three probes beside two busy processes on two cores; 7 idle)
+    slept = []  # the best of five tries: a busy machine preempts the polling sides now and then (11, 155 and 150
+    for _ in range(5):  # switches in 200 steps in three probes beside two busy processes on two cores; 7 idle)
         before = voluntary_context_switches(worker.process.pid)
         for _ in range(200):
             env.step(actions)

@@ -17,7 +17,7 @@ from syncfree.policy import actor_critic
 from syncfree.policy.actor_critic import describe_precision, mlp, native_bf16, set_autocast
 from syncfree.train.progress import Progress, progress_line
 
-LINE = re.compile(r"^it (\d+)/(\d+)  env_steps [\d,]+  mean_return (-?[\d.]+|nan)  [\d,]+ steps/s  left \d+s$")
+LINE = re.compile(r"^it (\d+)/(\d+)  env_steps [\d,]+  mean_return (-?[\d.]+|-)  [\d,]+ steps/s  left \d+s$")
 
 
 def test_a_log_file_gets_short_lines_and_the_resolved_execution(tmp_path: Path) -> None:
