@@ -262,14 +262,14 @@ def optimizer_wiring(switch: str) -> list[tuple[str, list[Edit]]]:
     which all share): each builds it with `switch` at its baseline."""
     off = f"__import__('dataclasses').replace(perf, {switch}=False)"
     return [("baseline path, feed-forward algorithm",
-             [("algo/feedforward.py", "PolicyOptimizer(self.params, cfg, perf, device, dist, clip_groups)",
-               f"PolicyOptimizer(self.params, cfg, {off}, device, dist, clip_groups)")]),
+             [("algo/feedforward.py", "PolicyOptimizer(self.params, cfg, perf, device, dist, clip_groups,",
+               f"PolicyOptimizer(self.params, cfg, {off}, device, dist, clip_groups,")]),
             ("baseline path, recurrent algorithm",
              [("algo/recurrent.py", "if p.requires_grad], cfg, perf, device, dist,",
                f"if p.requires_grad], cfg, {off}, device, dist,")]),
             ("baseline path, distillation",
-             [("algo/distillation.py", "PolicyOptimizer(self.params, optim_cfg, perf, device, dist)",
-               f"PolicyOptimizer(self.params, optim_cfg, {off}, device, dist)")])]
+             [("algo/distillation.py", "PolicyOptimizer(self.params, optim_cfg, perf, device, dist,",
+               f"PolicyOptimizer(self.params, optim_cfg, {off}, device, dist,")])]
 
 
 GYMNASIUM_SYNC_ROWS = """\

@@ -41,7 +41,7 @@ def non_default(switch: str, driver: str = "") -> Any:
 
 WIRING: dict[str, dict[str, str]] = {
     "autocast": {"algo/distillation.py": "distillation", "algo/feedforward.py": "ppo-mlp",
-                 "algo/recurrent.py": "recurrent-token-sets", "algo/sac.py": "sac", "algo/td3.py": "td3",
+                 "algo/recurrent.py": "recurrent-token-sets", "algo/offpolicy.py": "sac",
                  "config/sections.py": "validation", "core/switches.py": "rules", "train/evaluate.py": "evaluation",
                  "train/runner.py": "ppo-mlp"},
     "batched_command_metrics": {"envs/managers/env.py": "ppo-token-env-layer"},

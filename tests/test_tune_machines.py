@@ -181,7 +181,8 @@ def test_a_killed_workers_trial_is_failed_and_retried_by_the_rerun_command(tmp_p
     space = tmp_path / "space.yaml"
     space.write_text(yaml.safe_dump(SPACE))
     storage = f"sqlite:///{tmp_path / 'killed' / 'study.db'}"
-    command = ["--space", str(space), "--budget-seconds", "0.5", "--trials", "3", "--study", "killed", "--dir",
+    # trials of 2 s: the stop below finds one running after the first, however fast the machine
+    command = ["--space", str(space), "--budget-seconds", "2", "--trials", "3", "--study", "killed", "--dir",
                str(tmp_path), "--heartbeat", "1", "--grace", "3"]
     first = tune(*command)
     killed: list[int] = []
