@@ -7,7 +7,7 @@ every file that reads a switch, that file's wiring dropped, which the wiring tes
 effect test (`test_switch_effects.EFFECT_TESTS`, or the budget or wiring test) on the cut copy, and report whether
 it failed, as it must.
 
-    python tests/planted_cuts.py [SWITCH ...]
+    python tests/planted_cuts.py [SWITCH ...] [--shape "extra work" | "dropped wiring" | "baseline path" | ...]
 
 Exits 1 when an effect test passes under its cut (it cannot see the switch)."""
 
@@ -427,8 +427,6 @@ EXTRA_CUTS: dict[str, tuple[str, list[Edit]]] = {
                                           "            state.stats.add_(torch.stack((*parts, grad_norm)))\n",
                                           "            state.stats.add_(torch.stack((*parts, grad_norm)))\n"
                                           "            grad_norm.clone()\n")]),
-    "autocast": ("ppo-mlp", [("policy/actor_critic.py", "        *hidden, output = self\n",
-                              "        x = x.clone()\n        *hidden, output = self\n")]),
     "validate_distributions": ("ppo-mlp", [("policy/heads.py", "        actions = mean + std * torch.randn_like(mean)\n",
                                             "        std = std.clone()\n"
                                             "        actions = mean + std * torch.randn_like(mean)\n")]),
@@ -600,11 +598,21 @@ def run_cut(switch: str, edits: list[Edit], work: Path, effect_test: str) -> tup
 
 
 def main(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:
+        print(__doc__)
+        return 0
+    shape = ""
+    if "--shape" in argv:  # only the cuts whose shape starts with this (`extra work`, `dropped wiring`, ...)
+        at = argv.index("--shape")
+        shape, argv = " ".join(argv[at + 1:at + 2]), argv[:at] + argv[at + 2:]
     switches = argv or list(CUTS)
+    unknown = [name for name in switches if name not in CUTS]
+    if unknown:
+        raise SystemExit(f"planted_cuts: not a switch: {', '.join(unknown)} (`syncfree switches` lists them)")
     missing = set(EFFECT_TESTS) - set(CUTS)
     if missing:
         raise SystemExit(f"planted_cuts: no cut for {', '.join(sorted(missing))}")
-    cuts = planted_cuts(switches)
+    cuts = [cut for cut in planted_cuts(switches) if cut[1].startswith(shape)]
     stale = stale_cuts(cuts)
     if stale:
         raise SystemExit("planted_cuts: update the cuts that no longer apply:\n" + "\n".join(stale))
