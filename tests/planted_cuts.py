@@ -499,10 +499,20 @@ whose optimized path no counter sees here (`deterministic`, `retain_host_memory`
 MettaGrid code) and `gate_full_log_probs`, `device_adaptive_lr` (not yet)."""
 
 
+UNCUT_READERS = {
+    ("autocast", "config/sections.py"): "validation: it checks the value (the bad-input tests see a dropped check)",
+    ("compile", "config/sections.py"): "validation: it checks the value (the bad-input tests see a dropped check)",
+    ("compile", "core/compile.py"): "the default, auto, is no mode a graph can be compiled in: the cut breaks the code",
+}
+"""Readers whose wiring is not cut, and why."""
+
+
 def wiring_cuts() -> list[tuple[str, str, list[Edit]]]:
-    """For every file that reads a switch, its wiring dropped: each read there replaced by the default value."""
+    """For every file that reads a switch, its wiring dropped: each read there replaced by the default value (but
+    `UNCUT_READERS`)."""
     return [(switch, f"dropped wiring, {file}", unwired(switch, file, PACKAGE))
-            for switch, files in sorted(readers(PACKAGE).items()) for file in sorted(files)]
+            for switch, files in sorted(readers(PACKAGE).items()) for file in sorted(files)
+            if (switch, file) not in UNCUT_READERS]
 
 
 def wiring_test(switch: str, file: str) -> str:
