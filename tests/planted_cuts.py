@@ -530,6 +530,10 @@ CUT_TESTS = {("compile", "baseline path, bootstrap values"):
 """(switch, shape) -> the effect test of a further path where it is not the switch's own (`EFFECT_TESTS`)."""
 
 
+class BrokenCut(Exception):
+    """A cut under which the test fails with an error rather than an assertion: it proves nothing (fix the cut)."""
+
+
 class StaleCut(Exception):
     """A cut that no longer applies to the source: its text is not there, it changes nothing, or it breaks the
     syntax (the code it cut has moved or changed)."""
@@ -602,8 +606,7 @@ def run_cut(switch: str, edits: list[Edit], work: Path, effect_test: str) -> tup
                          env=env, capture_output=True, text=True)
     last = (run.stdout.strip().splitlines() or [""])[-1]
     if run.returncode == 1 and not ASSERTION.search(run.stdout):  # the cut broke the code: it proves nothing
-        raise SystemExit(f"planted_cuts: {switch}: the cut makes {test} fail with an error, not an assertion; "
-                         f"fix the cut\n{run.stdout[-3000:]}")
+        raise BrokenCut(f"the cut makes {test} fail with an error, not an assertion: {last}")
     return run.returncode == 1, last
 
 
@@ -626,19 +629,27 @@ def main(argv: list[str]) -> int:
     stale = stale_cuts(cuts)
     if stale:
         raise SystemExit("planted_cuts: update the cuts that no longer apply:\n" + "\n".join(stale))
-    blind, rows = [], []
+    blind, broken, rows = [], [], []
     with tempfile.TemporaryDirectory() as work:
         for switch, shape, edits in tqdm(cuts, desc="planted cuts", unit="cut"):
             effect_test = cut_test(switch, shape)
-            failed, last = run_cut(switch, edits, Path(work), effect_test)
+            try:
+                failed, last = run_cut(switch, edits, Path(work), effect_test)
+            except BrokenCut as e:
+                tqdm.write(f"{switch} ({shape}): BROKEN: {e}")
+                rows.append(f"| `{switch}` | {shape} | BROKEN (an error, not an assertion) |")
+                broken.append(f"{switch} ({shape})")
+                continue
             verdict = "caught" if failed else "NOT CAUGHT"
             tqdm.write(f"{switch} ({shape}): {verdict} by {effect_test} ({last})")
             rows.append(f"| `{switch}` | {shape} | {verdict} by `{effect_test.split('::')[1]}` |")
             if not failed:
                 blind.append(f"{switch} ({shape})")
     print("| switch | cut shape | effect test |\n|---|---|---|\n" + "\n".join(rows))
-    print(f"{len(cuts) - len(blind)} of {len(cuts)} cuts caught" + (f"; not caught: {', '.join(blind)}" if blind else ""))
-    return 1 if blind else 0
+    caught = len(cuts) - len(blind) - len(broken)
+    print(f"{caught} of {len(cuts)} cuts caught" + (f"; not caught: {', '.join(blind)}" if blind else "")
+          + (f"; broken (fix the cut): {', '.join(broken)}" if broken else ""))
+    return 1 if blind or broken else 0
 
 
 if __name__ == "__main__":
