@@ -5,8 +5,8 @@ sampled in batches with n-step returns.
 rollout step writes into its rows and a batch is gathered into preallocated tensors with indices drawn on the device,
 so neither reads the host. `HostReplay` is the conventional buffer (Stable-Baselines3's `ReplayBuffer`): NumPy
 arrays on the host, every rollout step copied to them (`.cpu().numpy()`, a host read per tensor), and each batch
-indexed there and moved to the device. Both draw the same indices from torch's generator of the training device, so
-on the CPU they give the same batches bit for bit.
+indexed there (its indices drawn on the host, from torch's CPU generator) and moved to the device. On the CPU both
+draw from that generator, so they give the same batches bit for bit.
 
 N-step returns (`n_step > 1`): a sampled transition at slot `s` sums `gamma^k r_(s+k)` until its episode ends or `n`
 steps are summed, and bootstraps from the next observation of the last step summed, discounted by `gamma^(m+1)` and
