@@ -239,7 +239,7 @@ OBSERVED: dict[str, set[tuple[str, str, str]]] = {}
 
 @pytest.fixture
 def observed(teacher: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[str], set]:
-    """Driver -> the reads it made (each driver runs once per session)."""
+    """Driver -> the reads it made (each driver runs once per test process)."""
     def reads(driver: str) -> set[tuple[str, str, str]]:
         if driver not in OBSERVED:
             with monkeypatch.context() as patched, recorded_reads() as seen:
