@@ -348,3 +348,13 @@ def test_compiled_losses_match_eager_and_compile_once(algorithm: str) -> None:
         compiled.cfg.iterations = 3
         compiled.learn()
     assert compile_counts() == warm
+
+
+def test_a_saved_buffer_out_of_range_is_refused() -> None:
+    buffer = filled_buffer(True, n_step=2)
+    state = buffer.state_dict()
+    for bad in ({"position": buffer.slots}, {"filled": -1}, {"position": "3"}, {"tensors": "x"}):
+        with pytest.raises(ValueError):
+            buffer.load_state_dict({**state, **bad})
+    buffer.load_state_dict(state)  # its own state loads
+    assert (buffer.position, buffer.filled) == (state["position"], state["filled"])

@@ -17,6 +17,7 @@ at a time (the conventional form). The newest `n - 1` slots are not sampled (the
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,12 +50,19 @@ def n_step_sums(rewards: Tensor, done: Tensor, terminated: Tensor, gamma: float)
     alive = torch.ones_like(done)
     if n > 1:  # a step counts while no earlier one of the row ended its episode
         torch.cumprod(1.0 - done[:, :-1], dim=1, out=alive[:, 1:])
-    powers = torch.tensor([gamma ** k for k in range(n)], device=rewards.device)
-    returns = (rewards * alive * powers).sum(dim=1)
+    powers = discount_powers(gamma, n, rewards.device)
+    returns = (rewards * alive * powers[:n]).sum(dim=1)
     last = alive.sum(dim=1).long() - 1
     ended = terminated.gather(1, last.unsqueeze(1)).squeeze(1)
-    discounts = torch.tensor(gamma, device=rewards.device).pow(last + 1) * (1.0 - ended)
+    discounts = powers[last + 1] * (1.0 - ended)
     return returns, discounts, last
+
+
+@functools.cache
+def discount_powers(gamma: float, n: int, device: torch.device) -> Tensor:
+    """`gamma^k` for k = 0..n on `device`, made once (not copied to the device at every batch)."""
+    with torch.inference_mode(False), torch.no_grad():
+        return torch.tensor([gamma ** k for k in range(n + 1)], device=device)
 
 
 def n_step_sums_loop(rewards: Tensor, done: Tensor, terminated: Tensor,
@@ -193,14 +201,18 @@ class DeviceReplay:
         return {"position": self.position, "filled": self.filled, "tensors": [t.cpu() for t in self.tensors()]}
 
     def load_state_dict(self, state: dict[str, object]) -> None:
-        tensors = state["tensors"]
-        assert isinstance(tensors, list)
+        tensors, position, filled = state["tensors"], state["position"], state["filled"]
+        if not isinstance(tensors, list):
+            raise ValueError("its tensors are not a list")
+        if not (isinstance(position, int) and isinstance(filled, int) and 0 <= position < self.slots
+                and 0 <= filled <= self.slots):
+            raise ValueError(f"position={position!r}, filled={filled!r} for a ring of {self.slots} slots")
         for stored, saved in zip(self.tensors(), tensors, strict=True):
             if not isinstance(saved, Tensor) or saved.shape != stored.shape:
                 raise ValueError(f"a stored tensor of shape {getattr(saved, 'shape', None)} for one of "
                                  f"{tuple(stored.shape)}")
             stored.copy_(saved)
-        self.position, self.filled = int(state["position"]), int(state["filled"])  # type: ignore[call-overload]
+        self.position, self.filled = position, filled
 
 
 class HostReplay(DeviceReplay):
