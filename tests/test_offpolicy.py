@@ -113,6 +113,9 @@ def test_no_host_read_per_env_step_or_gradient_step(algorithm: str) -> None:
     (["--td3.n_step", "0"], "td3.n_step=0 is invalid"),
     (["--sac.policy_delay", "2"], "sac"),
     (["--task", "cartpole"], "algorithm=td3: task 'cartpole' has discrete actions"),
+    (["--td3.num_atoms", "1"], "td3.num_atoms=1 is invalid"),
+    (["--td3.v_min", "5", "--td3.v_max", "0"], "td3.v_max=0.0 is invalid"),
+    (["--td3.critic", "c51"], "td3.critic"),
 ])
 def test_td3_bad_settings_are_one_line(extra: list[str], says: str, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
@@ -358,3 +361,116 @@ def test_a_saved_buffer_out_of_range_is_refused() -> None:
             buffer.load_state_dict({**state, **bad})
     buffer.load_state_dict(state)  # its own state loads
     assert (buffer.position, buffer.filled) == (state["position"], state["filled"])
+
+
+# -- presets ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_a_task_with_a_preset_for_the_algorithm_starts_from_it(algorithm: str) -> None:
+    """`--algorithm sac` on point-mass starts from point-mass's SAC preset (its env count, batch and iterations);
+    on a task without one (cartpole-continuous), from the PPO preset's shared settings; the Python API agrees."""
+    from syncfree.api import configured
+    from syncfree.train.arguments import parse_train_config
+
+    cfg = parse_train_config(["--task", "point-mass", "--algorithm", algorithm])
+    assert isinstance(cfg, OffPolicyTrainConfig) and cfg.algorithm == algorithm
+    own = preset("point-mass", algorithm=algorithm)
+    assert isinstance(own, OffPolicyTrainConfig)
+    ppo = preset("point-mass")
+    assert (cfg.env.num_envs, cfg.iterations, cfg.learner.batch_size) == (own.env.num_envs, own.iterations,
+                                                                          own.learner.batch_size)
+    assert (cfg.env.num_envs, cfg.iterations) != (ppo.env.num_envs, ppo.iterations)
+    assert configured("point-mass", None, {"algorithm": algorithm}) == cfg
+    converted = parse_train_config(["--task", "cartpole-continuous", "--algorithm", algorithm])
+    base = preset("cartpole-continuous")
+    assert isinstance(converted, OffPolicyTrainConfig)
+    assert (converted.env.num_envs, converted.iterations, converted.learner.gamma) == (
+        base.env.num_envs, base.iterations, base.ppo.gamma)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("task", ["pendulum", "point-mass", "gym:Pendulum-v1"])
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_every_off_policy_preset_trains(task: str, algorithm: str, tmp_path: Path) -> None:
+    """Each SAC and TD3 preset validates and trains (shrunk to 2 iterations of 4 envs, its other settings kept)."""
+    if task.startswith("gym:"):
+        pytest.importorskip("gymnasium")
+    args = ["train", "--task", task, "--algorithm", algorithm, "--env.num_envs", "4", "--iterations", "2",
+            f"--{algorithm}.learning_starts", "4", f"--{algorithm}.batch_size", "8",
+            f"--{algorithm}.updates_per_iteration", "2", "--log.dir", str(tmp_path), "--log.run_name", "run",
+            "--log.progress", "false"]
+    assert main(args) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["gradient_steps"] == 2
+
+
+def test_a_task_cannot_give_its_own_algorithm_a_second_preset() -> None:
+    from syncfree.tasks import get_task
+
+    spec = get_task("pendulum")
+    with pytest.raises(ValueError, match="its own algorithm 'ppo' takes the default preset"):
+        dataclasses.replace(spec, algorithm_presets={"ppo": spec.presets["default"]})
+
+
+# -- distributional critics -------------------------------------------------------------------------------------
+
+def projected_by_loop(probs: torch.Tensor, values: torch.Tensor, support: tuple[float, float, int]) -> torch.Tensor:
+    """C51's projection written out mass by mass (the paper's Algorithm 1), in float64."""
+    v_min, v_max, k = support
+    delta = (v_max - v_min) / (k - 1)
+    out = torch.zeros(probs.shape, dtype=torch.float64)
+    for i in range(probs.shape[0]):
+        for j in range(k):
+            b = (min(max(float(values[i, j]), v_min), v_max) - v_min) / delta
+            low, high = math.floor(b), math.ceil(b)
+            p = float(probs[i, j])
+            if low == high:
+                out[i, low] += p
+            else:
+                out[i, low] += p * (high - b)
+                out[i, high] += p * (b - low)
+    return out
+
+
+def test_the_projection_is_c51s_keeping_mass_and_mean_inside_the_support() -> None:
+    from syncfree.algo.offpolicy import project_onto_atoms
+
+    support = (-10.0, 10.0, 11)
+    atoms = torch.linspace(*support)
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.rand(6, 11, generator=gen).softmax(-1)
+    returns = torch.tensor([0.3, -1.7, 4.0, 0.0, 25.0, -3.0])  # one atom exactly, one far above the support
+    discounts = torch.tensor([0.9, 0.81, 0.0, 1.0, 0.9, 0.5])
+    values = returns[:, None] + discounts[:, None] * atoms
+    projected = project_onto_atoms(probs, values, support)
+    torch.testing.assert_close(projected.double(), projected_by_loop(probs, values, support), rtol=0, atol=1e-6)
+    torch.testing.assert_close(projected.sum(-1), torch.ones(6))
+    inside = ((values >= -10) & (values <= 10)).all(-1)
+    assert inside.tolist() == [True, True, True, True, False, True]
+    torch.testing.assert_close((projected @ atoms)[inside], (probs * values).sum(-1)[inside], rtol=0, atol=1e-5)
+    assert projected[4, -1] == pytest.approx(1.0)  # above the support: all at its top atom
+    assert projected[2, 7] == pytest.approx(1.0)  # terminated (discount 0) at a return of 4: the atom 4
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_distributional_critics_train_without_a_host_read_and_their_q_is_the_mean(algorithm: str,
+                                                                                   tmp_path: Path) -> None:
+    cfg = small(algorithm)
+    cfg.learner.critic, cfg.learner.num_atoms, cfg.learner.v_min, cfg.learner.v_max = "distributional", 21, -100, 0
+    trainer, reads = trained_host_reads(cfg)
+    assert reads == (0, 0, 1)
+    policy = learner(trainer).policy
+    assert policy.q1[-1].out_features == 21
+    obs, actions = torch.randn(5, policy.critic_obs_dim), torch.rand(5, policy.action_dim) * 2 - 1
+    logits = policy.q_logits(obs, actions)
+    for q, z in zip(policy.q_values(obs, actions), logits, strict=True):
+        torch.testing.assert_close(q, (z.softmax(-1) * torch.linspace(-100, 0, 21)).sum(-1))
+    record = trainer.iterate()
+    assert math.isfinite(record["critic_loss"]) and -100 <= record["q_mean"] <= 0
+    own = f"--{algorithm}."
+    assert main(["train", "--task", "pendulum", "--algorithm", algorithm, "--env.num_envs", "4", "--iterations", "2",
+                 f"{own}critic", "distributional", f"{own}learning_starts", "4", f"{own}batch_size", "8",
+                 "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress", "false"]) == 0
+    checkpoint_path = str(tmp_path / "run" / "latest.pt")
+    assert main(["eval", checkpoint_path, "--num_envs", "2"]) == 0  # the checkpoint rebuilds the critics' atoms
+    assert main(["train", "--resume", checkpoint_path, "--iterations", "3", "--log.run_name", "resumed",
+                 "--log.progress", "false"]) == 0

@@ -72,8 +72,10 @@ def configured(task: str | VecEnv, config: TrainConfig | None, overrides: dict[s
     algorithm = choose_algorithm(start.algorithm, overrides.get("algorithm"),
                                  policy.get("kind") if isinstance(policy, dict) else None,
                                  distill.get("teacher") if isinstance(distill, dict) else None)
-    if algorithm != start.algorithm and not resume:  # another algorithm's config type, the shared settings kept
-        start = with_algorithm(start, algorithm)
+    if algorithm != start.algorithm and not resume:  # another algorithm's config type: the task's preset for it,
+        # or the settings shared with the config given
+        start = preset(task, algorithm=algorithm) if config is None and isinstance(task, str) else \
+            with_algorithm(start, algorithm)
         base = merged(start, overrides)
     cfg = validated(from_dict(type(start), base, sections=sections_of(start)))
     cfg.resume = resume

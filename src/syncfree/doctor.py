@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from syncfree.algo import algorithm_named
+from syncfree.algo.offpolicy import OffPolicyTrainConfig
 from syncfree.config import TrainConfig
 from syncfree.core import phases as phases_module
 from syncfree.core.counters import Counts, caller_site, tensors_in
@@ -385,12 +387,19 @@ def run(args: argparse.Namespace) -> int:
     budget = parse_budget(args.budget)
     perf = with_switches(PerfConfig.preset(args.perf), args.switch)
     if args.train:
-        cfg = preset(args.task)
+        cfg = preset(args.task, algorithm=args.algorithm or None)
         cfg.perf, cfg.device = perf, args.device
         cfg.env.num_envs = args.num_envs or cfg.env.num_envs
         cfg.log.tensorboard = False
-        report = examine_training(validated(cfg), max(args.warmup or 1, 1),
-                                  target=f"train {args.task} ({args.perf} switches)")
+        learner = cfg.learner if isinstance(cfg, OffPolicyTrainConfig) else None
+        warmup = max(args.warmup or 1, 1)
+        if learner is not None:  # the counted iteration takes its gradient steps, not random actions
+            learner.learning_starts = 0
+            rows, envs = learner.batch_size + (learner.n_step - 1) * cfg.env.num_envs, cfg.env.num_envs
+            warmup = max(warmup, -(-rows // (envs * learner.steps_per_env)))  # until the buffer holds a batch
+        report = examine_training(validated(cfg), warmup,
+                                  target=f"train {args.task} with {cfg.algorithm} ({args.perf} switches"
+                                  f"{', learning from the first step' if learner is not None else ''})")
     else:
         if args.task:
             env = task_env(args.task, args.num_envs, perf, args.device)
@@ -416,6 +425,8 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--task", help="a task (see `syncfree tasks`)")
     target.add_argument("--env", help="module:factory returning a syncfree VecEnv or an rsl_rl VecEnv")
+    parser.add_argument("--algorithm", default="", help="with train: the algorithm that trains --task (default: "
+                        "its own; the task's preset for it where it has one)")
     parser.add_argument("--perf", choices=("optimized", "baseline", "seed_before"), default="optimized",
                         help="the switches' preset (the env-side switches act on manager-based envs, g1-track's)")
     parser.add_argument("--switch", action="append", default=[], metavar="NAME=VALUE",
@@ -434,4 +445,8 @@ def parse_arguments(argv: Sequence[str]) -> argparse.Namespace:
         raise UserError("doctor: --steps must be >= 1, --warmup and --env.num_envs >= 0")
     if args.train and not args.task:
         raise UserError("doctor: train needs --task")
+    if args.algorithm and not args.train:
+        raise UserError("doctor: --algorithm needs train (an env alone is stepped with random actions)")
+    if args.algorithm:
+        algorithm_named(args.algorithm)  # one line naming the algorithms there are
     return args

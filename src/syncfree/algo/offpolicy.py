@@ -17,7 +17,7 @@ import math
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
@@ -33,7 +33,7 @@ from syncfree.envs.api import StepResult, VecEnv
 from syncfree.errors import POLICY_MEMORY, UserError, allocating, check
 from syncfree.policy.actor_critic import auto_lowers_mlps, set_autocast
 from syncfree.policy.build import EnvShape, obs_dim
-from syncfree.policy.sac import TwinCritics
+from syncfree.policy.sac import Support, TwinCritics
 from syncfree.policy.settings import PolicyConfig
 
 log = logging.getLogger("syncfree")
@@ -67,6 +67,18 @@ class OffPolicyConfig:
     """The actor's Adam step size."""
     critic_learning_rate: float = 1e-3
     """The critics' Adam step size."""
+    critic: Literal["scalar", "distributional"] = "scalar"
+    """Each critic gives one Q value (regressed by mean squared error), or a categorical distribution over
+    `num_atoms` values evenly spaced in [`v_min`, `v_max`], trained by cross-entropy against the target's
+    distribution shifted by the n-step return and projected onto them (C51; FastTD3's critic). The actor
+    maximizes the distribution's mean."""
+    num_atoms: int = 101
+    """A distributional critic's atoms."""
+    v_min: float = -250.0
+    """A distributional critic's lowest atom: below the lowest return the critic should represent (values
+    outside [v_min, v_max] are clipped to the ends)."""
+    v_max: float = 250.0
+    """A distributional critic's highest atom."""
     save_buffer: bool = False
     """Checkpoints hold the replay buffer too (it can be large: `buffer_size` transitions of every group stored), so
     that a resumed run continues with it; off, a resumed run starts with an empty buffer."""
@@ -81,6 +93,12 @@ class OffPolicyConfig:
         check(0 < self.tau <= 1, f"{section}.tau", "a number in (0, 1]", self.tau)
         for key in ("actor_learning_rate", "critic_learning_rate"):
             check(getattr(self, key) > 0, f"{section}.{key}", "a number > 0", getattr(self, key))
+        check(self.num_atoms >= 2, f"{section}.num_atoms", "an integer >= 2", self.num_atoms)
+        check(self.v_min < self.v_max, f"{section}.v_max", f"a number > {section}.v_min={self.v_min}", self.v_max)
+
+    def support(self) -> Support | None:
+        """The distributional critics' atoms; None for scalar critics."""
+        return (self.v_min, self.v_max, self.num_atoms) if self.critic == "distributional" else None
 
 
 UNREAD_POLICY = {"init_std": "the off-policy learners explore by their own noise, not the policy's init_std",
@@ -140,6 +158,21 @@ def soft_update(targets: list[Tensor], sources: list[Tensor], tau: float, fused:
         else:
             for target, source in zip(targets, sources, strict=True):
                 target.data.copy_(tau * source.data + (1 - tau) * target.data)
+
+
+def project_onto_atoms(probs: Tensor, values: Tensor, support: Support) -> Tensor:
+    """C51's projection: the distribution over the support's atoms that puts each mass `probs[i, j]`, sitting at
+    `values[i, j]`, on the two atoms around that value, split in proportion to their nearness (a value outside the
+    support goes to its end atom). It keeps each row's total mass, and its mean where every value is inside."""
+    v_min, v_max, num_atoms = support
+    position = (values.clamp(v_min, v_max) - v_min) * ((num_atoms - 1) / (v_max - v_min))
+    below = position.floor()
+    above_share = position - below
+    below_index = below.long()
+    above_index = (below_index + 1).clamp_(max=num_atoms - 1)  # the top atom's share of above is 0
+    projected = torch.zeros_like(probs)
+    projected.scatter_add_(-1, below_index, probs * (1.0 - above_share))
+    return projected.scatter_add_(-1, above_index, probs * above_share)
 
 
 class OffPolicy(Algorithm):
@@ -281,6 +314,27 @@ class OffPolicy(Algorithm):
 
     def sample_batch(self) -> Batch:
         return self.buffer.sample()
+
+    def target_distribution(self, batch: Batch, next_actions: Tensor, next_cost: Tensor | None = None) -> Tensor:
+        """Distributional critics' target, [batch, num_atoms] (no gradient): of the two target critics' distributions
+        at the next observation and `next_actions`, the one with the lower mean (clipped double-Q, per transition),
+        its atoms `z` moved to `R + discount (z - next_cost)` (SAC's entropy cost `alpha log pi`; TD3 has none) and
+        projected back onto the atoms. Called without gradient."""
+        policy = self.policy
+        p1, p2 = policy.target_q_probs(batch.next_obs[self.critic_group], next_actions)
+        atoms = cast(Tensor, policy.atoms)
+        probs = torch.where((p1 @ atoms <= p2 @ atoms).unsqueeze(-1), p1, p2)
+        next_values = atoms if next_cost is None else atoms - next_cost.unsqueeze(-1)
+        values = batch.returns.unsqueeze(-1) + batch.discounts.unsqueeze(-1) * next_values
+        return project_onto_atoms(probs, values, cast(Support, policy.support))
+
+    def distributional_loss(self, batch: Batch, target: Tensor) -> tuple[Tensor, Tensor]:
+        """Each distributional critic's cross-entropy against `target`, summed, and their mean Q."""
+        logits = self.policy.q_logits(batch.obs[self.critic_group], batch.actions)
+        loss = -(target * logits[0].log_softmax(-1)).sum(-1).mean() - (target * logits[1].log_softmax(-1)).sum(-1).mean()
+        with torch.no_grad():
+            q1, q2 = self.policy.expected(logits)
+        return loss, 0.5 * (q1 + q2).mean()
 
     def update(self, progress: float = 0.0) -> None:
         """`updates_per_iteration` gradient steps, once `learning_starts` env steps were collected and the buffer

@@ -89,7 +89,8 @@ class SAC(OffPolicy):
     @classmethod
     def build_policy(cls, cfg: SACTrainConfig, env: EnvShape) -> SquashedGaussianActorCritic:
         cls.check_actions(cfg, env)
-        return SquashedGaussianActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy, cfg.sac.init_alpha)
+        return SquashedGaussianActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy, cfg.sac.init_alpha,
+                                           cfg.sac.support())
 
     @staticmethod
     @torch.inference_mode()
@@ -108,13 +109,18 @@ class SAC(OffPolicy):
 
     def critic_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """The twin critics' mean squared error against the soft Bellman target (no gradient through it), and
-        their mean Q."""
+        their mean Q; distributional critics' cross-entropy (`target_distribution`)."""
         a, c = self.policy.actor_group, self.critic_group
         with torch.no_grad():
             alpha = self.policy.log_alpha.exp()
             next_actions, next_log_prob = self.policy.sample(batch.next_obs[a])
-            next_q = torch.min(*self.policy.target_q_values(batch.next_obs[c], next_actions)) - alpha * next_log_prob
-            target = batch.returns + batch.discounts * next_q
+            if self.policy.support is not None:
+                target = self.target_distribution(batch, next_actions, alpha * next_log_prob)
+            else:
+                next_q = torch.min(*self.policy.target_q_values(batch.next_obs[c], next_actions)) - alpha * next_log_prob
+                target = batch.returns + batch.discounts * next_q
+        if self.policy.support is not None:
+            return self.distributional_loss(batch, target)
         q1, q2 = self.policy.q_values(batch.obs[c], batch.actions)
         loss = 0.5 * ((q1 - target).square().mean() + (q2 - target).square().mean())
         return loss, 0.5 * (q1 + q2).detach().mean()

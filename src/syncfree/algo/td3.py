@@ -94,7 +94,7 @@ class TD3(OffPolicy):
     @classmethod
     def build_policy(cls, cfg: TD3TrainConfig, env: EnvShape) -> DeterministicActorCritic:
         cls.check_actions(cfg, env)
-        return DeterministicActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy)
+        return DeterministicActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy, cfg.td3.support())
 
     @staticmethod
     @torch.inference_mode()
@@ -112,15 +112,20 @@ class TD3(OffPolicy):
 
     def critic_loss(self, batch: Batch) -> tuple[Tensor, Tensor]:
         """The twin critics' mean squared error against the clipped double-Q target of the smoothed target action
-        (no gradient through it), and their mean Q."""
+        (no gradient through it), and their mean Q; distributional critics' cross-entropy (`target_distribution`)."""
         a, c = self.policy.actor_group, self.critic_group
         with torch.no_grad():
             next_actions = self.policy.target_action(batch.next_obs[a])
             noise = torch.randn_like(next_actions).mul_(self.cfg.policy_noise)
             noise.clamp_(-self.cfg.noise_clip, self.cfg.noise_clip)
             next_actions = next_actions.add_(noise).clamp_(-1.0, 1.0)
-            next_q = torch.min(*self.policy.target_q_values(batch.next_obs[c], next_actions))
-            target = batch.returns + batch.discounts * next_q
+            if self.policy.support is not None:
+                target = self.target_distribution(batch, next_actions)
+            else:
+                next_q = torch.min(*self.policy.target_q_values(batch.next_obs[c], next_actions))
+                target = batch.returns + batch.discounts * next_q
+        if self.policy.support is not None:
+            return self.distributional_loss(batch, target)
         q1, q2 = self.policy.q_values(batch.obs[c], batch.actions)
         loss = 0.5 * ((q1 - target).square().mean() + (q2 - target).square().mean())
         return loss, 0.5 * (q1 + q2).detach().mean()

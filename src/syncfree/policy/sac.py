@@ -20,6 +20,9 @@ from syncfree.policy.heads import normal_log_prob
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.policy.settings import PolicyConfig
 
+Support = tuple[float, float, int]
+"""A distributional critic's atoms: `num_atoms` values evenly spaced from `v_min` to `v_max`."""
+
 LOG_STD_RANGE = (-5.0, 2.0)
 """The actor's log standard deviation, squashed into this range by a tanh (CleanRL's and SpinningUp's bounds)."""
 
@@ -32,8 +35,14 @@ class TwinCritics(nn.Module):
     kind = ""
     """The deployment's `policy_kind`."""
 
-    def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig) -> None:
+    def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
+                 support: Support | None = None) -> None:
         super().__init__()
+        self.support = support
+        """Distributional critics' atoms `(v_min, v_max, num_atoms)`; None: each critic gives one Q value."""
+        self.atoms: Tensor | None
+        self.register_buffer("atoms", None if support is None else torch.linspace(*support))
+        outputs = 1 if support is None else support[2]
         self.actor_obs_dim, self.critic_obs_dim = actor_obs_dim, critic_obs_dim
         self.action_spec, self.action_dim = action_spec, action_spec.size
         self.actor_group = cfg.actor_obs
@@ -43,8 +52,8 @@ class TwinCritics(nn.Module):
             lambda d: nn.Identity())
         self.actor_norm = norm(actor_obs_dim)
         self.critic_norm = norm(critic_obs_dim)
-        self.q1 = mlp(critic_obs_dim + self.action_dim, cfg.critic_hidden, 1, cfg.activation)
-        self.q2 = mlp(critic_obs_dim + self.action_dim, cfg.critic_hidden, 1, cfg.activation)
+        self.q1 = mlp(critic_obs_dim + self.action_dim, cfg.critic_hidden, outputs, cfg.activation)
+        self.q2 = mlp(critic_obs_dim + self.action_dim, cfg.critic_hidden, outputs, cfg.activation)
         self.q1_target = copy.deepcopy(self.q1).requires_grad_(False)
         self.q2_target = copy.deepcopy(self.q2).requires_grad_(False)
         self.actor: nn.Sequential
@@ -67,12 +76,30 @@ class TwinCritics(nn.Module):
         return obs[self.actor_group]
 
     def q_values(self, critic_obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        """Each critic's Q value (a distributional critic's: its distribution's mean)."""
+        if self.atoms is not None:
+            return self.expected(self.q_logits(critic_obs, actions))
         x = torch.cat((self.critic_norm(critic_obs), actions), dim=-1)
         return self.q1(x).squeeze(-1), self.q2(x).squeeze(-1)
 
     def target_q_values(self, critic_obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
         x = torch.cat((self.critic_norm(critic_obs), actions), dim=-1)
         return self.q1_target(x).squeeze(-1), self.q2_target(x).squeeze(-1)
+
+    def q_logits(self, critic_obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        """Distributional critics: each one's logits over the atoms, [rows, num_atoms]."""
+        x = torch.cat((self.critic_norm(critic_obs), actions), dim=-1)
+        return self.q1(x), self.q2(x)
+
+    def target_q_probs(self, critic_obs: Tensor, actions: Tensor) -> tuple[Tensor, Tensor]:
+        """Distributional critics: each target critic's probabilities of the atoms."""
+        x = torch.cat((self.critic_norm(critic_obs), actions), dim=-1)
+        return self.q1_target(x).softmax(-1), self.q2_target(x).softmax(-1)
+
+    def expected(self, logits: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+        """The means of distributions over the atoms given by their logits."""
+        atoms = cast(Tensor, self.atoms)
+        return logits[0].softmax(-1) @ atoms, logits[1].softmax(-1) @ atoms
 
     @torch.no_grad()
     def update_normalizers(self, actor_obs: Tensor, critic_obs: Tensor) -> None:
@@ -116,8 +143,8 @@ class SquashedGaussianActorCritic(TwinCritics):
     kind = "sac"
 
     def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
-                 init_alpha: float) -> None:
-        super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg)
+                 init_alpha: float, support: Support | None = None) -> None:
+        super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg, support)
         self.actor = mlp(actor_obs_dim, cfg.actor_hidden, 2 * self.action_dim, cfg.activation)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
 
@@ -150,8 +177,9 @@ class DeterministicActorCritic(TwinCritics):
     kind = "td3"
     deployed_action = "deterministic action: tanh of the actor's output, in [-1, 1]"
 
-    def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig) -> None:
-        super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg)
+    def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
+                 support: Support | None = None) -> None:
+        super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg, support)
         self.actor = mlp(actor_obs_dim, cfg.actor_hidden, self.action_dim, cfg.activation)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
 
@@ -164,6 +192,7 @@ class DeterministicActorCritic(TwinCritics):
     def target_action(self, actor_obs: Tensor) -> Tensor:
         """The target actor's action (no gradient: its parameters take none)."""
         return torch.tanh(self.actor_target(self.actor_norm(actor_obs)))
+
 
 class SquashedMean(nn.Module):
     """A copy of the actor (`DeployedActor`: normalizer and MLP) -> tanh of the mean half of its output."""

@@ -75,7 +75,7 @@ def task_names() -> list[str]:
 def listing() -> list[tuple[str, str]]:
     """`syncfree tasks`: (name, description) of every task and family, and the ids of the families that list
     theirs (or why they cannot be listed here)."""
-    rows = [(spec.name, spec.description + missing_extra(spec.needs)) for spec in TASKS.values()]
+    rows = [(spec.name, spec.description + own_presets(spec) + missing_extra(spec.needs)) for spec in TASKS.values()]
     for source in SOURCES.values():
         rows.append((source.usage, source.description + missing_extra(source.needs)))
         if source.listing is not None:
@@ -84,6 +84,11 @@ def listing() -> list[tuple[str, str]]:
             except UserError as e:
                 rows.append(("", f"({e})"))
     return rows
+
+
+def own_presets(spec: TaskSpec) -> str:
+    """`; own presets for --algorithm sac, td3` for a task with presets for other algorithms than its own."""
+    return f"; own presets for --algorithm {', '.join(spec.algorithm_presets)}" if spec.algorithm_presets else ""
 
 
 def get_task(name: str, where: str = "config") -> TaskSpec:

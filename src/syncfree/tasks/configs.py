@@ -6,14 +6,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from syncfree.algo import algorithm_named, implied_algorithm
 from syncfree.algo.configs import convert
-from syncfree.config import TrainConfig, from_dict, merge, section_types
+from syncfree.algo.offpolicy import OffPolicyTrainConfig
+from syncfree.config import EnvConfig, TrainConfig, from_dict, merge, section_types
 from syncfree.core.imports import UserNames, allow_import, user_names
-from syncfree.tasks.spec import TaskSpec
+from syncfree.tasks.spec import Preset, TaskSpec
 
 log = logging.getLogger("syncfree")
 
@@ -36,6 +37,24 @@ def default_config(task: str, algorithm: str | None = None, **values: Any) -> Tr
     """A config of `task` trained by `algorithm` with the config type's defaults (no preset read), `values` set."""
     cls, sections = config_type(task, algorithm)
     return cls(task=task, **{name: kind() for name, kind in sections.items()}, **values)
+
+
+def learner_config(algorithm: str, task: str, env: EnvConfig, iterations: int, **learner: Any) -> OffPolicyTrainConfig:
+    """A preset of the off-policy `algorithm` (`sac`, `td3`) for `task`: its `env` section, `iterations`, and the
+    settings `learner` of its own section (`gamma=0.95`, ...); everything else the config type's defaults."""
+    cfg = algorithm_named(algorithm).config_type(task=task, env=env, iterations=iterations)
+    assert isinstance(cfg, OffPolicyTrainConfig), algorithm
+    name, section = cfg.SECTION, cfg.learner
+    for key, value in learner.items():
+        if not hasattr(section, key):
+            raise ValueError(f"{algorithm} preset of {task}: {name}.{key} is no setting")
+        setattr(section, key, value)
+    return cfg
+
+
+def off_policy_presets(preset_of: Callable[[str], Preset]) -> dict[str, Preset]:
+    """A task's SAC and TD3 presets (`TaskSpec.algorithm_presets`), `preset_of(algorithm)` each."""
+    return {algorithm: preset_of(algorithm) for algorithm in ("sac", "td3")}
 
 
 def with_algorithm(cfg: TrainConfig, algorithm: str) -> TrainConfig:

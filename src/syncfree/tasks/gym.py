@@ -17,7 +17,8 @@ from syncfree.core.imports import allow_import
 from syncfree.envs.adapters.host_worker import worth_a_worker
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError
-from syncfree.tasks.spec import BenchSizes, Drawer, TaskSource, TaskSpec
+from syncfree.tasks.configs import learner_config, off_policy_presets
+from syncfree.tasks.spec import BenchSizes, Drawer, Preset, TaskSource, TaskSpec
 
 PREFIX = "gym:"
 
@@ -53,6 +54,20 @@ def preset(task: str) -> PPOTrainConfig:
                         grad_clip="global", normalize_rewards=True)
     cfg.iterations = 488
     return cfg
+
+
+def off_policy(algorithm: str) -> Preset:
+    """SAC or TD3 on a Gymnasium env: 16 envs x 4 steps per iteration, 32 gradient steps of 256 (half a gradient
+    step per env step), [256, 256] ReLU networks as CleanRL's and Stable-Baselines3's, 10,000 random env steps
+    first; 4,688 iterations = 300k env steps."""
+    def preset(task: str) -> TrainConfig:
+        cfg = learner_config(algorithm, task, EnvConfig(num_envs=16), 4688, steps_per_env=4,
+                             updates_per_iteration=32, batch_size=256, learning_starts=10_000, gamma=0.99)
+        cfg.policy.actor_hidden, cfg.policy.critic_hidden = [256, 256], [256, 256]
+        cfg.policy.activation = "relu"
+        return cfg
+
+    return preset
 
 
 def gymnasium_envs(task: str) -> Callable[..., VecEnv]:
@@ -95,9 +110,9 @@ def resolve(task: str) -> TaskSpec:
         return env, draw
 
     return TaskSpec(task, f"the Gymnasium env {env_id}", EnvConfig, {"default": preset}, make_env, "ppo",
-                    render=render, bench_profiles=BENCH_PROFILES, env_switches=frozenset({"host_env_worker"}),
-                    imports=module)
+                    algorithm_presets=off_policy_presets(off_policy), render=render, bench_profiles=BENCH_PROFILES,
+                    env_switches=frozenset({"host_env_worker"}), imports=module)
 
 
 SOURCES = (TaskSource(PREFIX, f"{PREFIX}<id>", "any registered Gymnasium env (e.g. gym:Humanoid-v5), as CPU vector "
-                      "envs; its own time limit", resolve, needs=("gymnasium", "gym")),)
+                      "envs; its own time limit; own presets for --algorithm sac, td3", resolve, needs=("gymnasium", "gym")),)

@@ -60,6 +60,9 @@ class TaskSpec:
     make_env: EnvFactory
     algorithm: str
     """The algorithm that trains the task unless `--algorithm` names another (`syncfree.algo.ALGORITHMS`)."""
+    algorithm_presets: Mapping[str, Preset] = field(default_factory=dict)
+    """Algorithm name -> what `--algorithm <name>` starts from on this task (e.g. pendulum's `sac` and `td3`); an
+    algorithm without one starts from the default preset's settings it shares (`convert`)."""
     env_layer: bool = False
     """The env is manager-based (observation groups, history, commands): it reads the env-side switches."""
     env_switches: frozenset[str] = frozenset()
@@ -91,6 +94,8 @@ class TaskSpec:
             raise ValueError(f"task {self.name!r}: its presets need a 'default' one")
         if not issubclass(self.env_config, EnvConfig):
             raise ValueError(f"task {self.name!r}: env_config {self.env_config.__name__} is not an EnvConfig")
+        if self.algorithm in self.algorithm_presets:
+            raise ValueError(f"task {self.name!r}: its own algorithm {self.algorithm!r} takes the default preset")
 
     def section_types(self, algorithm: str) -> dict[str, type]:
         """The types this task gives the sections of a config of `algorithm`: its `env`, and any of `sections`."""
@@ -98,9 +103,12 @@ class TaskSpec:
 
     def preset(self, size: str = "default", name: str | None = None, algorithm: str | None = None) -> TrainConfig:
         """The preset named `size`, for the task name `name` (default: the spec's), trained by `algorithm` (default:
-        the preset's own: another starts from the settings it shares with the preset, `convert`)."""
+        the preset's own). Another algorithm's default is its own preset where the task has one
+        (`algorithm_presets`), else the settings it shares with the preset (`convert`)."""
         if size not in self.presets:
             raise UserError(f"task {self.name}: no preset {size!r}; it has {', '.join(self.presets)}")
+        if size == "default" and algorithm is not None and algorithm in self.algorithm_presets:
+            return self.algorithm_presets[algorithm](name or self.name)
         cfg = self.presets[size](name or self.name)
         if algorithm is None or algorithm == cfg.algorithm:
             return cfg

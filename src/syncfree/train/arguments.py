@@ -28,7 +28,6 @@ from syncfree.tasks import (
     stored_algorithm,
     switch_scope,
     validated,
-    with_algorithm,
 )
 from syncfree.train.session import resume_config
 
@@ -65,7 +64,9 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
         named = known.algorithm or (stored_algorithm(from_config) if from_config else None)
         kind = getattr(known, "policy.kind") or (policy.get("kind") if isinstance(policy, dict) else None)
         teacher = getattr(known, "distill.teacher") or (distill.get("teacher") if isinstance(distill, dict) else None)
-        base = with_algorithm(base, choose_algorithm(base.algorithm, named, kind, teacher))
+        chosen = choose_algorithm(base.algorithm, named, kind, teacher)
+        if chosen != base.algorithm:  # the task's preset for that algorithm, else the settings they share
+            base = preset(base.task, algorithm=chosen)
     sections = sections_of(base)
     if config_path:  # a run's config.yaml of an earlier version is read in this one's layout
         argv = config_file_arguments(list(argv), config_path, from_config, type(base), sections)
