@@ -11,20 +11,29 @@ on the host from the steps collected, which a checkpoint keeps).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
 from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar, cast
+from typing import Any, ClassVar, Literal, TypeVar, cast
 
 import torch
 from torch import Tensor, nn
 
 from syncfree.algo.base import Algorithm, CheckpointReader
-from syncfree.algo.optim import Collective, GradientAllReduce
+from syncfree.algo.optim import (
+    Collective,
+    GradientAllReduce,
+    ScheduleFreeAdamW,
+    average_weights,
+    hidden_matrices,
+    make_optimizer,
+)
 from syncfree.algo.replay import Batch, replay_buffer
+from syncfree.algo.settings import OPTIMIZERS
 from syncfree.config import PerfConfig, TrainConfig
 from syncfree.core.compile import hot
 from syncfree.core.phases import Phases
@@ -64,9 +73,17 @@ class OffPolicyConfig:
     """Soft target update: each target parameter moves this fraction of the way to its network's, every gradient
     step."""
     actor_learning_rate: float = 3e-4
-    """The actor's Adam step size."""
+    """The actor's step size."""
     critic_learning_rate: float = 1e-3
-    """The critics' Adam step size."""
+    """The critics' step size."""
+    optimizer: Literal["adam", "adamw", "muon", "schedule_free_adamw"] = "adam"
+    """What steps the actor and the critics (each its own optimizer; SAC's temperature steps with Adam whatever this
+    is): `adam`, `adamw` (weight decay 0.01 unless `weight_decay` says), `muon` (on the hidden matrices of each MLP,
+    AdamW on the rest) or `schedule_free_adamw`, as `ppo.optimizer` describes them. With `schedule_free_adamw` the
+    rollout acts and the targets follow with the weights the gradient steps take; evaluation, checkpoints and
+    `syncfree.learn`'s policy get the average."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay of `optimizer` (see there)."""
     save_buffer: bool = False
     """Checkpoints hold the replay buffer too (it can be large: `buffer_size` transitions of every group stored), so
     that a resumed run continues with it; off, a resumed run starts with an empty buffer."""
@@ -81,6 +98,12 @@ class OffPolicyConfig:
         check(0 < self.tau <= 1, f"{section}.tau", "a number in (0, 1]", self.tau)
         for key in ("actor_learning_rate", "critic_learning_rate"):
             check(getattr(self, key) > 0, f"{section}.{key}", "a number > 0", getattr(self, key))
+        check(self.weight_decay >= 0, f"{section}.weight_decay", "a number >= 0", self.weight_decay)
+        check(self.optimizer in OPTIMIZERS, f"{section}.optimizer", ", ".join(OPTIMIZERS), self.optimizer)
+
+    def decay(self) -> float:
+        """The weight decay the optimizers step with: `weight_decay`, or 0.01 for `adamw` when it is 0."""
+        return 0.01 if self.optimizer == "adamw" and self.weight_decay == 0 else self.weight_decay
 
 
 UNREAD_POLICY = {"init_std": "the off-policy learners explore by their own noise, not the policy's init_std",
@@ -184,6 +207,18 @@ class OffPolicy(Algorithm):
         batch = self.buffer.batch
         static = [*batch.obs.values(), batch.actions, batch.returns, batch.discounts, *batch.next_obs.values()]
         return hot(fn, self.perf, self.device, static=[] if self.buffer.on_host else static)
+
+    def network_optimizer(self, params: list[Tensor], lr: float, network: str) -> torch.optim.Optimizer:
+        """The optimizer of `optimizer` (`make_optimizer`) over a network's `params` (`network` names it in errors),
+        fused: the step counts stay on the device (torch's default Adam reads each on the host)."""
+        matrices = hidden_matrices(self.policy)
+        section = self.config_type.SECTION  # type: ignore[attr-defined]
+        if self.cfg.optimizer == "muon" and not {id(p) for p in matrices} & {id(p) for p in params}:
+            raise UserError(f"config: {section}.optimizer='muon' is invalid here: the {network} has no hidden matrix "
+                            "(a linear layer between two others of an MLP); give its MLP two hidden layers or more, "
+                            "or use adam")
+        return make_optimizer(cast(list[nn.Parameter], params), self.cfg.optimizer, lr, self.cfg.decay(),
+                              matrices=matrices, fused=True)
 
     def gradient_average(self, params: list[Tensor]) -> GradientAllReduce | None:
         """With several processes: what averages `params`' gradients over the ranks before their optimizer steps
@@ -289,6 +324,9 @@ class OffPolicy(Algorithm):
         self.host_stats = [0.0] * len(self.stat_names)
         ready = not self.acting_randomly() and self.buffer.sampleable() >= self.cfg.batch_size
         self.gradient_steps = self.cfg.updates_per_iteration if ready else 0
+        if ready:  # schedule-free AdamW: from the first update on, the parameters hold the weights the steps take
+            for optimizer in self.schedule_free():
+                optimizer.train()
         for _ in range(self.gradient_steps):
             self.gradient_step()
 
@@ -335,11 +373,31 @@ class OffPolicy(Algorithm):
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return list(self.named_optimizers().values())
 
+    def optimizer_params(self) -> dict[str, list[Tensor]]:
+        """Each optimizer's parameters in the order of its state dict (Muon's matrices first with `muon`)."""
+        return {name: [p for group in o.param_groups for p in group["params"]]
+                for name, o in self.named_optimizers().items()}
+
+    def schedule_free(self) -> list[ScheduleFreeAdamW]:
+        return [o for o in self.optimizers() if isinstance(o, ScheduleFreeAdamW)]
+
+    def average_weights(self) -> contextlib.AbstractContextManager[bool]:
+        """With `optimizer=schedule_free_adamw`, the actor and the critics hold their averages inside the block."""
+        return average_weights(self.optimizers())
+
+    def keep_average_weights(self) -> None:
+        for optimizer in self.schedule_free():
+            optimizer.eval()
+
     def state_dict(self) -> dict[str, Any]:
         """The optimizers and the env steps collected (the networks, the targets and the temperature are the
-        policy's), and the replay buffer where `save_buffer` asks for it."""
+        policy's), and the replay buffer where `save_buffer` asks for it. With schedule-free AdamW, the weights the
+        run acts and steps with too (the policy's saved weights are the average)."""
         state: dict[str, Any] = {name: o.state_dict() for name, o in self.named_optimizers().items()}
         state["env_steps"] = self.env_steps
+        if self.schedule_free():
+            state["acting_weights"] = [p.detach().clone() for o in self.schedule_free()
+                                       for group in o.param_groups for p in group["params"]]
         if self.cfg.save_buffer:
             state["replay_buffer"] = self.buffer.state_dict()
         return state
@@ -347,6 +405,13 @@ class OffPolicy(Algorithm):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, optimizer in self.named_optimizers().items():
             optimizer.load_state_dict(state[name])
+        if self.schedule_free():  # the policy was loaded with the average
+            params = [p for o in self.schedule_free() for group in o.param_groups for p in group["params"]]
+            with torch.no_grad():
+                torch._foreach_copy_(params, [w.to(p.device) for w, p in zip(state["acting_weights"], params,
+                                                                             strict=True)])
+            for optimizer in self.schedule_free():
+                optimizer.train_mode = True
         self.env_steps = int(state["env_steps"])
         saved = state.get("replay_buffer")
         section = self.config_type.SECTION  # type: ignore[attr-defined]

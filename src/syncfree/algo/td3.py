@@ -83,8 +83,8 @@ class TD3(OffPolicy):
                  num_envs: int, dist: Collective | None = None) -> None:
         super().__init__(policy, cfg.td3, cfg.perf, num_envs, "critic", device, dist)
         self.actor_params, self.critic_params = policy.actor_params(), policy.critic_params()
-        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=cfg.td3.actor_learning_rate, fused=True)
-        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.td3.critic_learning_rate, fused=True)
+        self.actor_optimizer = self.network_optimizer(self.actor_params, cfg.td3.actor_learning_rate, "actor")
+        self.critic_optimizer = self.network_optimizer(self.critic_params, cfg.td3.critic_learning_rate, "critics")
         self._critic_loss, self._actor_loss = self.compiled(self.critic_loss), self.compiled(self.actor_loss)
         self.critic_gradients = self.gradient_average(self.critic_params)
         self.actor_gradients = self.gradient_average(self.actor_params)
@@ -164,9 +164,6 @@ class TD3(OffPolicy):
 
     def named_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer}
-
-    def optimizer_params(self) -> dict[str, list[Tensor]]:
-        return {"actor_optimizer": list(self.actor_params), "critic_optimizer": list(self.critic_params)}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "critic_steps": self.critic_steps}
