@@ -166,10 +166,58 @@ def test_the_default_space_is_ppos_documented_one() -> None:
     base = preset("pendulum")
     parameters = {p.key: p for p in default_space(base)}
     assert set(parameters) == {"ppo.learning_rate", "ppo.entropy_coef", "ppo.num_epochs", "ppo.num_minibatches",
-                               "ppo.gamma", "ppo.lam", "ppo.clip_param", "ppo.steps_per_env", "env.num_envs"}
+                               "ppo.gamma", "ppo.lam", "ppo.clip_param", "ppo.steps_per_env", "env.num_envs",
+                               "ppo.optimizer"}
     assert parameters["env.num_envs"].choices == (base.env.num_envs // 2, base.env.num_envs, 2 * base.env.num_envs)
+    assert parameters["ppo.optimizer"].choices == ("adam", "adamw", "muon", "schedule_free_adamw")
+    adaptive = preset("pendulum")
+    adaptive.ppo.schedule, adaptive.policy.actor_hidden, adaptive.policy.critic_hidden = "adaptive", [32], [32]
+    chosen = {p.key: p for p in default_space(adaptive)}["ppo.optimizer"].choices
+    assert chosen == ("adam", "adamw")  # no hidden matrix for muon; schedule-free AdamW wants a fixed rate
     docs = (Path(__file__).resolve().parents[1] / "docs" / "tune.md").read_text()
     assert all(f"`{key}`" in docs for key in parameters)
+
+
+OFF_POLICY_TINY = {"env.num_envs": 8, "env.max_episode_length": 20, "callbacks.eval_envs": 2, "perf.compile": "off",
+                   "threads": 1, "policy.actor_hidden": [16, 16], "policy.critic_hidden": [16, 16]}
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_the_off_policy_default_spaces_are_documented_and_every_draw_builds_and_trains(
+        algorithm: str, tmp_path: Path) -> None:
+    """Draws of the default space (random, seeded) each make a config that validates and builds; one trial of a
+    few gradient steps trains and scores."""
+    from syncfree.config import with_values
+    from syncfree.tasks import validated, with_algorithm
+    from syncfree.train.runner import Runner
+
+    base = with_algorithm(preset("pendulum"), algorithm)
+    parameters = default_space(base)
+    keys = {p.key for p in parameters}
+    own = {"actor_learning_rate", "critic_learning_rate", "tau", "batch_size", "updates_per_iteration", "n_step",
+           "gamma", "optimizer", *(("policy_noise", "exploration_noise") if algorithm == "td3" else ())}
+    assert keys == {f"{algorithm}.{name}" for name in own}
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "tune.md").read_text()
+    assert all(f"`{key}`" in docs for key in keys)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    small = {f"{algorithm}.buffer_size": 1024, f"{algorithm}.learning_starts": 0, **OFF_POLICY_TINY}
+    optimizers = set()
+    for _ in range(6):
+        trial = study.ask()
+        values = {p.key: p.suggest(trial) for p in parameters}
+        optimizers.add(values[f"{algorithm}.optimizer"])
+        cfg = validated(with_values(with_values(base, small), values))
+        runner = Runner(cfg)
+        assert type(runner.algorithm).__name__ == algorithm.upper()
+        runner.env.close()
+    assert len(optimizers) >= 2
+
+    result = syncfree.tune("pendulum", trials=1, budget_steps=64, pruner="none", folder=tmp_path, study=algorithm,
+                           algorithm=algorithm, **{**small, f"{algorithm}.learning_starts": 32,
+                                                   f"{algorithm}.steps_per_env": 4})
+    (trial,) = result.study.trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE, trial.user_attrs
+    assert set(trial.params) == keys and trial.user_attrs["iterations"] == 2
 
 
 def test_a_database_that_cannot_be_reached_is_one_line_and_exit_code_2(tmp_path: Path,
@@ -210,7 +258,8 @@ def test_a_postgresql_storage_without_its_driver_is_one_line(tmp_path: Path, mon
     ({"workers": 0}, "tune: --workers 0 is invalid; allowed: an integer >= 1"),
     ({"heartbeat": -1}, "tune: --heartbeat -1 is invalid; allowed: seconds >= 0 (0: none)"),
     ({"heartbeat": 10, "grace": 10}, "tune: --grace 10 is invalid with --heartbeat 10; allowed: more seconds than"),
-    ({"algorithm": "sac"}, "tune: --algorithm sac has no default search space; give one with --space"),
+    ({"algorithm": "recurrent-ppo"}, "tune: --algorithm recurrent-ppo has no default search space; give one with "
+                                      "--space"),
 ])
 def test_choices_that_cannot_work_are_one_line(options: dict, message: str, tmp_path: Path) -> None:
     with pytest.raises(UserError) as info:

@@ -31,6 +31,7 @@ from syncfree.algo.optim import (
     average_weights,
     hidden_matrices,
     make_optimizer,
+    searchable_optimizers,
 )
 from syncfree.algo.replay import Batch, replay_buffer
 from syncfree.algo.settings import OPTIMIZERS
@@ -240,6 +241,28 @@ class OffPolicy(Algorithm):
         set_autocast(policy, cfg.perf.autocast, device)
         learner: OffPolicy = cast(Any, cls)(policy, cfg, device, env.num_envs, dist)  # each learner's constructor
         return learner
+
+    @classmethod
+    def search_space(cls, cfg: OffPolicyTrainConfig) -> dict[str, dict[str, Any]]:
+        """The off-policy learners' default search (CleanRL's and RL Zoo's ranges): the two learning rates and tau on
+        log scales, the batch size, gradient steps per iteration (a quarter to twice the preset's), n-step returns,
+        gamma, and the optimizer (`muon` where the actor and the critics each have a hidden matrix)."""
+        own, section = cfg.learner, cfg.SECTION
+        updates = own.updates_per_iteration
+        return {
+            f"{section}.actor_learning_rate": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True},
+            f"{section}.critic_learning_rate": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True},
+            f"{section}.tau": {"type": "float", "low": 1e-3, "high": 5e-2, "log": True},
+            f"{section}.batch_size": {"type": "categorical",
+                                      "choices": [b for b in (128, 256, 512) if b <= own.buffer_size]},
+            f"{section}.updates_per_iteration": {"type": "categorical",
+                                                 "choices": sorted({max(1, updates // 4), max(1, updates // 2),
+                                                                    updates, 2 * updates})},
+            f"{section}.n_step": {"type": "int", "low": 1, "high": 5},
+            f"{section}.gamma": {"type": "float", "low": 0.9, "high": 0.999},
+            f"{section}.optimizer": {
+                "type": "categorical", "choices": searchable_optimizers(cfg.policy.actor_hidden, cfg.policy.critic_hidden)},
+        }
 
     @classmethod
     def check_actions(cls, cfg: TrainConfig, env: EnvShape) -> None:

@@ -41,6 +41,14 @@ def hidden_matrices(module: nn.Module) -> list[nn.Parameter]:
     return list(found.values())
 
 
+def searchable_optimizers(*hidden: list[int], fixed_rate: bool = True) -> list[str]:
+    """The optimizers a default search space draws from for MLPs of the `hidden` sizes, each its own optimizer:
+    `muon` where every one has a hidden matrix (two hidden layers or more), `schedule_free_adamw` with a fixed rate
+    (`fixed_rate`; it is made for one)."""
+    return [name for name in OPTIMIZERS if (name != "muon" or all(len(sizes) >= 2 for sizes in hidden))
+            and (name != "schedule_free_adamw" or fixed_rate)]
+
+
 def make_optimizer(params: list[nn.Parameter], name: str, lr: float | Tensor, weight_decay: float = 0.0, *,
                    matrices: list[nn.Parameter] | None = None, fused: bool | None = None, foreach: bool | None = None,
                    found_inf: Tensor | None = None) -> torch.optim.Optimizer:

@@ -92,6 +92,14 @@ class TD3(OffPolicy):
         """Gradient steps of the critics so far (host integer): the actor steps on every `policy_delay`-th."""
 
     @classmethod
+    def search_space(cls, cfg: TD3TrainConfig) -> dict[str, dict[str, Any]]:
+        """The off-policy learners' space, and TD3's noises: the target smoothing's and the exploration's (at most
+        `noise_clip`, below the action's range)."""
+        return {**super().search_space(cfg),
+                "td3.policy_noise": {"type": "float", "low": 0.05, "high": min(0.4, cfg.td3.noise_clip)},
+                "td3.exploration_noise": {"type": "float", "low": 0.05, "high": 0.3}}
+
+    @classmethod
     def build_policy(cls, cfg: TD3TrainConfig, env: EnvShape) -> DeterministicActorCritic:
         cls.check_actions(cfg, env)
         return DeterministicActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy)
