@@ -92,11 +92,12 @@ class TD3(OffPolicy):
         """Gradient steps of the critics so far (host integer): the actor steps on every `policy_delay`-th."""
 
     @classmethod
-    def search_space(cls, cfg: TD3TrainConfig) -> dict[str, dict[str, Any]]:
-        """The off-policy learners' space, and TD3's noises: the target smoothing's and the exploration's (at most
-        `noise_clip`, below the action's range)."""
+    def search_space(cls, cfg: OffPolicyTrainConfig) -> dict[str, dict[str, Any]]:
+        """The off-policy learners' space, and TD3's noises: the target smoothing's (at most `noise_clip`) and the
+        exploration's."""
+        noise_clip = cfg.td3.noise_clip if isinstance(cfg, TD3TrainConfig) else TD3Config.noise_clip
         return {**super().search_space(cfg),
-                "td3.policy_noise": {"type": "float", "low": 0.05, "high": min(0.4, cfg.td3.noise_clip)},
+                "td3.policy_noise": {"type": "float", "low": 0.05, "high": min(0.4, noise_clip)},
                 "td3.exploration_noise": {"type": "float", "low": 0.05, "high": 0.3}}
 
     @classmethod
