@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -16,11 +17,14 @@ import torch
 from conftest import assert_same_state, trained_host_reads
 from syncfree.algo.offpolicy import OffPolicy, OffPolicyTrainConfig, soft_update
 from syncfree.algo.replay import DeviceReplay, n_step_sums, n_step_sums_loop, replay_buffer
+from syncfree.bench.timing import count_iteration
 from syncfree.cli import main
 from syncfree.config import PerfConfig
 from syncfree.core.counters import Counts, count_syncs
+from syncfree.errors import UserError
 from syncfree.tasks import preset, with_algorithm
 from syncfree.train import checkpoint
+from syncfree.train.run import Run
 from syncfree.train.runner import Runner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -323,6 +327,60 @@ def test_save_buffer_resumes_exactly(algorithm: str, tmp_path: Path, caplog: pyt
     whole, resumed = (checkpoint.load(tmp_path / run / "latest.pt") for run in ("whole", "resumed"))
     assert_same_state(whole["policy"], resumed["policy"], "policy")
     assert_same_state(whole["algorithm"], resumed["algorithm"], "algorithm")  # the optimizers and the buffer
+
+
+# -- optimizers --------------------------------------------------------------------------------------------------
+
+def resumable(algorithm: str, optimizer: str, iterations: int) -> OffPolicyTrainConfig:
+    """`small` with `optimizer` for the actor and the critics, the buffer saved, one checkpoint at the end."""
+    cfg = small(algorithm, n_step=2, iterations=iterations)
+    cfg.learner.optimizer, cfg.learner.save_buffer, cfg.save_every = optimizer, True, 100
+    return cfg
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "muon", "schedule_free_adamw"])
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_each_optimizer_trains_without_host_reads_saves_its_state_and_resumes_exactly(
+        algorithm: str, optimizer: str, tmp_path: Path) -> None:
+    """2 + 1 iterations resumed from a checkpoint give the parameters and optimizer state of 3 in one run, bit for
+    bit; then an iteration reads the host once, never per env step or gradient step. SAC's temperature stays on
+    Adam."""
+    straight = Runner(resumable(algorithm, optimizer, 3))
+    straight.learn()
+    first = Run(resumable(algorithm, optimizer, 2), tmp_path / "split")
+    first.learn()
+    first.close()
+    saved = checkpoint.load(tmp_path / "split" / "latest.pt")
+    actor_state = saved["algorithm"]["actor_optimizer"]
+    kind = {"adamw": "exp_avg", "muon": "momentum_buffer", "schedule_free_adamw": "z"}[optimizer]
+    assert kind in actor_state["state"][0]
+    assert actor_state["param_groups"][-1]["weight_decay"] == (0.01 if optimizer == "adamw" else 0.0)
+    if algorithm == "sac":
+        assert type(learner(straight).alpha_optimizer) is torch.optim.Adam
+    if optimizer == "schedule_free_adamw":  # the policy saved is the average, the acting weights ride along
+        assert not torch.equal(saved["policy"]["actor.2.weight"], saved["algorithm"]["acting_weights"][2])
+    second = Runner(resumable(algorithm, optimizer, 3))
+    second.load_state_dict(saved)
+    second.learn()
+    assert_same_parameters(straight, second)
+    assert_same_state(straight.algorithm.state_dict(), second.algorithm.state_dict(), "algorithm")
+    reads = count_iteration(second)
+    assert (reads["syncs_per_step"], reads["syncs_per_minibatch"], reads["syncs_per_iteration"]) == (0, 0, 1)
+    assert learner(second).gradient_steps == 4
+
+
+def test_a_checkpoint_of_another_optimizer_and_muon_without_hidden_matrices_are_one_line(tmp_path: Path) -> None:
+    run = Run(resumable("td3", "muon", 1), tmp_path / "muon")
+    run.learn()
+    run.close()
+    saved = checkpoint.load(tmp_path / "muon" / "latest.pt")
+    with pytest.raises(UserError, match=re.escape("its optimizer state is td3.optimizer=muon's but this run has "
+                                                  "td3.optimizer=adam; resume with td3.optimizer=muon")):
+        Runner(resumable("td3", "adam", 1)).load_state_dict(saved)
+    cfg = resumable("sac", "muon", 1)
+    cfg.policy.actor_hidden = [32]
+    with pytest.raises(UserError, match=re.escape("sac.optimizer='muon' is invalid here: the actor has no hidden")):
+        Runner(cfg)
 
 
 # -- perf.compile ------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -39,7 +40,12 @@ def write_space(folder: Path, space: dict) -> Path:
 
 
 def errors(capsys: pytest.CaptureFixture[str]) -> list[str]:
-    return capsys.readouterr().err.strip().splitlines()
+    return errors_of(capsys.readouterr().err)
+
+
+def errors_of(err: str) -> list[str]:
+    """The lines of `err` that are not the log's (`syncfree: tune: ...` lines, which logging prints)."""
+    return [line for line in err.strip().splitlines() if not line.startswith("syncfree: tune:")]
 
 
 def test_a_study_scores_by_evaluation_resumes_when_rerun_and_its_best_yaml_trains(
@@ -115,12 +121,75 @@ def test_two_workers_split_the_cores_and_share_the_study(tmp_path: Path, monkeyp
     assert "on 2 workers x 1 thread (2 cores)" in caplog.text
     study = optuna.load_study(study_name="pair", storage=f"sqlite:///{tmp_path / 'runs' / 'pair' / 'study.db'}")
     trials = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
-    assert 2 <= len(trials) == len(study.trials) <= 3  # at most workers - 1 more than asked: each asks when short
+    assert len(trials) == 2  # a trial asked for while the other worker's filled the study does not run
+    assert all(t.user_attrs.get("surplus") for t in study.trials if t.state != optuna.trial.TrialState.COMPLETE)
     assert len({t.number for t in trials}) == len(trials)
     for trial in trials:
         config = yaml.safe_load((Path(trial.user_attrs["run_dir"]) / "config.yaml").read_text())
         assert config["threads"] == 1 and len(trial.values) == 2 and trial.values[1] > 0
     assert "seconds" in capsys.readouterr().out.splitlines()[1]  # the table of the Pareto front
+
+
+def test_workers_asking_at_once_never_run_more_trials_than_the_study_holds() -> None:
+    """Three workers ask for trials of a study of 2 at the same moment: the database's order of their numbers decides,
+    the third is failed unrun and counts toward nothing; a retry waiting to run takes its place in the count."""
+    from syncfree.tuning.study import SURPLUS, counted, surplus
+
+    settings = SimpleNamespace(trials=2)
+    study = optuna.create_study()
+    asked = [study.ask() for _ in range(3)]  # all three running before any checks the count
+    assert [surplus(study, t, settings) for t in asked] == [False, False, True]
+    asked[2].set_user_attr(SURPLUS, True)
+    study.tell(asked[2], state=optuna.trial.TrialState.FAIL)
+    assert counted(study) == 2
+    study.tell(asked[0], 1.0)
+    study.tell(asked[1], state=optuna.trial.TrialState.FAIL)  # its worker stopped: retried as a new trial
+    study.enqueue_trial({}, user_attrs={})
+    retry = study.ask()
+    study._storage.set_trial_system_attr(retry._trial_id, "retry_history", [asked[1].number])
+    assert surplus(study, retry, settings) is False  # it takes the place of the trial it retries
+    assert surplus(study, study.ask(), settings) is True
+
+
+def lose_the_database_at_trial(number: int, how: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before trial `number` trains, the study's SQLite file is deleted (`gone`) or overwritten with what no
+    database reads (`broken`, as a server that answers nonsense)."""
+    from syncfree.tuning import study as study_module
+
+    run_trial = study_module.run_trial
+
+    def losing(trial, settings, prune):
+        if trial.number == number:
+            path = Path(settings.storage.removeprefix("sqlite:///"))
+            if how == "gone":
+                path.unlink()
+            else:
+                path.write_bytes(b"not a database " * 1000)
+        return run_trial(trial, settings, prune)
+
+    monkeypatch.setattr(study_module, "run_trial", losing)
+
+
+@pytest.mark.parametrize("how", ["gone", "broken"])
+def test_a_database_lost_mid_study_ends_the_command_in_one_line(how: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    lose_the_database_at_trial(1, how, monkeypatch)
+    space = write_space(tmp_path, SPACE)
+    assert cli.main(["tune", *TINY, "--space", str(space), "--budget-steps", "128", "--pruner", "none", "--trials",
+                     "3", "--dir", str(tmp_path), "--study", "lost"]) == 2
+    captured = capsys.readouterr()
+    lines = errors_of(captured.err)
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    database = tmp_path / "lost" / "study.db"
+    if how == "gone":
+        assert lines[0] == (f"syncfree: error: tune: the study's database {database} is gone (deleted while the study "
+                            f"ran): its trials are lost; their run folders stay in {tmp_path / 'lost'}")
+    else:
+        # the worker's next write fails, or (SQLite writing on into its log) the study's last reading of it
+        assert lines[0].startswith("syncfree: error: tune: ") and f"sqlite:///{database}" in lines[0]
+        assert "while the study ran" in lines[0] and "rerun the command once it is back" in lines[0]
+    assert (tmp_path / "lost" / "trial-0000" / "latest.pt").is_file()
 
 
 def test_every_mistake_in_a_search_space_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -166,10 +235,58 @@ def test_the_default_space_is_ppos_documented_one() -> None:
     base = preset("pendulum")
     parameters = {p.key: p for p in default_space(base)}
     assert set(parameters) == {"ppo.learning_rate", "ppo.entropy_coef", "ppo.num_epochs", "ppo.num_minibatches",
-                               "ppo.gamma", "ppo.lam", "ppo.clip_param", "ppo.steps_per_env", "env.num_envs"}
+                               "ppo.gamma", "ppo.lam", "ppo.clip_param", "ppo.steps_per_env", "env.num_envs",
+                               "ppo.optimizer"}
     assert parameters["env.num_envs"].choices == (base.env.num_envs // 2, base.env.num_envs, 2 * base.env.num_envs)
+    assert parameters["ppo.optimizer"].choices == ("adam", "adamw", "muon", "schedule_free_adamw")
+    adaptive = preset("pendulum")
+    adaptive.ppo.schedule, adaptive.policy.actor_hidden, adaptive.policy.critic_hidden = "adaptive", [32], [32]
+    chosen = {p.key: p for p in default_space(adaptive)}["ppo.optimizer"].choices
+    assert chosen == ("adam", "adamw")  # no hidden matrix for muon; schedule-free AdamW wants a fixed rate
     docs = (Path(__file__).resolve().parents[1] / "docs" / "tune.md").read_text()
     assert all(f"`{key}`" in docs for key in parameters)
+
+
+OFF_POLICY_TINY = {"env.num_envs": 8, "env.max_episode_length": 20, "callbacks.eval_envs": 2, "perf.compile": "off",
+                   "threads": 1, "policy.actor_hidden": [16, 16], "policy.critic_hidden": [16, 16]}
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_the_off_policy_default_spaces_are_documented_and_every_draw_builds_and_trains(
+        algorithm: str, tmp_path: Path) -> None:
+    """Draws of the default space (random, seeded) each make a config that validates and builds; one trial of a
+    few gradient steps trains and scores."""
+    from syncfree.config import with_values
+    from syncfree.tasks import validated, with_algorithm
+    from syncfree.train.runner import Runner
+
+    base = with_algorithm(preset("pendulum"), algorithm)
+    parameters = default_space(base)
+    keys = {p.key for p in parameters}
+    own = {"actor_learning_rate", "critic_learning_rate", "tau", "batch_size", "updates_per_iteration", "n_step",
+           "gamma", "optimizer", *(("policy_noise", "exploration_noise") if algorithm == "td3" else ())}
+    assert keys == {f"{algorithm}.{name}" for name in own}
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "tune.md").read_text()
+    assert all(f"`{key}`" in docs for key in keys)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    small = {f"{algorithm}.buffer_size": 1024, f"{algorithm}.learning_starts": 0, **OFF_POLICY_TINY}
+    optimizers = set()
+    for _ in range(6):
+        trial = study.ask()
+        values = {p.key: p.suggest(trial) for p in parameters}
+        optimizers.add(values[f"{algorithm}.optimizer"])
+        cfg = validated(with_values(with_values(base, small), values))
+        runner = Runner(cfg)
+        assert type(runner.algorithm).__name__ == algorithm.upper()
+        runner.env.close()
+    assert len(optimizers) >= 2
+
+    result = syncfree.tune("pendulum", trials=1, budget_steps=64, pruner="none", folder=tmp_path, study=algorithm,
+                           algorithm=algorithm, **{**small, f"{algorithm}.learning_starts": 32,
+                                                   f"{algorithm}.steps_per_env": 4})
+    (trial,) = result.study.trials
+    assert trial.state == optuna.trial.TrialState.COMPLETE, trial.user_attrs
+    assert set(trial.params) == keys and trial.user_attrs["iterations"] == 2
 
 
 def test_a_database_that_cannot_be_reached_is_one_line_and_exit_code_2(tmp_path: Path,
@@ -210,7 +327,8 @@ def test_a_postgresql_storage_without_its_driver_is_one_line(tmp_path: Path, mon
     ({"workers": 0}, "tune: --workers 0 is invalid; allowed: an integer >= 1"),
     ({"heartbeat": -1}, "tune: --heartbeat -1 is invalid; allowed: seconds >= 0 (0: none)"),
     ({"heartbeat": 10, "grace": 10}, "tune: --grace 10 is invalid with --heartbeat 10; allowed: more seconds than"),
-    ({"algorithm": "sac"}, "tune: --algorithm sac has no default search space; give one with --space"),
+    ({"algorithm": "recurrent-ppo"}, "tune: --algorithm recurrent-ppo has no default search space; give one with "
+                                      "--space"),
 ])
 def test_choices_that_cannot_work_are_one_line(options: dict, message: str, tmp_path: Path) -> None:
     with pytest.raises(UserError) as info:

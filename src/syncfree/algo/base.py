@@ -292,10 +292,10 @@ class Algorithm(ABC):
         shape what its weights compute are the same (those of `POLICY_CHANGEABLE` may differ), and its optimizer keeps
         state of the same kind (adam and adamw: AdamW's moments; muon: Muon's momentum and AdamW's moments;
         schedule_free_adamw: its own)."""
-        for section in ("ppo", "distill"):
+        for section in (f.name for f in dataclasses.fields(cfg)):
             ours = getattr(getattr(cfg, section, None), "optimizer", None)
             stored = saved.get(section)
-            if ours is None or not isinstance(stored, dict):
+            if not isinstance(ours, str) or not isinstance(stored, dict):
                 continue
             theirs = stored.get("optimizer", "adam")  # written before the setting: Adam
             if {theirs, ours} != {"adam", "adamw"} and theirs != ours:

@@ -21,7 +21,7 @@ from syncfree.algo.advantages import compute_gae, global_mean_std
 from syncfree.algo.base import Algorithm, CheckpointReader, first_episode_returns, reward_scale
 from syncfree.algo.configs import PPOTrainConfig
 from syncfree.algo.minibatch_step import MinibatchStep
-from syncfree.algo.optim import Collective, PolicyOptimizer, hidden_matrices
+from syncfree.algo.optim import Collective, PolicyOptimizer, hidden_matrices, searchable_optimizers
 from syncfree.algo.rnd import RND, build_rnd
 from syncfree.algo.settings import PPOConfig
 from syncfree.algo.storage import Batch, RolloutStorage, StepRow, store_env, store_policy
@@ -60,9 +60,14 @@ class FeedForwardPPO(Algorithm):
     @classmethod
     def search_space(cls, cfg: PPOTrainConfig) -> dict[str, dict[str, Any]]:
         """PPO's default search (RL Zoo's ranges, narrowed to the settings that matter most): the learning rate and
-        the entropy bonus on log scales, epochs, minibatches, gamma, lambda, the clip range, steps per env, and the
-        envs at half, the same and twice the preset's count (powers of two keep every minibatch count a divisor)."""
+        the entropy bonus on log scales, epochs, minibatches, gamma, lambda, the clip range, steps per env, the
+        envs at half, the same and twice the preset's count (powers of two keep every minibatch count a divisor), and
+        the optimizer (`muon` for an MLP policy with a hidden matrix, `schedule_free_adamw` with a fixed rate)."""
         envs = cfg.env.num_envs
+        policy = cfg.policy
+        mlp = getattr(policy, "kind", "mlp") == "mlp"
+        optimizers = searchable_optimizers(max(policy.actor_hidden, policy.critic_hidden, key=len) if mlp else [],
+                                           fixed_rate=cfg.ppo.schedule == "fixed")
         return {
             "ppo.learning_rate": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True},
             "ppo.entropy_coef": {"type": "float", "low": 1e-5, "high": 1e-1, "log": True},
@@ -73,6 +78,7 @@ class FeedForwardPPO(Algorithm):
             "ppo.clip_param": {"type": "float", "low": 0.1, "high": 0.4},
             "ppo.steps_per_env": {"type": "categorical", "choices": [8, 16, 32, 64]},
             "env.num_envs": {"type": "categorical", "choices": sorted({max(1, envs // 2), envs, 2 * envs})},
+            "ppo.optimizer": {"type": "categorical", "choices": optimizers},
         }
 
     def __init__(self, policy: PolicyBase, cfg: PPOConfig, perf: PerfConfig, num_envs: int, critic_dim: int,

@@ -11,6 +11,7 @@ on the host from the steps collected, which a checkpoint keeps).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -23,8 +24,17 @@ import torch
 from torch import Tensor, nn
 
 from syncfree.algo.base import Algorithm, CheckpointReader
-from syncfree.algo.optim import Collective, GradientAllReduce
+from syncfree.algo.optim import (
+    Collective,
+    GradientAllReduce,
+    ScheduleFreeAdamW,
+    average_weights,
+    hidden_matrices,
+    make_optimizer,
+    searchable_optimizers,
+)
 from syncfree.algo.replay import Batch, replay_buffer
+from syncfree.algo.settings import OPTIMIZERS
 from syncfree.config import PerfConfig, TrainConfig
 from syncfree.core.compile import hot
 from syncfree.core.phases import Phases
@@ -64,9 +74,9 @@ class OffPolicyConfig:
     """Soft target update: each target parameter moves this fraction of the way to its network's, every gradient
     step."""
     actor_learning_rate: float = 3e-4
-    """The actor's Adam step size."""
+    """The actor's step size."""
     critic_learning_rate: float = 1e-3
-    """The critics' Adam step size."""
+    """The critics' step size."""
     critic: Literal["scalar", "distributional"] = "scalar"
     """Each critic gives one Q value (regressed by mean squared error), or a categorical distribution over
     `num_atoms` values evenly spaced in [`v_min`, `v_max`], trained by cross-entropy against the target's
@@ -79,6 +89,14 @@ class OffPolicyConfig:
     outside [v_min, v_max] are clipped to the ends)."""
     v_max: float = 250.0
     """A distributional critic's highest atom."""
+    optimizer: Literal["adam", "adamw", "muon", "schedule_free_adamw"] = "adam"
+    """What steps the actor and the critics (each its own optimizer; SAC's temperature steps with Adam whatever this
+    is): `adam`, `adamw` (weight decay 0.01 unless `weight_decay` says), `muon` (on the hidden matrices of each MLP,
+    AdamW on the rest) or `schedule_free_adamw`, as `ppo.optimizer` describes them. With `schedule_free_adamw` the
+    rollout acts and the targets follow with the weights the gradient steps take; evaluation, checkpoints and
+    `syncfree.learn`'s policy get the average."""
+    weight_decay: float = 0.0
+    """Decoupled weight decay of `optimizer` (see there)."""
     save_buffer: bool = False
     """Checkpoints hold the replay buffer too (it can be large: `buffer_size` transitions of every group stored), so
     that a resumed run continues with it; off, a resumed run starts with an empty buffer."""
@@ -93,12 +111,18 @@ class OffPolicyConfig:
         check(0 < self.tau <= 1, f"{section}.tau", "a number in (0, 1]", self.tau)
         for key in ("actor_learning_rate", "critic_learning_rate"):
             check(getattr(self, key) > 0, f"{section}.{key}", "a number > 0", getattr(self, key))
+        check(self.weight_decay >= 0, f"{section}.weight_decay", "a number >= 0", self.weight_decay)
+        check(self.optimizer in OPTIMIZERS, f"{section}.optimizer", ", ".join(OPTIMIZERS), self.optimizer)
         check(self.num_atoms >= 2, f"{section}.num_atoms", "an integer >= 2", self.num_atoms)
         check(self.v_min < self.v_max, f"{section}.v_max", f"a number > {section}.v_min={self.v_min}", self.v_max)
 
     def support(self) -> Support | None:
         """The distributional critics' atoms; None for scalar critics."""
         return (self.v_min, self.v_max, self.num_atoms) if self.critic == "distributional" else None
+
+    def decay(self) -> float:
+        """The weight decay the optimizers step with: `weight_decay`, or 0.01 for `adamw` when it is 0."""
+        return 0.01 if self.optimizer == "adamw" and self.weight_decay == 0 else self.weight_decay
 
 
 UNREAD_POLICY = {"init_std": "the off-policy learners explore by their own noise, not the policy's init_std",
@@ -218,6 +242,18 @@ class OffPolicy(Algorithm):
         static = [*batch.obs.values(), batch.actions, batch.returns, batch.discounts, *batch.next_obs.values()]
         return hot(fn, self.perf, self.device, static=[] if self.buffer.on_host else static)
 
+    def network_optimizer(self, params: list[Tensor], lr: float, network: str) -> torch.optim.Optimizer:
+        """The optimizer of `optimizer` (`make_optimizer`) over a network's `params` (`network` names it in errors),
+        fused: the step counts stay on the device (torch's default Adam reads each on the host)."""
+        matrices = hidden_matrices(self.policy)
+        section = self.config_type.SECTION  # type: ignore[attr-defined]
+        if self.cfg.optimizer == "muon" and not {id(p) for p in matrices} & {id(p) for p in params}:
+            raise UserError(f"config: {section}.optimizer='muon' is invalid here: the {network} has no hidden matrix "
+                            "(a linear layer between two others of an MLP); give its MLP two hidden layers or more, "
+                            "or use adam")
+        return make_optimizer(cast(list[nn.Parameter], params), self.cfg.optimizer, lr, self.cfg.decay(),
+                              matrices=matrices, fused=True)
+
     def gradient_average(self, params: list[Tensor]) -> GradientAllReduce | None:
         """With several processes: what averages `params`' gradients over the ranks before their optimizer steps
         (one collective; each rank draws its batches from its own buffer, so the ranks step alike)."""
@@ -238,6 +274,28 @@ class OffPolicy(Algorithm):
         set_autocast(policy, cfg.perf.autocast, device)
         learner: OffPolicy = cast(Any, cls)(policy, cfg, device, env.num_envs, dist)  # each learner's constructor
         return learner
+
+    @classmethod
+    def search_space(cls, cfg: OffPolicyTrainConfig) -> dict[str, dict[str, Any]]:
+        """The off-policy learners' default search (CleanRL's and RL Zoo's ranges): the two learning rates and tau on
+        log scales, the batch size, gradient steps per iteration (a quarter to twice the preset's), n-step returns,
+        gamma, and the optimizer (`muon` where the actor and the critics each have a hidden matrix)."""
+        own, section = cfg.learner, cfg.SECTION
+        updates = own.updates_per_iteration
+        return {
+            f"{section}.actor_learning_rate": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True},
+            f"{section}.critic_learning_rate": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True},
+            f"{section}.tau": {"type": "float", "low": 1e-3, "high": 5e-2, "log": True},
+            f"{section}.batch_size": {"type": "categorical",
+                                      "choices": [b for b in (128, 256, 512) if b <= own.buffer_size]},
+            f"{section}.updates_per_iteration": {"type": "categorical",
+                                                 "choices": sorted({max(1, updates // 4), max(1, updates // 2),
+                                                                    updates, 2 * updates})},
+            f"{section}.n_step": {"type": "int", "low": 1, "high": 5},
+            f"{section}.gamma": {"type": "float", "low": 0.9, "high": 0.999},
+            f"{section}.optimizer": {
+                "type": "categorical", "choices": searchable_optimizers(cfg.policy.actor_hidden, cfg.policy.critic_hidden)},
+        }
 
     @classmethod
     def check_actions(cls, cfg: TrainConfig, env: EnvShape) -> None:
@@ -343,6 +401,9 @@ class OffPolicy(Algorithm):
         self.host_stats = [0.0] * len(self.stat_names)
         ready = not self.acting_randomly() and self.buffer.sampleable() >= self.cfg.batch_size
         self.gradient_steps = self.cfg.updates_per_iteration if ready else 0
+        if ready:  # schedule-free AdamW: from the first update on, the parameters hold the weights the steps take
+            for optimizer in self.schedule_free():
+                optimizer.train()
         for _ in range(self.gradient_steps):
             self.gradient_step()
 
@@ -389,11 +450,31 @@ class OffPolicy(Algorithm):
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return list(self.named_optimizers().values())
 
+    def optimizer_params(self) -> dict[str, list[Tensor]]:
+        """Each optimizer's parameters in the order of its state dict (Muon's matrices first with `muon`)."""
+        return {name: [p for group in o.param_groups for p in group["params"]]
+                for name, o in self.named_optimizers().items()}
+
+    def schedule_free(self) -> list[ScheduleFreeAdamW]:
+        return [o for o in self.optimizers() if isinstance(o, ScheduleFreeAdamW)]
+
+    def average_weights(self) -> contextlib.AbstractContextManager[bool]:
+        """With `optimizer=schedule_free_adamw`, the actor and the critics hold their averages inside the block."""
+        return average_weights(self.optimizers())
+
+    def keep_average_weights(self) -> None:
+        for optimizer in self.schedule_free():
+            optimizer.eval()
+
     def state_dict(self) -> dict[str, Any]:
         """The optimizers and the env steps collected (the networks, the targets and the temperature are the
-        policy's), and the replay buffer where `save_buffer` asks for it."""
+        policy's), and the replay buffer where `save_buffer` asks for it. With schedule-free AdamW, the weights the
+        run acts and steps with too (the policy's saved weights are the average)."""
         state: dict[str, Any] = {name: o.state_dict() for name, o in self.named_optimizers().items()}
         state["env_steps"] = self.env_steps
+        if self.schedule_free():
+            state["acting_weights"] = [p.detach().clone() for o in self.schedule_free()
+                                       for group in o.param_groups for p in group["params"]]
         if self.cfg.save_buffer:
             state["replay_buffer"] = self.buffer.state_dict()
         return state
@@ -401,6 +482,13 @@ class OffPolicy(Algorithm):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, optimizer in self.named_optimizers().items():
             optimizer.load_state_dict(state[name])
+        if self.schedule_free():  # the policy was loaded with the average
+            params = [p for o in self.schedule_free() for group in o.param_groups for p in group["params"]]
+            with torch.no_grad():
+                torch._foreach_copy_(params, [w.to(p.device) for w, p in zip(state["acting_weights"], params,
+                                                                             strict=True)])
+            for optimizer in self.schedule_free():
+                optimizer.train_mode = True
         self.env_steps = int(state["env_steps"])
         saved = state.get("replay_buffer")
         section = self.config_type.SECTION  # type: ignore[attr-defined]

@@ -5,7 +5,7 @@ gradient all-reduce."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, cast
 
 import torch
@@ -39,6 +39,14 @@ def hidden_matrices(module: nn.Module) -> list[nn.Parameter]:
             linears = [m for m in sub if isinstance(m, nn.Linear)]
             found.update((id(m.weight), cast(nn.Parameter, m.weight)) for m in linears[1:-1])
     return list(found.values())
+
+
+def searchable_optimizers(*hidden: list[int], fixed_rate: bool = True) -> list[str]:
+    """The optimizers a default search space draws from for MLPs of the `hidden` sizes, each its own optimizer:
+    `muon` where every one has a hidden matrix (two hidden layers or more), `schedule_free_adamw` with a fixed rate
+    (`fixed_rate`; it is made for one)."""
+    return [name for name in OPTIMIZERS if (name != "muon" or all(len(sizes) >= 2 for sizes in hidden))
+            and (name != "schedule_free_adamw" or fixed_rate)]
 
 
 def make_optimizer(params: list[nn.Parameter], name: str, lr: float | Tensor, weight_decay: float = 0.0, *,
@@ -227,9 +235,12 @@ class ScheduleFreeAdamW(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         super().load_state_dict(state_dict)
         params = [p for group in self.param_groups for p in group["params"]]
-        if self.state[params[0]]:  # one set of scalars, shared by all parameters' state as before saving
-            for p in params[1:]:
-                self.state[p].update({name: self.state[params[0]][name] for name in self.SCALARS})
+        saved = state_dict["state"].get(state_dict["param_groups"][0]["params"][0])
+        if saved:  # one set of float64 scalars (torch's loading casts them to the parameter's dtype), shared by all
+            scalars = {name: torch.as_tensor(saved[name]).to(params[0].device, torch.float64, copy=True)
+                       for name in self.SCALARS}
+            for p in params:
+                self.state[p].update(scalars)
 
 
 def lr_groups(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
@@ -422,22 +433,9 @@ class PolicyOptimizer:
         for saving and reporting, never in the loop)."""
         return float(self.lr) if self.lr_on_device else self.learning_rate
 
-    @contextlib.contextmanager
-    def average_weights(self) -> Iterator[bool]:
-        """With schedule-free AdamW, the parameters hold its average inside the block (to evaluate or save them) and
-        the weights the run acts and steps with, exactly as they were, after it; yields whether they were swapped."""
-        optimizer = self.optimizer
-        if not isinstance(optimizer, ScheduleFreeAdamW) or not optimizer.train_mode:
-            yield False
-            return
-        acting = [p.detach().clone() for p in self.params]
-        optimizer.eval()
-        try:
-            yield True
-        finally:
-            with torch.no_grad():
-                torch._foreach_copy_(list[Tensor](self.params), acting)
-            optimizer.train_mode = True
+    def average_weights(self) -> contextlib.AbstractContextManager[bool]:
+        """With schedule-free AdamW, the parameters hold its average inside the block (`average_weights`)."""
+        return average_weights([self.optimizer])
 
     def state_dict(self) -> dict[str, Any]:
         """The learning rate is saved as one float64 tensor whichever path kept it, so a run may resume with
@@ -471,6 +469,28 @@ class PolicyOptimizer:
         moments = {key: {name: value.clone() if isinstance(value, Tensor) else value for name, value in entry.items()}
                    for key, entry in state["state"].items()}
         self.optimizer.load_state_dict({"state": moments, "param_groups": own_groups})
+
+
+@contextlib.contextmanager
+def average_weights(optimizers: Sequence[torch.optim.Optimizer]) -> Iterator[bool]:
+    """Inside the block, the parameters of each schedule-free AdamW among `optimizers` (in train mode) hold its
+    average, to evaluate or save them; after it, the weights the run acts and steps with, exactly as they were. Yields
+    whether any was swapped."""
+    swapped = [o for o in optimizers if isinstance(o, ScheduleFreeAdamW) and o.train_mode]
+    if not swapped:
+        yield False
+        return
+    params: list[Tensor] = [p for o in swapped for group in o.param_groups for p in group["params"]]
+    acting = [p.detach().clone() for p in params]
+    for optimizer in swapped:
+        optimizer.eval()
+    try:
+        yield True
+    finally:
+        with torch.no_grad():
+            torch._foreach_copy_(params, acting)
+        for optimizer in swapped:
+            optimizer.train_mode = True
 
 
 def annealed_learning_rate(initial: float, progress: float) -> float:

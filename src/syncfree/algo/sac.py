@@ -78,9 +78,9 @@ class SAC(OffPolicy):
         self.target_entropy = -float(policy.action_dim)
         self.actor_params, self.critic_params = policy.actor_params(), policy.critic_params()
         own = cfg.sac
-        # fused: the step counts stay on the device (torch's default Adam reads each on the host)
-        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=own.actor_learning_rate, fused=True)
-        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=own.critic_learning_rate, fused=True)
+        self.actor_optimizer = self.network_optimizer(self.actor_params, own.actor_learning_rate, "actor")
+        self.critic_optimizer = self.network_optimizer(self.critic_params, own.critic_learning_rate, "critics")
+        # fused: the step count stays on the device (torch's default Adam reads it on the host)
         self.alpha_optimizer = torch.optim.Adam([policy.log_alpha], lr=own.alpha_learning_rate, fused=True)
         self._critic_loss, self._actor_losses = self.compiled(self.critic_loss), self.compiled(self.actor_losses)
         self.critic_gradients = self.gradient_average(self.critic_params)
@@ -173,10 +173,6 @@ class SAC(OffPolicy):
     def named_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer,
                 "alpha_optimizer": self.alpha_optimizer}
-
-    def optimizer_params(self) -> dict[str, list[Tensor]]:
-        return {"actor_optimizer": list(self.actor_params), "critic_optimizer": list(self.critic_params),
-                "alpha_optimizer": [self.policy.log_alpha]}
 
 
 ALGORITHMS = (SAC,)

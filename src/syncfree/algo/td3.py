@@ -83,13 +83,22 @@ class TD3(OffPolicy):
                  num_envs: int, dist: Collective | None = None) -> None:
         super().__init__(policy, cfg.td3, cfg.perf, num_envs, "critic", device, dist)
         self.actor_params, self.critic_params = policy.actor_params(), policy.critic_params()
-        self.actor_optimizer = torch.optim.Adam(self.actor_params, lr=cfg.td3.actor_learning_rate, fused=True)
-        self.critic_optimizer = torch.optim.Adam(self.critic_params, lr=cfg.td3.critic_learning_rate, fused=True)
+        self.actor_optimizer = self.network_optimizer(self.actor_params, cfg.td3.actor_learning_rate, "actor")
+        self.critic_optimizer = self.network_optimizer(self.critic_params, cfg.td3.critic_learning_rate, "critics")
         self._critic_loss, self._actor_loss = self.compiled(self.critic_loss), self.compiled(self.actor_loss)
         self.critic_gradients = self.gradient_average(self.critic_params)
         self.actor_gradients = self.gradient_average(self.actor_params)
         self.critic_steps = 0
         """Gradient steps of the critics so far (host integer): the actor steps on every `policy_delay`-th."""
+
+    @classmethod
+    def search_space(cls, cfg: OffPolicyTrainConfig) -> dict[str, dict[str, Any]]:
+        """The off-policy learners' space, and TD3's noises: the target smoothing's (at most `noise_clip`) and the
+        exploration's."""
+        noise_clip = cfg.td3.noise_clip if isinstance(cfg, TD3TrainConfig) else TD3Config.noise_clip
+        return {**super().search_space(cfg),
+                "td3.policy_noise": {"type": "float", "low": 0.05, "high": min(0.4, noise_clip)},
+                "td3.exploration_noise": {"type": "float", "low": 0.05, "high": 0.3}}
 
     @classmethod
     def build_policy(cls, cfg: TD3TrainConfig, env: EnvShape) -> DeterministicActorCritic:
@@ -169,9 +178,6 @@ class TD3(OffPolicy):
 
     def named_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer}
-
-    def optimizer_params(self) -> dict[str, list[Tensor]]:
-        return {"actor_optimizer": list(self.actor_params), "critic_optimizer": list(self.critic_params)}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "critic_steps": self.critic_steps}

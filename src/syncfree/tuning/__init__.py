@@ -28,6 +28,7 @@ from syncfree.tuning.study import (
     OBJECTIVES,
     PRUNERS,
     SAMPLERS,
+    StorageLost,
     check_settings,
     cores,
     counted,
@@ -116,7 +117,10 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
                  settings.heartbeat, settings.grace)
     log.info("tune: searching %s", describe(parameters))
     run_workers(settings)
-    finished = open_study(settings)
+    try:
+        finished = open_study(settings)
+    except UserError as e:  # it opened before the trials ran
+        raise StorageLost(f"{e}; it was lost while the study ran: rerun the command once it is back to go on") from None
     best = results.write_best(finished, settings)
     plots = results.write_plots(finished, study_folder, objectives)
     for path in [*([best] if best else []), *plots]:
