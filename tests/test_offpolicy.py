@@ -532,3 +532,23 @@ def test_distributional_critics_train_without_a_host_read_and_their_q_is_the_mea
     assert main(["eval", checkpoint_path, "--num_envs", "2"]) == 0  # the checkpoint rebuilds the critics' atoms
     assert main(["train", "--resume", checkpoint_path, "--iterations", "3", "--log.run_name", "resumed",
                  "--log.progress", "false"]) == 0
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_a_schedule_sets_both_rates_from_the_host_along_the_run(algorithm: str, schedule: str) -> None:
+    cfg = small(algorithm, iterations=4)
+    own = cfg.learner
+    own.schedule, own.final_learning_rate_fraction = schedule, 0.2
+    trainer, reads = trained_host_reads(cfg, iterations=3)
+    assert reads == (0, 0, 1)
+    progress = [0, 0.25, 0.5, 0.75]  # the iteration's place in the run when it updates (the 4th was counted)
+    expected = [0.2 + 0.8 * (1 - p) if schedule == "linear" else 0.2 + 0.8 * 0.5 * (1 + math.cos(math.pi * p))
+                for p in progress]
+    optimizers = learner(trainer).named_optimizers()
+    assert optimizers["actor_optimizer"].param_groups[0]["lr"] == pytest.approx(own.actor_learning_rate * expected[-1])
+    assert optimizers["critic_optimizer"].param_groups[0]["lr"] == pytest.approx(
+        own.critic_learning_rate * expected[-1])
+    assert learner(trainer).learning_rate == pytest.approx(own.critic_learning_rate * expected[-1])
+    if algorithm == "sac":  # the temperature keeps its rate
+        assert optimizers["alpha_optimizer"].param_groups[0]["lr"] == own.alpha_learning_rate  # type: ignore[attr-defined]

@@ -30,6 +30,7 @@ from syncfree.algo.optim import (
     ScheduleFreeAdamW,
     average_weights,
     hidden_matrices,
+    lr_groups,
     make_optimizer,
     searchable_optimizers,
 )
@@ -89,6 +90,13 @@ class OffPolicyConfig:
     outside [v_min, v_max] are clipped to the ends)."""
     v_max: float = 250.0
     """A distributional critic's highest atom."""
+    schedule: Literal["fixed", "linear", "cosine"] = "fixed"
+    """The actor's and the critics' step sizes over the run: `fixed`, or from `actor_learning_rate` and
+    `critic_learning_rate` down to `final_learning_rate_fraction` of them by the run's end, along a line (`linear`)
+    or half a cosine (`cosine`); set from the host before each update, from the iteration's place in the run (a
+    resumed run goes on along it). The record's `learning_rate` is the critics' rate."""
+    final_learning_rate_fraction: float = 0.0
+    """Where `linear` and `cosine` end, as a fraction of the starting rates."""
     optimizer: Literal["adam", "adamw", "muon", "schedule_free_adamw"] = "adam"
     """What steps the actor and the critics (each its own optimizer; SAC's temperature steps with Adam whatever this
     is): `adam`, `adamw` (weight decay 0.01 unless `weight_decay` says), `muon` (on the hidden matrices of each MLP,
@@ -113,12 +121,23 @@ class OffPolicyConfig:
             check(getattr(self, key) > 0, f"{section}.{key}", "a number > 0", getattr(self, key))
         check(self.weight_decay >= 0, f"{section}.weight_decay", "a number >= 0", self.weight_decay)
         check(self.optimizer in OPTIMIZERS, f"{section}.optimizer", ", ".join(OPTIMIZERS), self.optimizer)
+        check(0 <= self.final_learning_rate_fraction <= 1, f"{section}.final_learning_rate_fraction",
+              "a number in [0, 1]", self.final_learning_rate_fraction)
         check(self.num_atoms >= 2, f"{section}.num_atoms", "an integer >= 2", self.num_atoms)
         check(self.v_min < self.v_max, f"{section}.v_max", f"a number > {section}.v_min={self.v_min}", self.v_max)
 
     def support(self) -> Support | None:
         """The distributional critics' atoms; None for scalar critics."""
         return (self.v_min, self.v_max, self.num_atoms) if self.critic == "distributional" else None
+
+    def rate_factor(self, progress: float) -> float:
+        """The share of the starting rates the schedule gives after the fraction `progress` of the run."""
+        end = self.final_learning_rate_fraction
+        if self.schedule == "linear":
+            return 1.0 - (1.0 - end) * progress
+        if self.schedule == "cosine":
+            return end + (1.0 - end) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0
 
     def decay(self) -> float:
         """The weight decay the optimizers step with: `weight_decay`, or 0.01 for `adamw` when it is 0."""
@@ -230,6 +249,8 @@ class OffPolicy(Algorithm):
         """Env steps collected by this run, all envs together (kept by checkpoints): `learning_starts` counts them."""
         self.gradient_steps = 0
         """Gradient steps of the last update."""
+        self.learning_rate = cfg.critic_learning_rate
+        """The critics' rate of the last update (`schedule`)."""
         self.stats = torch.zeros(len(self.stat_names), device=device)
         self.host_stats = [0.0] * len(self.stat_names)
         """The statistics' sums read at every gradient step (`perf.device_loss_stats` off)."""
@@ -397,6 +418,7 @@ class OffPolicy(Algorithm):
     def update(self, progress: float = 0.0) -> None:
         """`updates_per_iteration` gradient steps, once `learning_starts` env steps were collected and the buffer
         holds a batch (a resumed run's refills first)."""
+        self.schedule_learning_rates(progress)
         self.stats.zero_()
         self.host_stats = [0.0] * len(self.stat_names)
         ready = not self.acting_randomly() and self.buffer.sampleable() >= self.cfg.batch_size
@@ -406,6 +428,16 @@ class OffPolicy(Algorithm):
                 optimizer.train()
         for _ in range(self.gradient_steps):
             self.gradient_step()
+
+    def schedule_learning_rates(self, progress: float) -> None:
+        """Set the actor's and the critics' rates for this update (`schedule`; host floats, nothing read)."""
+        factor = self.cfg.rate_factor(progress)
+        optimizers = self.named_optimizers()
+        self.learning_rate = self.cfg.critic_learning_rate * factor
+        for name, rate in (("actor_optimizer", self.cfg.actor_learning_rate * factor),
+                           ("critic_optimizer", self.learning_rate)):
+            for group in lr_groups(optimizers[name]):
+                group["lr"] = rate
 
     @abstractmethod
     def gradient_step(self) -> None:
@@ -431,6 +463,7 @@ class OffPolicy(Algorithm):
     def record_statistics(self, stats: dict[str, float]) -> dict[str, Any]:
         record: dict[str, Any] = dict(stats)
         record["gradient_steps"] = int(stats["gradient_steps"])
+        record["learning_rate"] = self.learning_rate
         return record
 
     def divergence(self, stats: dict[str, float]) -> str | None:
