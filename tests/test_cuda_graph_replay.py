@@ -52,8 +52,20 @@ def skip_reasons(gm: torch.fx.GraphModule, compiled: Any, static_input_idxs: lis
     return [r for r in reasons if r]
 
 
+def copied_in(static_input_idxs: list[int], inputs: list[Any]) -> list[str]:
+    """The shapes of the tensor inputs that are not static: CUDA graph trees copy each into the graph's own memory at
+    every replay (a backward graph's inputs saved by its forward graph are that graph's outputs, not copied)."""
+    static = set(remove_unaligned_input_idxs(inputs, static_input_idxs))
+    return [str(tuple(x.shape)) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and i not in static]
+
+
+COPIED: dict[str, list[str]] = {}
+"""Graph -> what `copied_in` finds at its first call, for the graphs compiled by `compiled_as_with_cuda_graphs`."""
+
+
 def checking_backend(name: str, found: Skips) -> Callable[..., Any]:
-    """Inductor's own compilation, with each compiled graph's skip reasons written into `found` at its first call."""
+    """Inductor's own compilation, with each compiled graph's skip reasons written into `found` at its first call
+    (and its inputs copied in at every replay into `COPIED`)."""
 
     def inner(gm: torch.fx.GraphModule, example_inputs: Any, **kwargs: Any) -> Any:
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
@@ -62,7 +74,9 @@ def checking_backend(name: str, found: Skips) -> Callable[..., Any]:
 
         def first_call(inputs: list[Any]) -> Any:
             if call is not None and compiled.current_callable is first_call:
-                found[key] = skip_reasons(gm, compiled, list(kwargs.get("static_input_idxs") or ()), list(inputs))
+                static = list(kwargs.get("static_input_idxs") or ())
+                found[key] = skip_reasons(gm, compiled, static, list(inputs))
+                COPIED[key] = copied_in(static, list(inputs))
                 compiled.current_callable = call
             return call(inputs)
 
@@ -78,6 +92,7 @@ def compiled_as_with_cuda_graphs() -> Iterator[Skips]:
     for the CPU and the reasons it would skip each graph's CUDA graph collected (AOT autograd's cache is off: its hits
     skip inductor's compile)."""
     found: Skips = {}
+    COPIED.clear()
     real_compile, real_choice = torch.compile, compile_module.use_cuda_graphs
 
     def compile_checked(fn: Callable[..., Any], **kwargs: Any) -> Any:
@@ -155,3 +170,18 @@ def test_every_graph_of_the_recurrent_trainer_would_replay() -> None:
     assert set(found) == {"RecurrentMLPPolicy.step", "RecurrentPPO.minibatch_loss",
                           "RecurrentPPO.minibatch_loss (backward)", "TorchVecEnv._transition"}
     assert skipped(found) == {}
+
+
+@pytest.mark.parametrize("algorithm", ["SAC", "TD3"])
+def test_off_policy_graphs_would_replay_reading_the_batch_in_place(algorithm: str) -> None:
+    """SAC and TD3, `compile=hot`: the critics' loss and the actor's (each with its backward), and the env step. The
+    losses' graphs read the batch where the buffer gathers it (static), so a replay copies none of their inputs in."""
+    from test_offpolicy import small
+
+    cfg = small(algorithm.lower(), compile="hot", cuda_graphs="auto")
+    cfg.learner.learning_starts = 0  # gradient steps in the one iteration
+    found = trained_skips(cfg)
+    losses = [f"{algorithm}.critic_loss", f"{algorithm}.actor_losses" if algorithm == "SAC" else "TD3.actor_loss"]
+    assert set(found) == {*losses, *(f"{loss} (backward)" for loss in losses), "TorchVecEnv._transition"}
+    assert skipped(found) == {}
+    assert {loss: COPIED[loss] for loss in losses} == {loss: [] for loss in losses}
