@@ -16,8 +16,9 @@
 #             eager, CUDA-graph replays drawing new noise, switch equivalence, resume
 #   side-large  point-mass at 65,536 envs: syncfree optimized against rsl_rl
 # Compile caches: each benchmark process writes the compile artifacts it used (torch.compiler.save_cache_artifacts)
-# to $OUT/compile-cache/PART.bin; carried back as `.compile-cache/` (COMPILE_CACHE names another folder), they are
-# loaded into the caches before the first part (benchmarks/compile_cache.py), and the graphs compile from them.
+# to $OUT/compile-cache/PART.bin, and after each part the caches' folder is packed there (inductor-cache.tgz);
+# carried back as `.compile-cache/` (COMPILE_CACHE names another folder), both go into the caches before the first
+# part (benchmarks/compile_cache.py loads the artifacts), and the graphs compile from them.
 # On one H200 with cold caches, compiling took most of each part (35-41 s for syncfree's compiled trainer at one
 # size of point-mass, benchmarks/results/gpu-check-h200/); the parts' graphs and their compile times on a CPU are in
 # benchmarks/results/compile-parts-cpu/.
@@ -49,7 +50,12 @@ if [[ ${SMOKE:-0} != 1 ]]; then
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$res/gpu.txt"
 fi
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/inductor}
-[[ -d $cache_in ]] && python3 benchmarks/compile_cache.py load "$cache_in" | tee -a "$res/gpu.txt"
+if [[ -d $cache_in ]]; then
+    mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
+    [[ -f $cache_in/inductor-cache.tgz ]] && tar -xzf "$cache_in/inductor-cache.tgz" -C "$TORCHINDUCTOR_CACHE_DIR" \
+        && echo "compile cache: $cache_in/inductor-cache.tgz unpacked" | tee -a "$res/gpu.txt"
+    python3 benchmarks/compile_cache.py load "$cache_in" | tee -a "$res/gpu.txt"
+fi
 started=$SECONDS  # the budget counts from here
 python3 -c "import torch, syncfree, rsl_rl, jsonargparse; print('torch', torch.__version__, 'cuda',
 torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else '')" | tee -a "$res/gpu.txt"
@@ -59,13 +65,12 @@ python3 -c "import mettagrid, gymnasium, mujoco; print('mettagrid, gymnasium, mu
 pack() {  # everything so far, one file back, and the parts' lines beside it
     tar -czf "$out/results.tgz.part" -C "$res" . && mv "$out/results.tgz.part" "$out/results.tgz"
     cp "$res/parts.txt" "$out/parts.txt"
+    mkdir -p "$out/compile-cache"  # and the caches' folder itself (a few MB: on a CPU the artifacts miss its kernels)
+    tar -czf "$out/compile-cache/inductor-cache.tgz.part" -C "$TORCHINDUCTOR_CACHE_DIR" . 2>/dev/null \
+        && mv "$out/compile-cache/inductor-cache.tgz.part" "$out/compile-cache/inductor-cache.tgz"
 }
 
-cached() {  # cached NAME COMMAND...: a python command (script or -m module) saving its compile artifacts
-    local name=$1
-    shift
-    python3 benchmarks/compile_cache.py run "$out/compile-cache/$name.bin" "$@"
-}
+cached=(python3 benchmarks/compile_cache.py run)  # cached FILE COMMAND...: a python command saving its artifacts
 
 timed() {  # timed SECONDS NAME COMMAND...: run, log, note the exit status and the time taken
     # at the limit, an interrupt first: pytest then still prints the failures so far (it prints them at its end)
@@ -90,7 +95,7 @@ side_by_side() {  # side_by_side LIMIT NAME TASK SIZES RSL-VARIANTS SYNCFREE-VAR
     read -r -a sizes <<< "$4"
     IFS=';' read -r -a rsl <<< "$5"
     IFS=';' read -r -a sf <<< "$6"
-    timed "$1" "$2" cached "$2" benchmarks/side_by_side_rsl_rl.py --task "$3" --device "$device" --threads 1 \
+    timed "$1" "$2" "${cached[@]}" "$out/compile-cache/$2.bin" benchmarks/side_by_side_rsl_rl.py --task "$3" --device "$device" --threads 1 \
         --num_envs "${sizes[@]}" --repeats 3 --iterations 2 --min_seconds 0.5 --warmup 2 \
         --rsl_variants "${rsl[@]}" --syncfree_variants "${sf[@]}" --out "$res/$2"
 }
@@ -98,7 +103,7 @@ side_by_side() {  # side_by_side LIMIT NAME TASK SIZES RSL-VARIANTS SYNCFREE-VAR
 bench() {  # bench LIMIT NAME TASK SIZES [EXTRA ARGUMENTS...]
     local limit=$1 name=$2 task=$3 sizes="[${4// /,}]"
     shift 4
-    timed "$limit" "$name" cached "$name" -m syncfree bench --task "$task" --device "$device" --num_envs "$sizes" \
+    timed "$limit" "$name" "${cached[@]}" "$out/compile-cache/$name.bin" -m syncfree bench --task "$task" --device "$device" --num_envs "$sizes" \
         --repeats 3 --iterations 2 --min_seconds 0.5 --out "$res/$name" "$@"
 }
 
