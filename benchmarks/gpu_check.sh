@@ -1,30 +1,40 @@
 #!/usr/bin/env bash
-# The device check, run on a CUDA machine from the repository root with `.whl` carried (see fetch_gpu_wheels.sh).
-# Parts, in order, each under its own time limit, each packed into $OUT/results.tgz as soon as it ends (so a part
-# that runs out of time loses only itself):
+# The device check, run on a CUDA machine from the repository root with `.whl` carried (see fetch_gpu_wheels.sh), as
+# one call of at most 8 minutes: the parts run in turn inside BUDGET seconds (default 450, start-up not counted),
+# each under its own limit cut to what is left, and a part with under 20 s left is not started. As soon as a part
+# ends, its figures are in $OUT/results.tgz and its line (exit status, seconds; 124: its limit) in $OUT/parts.txt, so
+# a part that runs out of time loses only itself. Parts, in the default order:
+#   side      point-mass at 4,096 envs: syncfree (optimized, baseline) against rsl_rl 5.5.1 (eager)
+#   offpolicy g1-track at 4,096 envs trained by SAC and by TD3 (no random steps first): env steps/s and the phases of
+#             their 32 gradient steps per iteration, baseline (eager) against optimized (their losses compiled,
+#             replayed as CUDA graphs)
+#   ceiling   cartpole at 1,048,576 envs: compiled step, and compile=hot replayed as CUDA graphs
+#   g1        g1-track at 4,096 envs (torch PD): baseline, optimized, optimized in bf16 (ABLATIONS=true adds a row
+#             per switch, each compiling its own graphs)
+#   grid      grid-arena at 256 and 1,024 simulations: baseline, optimized
 #   tests     the small-preset tests on CUDA: sync budgets under sync-debug mode "error", compiled graphs against
 #             eager, CUDA-graph replays drawing new noise, switch equivalence, resume
-#   side      point-mass at 4,096 envs: syncfree (optimized, bf16, baseline) against rsl_rl 5.5.1 (eager, compiled)
-#   g1        g1-track at 4,096 envs (torch PD): baseline, optimized, optimized in bf16
-#   grid      grid-arena at 256 and 1,024 simulations: baseline, optimized
 #   side-large  point-mass at 65,536 envs: syncfree optimized against rsl_rl
-#   ceiling   cartpole at 262,144 and 1,048,576 envs: compiled step, and compile=hot replayed as CUDA graphs
-#   offpolicy g1-track at 4,096 envs trained by SAC and by TD3 (no random steps first): env steps/s and the phases of
-#             their 32 gradient steps per iteration, baseline against optimized (the `g1` part has PPO's figures)
-# On one H200 (torch 2.11), compiling took most of each part: 35-41 s for syncfree's compiled trainer at one size
-# of point-mass, and none of the benchmark parts finished inside the limits below (the tests part reached 172 of
-# 177 tests in 120 s). A whole check needs two 10-minute calls: `LIMIT_SCALE=2 ... tests side`, then
-# `LIMIT_SCALE=2 ... g1 grid side-large ceiling` (LIMIT_SCALE multiplies every part's limit).
-# `bash benchmarks/gpu_check.sh side g1` runs only those parts; TESTS="tests/a.py::b ..." replaces the tests'
-# list, SIDE_SF / SIDE_RSL (';'-separated) the side-by-side part's syncfree and rsl_rl variants. SMOKE=1 runs
-# every part at toy sizes on the CPU (checks the script itself; nothing is measured).
+# Compile caches: each benchmark process writes the compile artifacts it used (torch.compiler.save_cache_artifacts)
+# to $OUT/compile-cache/PART.bin, and after each part the caches' folder is packed there (inductor-cache.tgz);
+# carried back as `.compile-cache/` (COMPILE_CACHE names another folder), both go into the caches before the first
+# part (benchmarks/compile_cache.py loads the artifacts), and the graphs compile from them.
+# On one H200 with cold caches, compiling took most of each part (35-41 s for syncfree's compiled trainer at one
+# size of point-mass, benchmarks/results/gpu-check-h200/); the parts' graphs and their compile times on a CPU are in
+# benchmarks/results/compile-parts-cpu/.
+# `bash benchmarks/gpu_check.sh side g1` runs only those parts, in that order; TESTS="tests/a.py::b ..." replaces the
+# tests' list, SIDE_SF / SIDE_RSL (';'-separated) the side-by-side part's syncfree and rsl_rl variants; LIMIT_SCALE
+# multiplies every part's limit (BUDGET still bounds them all). SMOKE=1 runs the parts at toy sizes on the CPU
+# (checks the script itself; nothing is measured; tests/test_gpu_check.py runs it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 parts=("$@")
-[[ ${#parts[@]} == 0 ]] && parts=(tests side g1 grid side-large ceiling)
+[[ ${#parts[@]} == 0 ]] && parts=(side offpolicy ceiling g1 grid tests side-large)
 out=${OUT:-benchmarks/results/gpu-check}
-res=/tmp/gpu-check
+res=$(mktemp -d /tmp/gpu-check.XXXXXX)  # what comes back, packed
 mkdir -p "$out" "$res"
+budget=${BUDGET:-450}
+cache_in=${COMPILE_CACHE:-.compile-cache}
 device=cuda
 [[ ${SMOKE:-0} == 1 ]] && device=cpu
 
@@ -39,20 +49,39 @@ if [[ ${SMOKE:-0} != 1 ]]; then
     export PYTHONPATH=/tmp/site:/tmp/stubs:$PWD/src
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$res/gpu.txt"
 fi
-export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=/tmp/inductor
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/inductor}
+if [[ -d $cache_in ]]; then
+    mkdir -p "$TORCHINDUCTOR_CACHE_DIR"
+    [[ -f $cache_in/inductor-cache.tgz ]] && tar -xzf "$cache_in/inductor-cache.tgz" -C "$TORCHINDUCTOR_CACHE_DIR" \
+        && echo "compile cache: $cache_in/inductor-cache.tgz unpacked" | tee -a "$res/gpu.txt"
+    python3 benchmarks/compile_cache.py load "$cache_in" | tee -a "$res/gpu.txt"
+fi
+started=$SECONDS  # the budget counts from here
 python3 -c "import torch, syncfree, rsl_rl, jsonargparse; print('torch', torch.__version__, 'cuda',
 torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else '')" | tee -a "$res/gpu.txt"
 python3 -c "import mettagrid, gymnasium, mujoco; print('mettagrid, gymnasium, mujoco import')" 2>&1 \
     | tail -1 | tee -a "$res/gpu.txt"
 
-pack() {  # everything so far, one file back
+pack() {  # everything so far, one file back, and the parts' lines beside it
     tar -czf "$out/results.tgz.part" -C "$res" . && mv "$out/results.tgz.part" "$out/results.tgz"
+    cp "$res/parts.txt" "$out/parts.txt"
+    mkdir -p "$out/compile-cache"  # and the caches' folder itself (a few MB: on a CPU the artifacts miss its kernels)
+    tar -czf "$out/compile-cache/inductor-cache.tgz.part" -C "$TORCHINDUCTOR_CACHE_DIR" . 2>/dev/null \
+        && mv "$out/compile-cache/inductor-cache.tgz.part" "$out/compile-cache/inductor-cache.tgz"
 }
+
+cached=(python3 benchmarks/compile_cache.py run)  # cached FILE COMMAND...: a python command saving its artifacts
 
 timed() {  # timed SECONDS NAME COMMAND...: run, log, note the exit status and the time taken
     # at the limit, an interrupt first: pytest then still prints the failures so far (it prints them at its end)
-    local limit=$(($1 * ${LIMIT_SCALE:-1})) name=$2 start=$SECONDS
+    local limit=$(($1 * ${LIMIT_SCALE:-1})) name=$2 start=$SECONDS left=$((budget - SECONDS + started))
     shift 2
+    if ((left < 20)); then
+        echo "$name rc=not-run seconds=0 (${left}s of the budget left)" | tee -a "$res/parts.txt"
+        pack
+        return
+    fi
+    ((limit > left)) && limit=$left
     echo "== $name (limit ${limit}s)"
     timeout -s INT -k 15 "$limit" "$@" > "$res/$name.log" 2>&1
     local rc=$?
@@ -66,7 +95,7 @@ side_by_side() {  # side_by_side LIMIT NAME TASK SIZES RSL-VARIANTS SYNCFREE-VAR
     read -r -a sizes <<< "$4"
     IFS=';' read -r -a rsl <<< "$5"
     IFS=';' read -r -a sf <<< "$6"
-    timed "$1" "$2" python3 benchmarks/side_by_side_rsl_rl.py --task "$3" --device "$device" --threads 1 \
+    timed "$1" "$2" "${cached[@]}" "$out/compile-cache/$2.bin" benchmarks/side_by_side_rsl_rl.py --task "$3" --device "$device" --threads 1 \
         --num_envs "${sizes[@]}" --repeats 3 --iterations 2 --min_seconds 0.5 --warmup 2 \
         --rsl_variants "${rsl[@]}" --syncfree_variants "${sf[@]}" --out "$res/$2"
 }
@@ -74,7 +103,7 @@ side_by_side() {  # side_by_side LIMIT NAME TASK SIZES RSL-VARIANTS SYNCFREE-VAR
 bench() {  # bench LIMIT NAME TASK SIZES [EXTRA ARGUMENTS...]
     local limit=$1 name=$2 task=$3 sizes="[${4// /,}]"
     shift 4
-    timed "$limit" "$name" python3 -m syncfree bench --task "$task" --device "$device" --num_envs "$sizes" \
+    timed "$limit" "$name" "${cached[@]}" "$out/compile-cache/$name.bin" -m syncfree bench --task "$task" --device "$device" --num_envs "$sizes" \
         --repeats 3 --iterations 2 --min_seconds 0.5 --out "$res/$name" "$@"
 }
 
@@ -90,25 +119,25 @@ for part in "${parts[@]}"; do
         SYNCFREE_TEST_DEVICE=$device timed "${TESTS_LIMIT:-$(small 120 400)}" cuda-tests python3 -m pytest -v \
             -p no:cacheprovider -n 6 --timeout 90 --tb=short -rfE --junitxml="$res/cuda-tests.xml" "${tests[@]}" ;;
     side)
-        side_by_side "${SIDE_LIMIT:-$(small 90 300)}" side-by-side-point-mass point-mass "$(small 4096 64)" \
-            "${SIDE_RSL-rsl_rl;rsl_rl compiled}" "${SIDE_SF-syncfree optimized;syncfree optimized, bf16;syncfree baseline}" ;;
+        side_by_side "${SIDE_LIMIT:-$(small 120 300)}" side-by-side-point-mass point-mass "$(small 4096 64)" \
+            "${SIDE_RSL-rsl_rl}" "${SIDE_SF-syncfree optimized;syncfree baseline}" ;;
     side-large)
         side_by_side "$(small 55 300)" side-by-side-point-mass-65536 point-mass "$(small 65536 128)" "rsl_rl" \
             "syncfree optimized" ;;
     g1)
-        bench "$(small 110 300)" g1-track-4096 g1-track "$(small 4096 16)" --ablations true \
+        bench "$(small 110 300)" g1-track-4096 g1-track "$(small 4096 16)" --ablations "${ABLATIONS:-false}" \
             --rows '["optimized, autocast=bf16"]' ;;
     grid)
         bench "$(small 100 300)" grid-arena-scale grid-arena "$(small "256 1024" 2)" --repeats 2 --iterations 1 \
             --min_seconds 0 ;;
     offpolicy)
         for algorithm in sac td3; do
-            bench "$(small 120 300)" "$algorithm-g1-track-4096" g1-track "$(small 4096 16)" --algorithm "$algorithm" \
+            bench "$(small 100 300)" "$algorithm-g1-track-4096" g1-track "$(small 4096 16)" --algorithm "$algorithm" \
                 --settings "{\"$algorithm.learning_starts\": 0, \"$algorithm.buffer_size\": $(small 1000000 4096)}" \
                 --repeats 2 --iterations 2
         done ;;
     ceiling)
-        side_by_side "$(small 55 300)" cartpole-ceiling cartpole "$(small "262144 1048576" 64)" "" \
+        side_by_side "$(small 100 300)" cartpole-ceiling cartpole "$(small 1048576 64)" "" \
             "syncfree optimized;syncfree optimized, compile=hot" ;;
     *) echo "unknown part: $part (allowed: tests side g1 grid side-large ceiling offpolicy)"; exit 2 ;;
     esac

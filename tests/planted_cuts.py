@@ -347,6 +347,9 @@ PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
         # the env's tensors, which its compiled step writes in place, left unmarked: inductor skips that graph
         ("baseline path, env state not static", [("envs/api.py", "wrap(self._transition, *held)",
                                                   "wrap(self._transition)")]),
+        # the batch the off-policy losses read left unmarked: CUDA graph trees copy it in at every replay
+        ("baseline path, replay batch not static", [("algo/offpolicy.py",
+                                                     "static=[] if self.buffer.on_host else static)", "static=[])")]),
     ],
     # the value ignored for a fixed one (the optimized preset's)
     "physics_partitions": [
@@ -525,6 +528,8 @@ CUT_TESTS = {("compile", "baseline path, bootstrap values"):
              "test_compile.py::test_graphs_do_not_assert_their_inputs_again_at_every_call",
              ("cuda_graphs", "baseline path, env state not static"):
              "test_cuda_graph_replay.py::test_every_graph_of_the_whole_step_trainer_would_replay",
+             ("cuda_graphs", "baseline path, replay batch not static"):
+             "test_cuda_graph_replay.py::test_off_policy_graphs_would_replay_reading_the_batch_in_place",
              ("host_env_worker", "baseline path, sleeping between calls"):
              "test_gymnasium_adapter.py::test_the_worker_polls_between_steps_rather_than_sleeping"}
 """(switch, shape) -> the effect test of a further path where it is not the switch's own (`EFFECT_TESTS`)."""

@@ -28,6 +28,7 @@ from torch._inductor.utils import get_first_incompatible_cudagraph_node, remove_
 import syncfree.core.compile as compile_module
 from conftest import recurrent_config, small_config
 from syncfree.config import TrainConfig
+from syncfree.core.compile import compile_counts
 from syncfree.train.runner import Runner
 
 pytestmark = pytest.mark.usefixtures("compile_enabled")
@@ -52,21 +53,40 @@ def skip_reasons(gm: torch.fx.GraphModule, compiled: Any, static_input_idxs: lis
     return [r for r in reasons if r]
 
 
+def copied_in(static_input_idxs: list[int], inputs: list[Any]) -> list[str]:
+    """The shapes of the tensor inputs that are not static: CUDA graph trees copy each into the graph's own memory at
+    every replay (a backward graph's inputs saved by its forward graph are that graph's outputs, not copied)."""
+    static = set(remove_unaligned_input_idxs(inputs, static_input_idxs))
+    return [str(tuple(x.shape)) for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and i not in static]
+
+
+COPIED: dict[str, list[str]] = {}
+"""Graph -> what `copied_in` finds at its first call, for the graphs compiled by `compiled_as_with_cuda_graphs`."""
+
+
 def checking_backend(name: str, found: Skips) -> Callable[..., Any]:
-    """Inductor's own compilation, with each compiled graph's skip reasons written into `found` at its first call."""
+    """Inductor's own compilation, with each compiled graph's skip reasons written into `found` (and its inputs
+    copied in at every replay into `COPIED`) at its first call, and again at each call whose static inputs are not
+    all 16-byte aligned where an earlier call's were (a storage row of another step whose start is not aligned)."""
 
     def inner(gm: torch.fx.GraphModule, example_inputs: Any, **kwargs: Any) -> Any:
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
         key = name + (" (backward)" if kwargs.get("is_backward") else "")
         call = compiled.current_callable
+        static = list(kwargs.get("static_input_idxs") or ())
+        seen: set[tuple[int, ...]] = set()
 
-        def first_call(inputs: list[Any]) -> Any:
-            if call is not None and compiled.current_callable is first_call:
-                found[key] = skip_reasons(gm, compiled, list(kwargs.get("static_input_idxs") or ()), list(inputs))
-                compiled.current_callable = call
+        def checked_call(inputs: list[Any]) -> Any:
+            aligned = tuple(remove_unaligned_input_idxs(inputs, static))
+            if aligned not in seen:
+                seen.add(aligned)
+                reasons = found.setdefault(key, [])
+                reasons += [r for r in skip_reasons(gm, compiled, static, list(inputs)) if r not in reasons]
+                COPIED[key] = sorted({*COPIED.get(key, []), *copied_in(static, list(inputs))})
             return call(inputs)
 
-        compiled.current_callable = first_call
+        if call is not None:
+            compiled.current_callable = checked_call
         return compiled
 
     return lambda gm, example_inputs: compile_fx(gm, example_inputs, inner_compile=inner)
@@ -78,6 +98,7 @@ def compiled_as_with_cuda_graphs() -> Iterator[Skips]:
     for the CPU and the reasons it would skip each graph's CUDA graph collected (AOT autograd's cache is off: its hits
     skip inductor's compile)."""
     found: Skips = {}
+    COPIED.clear()
     real_compile, real_choice = torch.compile, compile_module.use_cuda_graphs
 
     def compile_checked(fn: Callable[..., Any], **kwargs: Any) -> Any:
@@ -155,3 +176,40 @@ def test_every_graph_of_the_recurrent_trainer_would_replay() -> None:
     assert set(found) == {"RecurrentMLPPolicy.step", "RecurrentPPO.minibatch_loss",
                           "RecurrentPPO.minibatch_loss (backward)", "TorchVecEnv._transition"}
     assert skipped(found) == {}
+
+
+@pytest.mark.parametrize("algorithm", ["SAC", "TD3"])
+def test_off_policy_graphs_would_replay_reading_the_batch_in_place(algorithm: str) -> None:
+    """SAC and TD3, `compile=hot`: the critics' loss and the actor's (each with its backward), and the env step. The
+    losses' graphs read the batch where the buffer gathers it (static), so a replay copies none of their inputs in."""
+    from test_offpolicy import small
+
+    cfg = small(algorithm.lower(), compile="hot", cuda_graphs="auto")
+    cfg.learner.learning_starts = 0  # gradient steps in the one iteration
+    found = trained_skips(cfg)
+    losses = [f"{algorithm}.critic_loss", f"{algorithm}.actor_losses" if algorithm == "SAC" else "TD3.actor_loss"]
+    assert set(found) == {*losses, *(f"{loss} (backward)" for loss in losses), "TorchVecEnv._transition"}
+    assert skipped(found) == {}
+    assert {loss: COPIED[loss] for loss in losses} == {loss: [] for loss in losses}
+
+
+@pytest.mark.parametrize("num_envs", [13, 20])
+def test_an_env_count_off_the_alignment_replays_every_step_and_compiles_once(num_envs: int) -> None:
+    """Point-mass, `compile=step`, with `num_envs` not a multiple of 16 (nor of 8): every step's storage rows and the
+    env's tensors stay static and aligned (inductor drops an unaligned static input, and then skips a graph that
+    writes it: with 13 envs the step graphs write one aligned row, copied into the step's row after them), and a
+    second iteration compiles nothing more."""
+    cfg = small_config("point-mass", compile="step", cuda_graphs="auto")
+    cfg.env.num_envs = num_envs
+    cfg.iterations = 2
+    with compiled_as_with_cuda_graphs() as found:
+        runner = Runner(cfg)
+        runner.learn(until=1)
+        warm = compile_counts()
+        runner.learn()
+    assert compile_counts() == warm
+    assert skipped(found) == {}
+    staged, last = runner.algorithm._staged, runner.algorithm.storage.rows[-1]
+    assert (staged is not None) == (num_envs % 4 != 0)
+    if staged is not None:  # the last step's row holds what the graphs wrote
+        assert all(torch.equal(a, b) for a, b in zip(staged, last, strict=True))

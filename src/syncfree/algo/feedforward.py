@@ -26,7 +26,7 @@ from syncfree.algo.rnd import RND, build_rnd
 from syncfree.algo.settings import PPOConfig
 from syncfree.algo.storage import Batch, RolloutStorage, StepRow, store_env, store_policy
 from syncfree.algo.symmetry import Symmetry, build_symmetry
-from syncfree.core.compile import hot, mark_static, use_cuda_graphs
+from syncfree.core.compile import hot, mark_static, unaligned_for_cuda_graphs, use_cuda_graphs
 from syncfree.core.phases import UNTIMED, Phases
 from syncfree.core.switches import SEED_BEFORE, PerfConfig, Scope
 from syncfree.envs.api import ActionSpec, StepResult, VecEnv
@@ -117,6 +117,16 @@ class FeedForwardPPO(Algorithm):
         use_cuda_graphs(perf, device)  # rejects cuda_graphs=on off a GPU
         rows = [view for row in self.storage.rows for view in row]  # each step's graph writes its row's views
         outs = [] if self._next_actor_obs is None else [self._next_actor_obs]
+        self._staged: StepRow | None = None
+        """With CUDA graphs and storage rows whose start is not 16-byte aligned (`num_envs` times a column's bytes per
+        env not a multiple of 16, e.g. an odd env count): the one aligned row the step graphs write, copied into the
+        step's row eagerly (CUDA graph trees take an unaligned input as not static, and skip a graph that writes
+        one)."""
+        if unaligned_for_cuda_graphs(perf, device, rows):
+            self._staged = StepRow(*(torch.zeros_like(view) for view in self.storage.rows[0]))
+            rows = list(self._staged)
+        self._staged_episodes: Tensor | None = None
+        """Likewise for the observer's episode row of a step (made at its first step: the observer comes later)."""
         self._act_step = hot(self.act_step, perf, device, static=rows + outs)
         self._record_step = hot(self.record_step, perf, device, static=[*rows, *outs, self._done])
         self._gae = compute_gae if dist is not None else hot(compute_gae, perf, device,
@@ -217,7 +227,7 @@ class FeedForwardPPO(Algorithm):
         row = self.storage.rows[t]
         if self.perf.compile != "off":  # one graph: the phases inside it are not timed apart
             with self.phases("act"):
-                return self._act_step(obs, row)
+                return self._act_step(obs, row if self._staged is None else self._staged)
         return self.act_step(obs, row, self.phases)
 
     def record(self, t: int, step: StepResult) -> None:
@@ -225,12 +235,29 @@ class FeedForwardPPO(Algorithm):
         observed = observer.rows(t) if observer is not None and observer.fused else None
         if self.perf.compile != "off":  # one graph: bootstrap values, normalizers, storage, the observer's bookkeeping
             with self.phases("stats"):
-                self._record_step(step, row, observed)
+                if self._staged is None:
+                    self._record_step(step, row, observed)
+                else:
+                    self.record_staged(step, row, observed, self._staged)
         else:
             self.record_step(step, row, observed, self.phases)
         if observer is not None and observed is None:  # the conventional monitors read the host: outside the step
             with self.phases("stats"):
                 observer.record(t, step)
+
+    def record_staged(self, step: StepResult, row: StepRow, observed: tuple[Tensor, ...] | None,
+                      staged: StepRow) -> None:
+        """`_record_step` on the staged rows, then the step's rows copied from them (`_staged`)."""
+        written = list(zip(row, staged, strict=True))
+        if observed is not None:
+            if self._staged_episodes is None:
+                self._staged_episodes = torch.zeros_like(observed[0])
+                mark_static(self.perf, self.device, self._staged_episodes)
+            written.append((observed[0], self._staged_episodes))
+            observed = (self._staged_episodes, *observed[1:])  # the step's index is only read
+        self._record_step(step, staged, observed)
+        for stored, value in written:
+            stored.copy_(value)
 
     def act_step(self, obs: dict[str, Tensor], row: StepRow, phase: Phases = UNTIMED) -> Tensor:
         """Normalize, act, sample and store the policy's side of one step; returns the actions. The same function

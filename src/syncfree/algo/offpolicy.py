@@ -333,7 +333,7 @@ class OffPolicy(Algorithm):
     def scope(cls, cfg: OffPolicyTrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
         own = cfg.learner
         rows = max(cfg.env.rows(), own.batch_size)  # a rollout step's actor, a gradient step's networks
-        return Scope(flat_rollouts=False, whole_step_update=False, chunked_critic=False, cuda_graph_replay=False,
+        return Scope(flat_rollouts=False, whole_step_update=False, chunked_critic=False,
                      adaptive_lr=False, env_layer=env_layer, device=device_type, world_size=world_size,
                      critic_rows=own.batch_size, policy_rows=rows, off_policy=True, n_step=own.n_step,
                      auto_precision_modules=auto_lowers_mlps([*cfg.policy.actor_hidden, *cfg.policy.critic_hidden],

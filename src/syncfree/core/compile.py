@@ -92,6 +92,18 @@ def mark_static(perf: PerfConfig, device: torch.device, *tensors: torch.Tensor) 
             torch._dynamo.mark_static_address(tensor)
 
 
+CUDA_GRAPH_ALIGNMENT = 16
+"""Bytes a static input's address must be a multiple of: CUDA graph trees take a tensor that is not as not static (it
+is copied in at every replay, and a graph that writes it is run without its CUDA graph)."""
+
+
+def unaligned_for_cuda_graphs(perf: PerfConfig, device: torch.device, tensors: Iterable[torch.Tensor]) -> bool:
+    """Whether CUDA graphs would replay graphs writing `tensors` and some of them do not start at an aligned address
+    (e.g. rows of a `[steps, envs]` buffer with an odd env count): such a graph must write aligned tensors of its
+    own, copied to these outside it."""
+    return use_cuda_graphs(perf, device) and any(t.data_ptr() % CUDA_GRAPH_ALIGNMENT for t in tensors)
+
+
 GRAPH_OPTIONS: dict[str, str | int | bool | Callable[..., Any]] = {"size_asserts": False}
 """Inductor's settings for the graphs without CUDA graphs. `size_asserts` (on by default) makes a graph's every call
 assert each input's sizes and strides, in Python, before its kernels run: a graph of the minibatch update takes
