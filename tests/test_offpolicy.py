@@ -552,3 +552,21 @@ def test_a_schedule_sets_both_rates_from_the_host_along_the_run(algorithm: str, 
     assert learner(trainer).learning_rate == pytest.approx(own.critic_learning_rate * expected[-1])
     if algorithm == "sac":  # the temperature keeps its rate
         assert optimizers["alpha_optimizer"].param_groups[0]["lr"] == own.alpha_learning_rate  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("on_device", [True, False])
+def test_a_buffer_larger_than_the_memory_available_is_one_line_before_it_is_allocated(
+        on_device: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import syncfree.algo.offpolicy as offpolicy
+    from syncfree.algo.replay import ring_bytes
+
+    dims = {"policy": 3, "critic": 5}
+    ring = replay_buffer(on_device, dims, 2, 8, 100, 4, 3, 0.9, torch.device("cpu"))
+    assert sum(t.numel() * t.element_size() for t in ring.tensors()) == ring_bytes(dims, 2, 8, 100, 3)
+    monkeypatch.setattr(offpolicy, "available_memory", lambda: 2**25)
+    code = main(["train", "--task", "pendulum", "--algorithm", "sac", "--env.num_envs", "8", "--iterations", "1",
+                 "--perf.replay_on_device", str(on_device).lower(), "--log.dir", str(tmp_path), "--log.run_name",
+                 "run", "--log.progress", "false"])  # 1M transitions of 16 floats: 61 MiB
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "sac.buffer_size=1,000,000 needs 61 MiB of host memory" in err and "32 MiB available" in err, err

@@ -18,6 +18,7 @@ import torch
 from PIL import Image
 
 from syncfree.core.imports import user_names
+from syncfree.core.memory import available_memory
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError, allocating
 from syncfree.outputs import check_output_file
@@ -130,14 +131,6 @@ def gif_frames(frames: list[np.ndarray], samples: int = 4) -> list[Image.Image]:
 
 
 FRAMES_MEMORY = "lower --steps or --width/--height, or write an .mp4 (a .gif keeps every frame until it is written)"
-
-
-def available_memory() -> int | None:
-    """Bytes of physical memory free now (None where the system does not say)."""
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, OSError, ValueError):
-        return None
 
 
 def check_frames_fit(steps: int, width: int, height: int) -> None:

@@ -34,10 +34,11 @@ from syncfree.algo.optim import (
     make_optimizer,
     searchable_optimizers,
 )
-from syncfree.algo.replay import Batch, replay_buffer
+from syncfree.algo.replay import Batch, replay_buffer, ring_bytes
 from syncfree.algo.settings import OPTIMIZERS
 from syncfree.config import PerfConfig, TrainConfig
 from syncfree.core.compile import hot
+from syncfree.core.memory import available_memory
 from syncfree.core.phases import Phases
 from syncfree.core.switches import Scope
 from syncfree.envs.api import StepResult, VecEnv
@@ -235,6 +236,8 @@ class OffPolicy(Algorithm):
         self.minibatches_per_update = cfg.updates_per_iteration
         self.critic_group = critic_group
         dims = {policy.actor_group: policy.actor_obs_dim, critic_group: policy.critic_obs_dim}
+        if not perf.replay_on_device or device.type == "cpu":
+            self.check_buffer_fits(ring_bytes(dims, policy.action_dim, num_envs, cfg.buffer_size, cfg.n_step))
         self.buffer = replay_buffer(perf.replay_on_device, dims, policy.action_dim, num_envs, cfg.buffer_size,
                                     cfg.batch_size, cfg.n_step, cfg.gamma, device, perf.vectorized_n_step)
         self.groups = list(dims)
@@ -255,6 +258,16 @@ class OffPolicy(Algorithm):
         self.host_stats = [0.0] * len(self.stat_names)
         """The statistics' sums read at every gradient step (`perf.device_loss_stats` off)."""
         self._no_extra = torch.zeros(1, device=device)
+
+    def check_buffer_fits(self, needed: int) -> None:
+        """One line when a ring in host memory would need more than the memory available now (its zeros are only
+        backed as the run writes them, so the kernel would end the run hours later)."""
+        free = available_memory()
+        if free is not None and needed > free:
+            section = self.config_type.SECTION  # type: ignore[attr-defined]
+            raise UserError(f"config: {section}.buffer_size={self.cfg.buffer_size:,} needs {needed / 2**20:,.0f} MiB of "
+                            f"host memory for the replay buffer, more than the {free / 2**20:,.0f} MiB available; "
+                            f"lower {section}.buffer_size (each transition holds every observation group twice)")
 
     def compiled(self, fn: F) -> F:
         """`fn` (a loss of a batch: its forward, and its backward with it) compiled as one graph under `perf.compile`

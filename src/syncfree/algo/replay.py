@@ -264,6 +264,13 @@ class HostReplay(DeviceReplay):
                                                         for g, stored in self.next_obs.items()})
 
 
+def ring_bytes(dims: dict[str, int], action_dim: int, num_envs: int, capacity: int, n_step: int) -> int:
+    """Bytes of a ring of `capacity` transitions (float32: every group's observation and next observation, the
+    action, the reward, and the terminated and done flags), as `DeviceReplay` and `HostReplay` allocate it."""
+    slots = max(n_step, -(-capacity // num_envs))
+    return slots * num_envs * (2 * sum(dims.values()) + action_dim + 3) * 4
+
+
 def replay_buffer(on_device: bool, dims: dict[str, int], action_dim: int, num_envs: int, capacity: int,
                   batch_size: int, n_step: int, gamma: float, device: torch.device,
                   vectorized: bool = True) -> DeviceReplay:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import platform
 import resource
 
@@ -71,3 +72,19 @@ def retain_freed_memory() -> bool:
     _retaining = bool(libc.mallopt(_M_MMAP_THRESHOLD, RETAIN_BYTES)) and bool(
         libc.mallopt(_M_TRIM_THRESHOLD, RETAIN_BYTES))
     return _retaining
+
+
+def available_memory() -> int | None:
+    """Bytes of physical memory a new allocation can have now without swapping: the kernel's `MemAvailable` (free
+    memory and the cache it can drop), else the free pages; None where the system says neither."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
