@@ -492,11 +492,20 @@ EXTRA_CUTS: dict[str, tuple[str, list[Edit]]] = {
     "fused_target_update": ("td3", [("algo/offpolicy.py", "            torch._foreach_lerp_(targets, sources, tau)\n",
                                      "            torch._foreach_lerp_(targets, sources, tau)\n"
                                      "            torch._foreach_mul(targets, 1.0)\n")]),
+    # a copy of the logits made where the gate emits no table
+    "gate_full_log_probs": ("recurrent-token-sets", [("policy/recurrent.py",
+                                                      "logits.log_softmax(-1) if self.emit_full_log_probs else None",
+                                                      "logits.log_softmax(-1) if self.emit_full_log_probs else "
+                                                      "(logits.detach().clone(), None)[1]")]),
+    # the device rate copied before the schedule reads it
+    "device_adaptive_lr": ("ppo-mlp", [("algo/optim.py",
+                                        "        self.lr.copy_(self.next_learning_rate(self.lr, kl_mean))\n",
+                                        "        self.lr.copy_(self.next_learning_rate(self.lr.clone(), kl_mean))\n")]),
 }
 """Switch -> (budgeted workload, the third cut shape: extra work on its optimized path). Not cut so: the switches
 whose optimized path no counter sees here (`deterministic`, `retain_host_memory`, `cuda_graphs`,
 `physics_partitions`, `host_env_worker`, `cache_game_config`: process settings, another process, host-side
-MettaGrid code) and `gate_full_log_probs`, `device_adaptive_lr` (not yet)."""
+MettaGrid code)."""
 
 
 UNCUT_READERS = {
