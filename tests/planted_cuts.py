@@ -5,9 +5,10 @@ path's own code; for those in `PATH_CUTS` the same shapes on a further path the 
 `EXTRA_CUTS` a third shape, extra work on the optimized path, which the budget of a workload must see; and for
 every file that reads a switch, that file's wiring dropped, which the wiring test must see), run the switch's
 effect test (`test_switch_effects.EFFECT_TESTS`, or the budget or wiring test) on the cut copy, and report whether
-it failed, as it must.
+it failed, as it must. The extensions' promises (`PROMISE_CUTS`: no host read in RND's, symmetry's and
+distillation's rollout steps and minibatches, one copy each way in the adapters) are cut alike, named as a switch.
 
-    python tests/planted_cuts.py [SWITCH ...] [--shape "extra work" | "dropped wiring" | "baseline path" | ...]
+    python tests/planted_cuts.py [SWITCH | EXTENSION ...] [--shape "extra work" | "dropped wiring" | "host read" | ...]
 
 Exits 1 when an effect test passes under its cut (it cannot see the switch)."""
 
@@ -495,16 +496,78 @@ EXTRA_CUTS: dict[str, tuple[str, list[Edit]]] = {
     "fused_target_update": ("td3", [("algo/offpolicy.py", "            torch._foreach_lerp_(targets, sources, tau)\n",
                                      "            torch._foreach_lerp_(targets, sources, tau)\n"
                                      "            torch._foreach_mul(targets, 1.0)\n")]),
+    # a copy of the logits made where the gate emits no table
+    "gate_full_log_probs": ("recurrent-token-sets", [("policy/recurrent.py",
+                                                      "logits.log_softmax(-1) if self.emit_full_log_probs else None",
+                                                      "logits.log_softmax(-1) if self.emit_full_log_probs else "
+                                                      "(logits.detach().clone(), None)[1]")]),
+    # the device rate copied before the schedule reads it
+    "device_adaptive_lr": ("ppo-mlp", [("algo/optim.py",
+                                        "        self.lr.copy_(self.next_learning_rate(self.lr, kl_mean))\n",
+                                        "        self.lr.copy_(self.next_learning_rate(self.lr.clone(), kl_mean))\n")]),
 }
 """Switch -> (budgeted workload, the third cut shape: extra work on its optimized path). Not cut so: the switches
 whose optimized path no counter sees here (`deterministic`, `retain_host_memory`, `cuda_graphs`,
 `physics_partitions`, `host_env_worker`, `cache_game_config`: process settings, another process, host-side
-MettaGrid code) and `gate_full_log_probs`, `device_adaptive_lr` (not yet)."""
+MettaGrid code)."""
+
+
+def budget_test(workload: str) -> str:
+    return f"test_optimized_budgets.py::test_the_optimized_path_costs_exactly_its_budget[{workload}]"
+
+
+def adapter_test(adapter: str) -> str:
+    return f"test_optimized_budgets.py::test_an_adapter_step_costs_exactly_its_budget[{adapter}]"
+
+
+PROMISE_CUTS: dict[str, list[tuple[str, str, list[Edit]]]] = {
+    # no host read per rollout step or per minibatch, and no work beyond the budget's
+    "rnd": [("host read, rollout step", "test_rnd.py::test_rnd_reads_the_host_only_once_per_iteration",
+             [("algo/rnd.py", "        self.reward_sum.add_(reward.sum())\n",
+               "        self.reward_sum.add_(reward.sum())\n        reward.sum().item()\n")]),
+            # the minibatch's rows gathered again beside the predictor's step
+            ("extra work, minibatch", budget_test("ppo-rnd"),
+             [("algo/rnd.py", "        self._update(rollout_obs, idx, self.state)\n",
+               "        rollout_obs[idx]\n        self._update(rollout_obs, idx, self.state)\n")])],
+    "symmetry": [("host read, minibatch", budget_test("ppo-symmetry"),
+                  [("algo/symmetry.py", "        loss = (on_mirrored - target).square().mean()\n",
+                    "        loss = (on_mirrored - target).square().mean()\n        loss.item()\n")]),
+                 # the reflected minibatch's returns copied once more
+                 ("extra work, minibatch", budget_test("ppo-symmetry"),
+                  [("algo/symmetry.py", "returns=mb.returns.repeat(2))", "returns=mb.returns.repeat(2).clone())")])],
+    "distillation": [("host read, rollout step", budget_test("distillation"),
+                      [("algo/distillation.py", "            row.teacher_actions.copy_(teacher_actions)\n",
+                        "            row.teacher_actions.copy_(teacher_actions)\n"
+                        "            bool(torch.isfinite(teacher_actions).all())\n")]),
+                     ("host read, minibatch", budget_test("distillation"),
+                      [("algo/distillation.py", "            self.backward_and_step(loss, (loss.detach(),), None)\n",
+                        "            self.backward_and_step(loss, (loss.detach(),), None)\n"
+                        "            bool(torch.isfinite(loss))\n")])],
+    # one copy each way: the results up, the actions down (none on the CPU), into preallocated buffers
+    "gymnasium-adapter": [("allocation, step", adapter_test("gymnasium-pendulum"),
+                           [("envs/adapters/gymnasium.py",
+                             "done = torch.logical_or(self._terminated, self._truncated, out=self._done)",
+                             "done = torch.logical_or(self._terminated, self._truncated)")]),
+                          # the results uploaded field by field rather than as one packed buffer
+                          ("copies, step", adapter_test("gymnasium-pendulum-staged"),
+                           [("envs/adapters/staging.py",
+                             "            self.device_buffer.copy_(self.host_buffer, non_blocking=True)\n",
+                             "            for name, dev in self.dev.items():\n"
+                             "                dev.copy_(self.host[name], non_blocking=True)\n")])],
+    # the groups passed on as the env returned them (they are new tensors at each step)
+    "rsl_rl-env-adapter": [("copy, step", adapter_test("rsl_rl-env"),
+                            [("envs/adapters/from_rsl_rl.py", "            return obs[groups[0]]\n",
+                              "            return obs[groups[0]].clone()\n")])],
+    # the rewards used before the next step: not copied as the observations are
+    "rsl_rl-vec-env-adapter": [("copy, step", adapter_test("rsl_rl-vec-env"),
+                                [("envs/adapters/rsl_rl.py", "return self.get_observations(), result.reward, dones,",
+                                  "return self.get_observations(), result.reward.clone(), dones,")])],
+}
+"""Extension -> (shape, the test that pins its promise, the cut that breaks it): RND, symmetry and distillation read
+nothing on the host in a rollout step or a minibatch; the adapters copy each way once and allocate nothing more."""
 
 
 UNCUT_READERS = {
-    ("autocast", "config/sections.py"): "validation: it checks the value (the bad-input tests see a dropped check)",
-    ("compile", "config/sections.py"): "validation: it checks the value (the bad-input tests see a dropped check)",
     ("compile", "core/compile.py"): "the default, auto, is no mode a graph can be compiled in: the cut breaks the code",
 }
 """Readers whose wiring is not cut, and why."""
@@ -518,7 +581,15 @@ def wiring_cuts() -> list[tuple[str, str, list[Edit]]]:
             if (switch, file) not in UNCUT_READERS]
 
 
+VALIDATION = "config/sections.py"
+"""The config's validation, whose reads of a switch act only in refusing a bad value (`getattr` over every switch
+reads each there as well, so the wiring test cannot see a dropped read): its cut is the refusal test's to see."""
+
+
 def wiring_test(switch: str, file: str) -> str:
+    if file == VALIDATION:
+        return ("test_switch_wiring.py::test_the_validation_refuses_each_bad_value_of_a_switch_it_reads_in_one_line"
+                f"[{switch}]")
     return f"test_switch_wiring.py::test_each_reader_reads_the_value_set[{switch}-{file.replace('/', '.')}]"
 
 
@@ -568,8 +639,10 @@ def cut_files(edits: list[Edit], package: Path = PACKAGE) -> dict[str, str]:
 
 
 def planted_cuts(switches: list[str]) -> list[tuple[str, str, list[Edit]]]:
-    """Every cut of `switches` as (switch, shape, edits): the baseline path's, then the other shapes'."""
-    cuts = [(switch, "baseline path", CUTS[switch]) for switch in switches]
+    """Every cut of `switches` (and of the extensions among them, `PROMISE_CUTS`) as (switch, shape, edits): the
+    baseline path's, then the other shapes'."""
+    cuts = [(switch, shape, edits) for switch in switches for shape, _, edits in PROMISE_CUTS.get(switch, [])]
+    cuts += [(switch, "baseline path", CUTS[switch]) for switch in switches if switch in CUTS]
     cuts += [(switch, "work thrown away", WASTE_CUTS[switch]) for switch in switches if switch in WASTE_CUTS]
     cuts += [(switch, "compile=step path", STEP_CUTS[switch]) for switch in switches if switch in STEP_CUTS]
     cuts += [(switch, shape, edits) for switch in switches for shape, edits in PATH_CUTS.get(switch, [])]
@@ -580,6 +653,8 @@ def planted_cuts(switches: list[str]) -> list[tuple[str, str, list[Edit]]]:
 def cut_test(switch: str, shape: str) -> str:
     """The test a cut must fail: the switch's effect test, a further path's (`CUT_TESTS`), the budget of the workload
     an extra-work cut adds to, or the wiring test of the reader a dropped wiring cuts."""
+    if switch in PROMISE_CUTS:
+        return next(test for name, test, _ in PROMISE_CUTS[switch] if name == shape)
     if shape == "extra work":
         return f"test_optimized_budgets.py::test_the_optimized_path_costs_exactly_its_budget[{EXTRA_CUTS[switch][0]}]"
     if shape.startswith("dropped wiring, "):
@@ -623,10 +698,11 @@ def main(argv: list[str]) -> int:
     if "--shape" in argv:  # only the cuts whose shape starts with this (`extra work`, `dropped wiring`, ...)
         at = argv.index("--shape")
         shape, argv = " ".join(argv[at + 1:at + 2]), argv[:at] + argv[at + 2:]
-    switches = argv or list(CUTS)
-    unknown = [name for name in switches if name not in CUTS]
+    switches = argv or [*CUTS, *PROMISE_CUTS]
+    unknown = [name for name in switches if name not in CUTS and name not in PROMISE_CUTS]
     if unknown:
-        raise SystemExit(f"planted_cuts: not a switch: {', '.join(unknown)} (`syncfree switches` lists them)")
+        raise SystemExit(f"planted_cuts: not a switch: {', '.join(unknown)} (`syncfree switches` lists them; the "
+                         f"extensions: {', '.join(PROMISE_CUTS)})")
     missing = set(EFFECT_TESTS) - set(CUTS)
     if missing:
         raise SystemExit(f"planted_cuts: no cut for {', '.join(sorted(missing))}")

@@ -9,6 +9,7 @@ from planted_cuts import (
     CUTS,
     EXTRA_CUTS,
     PATH_CUTS,
+    PROMISE_CUTS,
     STEP_CUTS,
     WASTE_CUTS,
     planted_cuts,
@@ -19,9 +20,10 @@ from planted_cuts import (
 
 def test_every_planted_cut_applies_to_the_source_and_leaves_it_parsing() -> None:
     assert set(WASTE_CUTS) | set(STEP_CUTS) | set(PATH_CUTS) | set(EXTRA_CUTS) <= set(CUTS)  # those of CUTS' switches
-    cuts = planted_cuts(list(CUTS))
+    assert not set(PROMISE_CUTS) & set(CUTS)  # an extension is named apart from the switches
+    cuts = planted_cuts([*CUTS, *PROMISE_CUTS])
     assert len(cuts) == (len(CUTS) + len(WASTE_CUTS) + len(STEP_CUTS) + sum(map(len, PATH_CUTS.values()))
-                         + len(EXTRA_CUTS) + len(wiring_cuts()))
+                         + len(EXTRA_CUTS) + len(wiring_cuts()) + sum(map(len, PROMISE_CUTS.values())))
     assert stale_cuts(cuts) == []
 
 

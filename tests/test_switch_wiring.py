@@ -20,6 +20,7 @@ import conftest
 from conftest import TEST_DEVICE, small_config
 from syncfree.config import PerfConfig, TrainConfig
 from syncfree.core.switches import Scope
+from syncfree.errors import UserError
 from syncfree.train.runner import Runner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -36,7 +37,7 @@ def non_default(switch: str, driver: str = "") -> Any:
     """The value `driver` sets `switch` to."""
     if driver.startswith("whole-step fallback"):
         return getattr(NON_DEFAULT, switch) if switch in driver else getattr(PerfConfig(compile="step"), switch)
-    return getattr(STARTING if driver == "start" else NON_DEFAULT, switch)
+    return getattr(STARTING if driver in ("start", "listing") else NON_DEFAULT, switch)
 
 
 WIRING: dict[str, dict[str, str]] = {
@@ -142,12 +143,13 @@ def validation(teacher: str, monkeypatch: pytest.MonkeyPatch, tmp: Path) -> None
 
 
 def listing(teacher: str, monkeypatch: pytest.MonkeyPatch, tmp: Path) -> None:
-    """`syncfree switches --task pendulum`, on the preset with the non-default values."""
+    """`syncfree switches --task pendulum`, on the preset with the non-default values (a compile mode that compiles:
+    the listing's default, `auto`, is then another value, and one a valid config holds)."""
     from syncfree import switches
 
     def preset(task: str, algorithm: str | None = None) -> TrainConfig:
         cfg = small_config(task)
-        cfg.perf = recording(NON_DEFAULT)
+        cfg.perf = recording(STARTING)
         return cfg
 
     monkeypatch.setattr(switches, "preset", preset)
@@ -264,3 +266,30 @@ def test_each_reader_reads_the_value_set(switch: str, file: str, observed: Calla
     values = {value for name, where, value in reads if (name, where) == (switch, file)}
     assert values, f"{file} never read perf.{switch} when {driver} built it"
     assert repr(non_default(switch, driver)) in values, f"{file} read perf.{switch} as {values}, not the value set"
+
+
+REFUSED: dict[str, list[dict[str, Any]]] = {
+    "autocast": [{"autocast": "fp8"}],
+    "compile": [{"compile": "always"}],
+    "critic_chunk_size": [{"critic_chunk_size": 0}],
+    "cuda_graphs": [{"cuda_graphs": "sometimes"}, {"cuda_graphs": "on", "compile": "off"}],
+    "physics_partitions": [{"physics_partitions": 0}],
+}
+"""Switch the config's validation reads -> the bad settings (a value, or a combination) it refuses, naming the
+switch: where the validation's read of it acts."""
+
+VALIDATED = [switch for switch, files in WIRING.items() if "config/sections.py" in files]
+
+
+@pytest.mark.parametrize("switch", VALIDATED)
+def test_the_validation_refuses_each_bad_value_of_a_switch_it_reads_in_one_line(switch: str) -> None:
+    for bad in REFUSED[switch]:
+        cfg = small_config("pendulum")
+        cfg.perf = dataclasses.replace(PerfConfig(), **bad)
+        try:
+            cfg.validate()
+            message = "accepted"
+        except UserError as e:
+            message = str(e)
+        assert f"perf.{switch}={bad[switch]!r} is invalid" in message and "\n" not in message, (
+            f"perf {bad}: {message}")
