@@ -7,7 +7,7 @@
 #   side      point-mass at 4,096 envs: syncfree (optimized, baseline) against rsl_rl 5.5.1 (eager)
 #   offpolicy g1-track at 4,096 envs trained by SAC and by TD3 (no random steps first): env steps/s and the phases of
 #             their 32 gradient steps per iteration, baseline (eager) against optimized (their losses compiled,
-#             replayed as CUDA graphs)
+#             replayed as CUDA graphs); OFFPOLICY="sac" (or "td3") runs one of them
 #   ceiling   cartpole at 1,048,576 envs: compiled step, and compile=hot replayed as CUDA graphs
 #   g1        g1-track at 4,096 envs (torch PD): baseline, optimized, optimized in bf16 (ABLATIONS=true adds a row
 #             per switch, each compiling its own graphs)
@@ -131,7 +131,7 @@ for part in "${parts[@]}"; do
         bench "$(small 100 300)" grid-arena-scale grid-arena "$(small "256 1024" 2)" --repeats 2 --iterations 1 \
             --min_seconds 0 ;;
     offpolicy)
-        for algorithm in sac td3; do
+        for algorithm in ${OFFPOLICY:-sac td3}; do
             bench "$(small 100 300)" "$algorithm-g1-track-4096" g1-track "$(small 4096 16)" --algorithm "$algorithm" \
                 --settings "{\"$algorithm.learning_starts\": 0, \"$algorithm.buffer_size\": $(small 1000000 4096)}" \
                 --repeats 2 --iterations 2

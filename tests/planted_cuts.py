@@ -326,10 +326,10 @@ PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
                                           "self._whole_step = self.whole_step")]),
         # the critic's values of the episodes' last observations computed eagerly before the record step's graph
         ("baseline path, bootstrap values", [("algo/feedforward.py",
-                                              "                self._record_step(step, row, observed)\n",
-                                              "                with torch.no_grad():\n"
-                                              "                    self.final_values(step)\n"
-                                              "                self._record_step(step, row, observed)\n")]),
+                                              "                    self._record_step(step, row, observed)\n",
+                                              "                    with torch.no_grad():\n"
+                                              "                        self.final_values(step)\n"
+                                              "                    self._record_step(step, row, observed)\n")]),
         # the whole-step graph's gradient norms by the eager foreach kernel, as the eager clip computes them
         ("baseline path, gradient norms", [("algo/minibatch_step.py",
                                             "    if torch.compiler.is_compiling():\n",

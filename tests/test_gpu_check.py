@@ -48,13 +48,13 @@ def test_parts_past_the_budget_are_not_started_and_each_is_reported() -> None:
 def test_a_part_ends_with_its_figures_and_compile_artifacts_that_a_second_call_loads(tmp_path: Path) -> None:
     """The off-policy part at toy sizes: its result files and the packed compile caches come back; carried as the
     cache folder, a second call unpacks and loads them before its first part."""
-    gpu_check(tmp_path / "first", "offpolicy")
+    gpu_check(tmp_path / "first", "offpolicy", OFFPOLICY="td3")  # one of its two learners: half the time
     out = tmp_path / "first" / "out"
     lines = (out / "parts.txt").read_text().splitlines()
-    assert [line.split()[:2] for line in lines] == [["sac-g1-track-4096", "rc=0"], ["td3-g1-track-4096", "rc=0"]]
+    assert [line.split()[:2] for line in lines] == [["td3-g1-track-4096", "rc=0"]]
     with tarfile.open(out / "results.tgz") as packed:
         names = packed.getnames()
-    assert any(name.startswith("./sac-g1-track-4096/") for name in names), names
+    assert any(name.startswith("./td3-g1-track-4096/") for name in names), names
     assert (out / "compile-cache" / "inductor-cache.tgz").is_file()
     second = gpu_check(tmp_path / "second", "offpolicy", BUDGET="0", COMPILE_CACHE=str(out / "compile-cache"))
     assert "inductor-cache.tgz unpacked" in second and "artifact files loaded" in second

@@ -75,7 +75,8 @@ def task_names() -> list[str]:
 def listing() -> list[tuple[str, str]]:
     """`syncfree tasks`: (name, description) of every task and family, and the ids of the families that list
     theirs (or why they cannot be listed here)."""
-    rows = [(spec.name, spec.description + own_presets(spec) + missing_extra(spec.needs)) for spec in TASKS.values()]
+    rows = [(spec.name, spec.description + own_presets(spec) + missing_extra(spec.needs))
+            for spec in TASKS.values()]
     for source in SOURCES.values():
         rows.append((source.usage, source.description + missing_extra(source.needs)))
         if source.listing is not None:
