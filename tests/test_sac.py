@@ -65,7 +65,8 @@ def test_no_host_read_per_env_step_or_gradient_step_one_per_iteration() -> None:
 
 def test_a_resume_starts_an_empty_buffer_says_so_and_its_checkpoint_evaluates_and_exports(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["--sac.learning_starts", "128", "--sac.batch_size", "100", "--sac.updates_per_iteration", "2"]
+    args = ["--sac.learning_starts", "128", "--sac.batch_size", "100", "--sac.updates_per_iteration", "2",
+            "--sac.n_step", "1"]
     assert main(["train", *sac_args(tmp_path, "run"), *args, "--iterations", "2"]) == 0
     with caplog.at_level(logging.INFO, logger="syncfree"):
         assert main(["train", "--resume", str(tmp_path / "run" / "latest.pt"), "--iterations", "4",

@@ -28,7 +28,6 @@ from typing import Any
 import torch
 
 from syncfree.algo import algorithm_named
-from syncfree.algo.offpolicy import OffPolicyTrainConfig
 from syncfree.config import TrainConfig
 from syncfree.core import phases as phases_module
 from syncfree.core.counters import Counts, caller_site, tensors_in
@@ -391,15 +390,10 @@ def run(args: argparse.Namespace) -> int:
         cfg.perf, cfg.device = perf, args.device
         cfg.env.num_envs = args.num_envs or cfg.env.num_envs
         cfg.log.tensorboard = False
-        learner = cfg.learner if isinstance(cfg, OffPolicyTrainConfig) else None
-        warmup = max(args.warmup or 1, 1)
-        if learner is not None:  # the counted iteration takes its gradient steps, not random actions
-            learner.learning_starts = 0
-            rows, envs = learner.batch_size + (learner.n_step - 1) * cfg.env.num_envs, cfg.env.num_envs
-            warmup = max(warmup, -(-rows // (envs * learner.steps_per_env)))  # until the buffer holds a batch
-        report = examine_training(validated(cfg), warmup,
+        needed, changed = cfg.learn_at_once()  # the counted iteration takes its update (SAC: no random actions)
+        report = examine_training(validated(cfg), max(args.warmup or 1, needed),
                                   target=f"train {args.task} with {cfg.algorithm} ({args.perf} switches"
-                                  f"{', learning from the first step' if learner is not None else ''})")
+                                  f"{', ' + changed if changed else ''})")
     else:
         if args.task:
             env = task_env(args.task, args.num_envs, perf, args.device)

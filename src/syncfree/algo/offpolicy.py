@@ -173,6 +173,14 @@ class OffPolicyTrainConfig(TrainConfig):
         return (f"{super().describe_iteration()} into a replay buffer of {own.buffer_size:,}, "
                 f"{own.updates_per_iteration} gradient steps of {own.batch_size}")
 
+    def learn_at_once(self) -> tuple[int, str]:
+        """No random actions first, and as many iterations as fill a batch (the newest `n_step - 1` slots are not
+        drawn)."""
+        own = self.learner
+        own.learning_starts = 0
+        rows = own.batch_size + (own.n_step - 1) * self.env.num_envs
+        return -(-rows // (self.env.num_envs * own.steps_per_env)), "learning from the first step"
+
     def validate(self) -> None:
         super().validate()
         self.policy.validate(self.algorithm)

@@ -230,6 +230,12 @@ class TrainConfig:
         """An iteration in words (`24 steps per env, 5 epochs x 4 minibatches`), for reports."""
         return f"{self.rollout_steps()} steps per {self.env.row_name()}"
 
+    def learn_at_once(self) -> tuple[int, str]:
+        """Make the run update from its first iteration on (for `syncfree doctor train`, whose counted iteration
+        must take its update) and return the iterations that must run before one does, with a note on what was
+        changed ("" when nothing was)."""
+        return 1, ""
+
     def fit_to_rollout(self) -> None:
         """Lower the settings that must divide the rollout (a minibatch count, a chunk length) until they do, for a
         run at another env count than the preset's (the bench's sizes)."""
