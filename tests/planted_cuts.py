@@ -41,7 +41,10 @@ CUTS: dict[str, list[Edit]] = {
     "deferred_nonfinite_check": [("train/monitors.py", "deferred=perf.deferred_nonfinite_check", "deferred=False")],
     "grad_finite_from_norm": [("algo/optim.py", "if not self.perf.grad_finite_from_norm:", "if True:")],
     "device_loss_stats": [("algo/feedforward.py", "None if perf.device_loss_stats else", "None if False else")],
-    "fused_adamw": [("algo/optim.py", "fused=perf.fused_adamw or None", "fused=None")],
+    # the optimizer as fused_adamw=False makes it: not fused, and no device-side skip (fused AdamW's alone)
+    "fused_adamw": [("algo/optim.py", "fused=perf.fused_adamw or None", "fused=None"),
+                    ("algo/optim.py", "perf.grad_finite_from_norm is True and perf.fused_adamw else None",
+                     "False else None")],
     "device_adaptive_lr": [("algo/optim.py", "self.adaptive and perf.device_adaptive_lr", "False")],
     "validate_distributions": [("algo/feedforward.py", "validate_distributions=cfg.perf.validate_distributions",
                                 "validate_distributions=False")],
