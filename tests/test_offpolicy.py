@@ -570,3 +570,17 @@ def test_a_buffer_larger_than_the_memory_available_is_one_line_before_it_is_allo
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "sac.buffer_size=1,000,000 needs 61 MiB of host memory" in err and "32 MiB available" in err, err
+
+
+def test_a_distributional_or_schedule_setting_without_its_feature_is_said(caplog: pytest.LogCaptureFixture) -> None:
+    from syncfree.algo.scope import warn_inert_switches
+    from syncfree.tasks import switch_scope
+
+    cfg = small("sac")
+    cfg.learner.v_min, cfg.learner.final_learning_rate_fraction = -400.0, 0.1
+    with caplog.at_level("WARNING", logger="syncfree"):
+        named = warn_inert_switches(cfg, switch_scope(cfg), preset("pendulum", algorithm="sac"))
+    assert named == ["sac.v_min", "sac.final_learning_rate_fraction"]
+    assert "sac.v_min=-400.0 changes nothing: sac.critic is scalar" in caplog.text
+    cfg.learner.critic, cfg.learner.schedule = "distributional", "cosine"
+    assert warn_inert_switches(cfg, switch_scope(cfg), preset("pendulum", algorithm="sac")) == []

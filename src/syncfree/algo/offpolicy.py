@@ -188,8 +188,15 @@ class OffPolicyTrainConfig(TrainConfig):
 
     def unused_settings(self, defaults: TrainConfig | None = None) -> list[tuple[str, str]]:
         base = defaults if isinstance(defaults, OffPolicyTrainConfig) else type(self)()
-        return [(f"policy.{name}={getattr(self.policy, name)!r}", why) for name, why in UNREAD_POLICY.items()
-                if getattr(self.policy, name) != getattr(base.policy, name)]
+        unused = [(f"policy.{name}={getattr(self.policy, name)!r}", why) for name, why in UNREAD_POLICY.items()
+                  if getattr(self.policy, name) != getattr(base.policy, name)]
+        own, section = self.learner, self.SECTION
+        off = {"num_atoms": (own.critic == "scalar", f"{section}.critic is scalar"),
+               "v_min": (own.critic == "scalar", f"{section}.critic is scalar"),
+               "v_max": (own.critic == "scalar", f"{section}.critic is scalar"),
+               "final_learning_rate_fraction": (own.schedule == "fixed", f"{section}.schedule is fixed")}
+        return unused + [(f"{section}.{name}={getattr(own, name)!r}", why) for name, (idle, why) in off.items()
+                         if idle and getattr(own, name) != getattr(base.learner, name)]
 
     @classmethod
     def adopt(cls, cfg: OffPolicyTrainConfig, source: TrainConfig) -> None:
