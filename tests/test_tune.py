@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import yaml
@@ -394,3 +395,44 @@ def test_a_trial_that_diverges_counts_as_pruned(tmp_path: Path, caplog: pytest.L
     assert trial.state == optuna.trial.TrialState.PRUNED  # the run stopped on non-finite values (NonFiniteError)
     assert "non-finite" in trial.user_attrs["error"] or "diverged" in trial.user_attrs["error"]
     assert f"tune: trial 0 diverged, counted as pruned: {trial.user_attrs['error']}" in caplog.text
+
+
+def seeded_draws(sampler: str, order: list[int]) -> dict[int, float]:
+    """Trial number -> its draw, with two workers of one study asking in `order` (0: the first worker, 1: the
+    second), each with its own sampler seeded as `--sampler-seed 7` seeds it."""
+    from syncfree.tuning.study import TrialSeeded, named_sampler
+    from syncfree.tuning.trial import StudySettings
+
+    settings = StudySettings(base=preset("cartpole"), parameters=[], trials=len(order), workers=2, name="s",
+                             storage="", folder=Path("."), sampler=sampler, sampler_seed=7)
+    storage = optuna.storages.InMemoryStorage()
+    workers = [optuna.create_study(study_name="s", storage=storage, load_if_exists=True,
+                                   sampler=TrialSeeded(lambda seed: named_sampler(settings, seed), 7))
+               for _ in range(2)]
+    draws = {}
+    for worker in order:
+        trial = workers[worker].ask()
+        draws[trial.number] = trial.suggest_float("x", 0.0, 1.0)
+        workers[worker].tell(trial, draws[trial.number])
+    return draws
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_seeded_sampler_draws_by_trial_number_whichever_worker_asks(sampler: str) -> None:
+    one_worker = seeded_draws(sampler, [0] * 14)
+    assert seeded_draws(sampler, [0, 1] * 7) == one_worker == seeded_draws(sampler, [1, 1, 0] * 4 + [0, 1])
+    assert len(set(one_worker.values())) == 14  # each trial a draw of its own, not one seed's first draw again
+
+
+def test_two_studies_of_one_sampler_seed_try_the_same_settings_trial_by_trial(tmp_path: Path) -> None:
+    space = {"ppo.clip_param": {"type": "float", "low": 0.1, "high": 0.3},
+             "ppo.num_epochs": {"type": "int", "low": 1, "high": 4}}
+
+    def params(study: str, seed: int | None) -> list[dict[str, Any]]:
+        result = syncfree.tune("cartpole", trials=3, space=space, budget_steps=128, sampler="random",
+                               sampler_seed=seed, pruner="none", folder=tmp_path, study=study, **TINY_OVERRIDES)
+        return [t.params for t in sorted(result.study.trials, key=lambda t: t.number)]
+
+    first = params("a", 3)
+    assert params("b", 3) == first
+    assert params("c", 4) != first

@@ -68,7 +68,7 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
               workers: int = 1, study: str | None = None, storage: str | None = None, budget_steps: int = 0,
               budget_seconds: float = 0.0, objective: str = "return", pruner: Any = None, sampler: Any = "tpe",
               reports: int = 4, folder: str | Path = "runs", heartbeat: int = HEARTBEAT,
-              grace: int = GRACE) -> TuneResult:
+              grace: int = GRACE, sampler_seed: int | None = None) -> TuneResult:
     """The study of `base` (a validated config), as `syncfree tune` and `syncfree.tune` run it."""
     objectives = parse_objectives(objective)
     if budget_steps and budget_seconds:
@@ -89,7 +89,7 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
         pruner=pruner if isinstance(pruner, str) else "given", sampler=sampler if isinstance(sampler, str) else "tpe",
         reports=reports, threads=threads, heartbeat=int(heartbeat), grace=int(grace), names=active(),
         pruner_object=None if isinstance(pruner, str) else pruner,
-        sampler_object=None if isinstance(sampler, str) else sampler)
+        sampler_object=None if isinstance(sampler, str) else sampler, sampler_seed=sampler_seed)
     check_settings(settings)
     parameters: list[Parameter]
     if space is None:
@@ -110,7 +110,8 @@ def run_study(base: TrainConfig, space: str | Path | Mapping[str, Any] | None = 
              "cores); objective %s; %s sampler, %s pruner (%d reports a trial) -> %s", name,
              hidden(settings.storage), trials, counted(opened), base.task, algorithm_for(base).label, budget, workers,
              "s" if workers > 1 else "", per, cores(), goals,
-             type(settings.sampler_object).__name__ if settings.sampler_object is not None else settings.sampler,
+             type(settings.sampler_object).__name__ if settings.sampler_object is not None else settings.sampler
+             + (f" (seed {sampler_seed} + trial number)" if sampler_seed is not None else ""),
              pruner_label(settings), reports, study_folder)
     if settings.heartbeat:
         log.info("tune: heartbeat every %d s; a trial silent for %d s (its worker stopped) is failed and retried",
@@ -138,7 +139,8 @@ def tune(task: str = "cartpole", *, trials: int = 20, workers: int = 1,
          space: str | Path | Mapping[str, Any] | None = None, study: str | None = None, storage: str | None = None,
          budget_steps: int = 0, budget_seconds: float = 0.0, objective: str = "return", pruner: Any = None,
          sampler: Any = "tpe", reports: int = 4, folder: str | Path = "runs", heartbeat: int = HEARTBEAT,
-         grace: int = GRACE, config: TrainConfig | None = None, **overrides: Any) -> TuneResult:
+         grace: int = GRACE, sampler_seed: int | None = None, config: TrainConfig | None = None,
+         **overrides: Any) -> TuneResult:
     """Search a task's settings with Optuna, as `syncfree tune` does: `trials` training runs of the task's preset (or
     `config`, changed by `overrides` as `syncfree.learn` takes them), each with settings drawn from `space` (a YAML
     file or a dict `{dotted key: {type: float|int|categorical, low, high, log, step, choices}}`; None: the
@@ -150,7 +152,9 @@ def tune(task: str = "cartpole", *, trials: int = 20, workers: int = 1,
     there counting toward `trials`. `workers` processes run trials side by side, the cores split between them.
     `objective="return,seconds"`: the Pareto front of return against training time. `pruner`: `median`, `halving`,
     `hyperband`, `none` (default `median` with one objective) or an Optuna pruner; `sampler`: `tpe`, `cmaes`,
-    `random`, `nsga2` or an Optuna sampler. A pruned trial stops after the report it was pruned at (`reports` a
+    `random`, `nsga2` or an Optuna sampler; `sampler_seed`: trial n's draws seeded `sampler_seed + n`, whichever
+    worker runs it (two studies of one seed and the `random` sampler try the same settings trial by trial; default
+    unseeded). A pruned trial stops after the report it was pruned at (`reports` a
     trial, at even fractions of its budget), its run folder kept.
 
     A running trial writes a heartbeat to the database every `heartbeat` seconds (0: none); one silent for `grace`
@@ -163,7 +167,7 @@ def tune(task: str = "cartpole", *, trials: int = 20, workers: int = 1,
     base = configured(task, config, overrides)
     with visible_logs():
         result = run_study(base, space, trials, workers, study, storage, budget_steps, budget_seconds, objective,
-                           pruner, sampler, reports, folder, heartbeat, grace)
+                           pruner, sampler, reports, folder, heartbeat, grace, sampler_seed)
         log.info("tune: best trials of %s:\n%s", result.study.study_name, result.table)
     return result
 
@@ -212,6 +216,8 @@ def parse_arguments(argv: Sequence[str]) -> tuple[argparse.Namespace, TrainConfi
                         "return,seconds (the Pareto front of return against training time)")
     parser.add_argument("--pruner", help=f"{', '.join(PRUNERS)} (default median; none with two objectives)")
     parser.add_argument("--sampler", default="tpe", help=f"{', '.join(SAMPLERS)} (default tpe)")
+    parser.add_argument("--sampler-seed", type=int, help="seed trial n's draws with this + n, whichever worker "
+                        "runs it (default: unseeded)")
     parser.add_argument("--heartbeat", type=int, default=HEARTBEAT, help="seconds between a running trial's "
                         f"heartbeats in the database; 0: none (default {HEARTBEAT})")
     parser.add_argument("--grace", type=int, default=GRACE, help="seconds without a heartbeat after which another "
@@ -235,6 +241,6 @@ def main(argv: Sequence[str]) -> int:
     args, base = parse_arguments(argv)
     result = run_study(base, args.space, args.trials, args.workers, args.study, args.storage, args.budget_steps,
                        args.budget_seconds, args.objective, args.pruner, args.sampler, args.reports, args.dir,
-                       args.heartbeat, args.grace)
+                       args.heartbeat, args.grace, args.sampler_seed)
     print(f"best trials of study {result.study.study_name}:\n{result.table}")
     return 0

@@ -131,21 +131,60 @@ def driver(url: str) -> str:
 
 
 def make_sampler(settings: StudySettings) -> Any:
-    optuna = optuna_module()
+    """The study's sampler; with `sampler_seed`, trial n draws from a sampler seeded `sampler_seed + n`, whichever
+    worker or machine runs it (`TrialSeeded`)."""
     if settings.sampler_object is not None:
         return settings.sampler_object
+    if settings.sampler_seed is None:
+        return named_sampler(settings, None)
+    return TrialSeeded(lambda seed: named_sampler(settings, seed), settings.sampler_seed)
+
+
+def named_sampler(settings: StudySettings, seed: int | None) -> Any:
+    optuna = optuna_module()
     name = settings.sampler
     if name == "cmaes":
         if len(settings.objectives) > 1:
             raise UserError("tune: --sampler cmaes takes one objective; use tpe or nsga2 with --objective return,seconds")
         if importlib.util.find_spec("cmaes") is None:
             raise UserError("tune: --sampler cmaes needs the cmaes package (pip install cmaes)")
-        return optuna.samplers.CmaEsSampler(warn_independent_sampling=False)
+        return optuna.samplers.CmaEsSampler(warn_independent_sampling=False, seed=seed)
     if name == "random":
-        return optuna.samplers.RandomSampler()
+        return optuna.samplers.RandomSampler(seed=seed)
     if name == "nsga2":
-        return optuna.samplers.NSGAIISampler()
-    return optuna.samplers.TPESampler()
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+class TrialSeeded:
+    """A sampler whose draws for trial n come from a fresh sampler seeded `seed + n`: the same trial number gets the
+    same draw given the same finished trials, whichever worker asks and in whatever order the workers ask (one seeded
+    sampler per worker would draw the same settings in every worker). With `random`, two studies of one seed try the
+    same settings trial by trial, whatever they scored: a pruner compared with and without on equal ground. The
+    samplers named here keep their state in the study's storage, so a fresh one per trial loses nothing."""
+
+    def __init__(self, factory: Any, seed: int) -> None:
+        self.factory, self.seed = factory, seed
+        self.current = factory(seed)
+
+    def before_trial(self, study: Any, trial: Any) -> None:
+        self.current = self.factory(self.seed + trial.number)
+        self.current.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: Any, trial: Any) -> Any:
+        return self.current.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: Any, trial: Any, search_space: Any) -> Any:
+        return self.current.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: Any, trial: Any, name: str, distribution: Any) -> Any:
+        return self.current.sample_independent(study, trial, name, distribution)
+
+    def after_trial(self, study: Any, trial: Any, state: Any, values: Any) -> None:
+        self.current.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.current.reseed_rng()
 
 
 def make_pruner(settings: StudySettings) -> Any:

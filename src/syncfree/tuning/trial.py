@@ -43,6 +43,8 @@ class StudySettings:
     budget_seconds: float = 0.0
     pruner: str = "median"
     sampler: str = "tpe"
+    sampler_seed: int | None = None
+    """Trial n's draws seeded `sampler_seed + n` (`study.TrialSeeded`); None: unseeded."""
     reports: int = 4
     """Intermediate evaluations a trial reports for pruning, at even fractions of its budget."""
     threads: int = 0
