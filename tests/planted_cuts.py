@@ -354,6 +354,10 @@ PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
         # the batch the off-policy losses read left unmarked: CUDA graph trees copy it in at every replay
         ("baseline path, replay batch not static", [("algo/offpolicy.py",
                                                      "static=[] if self.buffer.on_host else static)", "static=[])")]),
+        # the recurrent state carried as the step graph's output, as rsl_rl carries it: the next replay overwrites it
+        ("baseline path, recurrent state fed back", [("algo/recurrent.py",
+                                                      "self.state_in_place = outputs_overwritten(perf, device)",
+                                                      "self.state_in_place = False")]),
     ],
     # the value ignored for a fixed one (the optimized preset's)
     "physics_partitions": [
@@ -604,6 +608,8 @@ CUT_TESTS = {("compile", "baseline path, bootstrap values"):
              "test_cuda_graph_replay.py::test_every_graph_of_the_whole_step_trainer_would_replay",
              ("cuda_graphs", "baseline path, replay batch not static"):
              "test_cuda_graph_replay.py::test_off_policy_graphs_would_replay_reading_the_batch_in_place",
+             ("cuda_graphs", "baseline path, recurrent state fed back"):
+             "test_cuda_graph_replay.py::test_every_graph_of_the_recurrent_trainer_would_replay",
              ("host_env_worker", "baseline path, sleeping between calls"):
              "test_gymnasium_adapter.py::test_the_worker_polls_between_steps_rather_than_sleeping"}
 """(switch, shape) -> the effect test of a further path where it is not the switch's own (`EFFECT_TESTS`)."""

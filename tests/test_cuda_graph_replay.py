@@ -4,7 +4,9 @@ the CPU.
 With `perf.cuda_graphs` on, inductor runs a compiled graph without its CUDA graph (and logs `skipping cudagraphs
 due to ...`) when the graph mutates an input whose address is not static (CUDA graph trees check this at the first
 replay, with the static inputs that are not 16-byte aligned counted as not static), rebinds an input's storage,
-holds an op a CUDA graph cannot capture or a size known only on the device, or takes a non-tensor input. Here the
+holds an op a CUDA graph cannot capture or a size known only on the device, or takes a non-tensor input; and a graph
+that reads its own previous call's output (a recurrent state carried from step to step) reads memory that CUDA graph
+trees overwrite at the next replay, or free for other graphs' outputs in between. Here the
 trainers compile their graphs as a run with CUDA graphs does (the switch is asked about a CUDA device, so everything
 such a run marks static is marked; inductor compiles for the CPU), and inductor's checks
 (`torch._inductor.cudagraph_utils`) run on each compiled graph: its post-grad graph, mutated inputs, static input
@@ -13,6 +15,7 @@ is here (the GPU check covers it)."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -64,10 +67,19 @@ COPIED: dict[str, list[str]] = {}
 """Graph -> what `copied_in` finds at its first call, for the graphs compiled by `compiled_as_with_cuda_graphs`."""
 
 
+def fed_back(inputs: list[Any], previous: list[weakref.ref[torch.Tensor]]) -> str | None:
+    """The reason a graph cannot replay when an input is one of its previous call's outputs (`previous`)."""
+    outputs = [ref() for ref in previous]
+    fed = [i for i, x in enumerate(inputs) if any(x is out for out in outputs if out is not None)]
+    return (f"reads its previous call's outputs (inputs {fed}), which the next replay overwrites: keep such state in "
+            "a tensor of its own") if fed else None
+
+
 def checking_backend(name: str, found: Skips) -> Callable[..., Any]:
     """Inductor's own compilation, with each compiled graph's skip reasons written into `found` (and its inputs
     copied in at every replay into `COPIED`) at its first call, and again at each call whose static inputs are not
-    all 16-byte aligned where an earlier call's were (a storage row of another step whose start is not aligned)."""
+    all 16-byte aligned where an earlier call's were (a storage row of another step whose start is not aligned);
+    at every call, whether it reads its previous call's outputs (`fed_back`)."""
 
     def inner(gm: torch.fx.GraphModule, example_inputs: Any, **kwargs: Any) -> Any:
         compiled = compile_fx_inner(gm, example_inputs, **kwargs)
@@ -75,15 +87,23 @@ def checking_backend(name: str, found: Skips) -> Callable[..., Any]:
         call = compiled.current_callable
         static = list(kwargs.get("static_input_idxs") or ())
         seen: set[tuple[int, ...]] = set()
+        previous: list[weakref.ref[torch.Tensor]] = []
 
         def checked_call(inputs: list[Any]) -> Any:
             aligned = tuple(remove_unaligned_input_idxs(inputs, static))
+            reasons = found.setdefault(key, [])
             if aligned not in seen:
                 seen.add(aligned)
-                reasons = found.setdefault(key, [])
                 reasons += [r for r in skip_reasons(gm, compiled, static, list(inputs)) if r not in reasons]
                 COPIED[key] = sorted({*COPIED.get(key, []), *copied_in(static, list(inputs))})
-            return call(inputs)
+            reason = fed_back(inputs, previous)
+            if reason is not None and reason not in reasons:
+                reasons.append(reason)
+            given = list(inputs)
+            outputs = call(inputs)  # a forward graph's outputs include inputs saved for its backward: not its own
+            previous[:] = [weakref.ref(x) for x in outputs
+                           if isinstance(x, torch.Tensor) and not any(x is y for y in given)]
+            return outputs
 
         if call is not None:
             compiled.current_callable = checked_call
@@ -170,8 +190,8 @@ def test_every_graph_of_the_hot_trainer_would_replay() -> None:
 
 
 def test_every_graph_of_the_recurrent_trainer_would_replay() -> None:
-    """The recurrent algorithm's graphs (compiled without CUDA graphs, which none of them would refuse) and the env
-    step."""
+    """The recurrent algorithm's graphs and the env step; the rollout step reads the agents' states where they stay,
+    not the previous step's outputs."""
     found = trained_skips(recurrent_config("pendulum", compile="hot", cuda_graphs="auto"))
     assert set(found) == {"RecurrentMLPPolicy.step", "RecurrentPPO.minibatch_loss",
                           "RecurrentPPO.minibatch_loss (backward)", "TorchVecEnv._transition"}

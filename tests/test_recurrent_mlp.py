@@ -182,6 +182,31 @@ def test_each_segment_switch_changes_nothing_but_speed_for_the_recurrent_mlp_pol
                       {k: b[k] for k in ("policy", "algorithm", "episodes", "buffer")})
 
 
+@pytest.mark.parametrize("symmetric", [False, True])
+def test_a_state_copied_in_place_trains_as_the_state_carried_as_output(symmetric: bool,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What CUDA graphs make the rollout do (each step's new state and value copied into the agents' own tensors,
+    `state_in_place`) trains bitwise as carrying the step's outputs does, the mirrored state (`symmetry`) too."""
+    import syncfree.algo.recurrent as recurrent
+
+    runs = []
+    for in_place in (False, True):
+        monkeypatch.setattr(recurrent, "outputs_overwritten", lambda perf, device, on=in_place: on)
+        if symmetric:
+            from test_symmetry import recurrent_symmetric
+
+            cfg = recurrent_symmetric()
+        else:
+            cfg = recurrent_config()
+        cfg.iterations = 2
+        runs.append(Runner(cfg))
+        runs[-1].learn()
+        assert runs[-1].algorithm.state_in_place is in_place
+    a, b = (dict(r.state_dict(), buffer=r.algorithm.buffer.data, state=r.algorithm.state) for r in runs)
+    assert_same_state({k: a[k] for k in ("policy", "algorithm", "episodes", "buffer", "state")},
+                      {k: b[k] for k in ("policy", "algorithm", "episodes", "buffer", "state")})
+
+
 def test_the_full_log_probs_gate_is_inert_and_gradients_are_clipped_per_network() -> None:
     cfg = recurrent_config()
     assert "gate_full_log_probs" in cfg.perf.inert_switches(switch_scope(cfg))

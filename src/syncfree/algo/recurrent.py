@@ -14,7 +14,6 @@ explicitly).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any, cast
@@ -32,7 +31,7 @@ from syncfree.algo.segments import Minibatch, SegmentBuffer, prioritized_beta
 from syncfree.algo.settings import LossesConfig, PPOConfig, RecurrentPPOConfig
 from syncfree.algo.symmetry import Symmetry, build_symmetry
 from syncfree.algo.vtrace import vtrace_advantages
-from syncfree.core.compile import hot
+from syncfree.core.compile import hot, outputs_overwritten
 from syncfree.core.fields import Field
 from syncfree.core.phases import Phases
 from syncfree.core.switches import PerfConfig, Scope
@@ -131,12 +130,25 @@ class RecurrentPPO(Algorithm):
         self._bootstrap = torch.zeros(num_agents, device=device)
         self._values = torch.zeros(num_agents, device=device)
         """The values of the step's observations, kept from `act` for the time-outs `record` bootstraps."""
-        compiled = dataclasses.replace(perf, cuda_graphs="off")  # graphs of their own, not replayed as CUDA graphs
-        self.policy_step: StepFn = hot(policy.step, compiled, device)
+        self.state_in_place = outputs_overwritten(perf, device)
+        """Under CUDA graphs, which overwrite a graph's outputs at its next replay, each step's new state (and value)
+        is copied into the tensors below once stored, and the next step reads them where they stay (static);
+        otherwise the step's outputs become the state, as rsl_rl carries it."""
+        # the states the compiled step returns are inference tensors: so are the first ones (one graph for both)
+        with allocating(STORAGE_MEMORY), torch.inference_mode(not self.state_in_place):
+            self.state = policy.initial_state(num_agents, device)
+            """The recurrent state each agent carries into its next step."""
+            self.mirror_state = policy.initial_state(num_agents, device) if symmetry is not None else ()
+            """The state the policy would have had, had it seen each agent's mirrored history (`symmetry`)."""
+        self.done = torch.ones(num_agents, dtype=torch.bool, device=device)
+        """Whether each agent's next step starts an episode (written in place by `record`)."""
+        self.reward_in = torch.zeros(num_agents, device=device)
+        """The reward that led to the current observation (stored with it: the row convention of `vtrace`)."""
+        self.policy_step: StepFn = hot(policy.step, perf, device, static=(*self.state, *self.mirror_state, self.done))
         """The policy's rollout step (encoder, core, heads, sampling), or its compiled graph (`perf.compile`)."""
-        self._loss = hot(self.minibatch_loss, compiled, device)
+        self._loss = hot(self.minibatch_loss, perf, device)
         """`minibatch_loss`, or its compiled graph; its backward is compiled with it."""
-        self._mirror_step = hot(self.mirror_step, compiled, device)
+        self._mirror_step = hot(self.mirror_step, perf, device)
         """`mirror_step`, or its compiled graph (with `symmetry`)."""
         if perf.compile == "step":
             log.info("perf.compile=step: the recurrent minibatch update is compiled as with perf.compile=hot (its "
@@ -241,7 +253,7 @@ class RecurrentPPO(Algorithm):
         flat = not isinstance(cfg.policy, RecurrentTokenPolicyConfig)
         agents = cfg.env.rows()
         largest = max(agents, agents * p.steps_per_env // max(p.num_minibatches, 1))  # a step, a minibatch's rows
-        return Scope(flat_rollouts=False, whole_step_update=False, chunked_critic=False, cuda_graph_replay=False,
+        return Scope(flat_rollouts=False, whole_step_update=False, chunked_critic=False,
                      segment_buffer=True, full_log_probs=not flat,
                      env_layer=env_layer, device=device_type,
                      adaptive_lr=p.schedule == "adaptive", world_size=world_size, critic_rows=cfg.env.rows(),
@@ -259,16 +271,13 @@ class RecurrentPPO(Algorithm):
 
     def forward_only(self, obs: dict[str, Tensor]) -> Callable[[], list[Tensor]]:
         inputs = self.policy.rollout_input({k: v.clone() for k, v in obs.items()})
-        done, start = self.done.clone(), tuple(s.clone() for s in self.state)
+        done = self.done.clone()
         last_actions = (self.buffer.previous_actions(self._everyone).clone()
                         if "last_actions" in self.buffer.data else None)
 
-        def rollout() -> list[Tensor]:
-            state, actions = start, []
-            for _ in range(self.steps_per_env):
-                out, state = self.policy_step(inputs, state, done, last_actions)
-                actions.append(out.actions)
-            return actions
+        def rollout() -> list[Tensor]:  # each step from the agents' state, which it leaves as it is
+            return [self.policy_step(inputs, self.state, done, last_actions)[0].actions.clone()
+                    for _ in range(self.steps_per_env)]
 
         return rollout
 
@@ -289,15 +298,11 @@ class RecurrentPPO(Algorithm):
         """Zero the recurrent states and mark every agent's next step as an episode's first."""
         super().reset_episodes()
         n = self.num_envs
-        with torch.inference_mode():  # as the states the rollout steps return: one compiled graph serves them all
-            self.state = self.policy.initial_state(n, self.device)
-        self.teacher_state = self.teacher.initial_state(n, self.device) if self.teacher is not None else None
         with torch.inference_mode():
-            self.mirror_state = self.policy.initial_state(n, self.device) if self.symmetry is not None else ()
-        """The state the policy would have had, had it seen each agent's mirrored history (`symmetry`)."""
-        self.done = torch.ones(n, dtype=torch.bool, device=self.device)
-        self.reward_in = torch.zeros(n, device=self.device)
-        """The reward that led to the current observation (stored with it: the row convention of `vtrace`)."""
+            torch._foreach_zero_([*self.state, *self.mirror_state])
+        self.teacher_state = self.teacher.initial_state(n, self.device) if self.teacher is not None else None
+        self.done.fill_(True)
+        self.reward_in.zero_()
 
     # -- rollout -------------------------------------------------------------------------------------------
 
@@ -311,10 +316,11 @@ class RecurrentPPO(Algorithm):
         buf, phase, policy = self.buffer, self.phases, self.policy
         with phase("act"):
             last_actions = buf.previous_actions(self._everyone) if "last_actions" in buf.data else None
-            out, self._next_state = self.policy_step(policy.rollout_input(obs), self.state, self.done, last_actions)
+            out, next_state = self.policy_step(policy.rollout_input(obs), self.state, self.done, last_actions)
+            next_mirror_state: tuple[Tensor, ...] = ()
             if self.symmetry is not None:
                 flat = cast(tuple[Tensor, Tensor], policy.rollout_input(obs))  # the recurrent MLP policy's pair
-                self._next_mirror_state = self._mirror_step(flat, self.mirror_state, self.done)
+                next_mirror_state = self._mirror_step(flat, self.mirror_state, self.done)
             data = {**policy.stored_observation(obs), "actions": out.actions, "log_prob": out.log_prob,
                     "values": out.value, "rewards": self.reward_in, "dones": self.done}
             if last_actions is not None:
@@ -330,7 +336,11 @@ class RecurrentPPO(Algorithm):
             if "ratio" in buf.data:
                 data["ratio"] = self._ones
             buf.store(self._everyone, data, (*self.state, *self.mirror_state))
-            self._values = out.value
+            if self.state_in_place:
+                torch._foreach_copy_([*self.state, *self.mirror_state, self._values],
+                                     [*next_state, *next_mirror_state, out.value])
+            else:
+                self.state, self.mirror_state, self._values = tuple(next_state), next_mirror_state, out.value
         return out.actions
 
     def record(self, t: int, step: StepResult) -> None:
@@ -346,9 +356,6 @@ class RecurrentPPO(Algorithm):
         with self.phases("stats"):
             if self.observer is not None:
                 self.observer.record(t, step)
-        self.state = self._next_state
-        if self.symmetry is not None:
-            self.mirror_state = self._next_mirror_state
 
     def mirror_step(self, obs: tuple[Tensor, Tensor], state: tuple[Tensor, ...], done: Tensor) -> tuple[Tensor, ...]:
         """The mirrored history's state one step on: the cores stepped on the step's reflected observations."""

@@ -92,6 +92,13 @@ def mark_static(perf: PerfConfig, device: torch.device, *tensors: torch.Tensor) 
             torch._dynamo.mark_static_address(tensor)
 
 
+def outputs_overwritten(perf: PerfConfig, device: torch.device) -> bool:
+    """Whether compiled graphs' outputs live only until their next replay (CUDA graph trees overwrite them, or give
+    their memory to other graphs' outputs): state carried from one call to the next (a recurrent state) is then
+    copied into a tensor of its own, which the next call reads in place."""
+    return use_cuda_graphs(perf, device)
+
+
 CUDA_GRAPH_ALIGNMENT = 16
 """Bytes a static input's address must be a multiple of: CUDA graph trees take a tensor that is not as not static (it
 is copied in at every replay, and a graph that writes it is run without its CUDA graph)."""

@@ -20,8 +20,6 @@ class Scope:
     """Its minibatch update can be one compiled graph with its own AdamW (`compile=step`)."""
     chunked_critic: bool = True
     """Its critic evaluations may be split into chunks (`critic_chunk_size`)."""
-    cuda_graph_replay: bool = True
-    """Its compiled graphs may be replayed as CUDA graphs."""
     segment_buffer: bool = False
     """It stores BPTT segments of every agent (PPO on BPTT segments)."""
     full_log_probs: bool = False
@@ -163,8 +161,6 @@ def _critic_chunks(scope: Scope, perf: PerfConfig) -> str | None:
 def _cuda_graphs(scope: Scope, perf: PerfConfig) -> str | None:
     if scope.device != "cuda" or perf.compile == "off":
         return "CUDA graphs replay compiled graphs on a CUDA device (compile=hot or step)"
-    if not scope.cuda_graph_replay:
-        return "the recurrent algorithm's compiled graphs run without CUDA graphs"
     return None
 
 
@@ -333,7 +329,7 @@ class PerfConfig:
                                                        inert=_cuda_graphs)
     """With `compile=hot` on a CUDA device, replay the compiled graphs as CUDA graphs (`torch.compile`'s
     `reduce-overhead` mode; random numbers are drawn inside the graphs). `auto`: on for CUDA devices, off
-    elsewhere; `on` on another device is an error. The recurrent algorithm's compiled graphs run without them."""
+    elsewhere; `on` on another device is an error."""
 
     # -- off-policy learners (sac, td3; inert for the others) -------------------------------------------
 
