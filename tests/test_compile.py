@@ -444,6 +444,24 @@ def test_cuda_graph_replays_draw_new_noise(compile_enabled) -> None:
     assert not torch.equal(first, second)
 
 
+@pytest.mark.skipif(TEST_DEVICE != "cuda", reason="CUDA graphs need a GPU")
+def test_the_recurrent_rollout_replays_as_cuda_graphs_with_its_state_in_place(compile_enabled) -> None:
+    """The recurrent trainer's graphs replay (inductor skips none), and the agents' states stay the tensors the
+    step reads in place, each step's new state copied in (a state carried as the graph's output would be overwritten
+    by its next replay: CUDA graph trees raise on reading it)."""
+    from torch._dynamo.utils import counters
+
+    skipped = counters["inductor"]["cudagraph_skips"]
+    trainer = Runner(recurrent_config("pendulum", compile="hot", cuda_graphs="on"))
+    state = trainer.algorithm.state
+    assert trainer.algorithm.state_in_place
+    trainer.cfg.iterations = 2
+    trainer.learn()
+    assert counters["inductor"]["cudagraph_skips"] == skipped
+    assert trainer.algorithm.state is state and all(bool(s.abs().sum() > 0) for s in state)
+    assert all(torch.isfinite(p).all() for p in trainer.policy.parameters())
+
+
 def test_many_sizes_in_one_process_do_not_hit_the_recompile_limit() -> None:
     """A bench holds trainers of many sizes: a compiled function keeps a graph per shape beyond dynamo's default 8."""
 

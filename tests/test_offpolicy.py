@@ -584,3 +584,107 @@ def test_a_distributional_or_schedule_setting_without_its_feature_is_said(caplog
     assert "sac.v_min=-400.0 changes nothing: sac.critic is scalar" in caplog.text
     cfg.learner.critic, cfg.learner.schedule = "distributional", "cosine"
     assert warn_inert_switches(cfg, switch_scope(cfg), preset("pendulum", algorithm="sac")) == []
+
+
+# -- action bounds ----------------------------------------------------------------------------------------------
+
+def bounded_pendulum(cfg: OffPolicyTrainConfig, low: float | None, high: float | None) -> tuple[object, list]:
+    """The config's pendulum envs declaring `[low, high]` as their action bounds (None: declaring none), and the
+    actions each step takes, as the env got them."""
+    from syncfree.tasks import make_task_env
+
+    env = make_task_env(cfg, cfg.env.num_envs, torch.device("cpu"), cfg.seed)
+    if low is not None:
+        env.action_bounds = (torch.tensor([low]), torch.tensor([high]))
+    taken: list[torch.Tensor] = []
+    step = env.step
+
+    def recording(actions: torch.Tensor):  # type: ignore[no-untyped-def]
+        taken.append(actions.clone())
+        return step(actions)
+
+    env.step = recording
+    return env, taken
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_the_env_takes_actions_mapped_onto_its_declared_bounds_and_the_buffer_keeps_them_in_unit_range(
+        algorithm: str) -> None:
+    """Random warm-up and the actor's actions alike reach the env mapped from [-1, 1] onto [-0.5, 0.25]; the buffer
+    (and the critics, and the noises) keep [-1, 1]; evaluation and the exported actor act in the env's range."""
+    cfg = small(algorithm)
+    env, taken = bounded_pendulum(cfg, -0.5, 0.25)
+    runner = Runner(cfg, env)
+    checked = len(taken)  # the env's check, before training, steps it with zeros
+    runner.learn()
+    actions = torch.stack(taken[checked:])  # [steps, envs, 1]: the first iteration random, then the actor's
+    assert actions.min() >= -0.5 and actions.max() <= 0.25
+    assert actions[:4].min() < -0.4 and actions[:4].max() > 0.15 and actions[4:].std() > 0.01
+    stored = learner(runner).buffer.actions[: len(actions)]
+    assert stored.min() >= -1.0 and stored.max() <= 1.0
+    torch.testing.assert_close(actions, -0.125 + 0.375 * stored)
+    policy = runner.policy
+    obs = torch.randn(64, policy.actor_obs_dim) * 3
+    with torch.no_grad():
+        acted = policy.act_deterministic(obs)
+        assert acted.min() >= -0.5 and acted.max() <= 0.25
+        torch.testing.assert_close(policy.deployment(64).graphs[0].module(obs), acted)
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_bounds_of_minus_one_to_one_and_unit_bounds_train_bitwise_as_no_bounds(algorithm: str) -> None:
+    """The map is the identity on [-1, 1] (no rounding), and `action_bounds=unit` ignores the env's bounds."""
+    runs = []
+    for low, high, bounds in ((None, None, "env"), (-1.0, 1.0, "env"), (-0.5, 0.25, "unit")):
+        cfg = small(algorithm)
+        cfg.learner.action_bounds = bounds
+        runner = Runner(cfg, bounded_pendulum(cfg, low, high)[0])
+        runner.learn()
+        runs.append(runner)
+    assert learner(runs[1])._env_actions is not None and learner(runs[2])._env_actions is None
+    for run in runs[1:]:
+        assert_same_parameters(runs[0], run)
+
+
+def test_a_policys_bounds_come_back_from_its_state_and_older_states_act_in_unit_range() -> None:
+    """A policy rebuilt from a checkpoint's shape (no env) takes the bounds from the saved state; a state saved
+    before policies kept bounds loads as [-1, 1]."""
+    from syncfree.algo.sac import SAC
+    from syncfree.train.evaluate import CheckpointShape
+
+    cfg = small("sac")
+    env, _ = bounded_pendulum(cfg, -0.5, 0.25)
+    trained_policy = SAC.build_policy(cfg, env)
+    state = trained_policy.state_dict()
+    shape = CheckpointShape(dict(env.obs_shapes), env.action_spec)
+    rebuilt = SAC.build_policy(cfg, shape)
+    assert torch.equal(rebuilt.action_scale, torch.ones(1))
+    rebuilt.load_state_dict(state)
+    assert torch.equal(rebuilt.action_scale, torch.tensor([0.375]))
+    assert torch.equal(rebuilt.action_bias, torch.tensor([-0.125]))
+    older = {k: v for k, v in state.items() if k not in ("action_scale", "action_bias")}
+    rebuilt.load_state_dict(older)
+    assert torch.equal(rebuilt.action_scale, torch.ones(1)) and torch.equal(rebuilt.action_bias, torch.zeros(1))
+
+
+@pytest.mark.parametrize("bounds", [((0.5,), (0.5,)), ((0.0, 1.0), (1.0, 2.0)), ((float("-inf"),), (1.0,))])
+def test_bad_action_bounds_are_one_line(bounds: tuple) -> None:
+    cfg = small("td3")
+    env, _ = bounded_pendulum(cfg, None, None)
+    env.action_bounds = tuple(torch.tensor(b) for b in bounds)
+    with pytest.raises(UserError, match=r"^env: action_bounds must be two finite tensors of 1 values"):
+        Runner(cfg, env)
+
+
+def test_g1_tracks_bounds_are_its_joint_limits_as_actions() -> None:
+    from syncfree.tasks import make_task_env
+
+    cfg = preset("g1-track")
+    env = make_task_env(cfg, 2, torch.device("cpu"), 0)
+    low, high = env.action_bounds
+    lower, upper = (limit.to(torch.float32) for limit in (env.robot.joint_lower, env.robot.joint_upper))
+    limited = torch.isfinite(lower) & torch.isfinite(upper)
+    default, scale = env.default_joint_pos, env.action.scale
+    torch.testing.assert_close((default + scale * low)[limited], lower[limited])
+    torch.testing.assert_close((default + scale * high)[limited], upper[limited])
+    assert bool(limited.any()) and bool((low < 0).all() and (high > 0).all())

@@ -106,6 +106,12 @@ class OffPolicyConfig:
     `syncfree.learn`'s policy get the average."""
     weight_decay: float = 0.0
     """Decoupled weight decay of `optimizer` (see there)."""
+    action_bounds: Literal["env", "unit"] = "env"
+    """The range the actor's [-1, 1] (and the random warm-up's) is mapped onto before the env takes it: `env`, the
+    env's declared bounds (`VecEnv.action_bounds`: g1-track's joint limits, FastSAC's joint-limit-aware bounds) where
+    it declares them, else [-1, 1]; `unit`, [-1, 1] always (the env's own scaling: g1-track's targets within a
+    quarter of each joint's effort limit over its stiffness of the default pose). The buffer, the critics and the
+    noises work in [-1, 1] either way; checkpoints and exports carry the map."""
     save_buffer: bool = False
     """Checkpoints hold the replay buffer too (it can be large: `buffer_size` transitions of every group stored), so
     that a resumed run continues with it; off, a resumed run starts with an empty buffer."""
@@ -121,6 +127,7 @@ class OffPolicyConfig:
         for key in ("actor_learning_rate", "critic_learning_rate"):
             check(getattr(self, key) > 0, f"{section}.{key}", "a number > 0", getattr(self, key))
         check(self.weight_decay >= 0, f"{section}.weight_decay", "a number >= 0", self.weight_decay)
+        check(self.action_bounds in ("env", "unit"), f"{section}.action_bounds", "env, unit", self.action_bounds)
         check(self.optimizer in OPTIMIZERS, f"{section}.optimizer", ", ".join(OPTIMIZERS), self.optimizer)
         check(0 <= self.final_learning_rate_fraction <= 1, f"{section}.final_learning_rate_fraction",
               "a number in [0, 1]", self.final_learning_rate_fraction)
@@ -273,6 +280,8 @@ class OffPolicy(Algorithm):
         self.host_stats = [0.0] * len(self.stat_names)
         """The statistics' sums read at every gradient step (`perf.device_loss_stats` off)."""
         self._no_extra = torch.zeros(1, device=device)
+        self._env_actions = torch.zeros(num_envs, policy.action_dim, device=device) if policy.maps_actions else None
+        """The actions in the env's range (`action_bounds`), where they are mapped."""
 
     def check_buffer_fits(self, needed: int) -> None:
         """One line when a ring in host memory would need more than the memory available now (its zeros are only
@@ -357,6 +366,21 @@ class OffPolicy(Algorithm):
     def policy_dims(cfg: OffPolicyTrainConfig, env: EnvShape) -> tuple[int, int]:
         return obs_dim(env, cfg.policy.actor_obs), obs_dim(env, "critic")
 
+    @staticmethod
+    def action_bounds(cfg: OffPolicyTrainConfig, env: EnvShape) -> tuple[Tensor, Tensor] | None:
+        """The range the actions are mapped onto (`action_bounds`); None: [-1, 1], or a checkpoint's shape (its
+        policy's map is in its state)."""
+        bounds = getattr(env, "action_bounds", None) if cfg.learner.action_bounds == "env" else None
+        if bounds is None:
+            return None
+        low, high = (torch.as_tensor(b, dtype=torch.float32).reshape(-1).cpu() for b in bounds)
+        size = env.action_spec.size
+        if low.shape != (size,) or high.shape != (size,) or not bool(torch.all(low < high)) \
+                or not bool(torch.isfinite(low).all() and torch.isfinite(high).all()):
+            raise UserError(f"env: action_bounds must be two finite tensors of {size} values, each low below its "
+                            f"high; got {tuple(low.shape)} and {tuple(high.shape)}")
+        return low, high
+
     @classmethod
     def scope(cls, cfg: OffPolicyTrainConfig, device_type: str, world_size: int, env_layer: bool) -> Scope:
         own = cfg.learner
@@ -398,7 +422,10 @@ class OffPolicy(Algorithm):
                 actions = self.explore(self.policy.actor_input(obs))
         with self.phases("store"):
             self.buffer.write_obs(obs, actions)
-        return actions
+        if self._env_actions is None:
+            return actions
+        with self.phases("act"):  # the env's range (`action_bounds`), in a tensor of its own
+            return torch.addcmul(self.policy.action_bias, self.policy.action_scale, actions, out=self._env_actions)
 
     def record(self, t: int, step: StepResult) -> None:
         """The env's side of the transition; a time-out's next observation is the episode's last (`final_obs`) where

@@ -90,14 +90,14 @@ class SAC(OffPolicy):
     def build_policy(cls, cfg: SACTrainConfig, env: EnvShape) -> SquashedGaussianActorCritic:
         cls.check_actions(cfg, env)
         return SquashedGaussianActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy, cfg.sac.init_alpha,
-                                           cfg.sac.support())
+                                           cfg.sac.support(), cls.action_bounds(cfg, env))
 
     @staticmethod
     @torch.inference_mode()
     def evaluate(policy: SquashedGaussianActorCritic, env: VecEnv, greedy: bool = True) -> np.ndarray:
         """The return of each env's first episode under the squashed mean (`greedy`) or the actor's samples."""
         def sampled(actor_obs: Tensor) -> Tensor:
-            return policy.sample(actor_obs)[0]
+            return policy.to_env(policy.sample(actor_obs)[0])
 
         act = policy.act_deterministic if greedy else sampled
         return first_episode_returns(env, lambda obs: act(policy.actor_input(obs)))

@@ -103,7 +103,8 @@ class TD3(OffPolicy):
     @classmethod
     def build_policy(cls, cfg: TD3TrainConfig, env: EnvShape) -> DeterministicActorCritic:
         cls.check_actions(cfg, env)
-        return DeterministicActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy, cfg.td3.support())
+        return DeterministicActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy, cfg.td3.support(),
+                                        cls.action_bounds(cfg, env))
 
     @staticmethod
     @torch.inference_mode()
@@ -113,7 +114,7 @@ class TD3(OffPolicy):
         return first_episode_returns(env, lambda obs: policy.act_deterministic(policy.actor_input(obs)))
 
     def explore(self, actor_obs: Tensor) -> Tensor:
-        actions = self.policy.act_deterministic(actor_obs)
+        actions = self.policy.unit_action(actor_obs)
         noise = torch.randn_like(actions).mul_(self.cfg.exploration_noise)
         return actions.add_(noise).clamp_(-1.0, 1.0)
 
@@ -141,7 +142,7 @@ class TD3(OffPolicy):
 
     def actor_loss(self, batch: Batch) -> Tensor:
         """`-Q1(s, actor(s))`, averaged over the batch."""
-        actions = self.policy.act_deterministic(batch.obs[self.policy.actor_group])
+        actions = self.policy.unit_action(batch.obs[self.policy.actor_group])
         return -self.policy.q_values(batch.obs[self.critic_group], actions)[0].mean()
 
     def first_minibatch_loss(self) -> Tensor:

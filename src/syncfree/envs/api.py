@@ -68,6 +68,11 @@ class VecEnv(ABC):
     env_switches: frozenset[str] = frozenset()
     """The perf switches (`syncfree.core.switches.PerfConfig`) this env reads itself, beyond the manager-based env
     layer's; the others are inert for it."""
+    action_bounds: tuple[Tensor, Tensor] | None = None
+    """Continuous actions: the lowest and highest action each dimension can use (`[size]` each, on `device`), where
+    the env declares them, e.g. a joint-position task's joint limits as actions (g1-track). Learners whose actions
+    are bounded (SAC, TD3: a tanh in [-1, 1]) map their range onto these; PPO's Gaussian actions are not bounded.
+    None: [-1, 1]."""
 
     @abstractmethod
     def reset(self) -> dict[str, Tensor]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import cast
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -36,8 +36,16 @@ class TwinCritics(nn.Module):
     """The deployment's `policy_kind`."""
 
     def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
-                 support: Support | None = None) -> None:
+                 support: Support | None = None, bounds: tuple[Tensor, Tensor] | None = None) -> None:
         super().__init__()
+        self.maps_actions = bounds is not None
+        """The actions go to the env mapped from [-1, 1] onto `bounds` (`to_env`)."""
+        low, high = bounds if bounds is not None else (-torch.ones(action_spec.size), torch.ones(action_spec.size))
+        self.action_scale: Tensor
+        self.action_bias: Tensor
+        self.register_buffer("action_scale", ((high - low) / 2).float())
+        self.register_buffer("action_bias", ((high + low) / 2).float())
+        """The map of the actor's [-1, 1] onto the env's range: `bias + scale * action` (identity without bounds)."""
         self.support = support
         """Distributional critics' atoms `(v_min, v_max, num_atoms)`; None: each critic gives one Q value."""
         self.atoms: Tensor | None
@@ -60,6 +68,16 @@ class TwinCritics(nn.Module):
 
     def actor_params(self) -> list[Tensor]:
         return list(self.actor.parameters())
+
+    def to_env(self, actions: Tensor) -> Tensor:
+        """Actions in [-1, 1] -> the env's range."""
+        return torch.addcmul(self.action_bias, self.action_scale, actions)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any, **kwargs: Any) -> None:
+        for name, fill in (("action_scale", 1.0), ("action_bias", 0.0)):  # saved before the map: [-1, 1]
+            if prefix + name not in state_dict:
+                state_dict[prefix + name] = torch.full_like(getattr(self, name), fill)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def critic_params(self) -> list[Tensor]:
         return [*self.q1.parameters(), *self.q2.parameters()]
@@ -114,6 +132,15 @@ class TwinCritics(nn.Module):
     def act_carrying(self, actor_obs: Tensor, state: tuple[Tensor, ...]) -> tuple[Tensor, tuple[Tensor, ...]]:
         return self.act_deterministic(actor_obs), state
 
+    def act_deterministic(self, actor_obs: Tensor) -> Tensor:
+        """The actor's action without exploration, in the env's range: what evaluation, `play` and export act
+        with."""
+        return self.to_env(self.unit_action(actor_obs))
+
+    def unit_action(self, actor_obs: Tensor) -> Tensor:
+        """The actor's action without exploration, in [-1, 1]."""
+        raise NotImplementedError
+
     # -- deployment -----------------------------------------------------------------------------------------
 
     deployed_action = ""
@@ -121,17 +148,15 @@ class TwinCritics(nn.Module):
 
     def deployment(self, rows: int) -> Deployment:
         """What `syncfree export` writes: `actor_obs -> actions`, tanh of the actor's first `action_dim` outputs
-        (`SquashedMean`)."""
-        module = SquashedMean(DeployedActor(self.actor_norm, self.actor, self.actor_obs_dim), self.action_dim)
+        mapped onto the env's range (`SquashedMean`)."""
+        module = SquashedMean(DeployedActor(self.actor_norm, self.actor, self.actor_obs_dim), self.action_dim,
+                              self.action_scale, self.action_bias)
         graph = Graph("actor", module.eval(), {ACTOR_OBS: torch.zeros(rows, self.actor_obs_dim)}, ["actions"])
         action = {"kind": "continuous", "size": self.action_dim, "note": self.deployed_action}
         return Deployment(self.kind, [graph], self.action_spec,
                           flat_observation({self.actor_group: self.actor_obs_dim}, self.normalize_obs),
                           {"action": action})
 
-    def act_deterministic(self, actor_obs: Tensor) -> Tensor:
-        """The actor's action without exploration: what evaluation, `play` and export act with."""
-        raise NotImplementedError
 
 
 class SquashedGaussianActorCritic(TwinCritics):
@@ -143,12 +168,13 @@ class SquashedGaussianActorCritic(TwinCritics):
     kind = "sac"
 
     def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
-                 init_alpha: float, support: Support | None = None) -> None:
-        super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg, support)
+                 init_alpha: float, support: Support | None = None,
+                 bounds: tuple[Tensor, Tensor] | None = None) -> None:
+        super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg, support, bounds)
         self.actor = mlp(actor_obs_dim, cfg.actor_hidden, 2 * self.action_dim, cfg.activation)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
 
-    deployed_action = "deterministic action: tanh of the squashed Gaussian's mean, in [-1, 1]"
+    deployed_action = "deterministic action: tanh of the squashed Gaussian's mean, mapped onto the env's range"
 
     def mean_log_std(self, actor_obs: Tensor) -> tuple[Tensor, Tensor]:
         mean, raw = self.actor(self.actor_norm(actor_obs)).split(self.action_dim, dim=-1)
@@ -165,7 +191,7 @@ class SquashedGaussianActorCritic(TwinCritics):
         correction = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
         return torch.tanh(u), normal_log_prob(mean, std, u) - correction.sum(-1)
 
-    def act_deterministic(self, actor_obs: Tensor) -> Tensor:
+    def unit_action(self, actor_obs: Tensor) -> Tensor:
         """The squashed mean."""
         return torch.tanh(self.mean_log_std(actor_obs)[0])
 
@@ -175,18 +201,18 @@ class DeterministicActorCritic(TwinCritics):
     it by soft updates, and the twin critics."""
 
     kind = "td3"
-    deployed_action = "deterministic action: tanh of the actor's output, in [-1, 1]"
+    deployed_action = "deterministic action: tanh of the actor's output, mapped onto the env's range"
 
     def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
-                 support: Support | None = None) -> None:
-        super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg, support)
+                 support: Support | None = None, bounds: tuple[Tensor, Tensor] | None = None) -> None:
+        super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg, support, bounds)
         self.actor = mlp(actor_obs_dim, cfg.actor_hidden, self.action_dim, cfg.activation)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
 
     def followed_params(self) -> tuple[list[Tensor], list[Tensor]]:
         return [*self.target_params(), *self.actor_target.parameters()], [*self.critic_params(), *self.actor_params()]
 
-    def act_deterministic(self, actor_obs: Tensor) -> Tensor:
+    def unit_action(self, actor_obs: Tensor) -> Tensor:
         return torch.tanh(self.actor(self.actor_norm(actor_obs)))
 
     def target_action(self, actor_obs: Tensor) -> Tensor:
@@ -195,11 +221,14 @@ class DeterministicActorCritic(TwinCritics):
 
 
 class SquashedMean(nn.Module):
-    """A copy of the actor (`DeployedActor`: normalizer and MLP) -> tanh of the mean half of its output."""
+    """A copy of the actor (`DeployedActor`: normalizer and MLP) -> tanh of the mean half of its output, mapped onto
+    the env's range (`bias + scale * tanh`)."""
 
-    def __init__(self, actor: DeployedActor, action_dim: int) -> None:
+    def __init__(self, actor: DeployedActor, action_dim: int, scale: Tensor, bias: Tensor) -> None:
         super().__init__()
         self.actor, self.action_dim = actor, action_dim
+        self.register_buffer("scale", scale.detach().clone())
+        self.register_buffer("bias", bias.detach().clone())
 
     def forward(self, actor_obs: Tensor) -> Tensor:
-        return torch.tanh(self.actor(actor_obs)[..., : self.action_dim])
+        return torch.addcmul(self.bias, self.scale, torch.tanh(self.actor(actor_obs)[..., : self.action_dim]))

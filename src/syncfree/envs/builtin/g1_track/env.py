@@ -82,6 +82,15 @@ if TYPE_CHECKING:
     from syncfree.envs.physics.mujoco import MujocoScene
 
 
+def joint_limit_bounds(lower: Tensor, upper: Tensor, default: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
+    """The actions whose targets (`default + scale * action`) span each joint's range: `(limit - default) / scale`;
+    an unlimited joint keeps [-1, 1]."""
+    limited = torch.isfinite(lower) & torch.isfinite(upper)
+    low = torch.where(limited, (lower - default) / scale, -1.0)
+    high = torch.where(limited, (upper - default) / scale, 1.0)
+    return low.float(), high.float()
+
+
 def soft_limits(lower: Tensor, upper: Tensor, fraction: float = 0.9) -> tuple[Tensor, Tensor]:
     """The middle `fraction` of each joint's range; an unlimited joint (infinite bounds) stays unlimited."""
     limited = torch.isfinite(lower) & torch.isfinite(upper)
@@ -119,6 +128,8 @@ class G1TrackEnv(ManagerBasedEnv):
         self.action = JointPositionAction(self.physics, self.default_joint_pos,
                                           0.25 * physics.effort_limit / stiffness)
         self.action_spec = ActionSpec("continuous", len(robot.joint_names))
+        self.action_bounds = joint_limit_bounds(robot.joint_lower.to(device), robot.joint_upper.to(device),
+                                                self.default_joint_pos, self.action.scale)
         # reference bodies come from this robot's kinematics applied to each clip's root and joints: clips made
         # with another revision of the robot stay consistent, and clip files' body velocities are not trusted
         motions = load_motions(cfg.motions or None, robot, TRACKED_BODIES, device, control_dt=step_dt,
