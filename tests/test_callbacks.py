@@ -194,3 +194,19 @@ def test_training_asked_for_again_after_a_callback_stopped_goes_on() -> None:
     assert run.runner.iteration == 1
     run.callbacks.functions.clear()
     assert run.learn()["iteration"] == 4
+
+
+@pytest.mark.parametrize("task", ["pendulum", "point-mass"])
+def test_every_evaluation_plays_the_same_episodes(task: str) -> None:
+    """Evaluations of one policy give the same returns, however many came before: the envs start each from their
+    state when made (a score does not depend on the evaluations before it, e.g. a study's reports)."""
+    from syncfree.tasks import make_task_env, preset
+    from syncfree.train.runner import Runner
+
+    cfg = preset(task)
+    cfg.env.num_envs, cfg.iterations, cfg.log.progress, cfg.callbacks.eval_envs = 16, 1, False, 8
+    runner = Runner(cfg)
+    callbacks = Callbacks(cfg, make_env=lambda n, seed: make_task_env(cfg, n, runner.device, seed))
+    first, second, third = (callbacks.evaluate(runner) for _ in range(3))
+    assert np.array_equal(first, second) and np.array_equal(first, third)
+    assert np.unique(first).size > 1  # the envs start apart: the same returns are not one episode's

@@ -296,6 +296,9 @@ def learn_and_read_logs(runner: Any, log_dir: Path) -> Logged:
         runner.learn(2)
         with count_syncs(sites=True) as counts:
             runner.learn(1)
+    writer = getattr(getattr(runner, "logger", None), "writer", None)  # rsl_rl's writes its events every 10 s
+    if writer is not None and hasattr(writer, "flush"):
+        writer.flush()
     events = EventAccumulator(str(log_dir))
     events.Reload()
     scalars = {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}

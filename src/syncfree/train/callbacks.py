@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import difflib
 import logging
 import operator
@@ -54,6 +55,8 @@ class Callbacks:
         self.make_env = make_env
         """`make_env(num_envs, seed)`: fresh envs of the task; None on a user's env passed in (no evaluation)."""
         self.env: VecEnv | None = None
+        self.env_start: dict[str, Any] | None = None
+        """The evaluation envs' state when made (a saveable env's), restored before each evaluation."""
         self.best: float | None = None
         """The highest `save_best` metric seen (carried by checkpoints)."""
         self.since_best = 0
@@ -75,7 +78,9 @@ class Callbacks:
 
     def evaluate(self, runner: Runner) -> np.ndarray:
         """The first-episode return of each of `eval_envs` envs (seeded `eval_seed`, made once) under the policy's
-        most likely actions, torch's random state left as it was (a task that makes its envs)."""
+        most likely actions, torch's random state left as it was (a task that makes its envs). Each evaluation
+        starts from the envs' state when made (saveable envs), so each plays the same episodes: evaluations compare
+        policies, not draws, and a score does not depend on how many evaluations came before it."""
         if self.make_env is None:
             raise UserError("evaluation needs a task that makes its envs (a registered task or --task "
                             "module:factory), not an env passed in")
@@ -83,6 +88,9 @@ class Callbacks:
         with allocating(EVAL_MEMORY):
             if self.env is None:
                 self.env = self.make_env(self.cfg.eval_envs, self.cfg.eval_seed)
+                self.env_start = copy.deepcopy(self.env.state_dict()) if self.env.saveable else None
+            elif self.env_start is not None:
+                self.env.load_state_dict(self.env_start)
             with torch.random.fork_rng(devices=cuda), runner.algorithm.average_weights():
                 return np.asarray(runner.algorithm.evaluate(runner.policy, self.env, True), dtype=np.float64)
 
