@@ -227,6 +227,8 @@ class SquashedMean(nn.Module):
     def __init__(self, actor: DeployedActor, action_dim: int, scale: Tensor, bias: Tensor) -> None:
         super().__init__()
         self.actor, self.action_dim = actor, action_dim
+        self.scale: Tensor
+        self.bias: Tensor
         self.register_buffer("scale", scale.detach().clone())
         self.register_buffer("bias", bias.detach().clone())
 
