@@ -301,3 +301,20 @@ def test_through_the_drop_in_mjlabs_env_makes_the_only_host_reads_of_the_rollout
     updates = algorithm["num_learning_epochs"] * algorithm["num_mini_batches"]
     assert learner_reads["syncfree"] == 1  # the iteration's statistics, in one transfer
     assert learner_reads["rsl_rl"] >= cfg["num_steps_per_env"] + updates, learner_reads
+
+
+def test_g1s_action_bounds_are_its_joint_limits_as_actions() -> None:
+    """mjlab's G1 velocity task declares its joint limits as action bounds (what SAC and TD3 map their [-1, 1]
+    onto): the targets of the bounds, `offset + scale * bound`, are the joints' limits."""
+    from syncfree.tasks import make_task_env, preset
+
+    env = make_task_env(preset("mjlab:Mjlab-Velocity-Flat-Unitree-G1"), 2, torch.device("cpu"), 0)
+    low, high = env.action_bounds
+    unwrapped = env.env.unwrapped
+    (term,) = (unwrapped.action_manager.get_term(name) for name in unwrapped.action_manager.active_terms)
+    limits = term._entity.data.joint_pos_limits[0, term.target_ids]
+    scale, offset = term.scale[0], term.offset[0]
+    torch.testing.assert_close(offset + scale * low, limits[:, 0])
+    torch.testing.assert_close(offset + scale * high, limits[:, 1])
+    assert low.shape == (env.action_spec.size,) and bool((low < 0).all() and (high > 0).all())
+    env.close()
