@@ -688,3 +688,18 @@ def test_g1_tracks_bounds_are_its_joint_limits_as_actions() -> None:
     torch.testing.assert_close((default + scale * low)[limited], lower[limited])
     torch.testing.assert_close((default + scale * high)[limited], upper[limited])
     assert bool(limited.any()) and bool((low < 0).all() and (high > 0).all())
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_the_map_onto_the_bounds_costs_one_op_per_step_and_no_allocation_or_host_read(algorithm: str) -> None:
+    counts = []
+    for low, high in ((None, None), (-0.5, 0.25)):
+        cfg = small(algorithm, iterations=2)
+        runner = Runner(cfg, bounded_pendulum(cfg, low, high)[0])
+        runner.learn()
+        counts.append(rollout_step_counts(runner))
+    plain, bounded = counts
+    assert bounded.syncs == plain.syncs == 0
+    assert bounded.allocations == plain.allocations, (bounded.allocations, plain.allocations)
+    extra = {op: n - plain.ops.get(op, 0) for op, n in bounded.ops.items() if n != plain.ops.get(op, 0)}
+    assert extra == {"aten::addcmul": 4}, extra  # one per step of the 4
