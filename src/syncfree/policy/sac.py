@@ -158,7 +158,6 @@ class TwinCritics(nn.Module):
                           {"action": action})
 
 
-
 class SquashedGaussianActorCritic(TwinCritics):
     """The actor maps its (normalized) observation to the mean and log standard deviation of a Gaussian whose
     samples are squashed by tanh into [-1, 1]; each critic maps the (normalized) critic observation and an action

@@ -108,16 +108,18 @@ def make_env(cfg: TrainConfig, num_envs: int, device: torch.device, seed: int) -
     env = RslRlVecEnvWrapper(ManagerBasedRlEnv(cfg=env_cfg, device=str(device)), clip_actions=rl_cfg.clip_actions)
     groups = resolve_obs_groups(dict(rl_cfg.obs_groups), env.get_observations())
     vec = RslRlVecEnv(env, groups["actor"], groups["critic"])
-    vec.action_bounds = joint_limit_bounds(env.unwrapped, rl_cfg.clip_actions)
+    vec.action_bounds = action_bounds(env.unwrapped, rl_cfg.clip_actions)
     return vec
 
 
-def joint_limit_bounds(env: Any, clip: float | None) -> tuple[torch.Tensor, torch.Tensor] | None:
+def action_bounds(env: Any, clip: float | None) -> tuple[torch.Tensor, torch.Tensor] | None:
     """The actions whose joint-position targets (`offset + scale * action`) span each joint's limits, in the action
     manager's order, within `clip` (the wrapper's clipping) where set: the bounds SAC and TD3 map their [-1, 1]
     onto (`VecEnv.action_bounds`). None unless every action term is a joint-position one (mjlab's
     `JointPositionAction`); an unlimited joint keeps [-1, 1]."""
     from mjlab.envs.mdp.actions.actions import JointPositionAction
+
+    from syncfree.envs.managers.env import joint_limit_bounds
 
     manager = env.action_manager
     lows, highs = [], []
@@ -129,11 +131,9 @@ def joint_limit_bounds(env: Any, clip: float | None) -> tuple[torch.Tensor, torc
         scale, offset = (torch.as_tensor(v, dtype=torch.float32, device=limits.device) for v in (term.scale,
                                                                                                    term.offset))
         scale, offset = (v[0] if v.dim() == 2 else v.expand(len(term.target_ids)) for v in (scale, offset))
-        ends = (limits - offset.unsqueeze(-1)) / scale.unsqueeze(-1)
-        low, high = ends.min(dim=-1).values, ends.max(dim=-1).values
-        limited = torch.isfinite(low) & torch.isfinite(high) & (high > low)
-        lows.append(torch.where(limited, low, -1.0))
-        highs.append(torch.where(limited, high, 1.0))
+        low, high = joint_limit_bounds(limits[:, 0], limits[:, 1], offset, scale)
+        lows.append(low)
+        highs.append(high)
     low, high = torch.cat(lows), torch.cat(highs)
     if clip is not None:
         low, high = low.clamp(-clip, clip), high.clamp(-clip, clip)

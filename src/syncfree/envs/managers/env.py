@@ -26,6 +26,15 @@ from syncfree.envs.physics import Physics
 from syncfree.errors import UserError
 
 
+def joint_limit_bounds(lower: Tensor, upper: Tensor, offset: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
+    """The actions whose joint-position targets (`offset + scale * action`) span each joint's range: `(limit - offset)
+    / scale` (`VecEnv.action_bounds`); an unlimited joint keeps [-1, 1]."""
+    ends = torch.stack(((lower - offset) / scale, (upper - offset) / scale))
+    low, high = ends.min(dim=0).values, ends.max(dim=0).values
+    limited = torch.isfinite(low) & torch.isfinite(high) & (high > low)
+    return torch.where(limited, low, -1.0).float(), torch.where(limited, high, 1.0).float()
+
+
 class JointPositionAction:
     """Actions are offsets of joint position targets: target = default + scale · action."""
 

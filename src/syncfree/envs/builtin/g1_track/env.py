@@ -67,7 +67,7 @@ from syncfree.envs.builtin.g1_track.terms import (
     uniform_per_joint,
     uniform_root_velocity,
 )
-from syncfree.envs.managers.env import JointPositionAction, ManagerBasedEnv
+from syncfree.envs.managers.env import JointPositionAction, ManagerBasedEnv, joint_limit_bounds
 from syncfree.envs.managers.events import EventTerm
 from syncfree.envs.managers.observations import ObsGroup, ObsTerm
 from syncfree.envs.managers.rewards import RewardTerm, TerminationTerm
@@ -80,15 +80,6 @@ from syncfree.envs.robots import RobotModel, load_robot
 
 if TYPE_CHECKING:
     from syncfree.envs.physics.mujoco import MujocoScene
-
-
-def joint_limit_bounds(lower: Tensor, upper: Tensor, default: Tensor, scale: Tensor) -> tuple[Tensor, Tensor]:
-    """The actions whose targets (`default + scale * action`) span each joint's range: `(limit - default) / scale`;
-    an unlimited joint keeps [-1, 1]."""
-    limited = torch.isfinite(lower) & torch.isfinite(upper)
-    low = torch.where(limited, (lower - default) / scale, -1.0)
-    high = torch.where(limited, (upper - default) / scale, 1.0)
-    return low.float(), high.float()
 
 
 def soft_limits(lower: Tensor, upper: Tensor, fraction: float = 0.9) -> tuple[Tensor, Tensor]:
