@@ -317,8 +317,10 @@ PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
     ],
     # each algorithm's own wiring, the env step's, and the `compile=step` whole-step graph
     "compile": [
-        ("baseline path, recurrent", [("algo/recurrent.py", "self.policy_step: StepFn = hot(policy.step, compiled, device)",
-                                       "self.policy_step: StepFn = policy.step")]),
+        ("baseline path, recurrent", [("algo/recurrent.py",
+                                       "self.policy_step: StepFn = hot(policy.step, perf, device, static=",
+                                       "self.policy_step: StepFn = policy.step or hot(policy.step, perf, device, "
+                                       "static=")]),
         ("baseline path, RND", [("algo/rnd.py", "self._update = hot(self.update_rows, perf, device)",
                                  "self._update = self.update_rows")]),
         ("baseline path, distillation", [("algo/distillation.py", "self.loss = hot(self.steps_loss, perf, device)",
