@@ -340,7 +340,7 @@ class RecurrentPPO(Algorithm):
                 torch._foreach_copy_([*self.state, *self.mirror_state, self._values],
                                      [*next_state, *next_mirror_state, out.value])
             else:
-                self.state, self.mirror_state, self._values = tuple(next_state), next_mirror_state, out.value
+                self.state, self.mirror_state, self._values = next_state, next_mirror_state, out.value
         return out.actions
 
     def record(self, t: int, step: StepResult) -> None:

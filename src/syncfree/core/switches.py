@@ -20,6 +20,8 @@ class Scope:
     """Its minibatch update can be one compiled graph with its own AdamW (`compile=step`)."""
     chunked_critic: bool = True
     """Its critic evaluations may be split into chunks (`critic_chunk_size`)."""
+    cuda_graph_replay: bool = True
+    """Its compiled graphs may be replayed as CUDA graphs (an algorithm whose graphs cannot says False)."""
     segment_buffer: bool = False
     """It stores BPTT segments of every agent (PPO on BPTT segments)."""
     full_log_probs: bool = False
@@ -161,6 +163,8 @@ def _critic_chunks(scope: Scope, perf: PerfConfig) -> str | None:
 def _cuda_graphs(scope: Scope, perf: PerfConfig) -> str | None:
     if scope.device != "cuda" or perf.compile == "off":
         return "CUDA graphs replay compiled graphs on a CUDA device (compile=hot or step)"
+    if not scope.cuda_graph_replay:
+        return "the algorithm's compiled graphs run without CUDA graphs"
     return None
 
 
