@@ -210,3 +210,19 @@ def test_every_evaluation_plays_the_same_episodes(task: str) -> None:
     first, second, third = (callbacks.evaluate(runner) for _ in range(3))
     assert np.array_equal(first, second) and np.array_equal(first, third)
     assert np.unique(first).size > 1  # the envs start apart: the same returns are not one episode's
+
+
+def test_evaluation_envs_whose_state_does_not_copy_go_on_as_before(caplog: pytest.LogCaptureFixture) -> None:
+    """A user's env whose state holds something `deepcopy` refuses: one line says the evaluations go on from the
+    last one's episodes; nothing fails."""
+    import threading
+
+    env = SimpleNamespace(saveable=True, state_dict=lambda: {"lock": threading.Lock()})
+    with caplog.at_level("INFO", logger="syncfree"):
+        assert Callbacks.start_state(env) is None
+    assert "state could not be copied (TypeError" in caplog.text
+    assert Callbacks.start_state(SimpleNamespace(saveable=False)) is None
+    state = {"x": torch.zeros(2)}
+    copied = Callbacks.start_state(SimpleNamespace(saveable=True, state_dict=lambda: state))
+    state["x"].add_(1.0)
+    assert torch.equal(copied["x"], torch.zeros(2))  # a copy, not the env's live tensors

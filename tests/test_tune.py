@@ -330,6 +330,10 @@ def test_a_postgresql_storage_without_its_driver_is_one_line(tmp_path: Path, mon
     ({"heartbeat": 10, "grace": 10}, "tune: --grace 10 is invalid with --heartbeat 10; allowed: more seconds than"),
     ({"algorithm": "recurrent-ppo"}, "tune: --algorithm recurrent-ppo has no default search space; give one with "
                                       "--space"),
+    ({"sampler_seed": -1}, "tune: --sampler-seed -1 is invalid; allowed: an integer from 0 to 4,294,967,275"),
+    ({"sampler_seed": 2**32 - 5}, "tune: --sampler-seed 4294967291 is invalid"),
+    ({"sampler_seed": 1, "sampler": optuna.samplers.RandomSampler(seed=0)},
+     "tune: sampler_seed seeds the named samplers; an Optuna sampler given as an object takes its own seed"),
 ])
 def test_choices_that_cannot_work_are_one_line(options: dict, message: str, tmp_path: Path) -> None:
     with pytest.raises(UserError) as info:

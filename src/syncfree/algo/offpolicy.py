@@ -420,12 +420,11 @@ class OffPolicy(Algorithm):
                 actions = torch.rand(self.num_envs, self.policy.action_dim, device=self.device).mul_(2.0).sub_(1.0)
             else:
                 actions = self.explore(self.policy.actor_input(obs))
+            taken = actions if self._env_actions is None else torch.addcmul(  # the env's range (`action_bounds`)
+                self.policy.action_bias, self.policy.action_scale, actions, out=self._env_actions)
         with self.phases("store"):
             self.buffer.write_obs(obs, actions)
-        if self._env_actions is None:
-            return actions
-        with self.phases("act"):  # the env's range (`action_bounds`), in a tensor of its own
-            return torch.addcmul(self.policy.action_bias, self.policy.action_scale, actions, out=self._env_actions)
+        return taken
 
     def record(self, t: int, step: StepResult) -> None:
         """The env's side of the transition; a time-out's next observation is the episode's last (`final_obs`) where

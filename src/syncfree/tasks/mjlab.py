@@ -127,7 +127,10 @@ def action_bounds(env: Any, clip: float | None) -> tuple[torch.Tensor, torch.Ten
         term = manager.get_term(name)
         if not isinstance(term, JointPositionAction):
             return None
-        limits = term._entity.data.joint_pos_limits[0, term.target_ids].float()  # [joints, 2], env 0's
+        limits = getattr(getattr(getattr(term, "_entity", None), "data", None), "joint_pos_limits", None)
+        if limits is None:  # another mjlab's layout: no bounds rather than no env
+            return None
+        limits = limits[0, term.target_ids].float()  # [joints, 2], env 0's
         scale, offset = (torch.as_tensor(v, dtype=torch.float32, device=limits.device) for v in (term.scale,
                                                                                                    term.offset))
         scale, offset = (v[0] if v.dim() == 2 else v.expand(len(term.target_ids)) for v in (scale, offset))

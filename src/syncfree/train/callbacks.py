@@ -88,11 +88,25 @@ class Callbacks:
         with allocating(EVAL_MEMORY):
             if self.env is None:
                 self.env = self.make_env(self.cfg.eval_envs, self.cfg.eval_seed)
-                self.env_start = copy.deepcopy(self.env.state_dict()) if self.env.saveable else None
+                self.env_start = self.start_state(self.env)
             elif self.env_start is not None:
                 self.env.load_state_dict(self.env_start)
             with torch.random.fork_rng(devices=cuda), runner.algorithm.average_weights():
                 return np.asarray(runner.algorithm.evaluate(runner.policy, self.env, True), dtype=np.float64)
+
+    @staticmethod
+    def start_state(env: VecEnv) -> dict[str, Any] | None:
+        """A copy of a saveable env's state, restored before each evaluation; None where it cannot be copied (the
+        evaluations then go on from where the last one left the envs, and a line says so)."""
+        if not env.saveable:
+            return None
+        try:
+            return copy.deepcopy(env.state_dict())
+        except Exception as e:  # a user's env whose state holds something that does not copy
+            log.info("evaluation: %s's state could not be copied (%s: %s); each evaluation goes on from the last "
+                     "one's episodes", type(env).__name__, type(e).__name__, str(e).splitlines()[0][:120] if str(e)
+                     else "")
+            return None
 
     def after_iteration(self, run: Run, record: dict[str, Any]) -> str | None:
         """Write `best.pt` on a new high, run the functions; the reason to stop now, or None."""

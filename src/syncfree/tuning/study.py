@@ -216,6 +216,13 @@ def check_settings(settings: StudySettings) -> None:
                         ("--reports", settings.reports)):
         if value < 1:
             raise UserError(f"tune: {name} {value} is invalid; allowed: an integer >= 1")
+    if settings.sampler_seed is not None:
+        if settings.sampler_object is not None:
+            raise UserError("tune: sampler_seed seeds the named samplers; an Optuna sampler given as an object takes "
+                            "its own seed")
+        if not 0 <= settings.sampler_seed <= 2**32 - 1 - settings.trials:
+            raise UserError(f"tune: --sampler-seed {settings.sampler_seed} is invalid; allowed: an integer from 0 "
+                            f"to {2**32 - 1 - settings.trials:,} (trial n draws from seed + n)")
     if settings.budget_steps < 0 or settings.budget_seconds < 0:
         raise UserError("tune: a budget is a number > 0")
     if settings.heartbeat < 0:
