@@ -25,7 +25,8 @@
 # `bash benchmarks/gpu_check.sh side g1` runs only those parts, in that order; TESTS="tests/a.py::b ..." replaces the
 # tests' list, SIDE_SF / SIDE_RSL (';'-separated) the side-by-side part's syncfree and rsl_rl variants; LIMIT_SCALE
 # multiplies every part's limit (BUDGET still bounds them all). SMOKE=1 runs the parts at toy sizes on the CPU
-# (checks the script itself; nothing is measured; tests/test_gpu_check.py runs it).
+# (checks the script itself; nothing is measured; the off-policy part takes 2 gradient steps per iteration rather
+# than 32; tests/test_gpu_check.py runs it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 parts=("$@")
@@ -133,7 +134,8 @@ for part in "${parts[@]}"; do
     offpolicy)
         for algorithm in ${OFFPOLICY:-sac td3}; do
             bench "$(small 100 300)" "$algorithm-g1-track-4096" g1-track "$(small 4096 16)" --algorithm "$algorithm" \
-                --settings "{\"$algorithm.learning_starts\": 0, \"$algorithm.buffer_size\": $(small 1000000 4096)}" \
+                --settings "{\"$algorithm.learning_starts\": 0, \"$algorithm.buffer_size\": $(small 1000000 4096)$(small "" \
+                ", \"$algorithm.updates_per_iteration\": 2")}" \
                 --repeats 2 --iterations 2
         done ;;
     ceiling)

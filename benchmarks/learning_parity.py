@@ -22,7 +22,11 @@ Learners, each on the task's preset (`syncfree train --task T`: env count, rollo
 - `syncfree-recurrent`: the preset with `policy.kind=recurrent` (the recurrent MLP policy: an LSTM of 256 before
   each network's MLP, rsl_rl's `RNNModel` default, trained on one BPTT segment per env's rollout);
 - `rsl_rl-rnn`: rsl_rl's runner with `RNNModel` actor and critic of the same sizes (continuous actions only:
-  rsl_rl's distributions are Gaussian).
+  rsl_rl's distributions are Gaussian);
+- `syncfree-sac`, `syncfree-td3`: the task's SAC or TD3 preset (`--algorithm sac`) at the study's env count with
+  the study's `OffPolicyRun` settings, for as many iterations as it says (chosen so that a run takes about PPO's
+  training time on the machine the study names): the wall-clock comparison, where the report adds each learner's
+  return at `syncfree`'s mean training time.
 
 Every `--eval_every` iterations (and after the last) training pauses and the deterministic policy (the action
 distribution's mean) plays one episode on each of `eval_envs` fresh envs seeded 1000 + seed; the figure is the mean
@@ -41,6 +45,7 @@ training seconds).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -50,9 +55,11 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 LEARNERS = ("syncfree", "syncfree-baseline", "syncfree-eager", "syncfree-bf16", "rsl_rl", "rsl_rl-reward-norm",
-            "syncfree-recurrent", "rsl_rl-rnn")
+            "syncfree-recurrent", "rsl_rl-rnn", "syncfree-sac", "syncfree-td3")
+OFF_POLICY = {"syncfree-sac": "sac", "syncfree-td3": "td3"}
 EVAL_SEED = 1000
 DEFAULT_OUT = "benchmarks/results/learning-parity-cpu"
 
@@ -67,6 +74,19 @@ class Reference:
 
 
 @dataclass(frozen=True)
+class OffPolicyRun:
+    """How the off-policy learners run a study: their own iteration count and evaluation interval, and `settings`
+    (dotted keys, `{"sac.batch_size": 256}`; `ALGO.` is SAC's or TD3's section) on the task's preset for them."""
+
+    iterations: int
+    eval_every: int
+    settings: tuple[tuple[str, Any], ...] = ()
+
+    def values(self, algorithm: str) -> dict[str, Any]:
+        return {key.replace("ALGO.", f"{algorithm}."): value for key, value in self.settings}
+
+
+@dataclass(frozen=True)
 class Study:
     iterations: int
     eval_every: int
@@ -74,6 +94,8 @@ class Study:
     reference: Reference | None = None
     num_envs: int | None = None
     """Training envs, when not the preset's (a CPU-sized configuration)."""
+    off_policy: OffPolicyRun | None = None
+    """How `syncfree-sac` and `syncfree-td3` run it (None: they do not)."""
 
 
 CLEANRL = ("CleanRL `ppo_continuous_action.py`, {env}-v4, 1M steps, 3 seeds: mean ± std of the average episodic "
@@ -82,8 +104,13 @@ STUDIES = {
     "pendulum": Study(iterations=300, eval_every=10, eval_envs=64),
     "cartpole-continuous": Study(iterations=150, eval_every=10, eval_envs=64),
     "point-mass": Study(iterations=50, eval_every=5, eval_envs=256),
-    # 100 iterations x 256 envs x 24 steps = 614,400 env steps (the preset's 4,096 envs are a GPU's size)
-    "g1-track": Study(iterations=100, eval_every=10, eval_envs=64, num_envs=256),
+    # 100 iterations x 256 envs x 24 steps = 614,400 env steps (the preset's 4,096 envs are a GPU's size); SAC and TD3
+    # at the same 256 envs, PPO's networks, 1 gradient step of 256 per iteration of 256 env steps (a replay ratio of
+    # 1, as Stable-Baselines3's), 1,000 env steps at random first, 2,000 iterations (about PPO's 300 s on a 2-core
+    # AMD EPYC, one thread)
+    "g1-track": Study(iterations=100, eval_every=10, eval_envs=64, num_envs=256, off_policy=OffPolicyRun(
+        2000, 200, (("ALGO.batch_size", 256), ("ALGO.updates_per_iteration", 1), ("ALGO.buffer_size", 262_144),
+                    ("ALGO.learning_starts", 1024), ("policy.critic_hidden", [512, 256, 128])))),
     # 488 iterations x 16 envs x 128 steps = 999,424 env steps (CleanRL: 488 x 2,048)
     "gym:Hopper-v5": Study(488, 24, 8, Reference(CLEANRL.format(env="Hopper"), 2382.86, 271.74)),
     "gym:HalfCheetah-v5": Study(488, 24, 8, Reference(CLEANRL.format(env="HalfCheetah"), 1442.64, 46.03)),
@@ -96,11 +123,18 @@ T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 # One run (its own process)
 
 
-def study_of(task: str) -> Study:
-    """The task's study; `SYNCFREE_PARITY_ITERATIONS=N` shortens it to N iterations, evaluated every 2 (a smoke
-    run of the script itself)."""
+def study_of(task: str, learner: str = "syncfree") -> Study:
+    """The task's study as `learner` runs it (an off-policy learner: its own iterations and evaluation interval);
+    `SYNCFREE_PARITY_ITERATIONS=N` shortens it to N iterations, evaluated every 2 (a smoke run of the script
+    itself)."""
     study, short = STUDIES[task], int(os.environ.get("SYNCFREE_PARITY_ITERATIONS", "0"))
-    return Study(short, 2, min(study.eval_envs, 8), study.reference, study.num_envs) if short else study
+    if learner in OFF_POLICY:
+        if study.off_policy is None:
+            raise SystemExit(f"learning_parity: the {task} study has no off-policy runs (Study.off_policy)")
+        study = dataclasses.replace(study, iterations=study.off_policy.iterations,
+                                    eval_every=study.off_policy.eval_every)
+    return dataclasses.replace(study, iterations=short, eval_every=2, eval_envs=min(study.eval_envs, 8)) if short \
+        else study
 
 
 def eval_points(study: Study) -> list[int]:
@@ -148,12 +182,15 @@ def train_one(task: str, learner: str, seed: int) -> dict:
     import torch
 
     from syncfree.algo import FeedForwardPPO, algorithm_for
+    from syncfree.config import with_values
     from syncfree.core.switches import PerfConfig
     from syncfree.policy.actor_critic import native_bf16
     from syncfree.tasks import make_env, preset, with_algorithm
 
     torch.set_num_threads(1)
-    study, cfg = study_of(task), preset(task)
+    study, cfg = study_of(task, learner), preset(task, algorithm=OFF_POLICY.get(learner))
+    if learner in OFF_POLICY and study.off_policy is not None:
+        cfg = with_values(cfg, study.off_policy.values(OFF_POLICY[learner]))
     if learner == "syncfree-recurrent":
         cfg = with_algorithm(cfg, "recurrent-ppo")
     cfg.seed, cfg.device, cfg.iterations, cfg.log.progress = seed, "cpu", study.iterations, False
@@ -260,6 +297,12 @@ def final(run: dict, key: str = "eval_return") -> float:
     return statistics.fmean(values)
 
 
+def at_seconds(run: dict, seconds: float) -> float:
+    """The run's return at `seconds` of training: its last evaluation at or before them (NaN if none)."""
+    before = [p["eval_return"] for p in run["points"] if p["seconds"] <= seconds]
+    return before[-1] if before else math.nan
+
+
 def reach(rows: list[tuple[float, float, float, float]], threshold: float) -> tuple[float, float] | None:
     """Env steps and seconds at the first evaluation whose seed mean is at least `threshold`."""
     return next(((steps, seconds) for steps, seconds, mean, _ in rows if mean >= threshold), None)
@@ -323,12 +366,23 @@ def report(out: Path) -> str:
         threshold, threshold_name = None, ""
         if "rsl_rl" in finals:
             threshold, threshold_name = statistics.fmean(finals["rsl_rl"]), "rsl_rl's final mean"
-        steps = next(iter(by_learner.values()))[0]["points"][-1]["env_steps"]
         seeds = sorted({r["seed"] for runs in by_learner.values() for r in runs})
-        lines += [f"## {task}", "", f"{study.iterations} iterations = {steps:,} env steps; evaluation every "
-                  f"{study.eval_every} iterations on {study.eval_envs} envs. Rerun: `python "
-                  f"benchmarks/learning_parity.py --tasks {task} --learners {' '.join(by_learner)} --seeds "
-                  f"{' '.join(map(str, seeds))}{out_flag}`.", "", f"![{task}]({plot_name(task)})", ""]
+        off_policy = [learner for learner in by_learner if learner in OFF_POLICY]
+        on_policy = [learner for learner in by_learner if learner not in OFF_POLICY]
+        lines += [f"## {task}", ""]
+        if on_policy:
+            steps = by_learner[on_policy[0]][0]["points"][-1]["env_steps"]
+            lines.append(f"{study.iterations} iterations = {steps:,} env steps; evaluation every {study.eval_every} "
+                         f"iterations on {study.eval_envs} envs.")
+        if off_policy:
+            own = study_of(task, off_policy[0])
+            steps = by_learner[off_policy[0]][0]["points"][-1]["env_steps"]
+            settings = ", ".join(f"`{k}={v}`" for k, v in (study.off_policy.settings if study.off_policy else ()))
+            lines.append(f"{', '.join(off_policy)}: the preset for the learner with {settings} (`ALGO` its section); "
+                         f"{own.iterations} iterations = {steps:,} env steps; evaluation every {own.eval_every} "
+                         f"iterations on {own.eval_envs} envs.")
+        lines += [f"Rerun: `python benchmarks/learning_parity.py --tasks {task} --learners {' '.join(by_learner)} "
+                  f"--seeds {' '.join(map(str, seeds))}{out_flag}`.", "", f"![{task}]({plot_name(task)})", ""]
         header = "| learner | seeds | final return | per seed | training s |"
         if threshold is not None:
             header += f" reaches {threshold_name} ({threshold:.{digits}f}): env steps, s, × rsl_rl's total s |"
@@ -359,6 +413,23 @@ def report(out: Path) -> str:
                 lines.append(f"- {a} minus {b}: {diff:+.{digits}f}, interval [{low:+.{digits}f}, {high:+.{digits}f}]: "
                              f"{verdict}.")
                 task_summary[f"{a} - {b}"] = {"difference": diff, "interval": [low, high]}
+        if "syncfree" in finals and off_policy:
+            budget = totals["syncfree"]
+            for learner in off_policy:
+                at = [at_seconds(run, budget) for run in by_learner[learner]]
+                mean, half = mean_ci(at)
+                line = (f"- {learner} at syncfree's mean training time ({budget:.0f} s): {mean:.{digits}f} ± "
+                        f"{half:.{digits}f} (per seed {', '.join(f'{v:.{digits}f}' for v in at)})")
+                if len(at) > 1 and len(finals["syncfree"]) > 1 and not any(math.isnan(v) for v in at):
+                    low, high = bootstrap_ci(at, finals["syncfree"])
+                    diff = statistics.fmean(at) - statistics.fmean(finals["syncfree"])
+                    verdict = "no difference detected" if low <= 0 <= high else ("higher" if low > 0 else "lower")
+                    line += (f"; minus syncfree's final: {diff:+.{digits}f}, interval [{low:+.{digits}f}, "
+                             f"{high:+.{digits}f}]: {verdict}")
+                    task_summary[f"{learner} at syncfree's time - syncfree"] = {"difference": diff,
+                                                                                "interval": [low, high]}
+                lines.append(line + ".")
+                task_summary[learner]["at_syncfree_seconds"] = {"seconds": budget, "per_seed": at}
         if study.reference is not None and "syncfree" in by_learner:
             trained = [final(r, "train_return") for r in by_learner["syncfree"]]
             mean, half = mean_ci(trained)

@@ -202,3 +202,41 @@ def test_learning_seeds_changes_the_settings_it_is_given(monkeypatch: pytest.Mon
     assert built[0].ppo.optimizer == "muon" and built[0].ppo.num_epochs == preset("pendulum").ppo.num_epochs
     with pytest.raises(UserError, match=r"ppo\.optimizer"):
         learning_seeds.run("pendulum", seed=0, iterations=1, eval_envs=0, settings={"ppo.optimizer": "sgd"})
+
+
+def test_the_off_policy_learners_run_their_own_study_and_are_compared_at_ppos_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`syncfree-sac` starts from g1-track's SAC preset with the study's CPU-sized settings and its own iterations;
+    the report gives its return at `syncfree`'s mean training time: each run's last evaluation by then."""
+    pytest.importorskip("matplotlib")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from learning_parity import report, run_path, study_of
+
+    from syncfree.algo.offpolicy import OffPolicyTrainConfig
+    from syncfree.config import with_values
+    from syncfree.tasks import preset
+    from syncfree.tasks.configs import validated
+
+    study = study_of("g1-track", "syncfree-sac")
+    assert (study.iterations, study.eval_every) == (2000, 200) and study_of("g1-track").iterations == 100
+    assert study.off_policy is not None
+    cfg = validated(with_values(preset("g1-track", algorithm="sac"), study.off_policy.values("sac")))
+    assert isinstance(cfg, OffPolicyTrainConfig)
+    assert (cfg.learner.batch_size, cfg.learner.updates_per_iteration, cfg.policy.critic_hidden) == (
+        256, 1, [512, 256, 128])
+
+    def write(learner: str, seed: int, points: list[tuple[float, float]]) -> None:
+        path = run_path(tmp_path, "g1-track", learner, seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        points_json = [{"iteration": i + 1, "env_steps": 100 * (i + 1), "seconds": s, "eval_return": r}
+                       for i, (s, r) in enumerate(points)]
+        path.write_text(json.dumps({"seed": seed, "points": points_json}))
+
+    write("syncfree", 0, [(100.0, 5.0), (200.0, 10.0)])
+    write("syncfree", 1, [(100.0, 6.0), (220.0, 12.0)])  # mean training time 210 s
+    write("syncfree-sac", 0, [(150.0, 1.0), (205.0, 2.0), (300.0, 9.0)])
+    write("syncfree-sac", 1, [(150.0, 3.0), (215.0, 4.0), (300.0, 9.0)])
+    text = " ".join(report(tmp_path).split())
+    assert "syncfree-sac at syncfree's mean training time (210 s): 2.50 ±" in text and "(per seed 2.00, 3.00)" in text
+    summary = json.loads((tmp_path / "result.json").read_text())["g1-track"]
+    assert summary["syncfree-sac"]["at_syncfree_seconds"] == {"seconds": 210.0, "per_seed": [2.0, 3.0]}

@@ -17,7 +17,7 @@ import torch
 from conftest import assert_same_state, trained_host_reads
 from syncfree.algo.offpolicy import OffPolicy, OffPolicyTrainConfig, soft_update
 from syncfree.algo.replay import DeviceReplay, n_step_sums, n_step_sums_loop, replay_buffer
-from syncfree.bench.timing import count_iteration
+from syncfree.bench.timing import count_iteration, warm_up
 from syncfree.cli import main
 from syncfree.config import PerfConfig
 from syncfree.core.counters import Counts, count_syncs
@@ -446,15 +446,16 @@ def test_a_task_with_a_preset_for_the_algorithm_starts_from_it(algorithm: str) -
         base.env.num_envs, base.iterations, base.ppo.gamma)  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("task", ["pendulum", "point-mass", "gym:Pendulum-v1"])
+@pytest.mark.parametrize("task", ["pendulum", "point-mass", "gym:Pendulum-v1", "g1-track"])
 @pytest.mark.parametrize("algorithm", LEARNERS)
 def test_every_off_policy_preset_trains(task: str, algorithm: str, tmp_path: Path) -> None:
-    """Each SAC and TD3 preset validates and trains (shrunk to 2 iterations of 4 envs, its other settings kept)."""
+    """Each SAC and TD3 preset validates and trains (shrunk to 4 iterations of 4 envs, batches of 8 from a buffer of
+    64, its other settings kept)."""
     if task.startswith("gym:"):
         pytest.importorskip("gymnasium")
-    args = ["train", "--task", task, "--algorithm", algorithm, "--env.num_envs", "4", "--iterations", "2",
-            f"--{algorithm}.learning_starts", "4", f"--{algorithm}.batch_size", "8",
-            f"--{algorithm}.updates_per_iteration", "2", "--log.dir", str(tmp_path), "--log.run_name", "run",
+    args = ["train", "--task", task, "--algorithm", algorithm, "--env.num_envs", "4", "--iterations", "4",
+            f"--{algorithm}.learning_starts", "4", f"--{algorithm}.batch_size", "8", f"--{algorithm}.buffer_size",
+            "64", f"--{algorithm}.updates_per_iteration", "2", "--log.dir", str(tmp_path), "--log.run_name", "run",
             "--log.progress", "false"]
     assert main(args) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -703,3 +704,22 @@ def test_the_map_onto_the_bounds_costs_one_op_per_step_and_no_allocation_or_host
     assert bounded.allocations == plain.allocations, (bounded.allocations, plain.allocations)
     extra = {op: n - plain.ops.get(op, 0) for op, n in bounded.ops.items() if n != plain.ops.get(op, 0)}
     assert extra == {"aten::addcmul": 4}, extra  # one per step of the 4
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_the_bench_warms_a_learner_up_until_it_has_taken_gradient_steps(algorithm: str) -> None:
+    """A batch of 64 with 3-step returns needs 64 + 2 x 8 rows: the third iteration of 8 envs x 4 steps is the first
+    to train, so the bench's one warm-up iteration becomes three, and its timed iterations all train."""
+    cfg = small(algorithm, n_step=3, iterations=10)
+    cfg.learner.batch_size, cfg.learner.learning_starts = 64, 0
+    runner = Runner(cfg)
+    warm_up(runner, 0)
+    assert runner.iteration == 0
+    warm_up(runner, 1)
+    assert (runner.iteration, runner.algorithm.updated(), learner(runner).gradient_steps) == (3, True, 4)
+    warm_up(runner, 1)  # already training: one iteration, as asked
+    assert runner.iteration == 4
+    ppo = Runner(dataclasses.replace(preset("pendulum"), iterations=10))
+    ppo.cfg.log.progress = False
+    warm_up(ppo, 1)
+    assert ppo.iteration == 1 and ppo.algorithm.updated()

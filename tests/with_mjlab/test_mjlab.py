@@ -318,3 +318,25 @@ def test_g1s_action_bounds_are_its_joint_limits_as_actions() -> None:
     torch.testing.assert_close(offset + scale * high, limits[:, 1])
     assert low.shape == (env.action_spec.size,) and bool((low < 0).all() and (high > 0).all())
     env.close()
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_mjlabs_g1_velocity_task_trains_from_its_off_policy_presets(algorithm: str, tmp_path: Path) -> None:
+    """`--algorithm sac` (or `td3`) on mjlab's G1 velocity task starts from FastSAC's recipe at mjlab's env count
+    and discount, and trains (shrunk to 4 iterations of 4 envs, batches of 8 from a buffer of 64)."""
+    from syncfree.tasks import preset
+
+    task = "mjlab:Mjlab-Velocity-Flat-Unitree-G1"
+    ppo, cfg = preset(task), preset(task, algorithm=algorithm)
+    own = cfg.learner
+    assert (cfg.env.num_envs, own.steps_per_env, own.updates_per_iteration, own.batch_size) == (
+        ppo.env.num_envs, 1, 4, 32_768)
+    assert (own.buffer_size, own.gamma, cfg.iterations) == (
+        1024 * ppo.env.num_envs, ppo.ppo.gamma, ppo.iterations * ppo.ppo.steps_per_env)
+    args = ["train", "--task", task, "--algorithm", algorithm, "--env.num_envs", "4", "--iterations", "4",
+            f"--{algorithm}.learning_starts", "4", f"--{algorithm}.batch_size", "8", f"--{algorithm}.buffer_size",
+            "64", f"--{algorithm}.updates_per_iteration", "2", "--log.dir", str(tmp_path), "--log.run_name", "run",
+            "--log.progress", "false"]
+    assert cli.main(args) == 0
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["gradient_steps"] == 2

@@ -176,6 +176,12 @@ class Algorithm(ABC):
         """Epochs x minibatches over the rollout, `progress` (the fraction of the run done) into the run, for the
         schedules that anneal; the statistics stay on the device (`statistics()`)."""
 
+    def updated(self) -> bool:
+        """Whether the last iteration's update trained the policy (an off-policy learner takes no gradient step while
+        its buffer fills): a benchmark warms up until it has, so that its timed iterations are the run's steady
+        state."""
+        return True
+
     @abstractmethod
     def statistics(self) -> dict[str, Tensor]:
         """The last iteration's statistics as device tensors, by name: `stat_names`, then the optimizer's

@@ -483,6 +483,9 @@ class OffPolicy(Algorithm):
         for _ in range(self.gradient_steps):
             self.gradient_step()
 
+    def updated(self) -> bool:
+        return self.gradient_steps > 0
+
     def schedule_learning_rates(self, progress: float) -> None:
         """Set the actor's and the critics' rates for this update (`schedule`; host floats, nothing read)."""
         factor = self.cfg.rate_factor(progress)

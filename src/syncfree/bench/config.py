@@ -50,7 +50,8 @@ class BenchConfig:
     iterations: int = 0
     """Timed training iterations per configuration and repeat (0: the profile's)."""
     warmup: int = 1
-    """Untimed iterations per configuration before the first repeat."""
+    """Untimed iterations per configuration before the first repeat, and then more until one has trained (an
+    off-policy learner fills its buffer first); 0: none."""
     min_seconds: float = 1.0
     """Each measurement runs at least this long (more iterations at small sizes, where one is short)."""
     device: str = "auto"

@@ -34,7 +34,14 @@ from syncfree.bench.config import BenchConfig, train_config
 from syncfree.bench.floor import Floor
 from syncfree.bench.hardware import compute_dtype, hardware_fraction, measure_peaks
 from syncfree.bench.matrix import bench_configurations, skipped_rows
-from syncfree.bench.timing import count_iteration, summarize, tensor_bytes, time_iterations, time_phases
+from syncfree.bench.timing import (
+    count_iteration,
+    summarize,
+    tensor_bytes,
+    time_iterations,
+    time_phases,
+    warm_up,
+)
 from syncfree.config import EnvConfig
 from syncfree.core.device import resolve_device
 from syncfree.core.memory import live_bytes, peak_resident_bytes
@@ -71,14 +78,15 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
     runners: dict[str, Runner] = {}
     memory: dict[str, dict[str, float]] = {}
     warmup_seconds: dict[str, float] = {}
-    """Untimed warm-up iterations, compile time included (graphs another configuration compiled are reused)."""
+    """Untimed warm-up iterations, compile time included (graphs another configuration compiled are reused), until
+    one has trained."""
     for name, perf in configs:
         cfg = train_config(bench, num_envs, perf)
         if cfg.device != "cpu" and torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
         runner = Runner(cfg)
         started = time.perf_counter()
-        time_iterations(runner, bench.warmup)
+        warm_up(runner, bench.warmup)
         warmup_seconds[name] = time.perf_counter() - started
         runners[name] = runner
         memory[name] = {"tensor_bytes": tensor_bytes(runner), "bytes_per_env": tensor_bytes(runner) / num_envs,
@@ -125,7 +133,7 @@ def bench_scaling(bench: BenchConfig, progress: tqdm) -> list[dict[str, Any]]:
         runners = {name: Runner(train_config(bench, num_envs, perf))
                     for name, perf in bench_configurations(dataclasses.replace(bench, ablations=False, rows=[]))}
         for runner in runners.values():
-            time_iterations(runner, bench.warmup)
+            warm_up(runner, bench.warmup)
         times, floor_time, _ = interleave(runners, Floor(bench, num_envs), bench)
         optimized = runners["optimized"]
         steps = optimized.algorithm.steps_per_env * optimized.env.num_envs

@@ -27,6 +27,16 @@ def time_iterations(runner: Runner, iterations: int) -> float:
     return (time.perf_counter() - start) / iterations
 
 
+def warm_up(runner: Runner, iterations: int) -> None:
+    """`iterations` untimed iterations (compile included), then more until one has trained: an off-policy learner's
+    first iterations only fill its buffer, and its update's graphs compile at its first gradient step."""
+    if iterations == 0:
+        return
+    time_iterations(runner, iterations)
+    while not runner.algorithm.updated():
+        time_iterations(runner, 1)
+
+
 def count_iteration(runner: Runner) -> dict[str, Any]:
     """Host syncs, ops, allocations and bytes allocated in one iteration, per phase, per rollout step and per
     minibatch."""

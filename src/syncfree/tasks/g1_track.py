@@ -13,7 +13,8 @@ from syncfree.config import TimeLimitEnvConfig, TrainConfig
 from syncfree.envs.api import VecEnv
 from syncfree.envs.builtin.g1_track.config import G1TrackOptions
 from syncfree.policy.settings import TokenPolicyConfig
-from syncfree.tasks.spec import Drawer, TaskSpec
+from syncfree.tasks.configs import humanoid_recipe, off_policy_presets
+from syncfree.tasks.spec import Drawer, Preset, TaskSpec
 
 
 @dataclass
@@ -58,6 +59,16 @@ def preset(task: str) -> PPOTrainConfig:
     return cfg
 
 
+def off_policy(algorithm: str) -> Preset:
+    """g1-track trained by SAC or TD3: FastSAC's and FastTD3's recipe (`humanoid_recipe`) at PPO's 4,096 envs, with a
+    buffer of 1,048,576 transitions (256 steps of every env: a transition of g1-track's groups is 13 KB, so 13.7 GB);
+    24,000 iterations, PPO's preset's 98M env steps."""
+    def make(task: str) -> TrainConfig:
+        return humanoid_recipe(algorithm, task, G1TrackEnvConfig(num_envs=4096), 24_000, 1_048_576)
+
+    return make
+
+
 def small_preset(task: str) -> PPOTrainConfig:
     """The quick preset tests use."""
     cfg = preset(task)
@@ -90,5 +101,6 @@ TASKS = (
     TaskSpec("g1-track", "Unitree G1 (29 joints) tracks whole-body reference motions; physics: torch PD joints with "
              "the root driven along the reference (default), or MuJoCo / MuJoCo Warp with contacts (env.backend); "
              "adaptive start sampling", G1TrackEnvConfig, {"default": preset, "small": small_preset}, make_env, "ppo",
-             env_layer=True, render=render, sections={"ppo": {"policy": TokenPolicyConfig}}, check=check),
+             env_layer=True, render=render, sections={"ppo": {"policy": TokenPolicyConfig}}, check=check,
+             algorithm_presets=off_policy_presets(off_policy)),
 )

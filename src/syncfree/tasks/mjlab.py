@@ -21,8 +21,9 @@ import torch
 from syncfree.config import EnvConfig, LogConfig, TrainConfig
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError, check
+from syncfree.tasks.configs import humanoid_recipe, off_policy_presets
 from syncfree.tasks.rsl_rl_config import from_rsl_rl, resolve_obs_groups
-from syncfree.tasks.spec import TaskSource, TaskSpec
+from syncfree.tasks.spec import Preset, TaskSource, TaskSpec
 
 PREFIX = "mjlab:"
 
@@ -78,6 +79,21 @@ def preset(task: str) -> TrainConfig:
     cfg.save_every = mapped.save_interval
     cfg.log = LogConfig()  # where a run logs is the command line's choice (mjlab's script defaults to W&B)
     return cfg
+
+
+def off_policy(algorithm: str) -> Preset:
+    """An mjlab task trained by SAC or TD3: FastSAC's and FastTD3's recipe (`humanoid_recipe`) at mjlab's env count,
+    with a buffer of 1,024 steps of every env, mjlab's discount and its PPO's env steps."""
+    def make(task: str) -> TrainConfig:
+        ppo = preset(task)
+        num_envs = ppo.env.num_envs
+        gamma = float(getattr(getattr(ppo, "ppo", None), "gamma", 0.99))
+        cfg = humanoid_recipe(algorithm, task, MjlabEnvConfig(num_envs=num_envs), ppo.iterations * ppo.rollout_steps(),
+                              1024 * num_envs, gamma)
+        cfg.log = LogConfig()
+        return cfg
+
+    return make
 
 
 def env_config(cfg: TrainConfig) -> MjlabEnvConfig:
@@ -147,7 +163,7 @@ def resolve(task: str) -> TaskSpec:
     _task_id(task)
     return TaskSpec(task, f"mjlab's {task[len(PREFIX):]}", MjlabEnvConfig, {"default": preset}, make_env, "ppo",
                     cannot_render="mjlab's envs draw with mjlab's own viewer (mjlab's play script)",
-                    bench_profiles=BENCH_PROFILES)
+                    bench_profiles=BENCH_PROFILES, algorithm_presets=off_policy_presets(off_policy))
 
 
 SOURCES = (TaskSource(PREFIX, f"{PREFIX}<id>", "mjlab's tasks (its env, wrapper and runner config), where mjlab is "
