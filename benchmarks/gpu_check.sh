@@ -15,6 +15,8 @@
 #   tests     the small-preset tests on CUDA: sync budgets under sync-debug mode "error", compiled graphs against
 #             eager, CUDA-graph replays drawing new noise, switch equivalence, resume
 #   side-large  point-mass at 65,536 envs: syncfree optimized against rsl_rl
+#   g1-rsl    g1-track at 4,096 envs: rsl_rl 5.5.1's PPO against syncfree's (optimized), the PPO figure the
+#             offpolicy part's SAC and TD3 are set against
 # Compile caches: each benchmark process writes the compile artifacts it used (torch.compiler.save_cache_artifacts)
 # to $OUT/compile-cache/PART.bin, and after each part the caches' folder is packed there (inductor-cache.tgz);
 # carried back as `.compile-cache/` (COMPILE_CACHE names another folder), both go into the caches before the first
@@ -25,12 +27,12 @@
 # `bash benchmarks/gpu_check.sh side g1` runs only those parts, in that order; TESTS="tests/a.py::b ..." replaces the
 # tests' list, SIDE_SF / SIDE_RSL (';'-separated) the side-by-side part's syncfree and rsl_rl variants; LIMIT_SCALE
 # multiplies every part's limit (BUDGET still bounds them all). SMOKE=1 runs the parts at toy sizes on the CPU
-# (checks the script itself; nothing is measured; the off-policy part takes 2 gradient steps per iteration rather
-# than 32; tests/test_gpu_check.py runs it).
+# (checks the script itself; nothing is measured; the off-policy part takes 2 gradient steps of 256 per iteration;
+# tests/test_gpu_check.py runs it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 parts=("$@")
-[[ ${#parts[@]} == 0 ]] && parts=(side offpolicy ceiling g1 grid tests side-large)
+[[ ${#parts[@]} == 0 ]] && parts=(side offpolicy ceiling g1 grid tests side-large g1-rsl)
 out=${OUT:-benchmarks/results/gpu-check}
 res=$(mktemp -d /tmp/gpu-check.XXXXXX)  # what comes back, packed
 mkdir -p "$out" "$res"
@@ -135,13 +137,16 @@ for part in "${parts[@]}"; do
         for algorithm in ${OFFPOLICY:-sac td3}; do
             bench "$(small 100 300)" "$algorithm-g1-track-4096" g1-track "$(small 4096 16)" --algorithm "$algorithm" \
                 --settings "{\"$algorithm.learning_starts\": 0, \"$algorithm.buffer_size\": $(small 1000000 4096)$(small "" \
-                ", \"$algorithm.updates_per_iteration\": 2")}" \
+                ", \"$algorithm.updates_per_iteration\": 2, \"$algorithm.batch_size\": 256")}" \
                 --repeats 2 --iterations 2
         done ;;
+    g1-rsl)
+        side_by_side "$(small 150 300)" side-by-side-g1-track g1-track "$(small 4096 16)" "rsl_rl" \
+            "syncfree optimized" ;;
     ceiling)
         side_by_side "$(small 100 300)" cartpole-ceiling cartpole "$(small 1048576 64)" "" \
             "syncfree optimized;syncfree optimized, compile=hot" ;;
-    *) echo "unknown part: $part (allowed: tests side g1 grid side-large ceiling offpolicy)"; exit 2 ;;
+    *) echo "unknown part: $part (allowed: tests side g1 grid side-large ceiling offpolicy g1-rsl)"; exit 2 ;;
     esac
 done
 cat "$res/parts.txt"

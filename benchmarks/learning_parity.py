@@ -53,6 +53,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -106,10 +107,10 @@ STUDIES = {
     "point-mass": Study(iterations=50, eval_every=5, eval_envs=256),
     # 100 iterations x 256 envs x 24 steps = 614,400 env steps (the preset's 4,096 envs are a GPU's size); SAC and TD3
     # at the same 256 envs, PPO's networks, 1 gradient step of 256 per iteration of 256 env steps (a replay ratio of
-    # 1, as Stable-Baselines3's), 1,000 env steps at random first, 2,000 iterations (about PPO's 300 s on a 2-core
-    # AMD EPYC, one thread)
+    # 1, as Stable-Baselines3's), 1,024 env steps at random first, 3,500 iterations (about PPO's 350 s on a 2-core
+    # AMD EPYC, one thread, compiling included)
     "g1-track": Study(iterations=100, eval_every=10, eval_envs=64, num_envs=256, off_policy=OffPolicyRun(
-        2000, 200, (("ALGO.batch_size", 256), ("ALGO.updates_per_iteration", 1), ("ALGO.buffer_size", 262_144),
+        3500, 350, (("ALGO.batch_size", 256), ("ALGO.updates_per_iteration", 1), ("ALGO.buffer_size", 262_144),
                     ("ALGO.learning_starts", 1024), ("policy.critic_hidden", [512, 256, 128])))),
     # 488 iterations x 16 envs x 128 steps = 999,424 env steps (CleanRL: 488 x 2,048)
     "gym:Hopper-v5": Study(488, 24, 8, Reference(CLEANRL.format(env="Hopper"), 2382.86, 271.74)),
@@ -178,7 +179,7 @@ class RslRlActor:
         self.policy.reset()
 
 
-def train_one(task: str, learner: str, seed: int) -> dict:
+def train_one(task: str, learner: str, seed: int, extra: Sequence[str] = ()) -> dict:
     import torch
 
     from syncfree.algo import FeedForwardPPO, algorithm_for
@@ -191,6 +192,8 @@ def train_one(task: str, learner: str, seed: int) -> dict:
     study, cfg = study_of(task, learner), preset(task, algorithm=OFF_POLICY.get(learner))
     if learner in OFF_POLICY and study.off_policy is not None:
         cfg = with_values(cfg, study.off_policy.values(OFF_POLICY[learner]))
+        if extra:
+            cfg = with_values(cfg, OffPolicyRun(0, 0, tuple(parse_set(extra))).values(OFF_POLICY[learner]))
     if learner == "syncfree-recurrent":
         cfg = with_algorithm(cfg, "recurrent-ppo")
     cfg.seed, cfg.device, cfg.iterations, cfg.log.progress = seed, "cpu", study.iterations, False
@@ -250,7 +253,7 @@ def train_one(task: str, learner: str, seed: int) -> dict:
                            "train_return": record.get("mean_return", math.nan),
                            "learning_rate": record.get("learning_rate", math.nan)})
         runner.close()
-    return {"task": task, "learner": learner, "seed": seed, "threads": 1, "torch": torch.__version__,
+    return {"task": task, "learner": learner, "seed": seed, "threads": 1, "torch": torch.__version__, "set": list(extra),
             "cpu_bf16": native_bf16(torch.device("cpu")), "points": points}
 
 
@@ -258,13 +261,27 @@ def run_path(out: Path, task: str, learner: str, seed: int) -> Path:
     return out / "runs" / task.replace(":", "_") / f"{learner}-seed{seed}.json"
 
 
-def launch(out: Path, task: str, learner: str, seed: int) -> subprocess.Popen:
+def parse_set(items: Sequence[str]) -> list[tuple[str, Any]]:
+    """`KEY=VALUE` items (VALUE read as YAML: `256`, `unit`, `[512, 256]`) as (key, value) pairs."""
+    import yaml
+
+    pairs = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"learning_parity: --set {item!r}: expected KEY=VALUE")
+        pairs.append((key, yaml.safe_load(value)))
+    return pairs
+
+
+def launch(out: Path, task: str, learner: str, seed: int, extra: Sequence[str] = ()) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     log = run_path(out, task, learner, seed).with_suffix(".log")
     log.parent.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([sys.executable, __file__, "--one", task, learner, str(seed), "--out", str(out)],
-                            env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    command = [sys.executable, __file__, "--one", task, learner, str(seed), "--out", str(out)]
+    return subprocess.Popen(command + (["--set", *extra] if extra else []), env=env, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -368,6 +385,7 @@ def report(out: Path) -> str:
             threshold, threshold_name = statistics.fmean(finals["rsl_rl"]), "rsl_rl's final mean"
         seeds = sorted({r["seed"] for runs in by_learner.values() for r in runs})
         off_policy = [learner for learner in by_learner if learner in OFF_POLICY]
+        set_flag = ""
         on_policy = [learner for learner in by_learner if learner not in OFF_POLICY]
         lines += [f"## {task}", ""]
         if on_policy:
@@ -376,13 +394,17 @@ def report(out: Path) -> str:
                          f"iterations on {study.eval_envs} envs.")
         if off_policy:
             own = study_of(task, off_policy[0])
-            steps = by_learner[off_policy[0]][0]["points"][-1]["env_steps"]
-            settings = ", ".join(f"`{k}={v}`" for k, v in (study.off_policy.settings if study.off_policy else ()))
+            last = by_learner[off_policy[0]][0]["points"][-1]
+            steps, done = last["env_steps"], last["iteration"]
+            extra = by_learner[off_policy[0]][0].get("set", [])
+            set_flag = f" --set {' '.join(extra)}" if extra else ""
+            settings = ", ".join([f"`{k}={v}`" for k, v in (study.off_policy.settings if study.off_policy else ())]
+                                 + [f"`{item}`" for item in extra])
             lines.append(f"{', '.join(off_policy)}: the preset for the learner with {settings} (`ALGO` its section); "
-                         f"{own.iterations} iterations = {steps:,} env steps; evaluation every {own.eval_every} "
-                         f"iterations on {own.eval_envs} envs.")
+                         f"{done} iterations = {steps:,} env steps; evaluation every "
+                         f"{by_learner[off_policy[0]][0]['points'][0]['iteration']} iterations on {own.eval_envs} envs.")
         lines += [f"Rerun: `python benchmarks/learning_parity.py --tasks {task} --learners {' '.join(by_learner)} "
-                  f"--seeds {' '.join(map(str, seeds))}{out_flag}`.", "", f"![{task}]({plot_name(task)})", ""]
+                  f"--seeds {' '.join(map(str, seeds))}{out_flag}{set_flag}`.", "", f"![{task}]({plot_name(task)})", ""]
         header = "| learner | seeds | final return | per seed | training s |"
         if threshold is not None:
             header += f" reaches {threshold_name} ({threshold:.{digits}f}): env steps, s, × rsl_rl's total s |"
@@ -463,13 +485,15 @@ def main() -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (each on one thread)")
     parser.add_argument("--out", default=DEFAULT_OUT)
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="settings of the off-policy learners beyond the study's (`ALGO.action_bounds=unit`)")
     parser.add_argument("--one", nargs=3, metavar=("TASK", "LEARNER", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     out = Path(args.out)
     if args.one:
         task, learner, seed = args.one
         path = run_path(out, task, learner, int(seed))
-        result = train_one(task, learner, int(seed))
+        result = train_one(task, learner, int(seed), args.set)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(result, indent=1))
         tmp.replace(path)
@@ -485,7 +509,7 @@ def main() -> int:
         while todo or running:
             while todo and len(running) < args.jobs:
                 job = todo.pop(0)
-                running.append((launch(out, *job), job))
+                running.append((launch(out, *job, args.set), job))
             time.sleep(1.0)
             for process, job in list(running):
                 if process.poll() is not None:

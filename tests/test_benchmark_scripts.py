@@ -218,7 +218,7 @@ def test_the_off_policy_learners_run_their_own_study_and_are_compared_at_ppos_ti
     from syncfree.tasks.configs import validated
 
     study = study_of("g1-track", "syncfree-sac")
-    assert (study.iterations, study.eval_every) == (2000, 200) and study_of("g1-track").iterations == 100
+    assert (study.iterations, study.eval_every) == (3500, 350) and study_of("g1-track").iterations == 100
     assert study.off_policy is not None
     cfg = validated(with_values(preset("g1-track", algorithm="sac"), study.off_policy.values("sac")))
     assert isinstance(cfg, OffPolicyTrainConfig)

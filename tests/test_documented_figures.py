@@ -101,3 +101,18 @@ def test_the_documented_optimizer_figures_are_the_ones_in_the_results() -> None:
         figures = f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} | " + ", ".join(
             f"{v:.1f}" for v in values)
         assert f"| {name} | {figures.replace('-', '−')} |" in page, name
+
+
+def test_the_documented_hopper_optimizer_figures_are_the_ones_in_the_results() -> None:
+    """docs/learning.md's Hopper-v5 table of optimizers (one run per file and seed) is `benchmarks/learning_seeds.py`'s
+    output, and each optimizer has its 3 seeds."""
+    page = (ROOT / "docs" / "learning.md").read_text()
+    folder = ROOT / "benchmarks/results/optimizers-hopper-cpu"
+    for name in ("adam", "muon", "schedule_free_adamw"):
+        results = [json.loads((folder / f"{name}-{seed}.json").read_text()) for seed in range(3)]
+        assert all(r["settings"] == {"ppo.optimizer": name} and r["task"] == "gym:Hopper-v5" for r in results)
+        values = [r["runs"][0]["eval_return"] for r in results]
+        assert [r["runs"][0]["seed"] for r in results] == [0, 1, 2]
+        figures = f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} | " + ", ".join(
+            f"{v:.1f}" for v in values)
+        assert f"| {name} | {figures} |" in page, name

@@ -614,6 +614,7 @@ def test_the_env_takes_actions_mapped_onto_its_declared_bounds_and_the_buffer_ke
     """Random warm-up and the actor's actions alike reach the env mapped from [-1, 1] onto [-0.5, 0.25]; the buffer
     (and the critics, and the noises) keep [-1, 1]; evaluation and the exported actor act in the env's range."""
     cfg = small(algorithm)
+    cfg.learner.action_bounds = "env"
     env, taken = bounded_pendulum(cfg, -0.5, 0.25)
     runner = Runner(cfg, env)
     checked = len(taken)  # the env's check, before training, steps it with zeros
@@ -634,15 +635,18 @@ def test_the_env_takes_actions_mapped_onto_its_declared_bounds_and_the_buffer_ke
 
 @pytest.mark.parametrize("algorithm", LEARNERS)
 def test_bounds_of_minus_one_to_one_and_unit_bounds_train_bitwise_as_no_bounds(algorithm: str) -> None:
-    """The map is the identity on [-1, 1] (no rounding), and `action_bounds=unit` ignores the env's bounds."""
+    """The map is the identity on [-1, 1] (no rounding), and `action_bounds=unit`, the default, ignores the env's
+    bounds."""
     runs = []
-    for low, high, bounds in ((None, None, "env"), (-1.0, 1.0, "env"), (-0.5, 0.25, "unit")):
+    for low, high, bounds in ((None, None, "env"), (-1.0, 1.0, "env"), (-0.5, 0.25, "unit"), (-0.5, 0.25, None)):
         cfg = small(algorithm)
-        cfg.learner.action_bounds = bounds
+        if bounds is not None:
+            cfg.learner.action_bounds = bounds
         runner = Runner(cfg, bounded_pendulum(cfg, low, high)[0])
         runner.learn()
         runs.append(runner)
-    assert learner(runs[1])._env_actions is not None and learner(runs[2])._env_actions is None
+    assert learner(runs[1])._env_actions is not None
+    assert learner(runs[2])._env_actions is None and learner(runs[3])._env_actions is None
     for run in runs[1:]:
         assert_same_parameters(runs[0], run)
 
@@ -654,6 +658,7 @@ def test_a_policys_bounds_come_back_from_its_state_and_older_states_act_in_unit_
     from syncfree.train.evaluate import CheckpointShape
 
     cfg = small("sac")
+    cfg.learner.action_bounds = "env"
     env, _ = bounded_pendulum(cfg, -0.5, 0.25)
     trained_policy = SAC.build_policy(cfg, env)
     state = trained_policy.state_dict()
@@ -671,6 +676,7 @@ def test_a_policys_bounds_come_back_from_its_state_and_older_states_act_in_unit_
 @pytest.mark.parametrize("bounds", [((0.5,), (0.5,)), ((0.0, 1.0), (1.0, 2.0)), ((float("-inf"),), (1.0,))])
 def test_bad_action_bounds_are_one_line(bounds: tuple) -> None:
     cfg = small("td3")
+    cfg.learner.action_bounds = "env"
     env, _ = bounded_pendulum(cfg, None, None)
     env.action_bounds = tuple(torch.tensor(b) for b in bounds)
     with pytest.raises(UserError, match=r"^env: action_bounds must be two finite tensors of 1 values"):
@@ -696,6 +702,7 @@ def test_the_map_onto_the_bounds_costs_one_op_per_step_and_no_allocation_or_host
     counts = []
     for low, high in ((None, None), (-0.5, 0.25)):
         cfg = small(algorithm, iterations=2)
+        cfg.learner.action_bounds = "env"
         runner = Runner(cfg, bounded_pendulum(cfg, low, high)[0])
         runner.learn()
         counts.append(rollout_step_counts(runner))

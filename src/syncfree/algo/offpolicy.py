@@ -106,12 +106,13 @@ class OffPolicyConfig:
     `syncfree.learn`'s policy get the average."""
     weight_decay: float = 0.0
     """Decoupled weight decay of `optimizer` (see there)."""
-    action_bounds: Literal["env", "unit"] = "env"
-    """The range the actor's [-1, 1] (and the random warm-up's) is mapped onto before the env takes it: `env`, the
-    env's declared bounds (`VecEnv.action_bounds`: g1-track's joint limits, FastSAC's joint-limit-aware bounds) where
-    it declares them, else [-1, 1]; `unit`, [-1, 1] always (the env's own scaling: g1-track's targets within a
-    quarter of each joint's effort limit over its stiffness of the default pose). The buffer, the critics and the
-    noises work in [-1, 1] either way; checkpoints and exports carry the map."""
+    action_bounds: Literal["env", "unit"] = "unit"
+    """The range the actor's [-1, 1] (and the random warm-up's) is mapped onto before the env takes it: `unit`,
+    [-1, 1] (the env's own scaling, where 0 is g1-track's default pose); `env`, the env's declared bounds
+    (`VecEnv.action_bounds`: g1-track's joint limits, FastSAC's joint-limit-aware bounds) where it declares them,
+    else [-1, 1]. `env` maps 0 to the middle of each range, not to the default pose: on g1-track that ends the
+    untrained policy's episodes within 7 steps and SAC and TD3 did not learn (docs/off-policy.md). The buffer, the
+    critics and the noises work in [-1, 1] either way; checkpoints and exports carry the map."""
     save_buffer: bool = False
     """Checkpoints hold the replay buffer too (it can be large: `buffer_size` transitions of every group stored), so
     that a resumed run continues with it; off, a resumed run starts with an empty buffer."""
