@@ -71,7 +71,17 @@ def test_pendulum_preset_rerun_lands_inside_its_documented_range(tmp_path: Path,
 PARITY_TABLES = [("learning-parity-cpu", task) for task in
                  ("pendulum", "point-mass", "g1-track", "gym:Hopper-v5", "gym:HalfCheetah-v5")] + [
     ("learning-parity-bf16-cpu", "g1-track"), ("learning-parity-fp32-cpu", "g1-track"),
-    ("learning-parity-halfcheetah-cpu", "gym:HalfCheetah-v5"), ("learning-parity-hopper-bf16-cpu", "gym:Hopper-v5")]
+    ("learning-parity-halfcheetah-cpu", "gym:HalfCheetah-v5"), ("learning-parity-hopper-bf16-cpu", "gym:Hopper-v5"),
+    ("offpolicy-g1-track-unit-cpu", "g1-track")]
+
+
+def test_the_documented_joint_limit_bounds_figures_are_the_ones_in_the_results() -> None:
+    """docs/learning.md's SAC and TD3 with joint-limit bounds on g1-track: each learner's final mean ± half-width."""
+    summary = json.loads((ROOT / "benchmarks/results/offpolicy-g1-track-cpu/result.json").read_text())["g1-track"]
+    doc = (ROOT / "docs" / "learning.md").read_text().replace("−", "-")
+    for name, label in (("syncfree-sac", "SAC"), ("syncfree-td3", "TD3")):
+        row = summary[name]
+        assert f"{label} {row['final_mean']:.2f} ± {row['ci_half']:.2f}" in doc, name
 
 
 @pytest.mark.parametrize(("folder", "task"), PARITY_TABLES)
