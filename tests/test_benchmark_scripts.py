@@ -210,7 +210,7 @@ def test_the_off_policy_learners_run_their_own_study_and_are_compared_at_ppos_ti
     the report gives its return at `syncfree`'s mean training time: each run's last evaluation by then."""
     pytest.importorskip("matplotlib")
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    from learning_parity import report, run_path, study_of
+    from learning_parity import parse_set, report, run_path, study_of
 
     from syncfree.algo.offpolicy import OffPolicyTrainConfig
     from syncfree.config import with_values
@@ -224,6 +224,11 @@ def test_the_off_policy_learners_run_their_own_study_and_are_compared_at_ppos_ti
     assert isinstance(cfg, OffPolicyTrainConfig)
     assert (cfg.learner.batch_size, cfg.learner.updates_per_iteration, cfg.policy.critic_hidden) == (
         256, 1, [512, 256, 128])
+
+    assert parse_set(["ALGO.action_bounds=unit", "policy.critic_hidden=[64, 64]"]) == [
+        ("ALGO.action_bounds", "unit"), ("policy.critic_hidden", [64, 64])]
+    with pytest.raises(SystemExit, match="expected KEY=VALUE"):
+        parse_set(["ALGO.action_bounds"])
 
     def write(learner: str, seed: int, points: list[tuple[float, float]]) -> None:
         path = run_path(tmp_path, "g1-track", learner, seed)

@@ -88,10 +88,8 @@ def off_policy(algorithm: str) -> Preset:
         ppo = preset(task)
         num_envs = ppo.env.num_envs
         gamma = float(getattr(getattr(ppo, "ppo", None), "gamma", 0.99))
-        cfg = humanoid_recipe(algorithm, task, MjlabEnvConfig(num_envs=num_envs), ppo.iterations * ppo.rollout_steps(),
-                              1024 * num_envs, gamma)
-        cfg.log = LogConfig()
-        return cfg
+        return humanoid_recipe(algorithm, task, MjlabEnvConfig(num_envs=num_envs), ppo.iterations * ppo.rollout_steps(),
+                               1024 * num_envs, gamma)
 
     return make
 
