@@ -84,7 +84,12 @@ class OffPolicyRun:
     settings: tuple[tuple[str, Any], ...] = ()
 
     def values(self, algorithm: str) -> dict[str, Any]:
-        return {key.replace("ALGO.", f"{algorithm}."): value for key, value in self.settings}
+        return in_section(self.settings, algorithm)
+
+
+def in_section(settings: Sequence[tuple[str, Any]], algorithm: str) -> dict[str, Any]:
+    """(key, value) pairs as dotted keys of `algorithm`'s config, `ALGO.` naming its own section."""
+    return {key.replace("ALGO.", f"{algorithm}."): value for key, value in settings}
 
 
 @dataclass(frozen=True)
@@ -193,7 +198,7 @@ def train_one(task: str, learner: str, seed: int, extra: Sequence[str] = ()) -> 
     if learner in OFF_POLICY and study.off_policy is not None:
         cfg = with_values(cfg, study.off_policy.values(OFF_POLICY[learner]))
         if extra:
-            cfg = with_values(cfg, OffPolicyRun(0, 0, tuple(parse_set(extra))).values(OFF_POLICY[learner]))
+            cfg = with_values(cfg, in_section(parse_set(extra), OFF_POLICY[learner]))
     if learner == "syncfree-recurrent":
         cfg = with_algorithm(cfg, "recurrent-ppo")
     cfg.seed, cfg.device, cfg.iterations, cfg.log.progress = seed, "cpu", study.iterations, False
@@ -253,7 +258,8 @@ def train_one(task: str, learner: str, seed: int, extra: Sequence[str] = ()) -> 
                            "train_return": record.get("mean_return", math.nan),
                            "learning_rate": record.get("learning_rate", math.nan)})
         runner.close()
-    return {"task": task, "learner": learner, "seed": seed, "threads": 1, "torch": torch.__version__, "set": list(extra),
+    applied = list(extra) if learner in OFF_POLICY else []  # `--set` is the off-policy learners'
+    return {"task": task, "learner": learner, "seed": seed, "threads": 1, "torch": torch.__version__, "set": applied,
             "cpu_bf16": native_bf16(torch.device("cpu")), "points": points}
 
 
@@ -489,6 +495,11 @@ def main() -> int:
                         help="settings of the off-policy learners beyond the study's (`ALGO.action_bounds=unit`)")
     parser.add_argument("--one", nargs=3, metavar=("TASK", "LEARNER", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    parse_set(args.set)  # a malformed item is one line before anything runs
+    for task in args.tasks:
+        if STUDIES[task].off_policy is None and any(learner in OFF_POLICY for learner in args.learners):
+            parser.error(f"the {task} study has no off-policy runs (Study.off_policy): drop "
+                         f"{', '.join(learner for learner in args.learners if learner in OFF_POLICY)}")
     out = Path(args.out)
     if args.one:
         task, learner, seed = args.one

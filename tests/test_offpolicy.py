@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import re
 from pathlib import Path
@@ -714,7 +715,8 @@ def test_the_map_onto_the_bounds_costs_one_op_per_step_and_no_allocation_or_host
 
 
 @pytest.mark.parametrize("algorithm", LEARNERS)
-def test_the_bench_warms_a_learner_up_until_it_has_taken_gradient_steps(algorithm: str) -> None:
+def test_the_bench_warms_a_learner_up_until_it_has_taken_gradient_steps(algorithm: str,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
     """A batch of 64 with 3-step returns needs 64 + 2 x 8 rows: the third iteration of 8 envs x 4 steps is the first
     to train, so the bench's one warm-up iteration becomes three, and its timed iterations all train."""
     cfg = small(algorithm, n_step=3, iterations=10)
@@ -722,8 +724,10 @@ def test_the_bench_warms_a_learner_up_until_it_has_taken_gradient_steps(algorith
     runner = Runner(cfg)
     warm_up(runner, 0)
     assert runner.iteration == 0
-    warm_up(runner, 1)
+    with caplog.at_level(logging.INFO, logger="syncfree"):
+        warm_up(runner, 1)
     assert (runner.iteration, runner.algorithm.updated(), learner(runner).gradient_steps) == (3, True, 4)
+    assert "bench: no gradient step in 1 warm-up iteration(s)" in caplog.text
     warm_up(runner, 1)  # already training: one iteration, as asked
     assert runner.iteration == 4
     ppo = Runner(dataclasses.replace(preset("pendulum"), iterations=10))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from typing import Any
@@ -10,6 +11,8 @@ import torch
 
 from syncfree.core.phases import ALL_PHASES, ROLLOUT_PHASES, UPDATE_PHASES, PhaseCounter, PhaseTimer
 from syncfree.train.runner import Runner
+
+log = logging.getLogger("syncfree")
 
 
 def sync(device: torch.device) -> None:
@@ -33,6 +36,9 @@ def warm_up(runner: Runner, iterations: int) -> None:
     if iterations == 0:
         return
     time_iterations(runner, iterations)
+    if not runner.algorithm.updated():
+        log.info("bench: no gradient step in %d warm-up iteration(s) (the replay buffer fills first); warming up "
+                 "until one", iterations)
     while not runner.algorithm.updated():
         time_iterations(runner, 1)
 
