@@ -184,16 +184,12 @@ class RslRlActor:
         self.policy.reset()
 
 
-def train_one(task: str, learner: str, seed: int, extra: Sequence[str] = ()) -> dict:
-    import torch
-
-    from syncfree.algo import FeedForwardPPO, algorithm_for
+def learner_config(task: str, learner: str, seed: int, extra: Sequence[str] = ()):
+    """The config a syncfree learner trains the task's study with: its preset, the study's settings and `extra`
+    (`--set`, the off-policy learners'), validated (a misspelt key or a bad value is `UserError`'s one line)."""
     from syncfree.config import with_values
-    from syncfree.core.switches import PerfConfig
-    from syncfree.policy.actor_critic import native_bf16
-    from syncfree.tasks import make_env, preset, with_algorithm
+    from syncfree.tasks import preset, with_algorithm
 
-    torch.set_num_threads(1)
     study, cfg = study_of(task, learner), preset(task, algorithm=OFF_POLICY.get(learner))
     if learner in OFF_POLICY and study.off_policy is not None:
         cfg = with_values(cfg, study.off_policy.values(OFF_POLICY[learner]))
@@ -203,6 +199,20 @@ def train_one(task: str, learner: str, seed: int, extra: Sequence[str] = ()) -> 
         cfg = with_algorithm(cfg, "recurrent-ppo")
     cfg.seed, cfg.device, cfg.iterations, cfg.log.progress = seed, "cpu", study.iterations, False
     cfg.env.num_envs = study.num_envs or cfg.env.num_envs
+    cfg.validate()
+    return cfg
+
+
+def train_one(task: str, learner: str, seed: int, extra: Sequence[str] = ()) -> dict:
+    import torch
+
+    from syncfree.algo import FeedForwardPPO, algorithm_for
+    from syncfree.core.switches import PerfConfig
+    from syncfree.policy.actor_critic import native_bf16
+    from syncfree.tasks import make_env
+
+    torch.set_num_threads(1)
+    study, cfg = study_of(task, learner), learner_config(task, learner, seed, extra)
     if learner == "syncfree-baseline":
         cfg.perf = PerfConfig.preset("baseline")
     elif learner == "syncfree-eager":
@@ -500,6 +510,14 @@ def main() -> int:
         if STUDIES[task].off_policy is None and any(learner in OFF_POLICY for learner in args.learners):
             parser.error(f"the {task} study has no off-policy runs (Study.off_policy): drop "
                          f"{', '.join(learner for learner in args.learners if learner in OFF_POLICY)}")
+        if args.set and not args.one:  # a misspelt key or a bad value is one line before anything runs
+            from syncfree.errors import UserError
+
+            for learner in (learner for learner in args.learners if learner in OFF_POLICY):
+                try:
+                    learner_config(task, learner, 0, args.set)
+                except UserError as e:
+                    parser.error(f"--set for {learner} on {task}: {e}")
     out = Path(args.out)
     if args.one:
         task, learner, seed = args.one

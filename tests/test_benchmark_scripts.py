@@ -210,10 +210,11 @@ def test_the_off_policy_learners_run_their_own_study_and_are_compared_at_ppos_ti
     the report gives its return at `syncfree`'s mean training time: each run's last evaluation by then."""
     pytest.importorskip("matplotlib")
     monkeypatch.syspath_prepend(str(BENCHMARKS))
-    from learning_parity import parse_set, report, run_path, study_of
+    from learning_parity import learner_config, parse_set, report, run_path, study_of
 
     from syncfree.algo.offpolicy import OffPolicyTrainConfig
     from syncfree.config import with_values
+    from syncfree.errors import UserError
     from syncfree.tasks import preset
     from syncfree.tasks.configs import validated
 
@@ -229,6 +230,17 @@ def test_the_off_policy_learners_run_their_own_study_and_are_compared_at_ppos_ti
         ("ALGO.action_bounds", "unit"), ("policy.critic_hidden", [64, 64])]
     with pytest.raises(SystemExit, match="expected KEY=VALUE"):
         parse_set(["ALGO.action_bounds"])
+    # a misspelt key or a bad value is the config's one line, before any run starts
+    assert learner_config("g1-track", "syncfree-td3", 0, ["ALGO.batch_size=128"]).learner.batch_size == 128
+    with pytest.raises(UserError, match="batch_size"):
+        learner_config("g1-track", "syncfree-sac", 0, ["ALGO.batchsize=128"])
+    with pytest.raises(UserError, match="sac.tau"):
+        learner_config("g1-track", "syncfree-sac", 0, ["ALGO.tau=2"])
+    refused = subprocess.run([sys.executable, str(BENCHMARKS / "learning_parity.py"), "--tasks", "g1-track",
+                              "--learners", "syncfree-sac", "--seeds", "0", "--out", str(tmp_path / "refused"),
+                              "--set", "ALGO.batchsize=128"], capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and "--set for syncfree-sac on g1-track" in refused.stderr
+    assert "batch_size" in refused.stderr and not (tmp_path / "refused").exists()
 
     def write(learner: str, seed: int, points: list[tuple[float, float]]) -> None:
         path = run_path(tmp_path, "g1-track", learner, seed)

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -410,6 +411,69 @@ def test_compiled_losses_match_eager_and_compile_once(algorithm: str) -> None:
         compiled.cfg.iterations = 3
         compiled.learn()
     assert compile_counts() == warm
+
+
+# -- perf.autocast -----------------------------------------------------------------------------------------------
+
+def linear_outputs(policy: torch.nn.Module) -> tuple[Counter, list]:
+    """Forward hooks on every linear layer of `policy`'s MLPs: (whether it is its MLP's output layer, the dtype it
+    gave) per call, and the hooks (to remove)."""
+    from syncfree.policy.actor_critic import MLP
+
+    seen: Counter = Counter()
+    hooks = []
+    for mlp in (m for m in policy.modules() if isinstance(m, MLP)):
+        layers = [layer for layer in mlp if isinstance(layer, torch.nn.Linear)]
+        for layer in layers:
+            last = layer is layers[-1]
+            hooks.append(layer.register_forward_hook(
+                lambda module, args, out, last=last: seen.update([(last, out.dtype)])))
+    return seen, hooks
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_autocast_runs_a_gradient_steps_hidden_layers_in_bfloat16_and_steps_as_float32_does(algorithm: str) -> None:
+    """`perf.autocast=bf16` on the actor and the twin critics (and their targets): in a gradient step every hidden
+    layer gives bfloat16 and every output layer float32 (off: all float32), the parameters and their moments stay
+    float32; one gradient step on the same batch from the same state moves every parameter tensor the way float32's
+    step does (cosine > 0.95) and gives losses within 5 %."""
+    runners = []
+    for autocast in ("off", "bf16"):
+        cfg = small(algorithm, iterations=1, autocast=autocast)
+        cfg.learner.learning_starts = 10**6  # no gradient step in the iteration: its random actions fill the buffer
+        runner = Runner(cfg)
+        runner.learn(until=1)  # the same transitions in both
+        runners.append(runner)
+    full, half = runners
+    assert_same_state(learner(full).storage_tensors(), learner(half).storage_tensors())
+    assert_same_state(full.policy.state_dict(), half.policy.state_dict())
+    before = {name: p.detach().clone() for name, p in full.policy.named_parameters()}
+    stats, outputs = [], []
+    for runner in runners:
+        seen, hooks = linear_outputs(runner.policy)
+        torch.manual_seed(5)  # the same batch, the same noises
+        learner(runner).stats.zero_()
+        learner(runner).gradient_step()
+        for hook in hooks:
+            hook.remove()
+        stats.append(learner(runner).stats.clone())
+        outputs.append(seen)
+    assert set(outputs[0]) == {(False, torch.float32), (True, torch.float32)}
+    assert set(outputs[1]) == {(False, torch.bfloat16), (True, torch.float32)}
+    assert sum(outputs[0].values()) == sum(outputs[1].values())  # the same layers ran
+    assert all(p.dtype == torch.float32 for p in half.policy.parameters())
+    for optimizer in learner(half).optimizers():
+        assert all(t.dtype == torch.float32 for state in optimizer.state.values() for t in state.values()
+                   if isinstance(t, torch.Tensor) and t.is_floating_point())
+    torch.testing.assert_close(stats[1], stats[0], rtol=5e-2, atol=1e-2)
+    moved = 0
+    for name, p in half.policy.named_parameters():
+        step_full, step_half = full.policy.get_parameter(name) - before[name], p.detach() - before[name]
+        if step_full.abs().max() > 0:
+            cosine = torch.nn.functional.cosine_similarity(step_full.flatten(), step_half.flatten(), dim=0)
+            assert cosine > 0.95, (name, cosine)
+            moved += 1
+    assert moved >= 12  # the actor's and both critics' layers (three each, weights and biases), at least
 
 
 def test_a_saved_buffer_out_of_range_is_refused() -> None:
