@@ -763,6 +763,33 @@ def test_g1_tracks_bounds_are_its_joint_limits_as_actions() -> None:
 
 
 @pytest.mark.parametrize("algorithm", LEARNERS)
+def test_symmetric_bounds_keep_zero_at_zero_and_reach_the_farther_bound(algorithm: str) -> None:
+    """`symmetric` (FastSAC's joint-limit-aware bounds): declared [-0.5, 0.25], the env takes `0.5 x` the actor's
+    [-1, 1], 0 stays 0 (the default pose), the random warm-up reaches past the nearer bound; on g1-track the map's
+    scale is each joint's farther limit from its default pose, in actions, and its bias 0."""
+    from syncfree.tasks import make_task_env
+
+    cfg = small(algorithm)
+    cfg.learner.action_bounds = "symmetric"
+    env, taken = bounded_pendulum(cfg, -0.5, 0.25)
+    runner = Runner(cfg, env)
+    checked = len(taken)
+    runner.learn()
+    actions = torch.stack(taken[checked:])
+    stored = learner(runner).buffer.actions[: len(actions)]
+    torch.testing.assert_close(actions, 0.5 * stored, rtol=0, atol=0)
+    assert actions[:4].max() > 0.3 and actions.min() >= -0.5 and actions.max() <= 0.5
+    assert torch.equal(runner.policy.action_bias, torch.zeros(1))
+
+    g1 = with_algorithm(preset("g1-track"), algorithm)
+    g1.learner.action_bounds = "symmetric"
+    low, high = make_task_env(g1, 2, torch.device("cpu"), 0).action_bounds
+    policy = type(learner(runner)).build_policy(g1, make_task_env(g1, 2, torch.device("cpu"), 0))
+    torch.testing.assert_close(policy.action_scale, torch.maximum(-low, high))
+    assert torch.equal(policy.action_bias, torch.zeros_like(low))
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
 def test_the_map_onto_the_bounds_costs_one_op_per_step_and_no_allocation_or_host_read(algorithm: str) -> None:
     counts = []
     for low, high in ((None, None), (-0.5, 0.25)):

@@ -106,13 +106,15 @@ class OffPolicyConfig:
     `syncfree.learn`'s policy get the average."""
     weight_decay: float = 0.0
     """Decoupled weight decay of `optimizer` (see there)."""
-    action_bounds: Literal["env", "unit"] = "unit"
+    action_bounds: Literal["env", "symmetric", "unit"] = "unit"
     """The range the actor's [-1, 1] (and the random warm-up's) is mapped onto before the env takes it: `unit`,
-    [-1, 1] (the env's own scaling, where 0 is g1-track's default pose); `env`, the env's declared bounds
-    (`VecEnv.action_bounds`: g1-track's joint limits, FastSAC's joint-limit-aware bounds) where it declares them,
-    else [-1, 1]. `env` maps 0 to the middle of each range, not to the default pose: on g1-track that ends the
-    untrained policy's episodes within 7 steps and SAC and TD3 did not learn (docs/off-policy.md). The buffer, the
-    critics and the noises work in [-1, 1] either way; checkpoints and exports carry the map."""
+    [-1, 1] (the env's own scaling, where 0 is g1-track's default pose); where the env declares bounds
+    (`VecEnv.action_bounds`: g1-track's joint limits as actions), `env` maps [-1, 1] onto them (0 to the middle of
+    each range, not to the default pose: on g1-track that ends the untrained policy's episodes within 7 steps, and
+    SAC and TD3 did not learn, docs/off-policy.md), and `symmetric` onto [-m, m], m each action's larger distance
+    from 0 to its bounds (FastSAC's joint-limit-aware bounds: 0 stays the default pose and ±1 reaches the joint
+    limit farther from it; the env clips what passes the nearer one); without declared bounds, [-1, 1]. The buffer,
+    the critics and the noises work in [-1, 1] whatever the map; checkpoints and exports carry it."""
     save_buffer: bool = False
     """Checkpoints hold the replay buffer too (it can be large: `buffer_size` transitions of every group stored), so
     that a resumed run continues with it; off, a resumed run starts with an empty buffer."""
@@ -128,7 +130,8 @@ class OffPolicyConfig:
         for key in ("actor_learning_rate", "critic_learning_rate"):
             check(getattr(self, key) > 0, f"{section}.{key}", "a number > 0", getattr(self, key))
         check(self.weight_decay >= 0, f"{section}.weight_decay", "a number >= 0", self.weight_decay)
-        check(self.action_bounds in ("env", "unit"), f"{section}.action_bounds", "env, unit", self.action_bounds)
+        check(self.action_bounds in ("env", "symmetric", "unit"), f"{section}.action_bounds", "env, symmetric, unit",
+              self.action_bounds)
         check(self.optimizer in OPTIMIZERS, f"{section}.optimizer", ", ".join(OPTIMIZERS), self.optimizer)
         check(0 <= self.final_learning_rate_fraction <= 1, f"{section}.final_learning_rate_fraction",
               "a number in [0, 1]", self.final_learning_rate_fraction)
@@ -371,7 +374,8 @@ class OffPolicy(Algorithm):
     def action_bounds(cfg: OffPolicyTrainConfig, env: EnvShape) -> tuple[Tensor, Tensor] | None:
         """The range the actions are mapped onto (`action_bounds`); None: [-1, 1], or a checkpoint's shape (its
         policy's map is in its state)."""
-        bounds = getattr(env, "action_bounds", None) if cfg.learner.action_bounds == "env" else None
+        mode = cfg.learner.action_bounds
+        bounds = getattr(env, "action_bounds", None) if mode in ("env", "symmetric") else None
         if bounds is None:
             return None
         low, high = (torch.as_tensor(b, dtype=torch.float32).reshape(-1).cpu() for b in bounds)
@@ -380,6 +384,9 @@ class OffPolicy(Algorithm):
                 or not bool(torch.isfinite(low).all() and torch.isfinite(high).all()):
             raise UserError(f"env: action_bounds must be two finite tensors of {size} values, each low below its "
                             f"high; got {tuple(low.shape)} and {tuple(high.shape)}")
+        if mode == "symmetric":
+            reach = torch.maximum(low.abs(), high.abs())
+            return -reach, reach
         return low, high
 
     @classmethod
