@@ -234,7 +234,7 @@ def test_the_off_policy_learners_run_their_own_study_and_are_compared_at_ppos_ti
     assert learner_config("g1-track", "syncfree-td3", 0, ["ALGO.batch_size=128"]).learner.batch_size == 128
     with pytest.raises(UserError, match="batch_size"):
         learner_config("g1-track", "syncfree-sac", 0, ["ALGO.batchsize=128"])
-    with pytest.raises(UserError, match="sac.tau"):
+    with pytest.raises(UserError, match=r"sac\.tau"):
         learner_config("g1-track", "syncfree-sac", 0, ["ALGO.tau=2"])
     refused = subprocess.run([sys.executable, str(BENCHMARKS / "learning_parity.py"), "--tasks", "g1-track",
                               "--learners", "syncfree-sac", "--seeds", "0", "--out", str(tmp_path / "refused"),
