@@ -10,6 +10,7 @@ import logging
 import math
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -92,6 +93,8 @@ def test_a_resume_starts_an_empty_buffer_says_so_and_its_checkpoint_evaluates_an
     (["--sac.learning_starts", "-1"], "sac.learning_starts=-1 is invalid"),
     (["--sac.gamma", "1.5"], "sac.gamma=1.5 is invalid"),
     (["--sac.actor_learning_rate", "0"], "sac.actor_learning_rate=0.0 is invalid"),
+    (["--sac.log_std_max", "-6"], "sac.log_std_max=-6.0 is invalid"),
+    (["--sac.actor_init", "xavier"], "sac.actor_init"),
     (["--task", "cartpole"], "algorithm=sac: task 'cartpole' has discrete actions"),
 ])
 def test_bad_settings_and_discrete_actions_are_one_line(extra: list[str], says: str, tmp_path: Path,
@@ -113,6 +116,34 @@ def test_the_squashed_log_prob_is_the_tanh_transformed_gaussians() -> None:
     expected = reference.log_prob(actions.clamp(-1 + 1e-6, 1 - 1e-6)).sum(-1)
     torch.testing.assert_close(log_prob, expected, rtol=1e-3, atol=1e-3)
     assert actions.abs().max() < 1 and torch.equal(policy.act_deterministic(obs), torch.tanh(mean))
+
+
+def test_fastsacs_actor_starts_at_the_mean_action_zero_with_its_narrower_exploration(tmp_path: Path) -> None:
+    """`sac.actor_init=zero` and `sac.log_std_max=0` (FastSAC's): before any gradient step the actor's mean action is
+    0 in every state and its log standard deviation -2.5, the middle of [-5, 0]; samples spread by exp(-2.5) before
+    the tanh; training moves the zeroed layer; a checkpoint's actor comes back with its range. The defaults keep
+    PyTorch's initialization and CleanRL's [-5, 2]."""
+    from syncfree.train.evaluate import load_policy
+
+    cfg = with_algorithm(preset("pendulum"), "sac")
+    cfg.sac.actor_init, cfg.sac.log_std_max = "zero", 0.0
+    env_shape = SimpleNamespace(action_spec=ActionSpec("continuous", 1), obs_shapes={"policy": (3,), "critic": (3,)})
+    policy = SAC.build_policy(cfg, env_shape).requires_grad_(False)
+    obs = torch.randn(256, 3) * 5
+    mean, log_std = policy.mean_log_std(obs)
+    assert torch.equal(mean, torch.zeros_like(mean)) and torch.equal(log_std, torch.full_like(log_std, -2.5))
+    assert torch.equal(policy.act_deterministic(obs), torch.zeros(256, 1))
+    torch.manual_seed(0)
+    spread = torch.atanh(policy.sample(obs)[0]).std()
+    assert abs(float(spread) - math.exp(-2.5)) < 0.02
+    default = SAC.build_policy(with_algorithm(preset("pendulum"), "sac"), env_shape)
+    assert default.log_std_range == (-5.0, 2.0) and default.actor[-1].weight.abs().sum() > 0
+
+    args = ["--sac.actor_init", "zero", "--sac.log_std_max", "0", "--sac.learning_starts", "64",
+            "--sac.batch_size", "64", "--sac.updates_per_iteration", "2", "--iterations", "2"]
+    assert main(["train", *sac_args(tmp_path, "run"), *args]) == 0
+    loaded = load_policy(tmp_path / "run" / "latest.pt").policy
+    assert loaded.log_std_range == (-5.0, 0.0) and loaded.actor[-1].weight.abs().sum() > 0  # trained away from 0
 
 
 def test_a_gradient_step_moves_the_targets_by_tau_and_leaves_the_critics_out_of_the_actors_loss() -> None:

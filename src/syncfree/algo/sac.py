@@ -11,7 +11,7 @@ learners' (`syncfree.algo.offpolicy`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ from syncfree.algo.replay import Batch
 from syncfree.envs.api import VecEnv
 from syncfree.errors import check
 from syncfree.policy.build import EnvShape
-from syncfree.policy.sac import SquashedGaussianActorCritic
+from syncfree.policy.sac import LOG_STD_MIN, SquashedGaussianActorCritic
 
 SAC_STATS = ("critic_loss", "actor_loss", "alpha", "entropy", "q_mean")
 """Means over the iteration's gradient steps (0 while none was taken, `gradient_steps`): the twin critics' mean
@@ -40,11 +40,21 @@ class SACConfig(OffPolicyConfig):
     """The temperature's Adam step size (its log is learned; the target entropy is -action_dim)."""
     init_alpha: float = 1.0
     """The temperature at the start."""
+    log_std_max: float = 2.0
+    """The top of the range a tanh squashes the actor's log standard deviation into, from -5: CleanRL's and
+    SpinningUp's 2; FastSAC's 0 keeps the exploration narrower (an untrained actor's is the range's middle)."""
+    actor_init: Literal["default", "zero"] = "default"
+    """The actor's output layer at the start: `default`, PyTorch's initialization (CleanRL's); `zero`, its weights
+    and biases 0 (FastSAC's), so that the untrained actor's mean action is 0 in every state (the env's default pose
+    under `action_bounds` `unit` or `symmetric`) and its log standard deviation the middle of its range."""
 
     def validate(self, section: str = "sac") -> None:
         super().validate(section)
         for key in ("alpha_learning_rate", "init_alpha"):
             check(getattr(self, key) > 0, f"{section}.{key}", "a number > 0", getattr(self, key))
+        check(self.log_std_max > LOG_STD_MIN, f"{section}.log_std_max", f"a number > {LOG_STD_MIN:g}",
+              self.log_std_max)
+        check(self.actor_init in ("default", "zero"), f"{section}.actor_init", "default, zero", self.actor_init)
 
 
 @dataclass
@@ -89,8 +99,10 @@ class SAC(OffPolicy):
     @classmethod
     def build_policy(cls, cfg: SACTrainConfig, env: EnvShape) -> SquashedGaussianActorCritic:
         cls.check_actions(cfg, env)
-        return SquashedGaussianActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy, cfg.sac.init_alpha,
-                                           cfg.sac.support(), cls.action_bounds(cfg, env))
+        own = cfg.sac
+        return SquashedGaussianActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy, own.init_alpha,
+                                           own.support(), cls.action_bounds(cfg, env), own.log_std_max,
+                                           own.actor_init == "zero")
 
     @staticmethod
     @torch.inference_mode()

@@ -23,8 +23,9 @@ from syncfree.policy.settings import PolicyConfig
 Support = tuple[float, float, int]
 """A distributional critic's atoms: `num_atoms` values evenly spaced from `v_min` to `v_max`."""
 
-LOG_STD_RANGE = (-5.0, 2.0)
-"""The actor's log standard deviation, squashed into this range by a tanh (CleanRL's and SpinningUp's bounds)."""
+LOG_STD_MIN = -5.0
+"""The bottom of the range a tanh squashes the actor's log standard deviation into (CleanRL's and SpinningUp's);
+its top is `sac.log_std_max`."""
 
 
 class TwinCritics(nn.Module):
@@ -167,17 +168,22 @@ class SquashedGaussianActorCritic(TwinCritics):
     kind = "sac"
 
     def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
-                 init_alpha: float, support: Support | None = None,
-                 bounds: tuple[Tensor, Tensor] | None = None) -> None:
+                 init_alpha: float, support: Support | None = None, bounds: tuple[Tensor, Tensor] | None = None,
+                 log_std_max: float = 2.0, zero_output: bool = False) -> None:
         super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg, support, bounds)
         self.actor = mlp(actor_obs_dim, cfg.actor_hidden, 2 * self.action_dim, cfg.activation)
+        if zero_output:  # the mean 0 and the log standard deviation its range's middle, in every state
+            nn.init.zeros_(self.actor[-1].weight)
+            nn.init.zeros_(self.actor[-1].bias)
+        self.log_std_range = (LOG_STD_MIN, log_std_max)
+        """The range a tanh squashes the actor's log standard deviation into (`sac.log_std_max`)."""
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
 
     deployed_action = "deterministic action: tanh of the squashed Gaussian's mean, mapped onto the env's range"
 
     def mean_log_std(self, actor_obs: Tensor) -> tuple[Tensor, Tensor]:
         mean, raw = self.actor(self.actor_norm(actor_obs)).split(self.action_dim, dim=-1)
-        low, high = LOG_STD_RANGE
+        low, high = self.log_std_range
         return mean, low + 0.5 * (high - low) * (torch.tanh(raw) + 1.0)
 
     def sample(self, actor_obs: Tensor) -> tuple[Tensor, Tensor]:
