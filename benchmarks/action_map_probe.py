@@ -1,12 +1,13 @@
 """What each off-policy action map (`sac.action_bounds`) makes of fixed actions on a task with declared bounds: the
 first-episode return and length of fixed action rules, before any training.
 
-    python benchmarks/action_map_probe.py [--task g1-track] [--num_envs 64] [--seed 1000]
+    python benchmarks/action_map_probe.py [--task g1-track] [--num_envs 64] [--seed 1000] \
+        [--set sac.actor_init=zero sac.log_std_max=0]
 
 Rules, each on the same fresh envs (seeded `--seed`): the actor's 0 under each map (`unit` and `symmetric`: the
 env's 0, g1-track's default pose; `env`: the middle of each declared range); actions uniform in [-1, 1] mapped by
 each (what the random warm-up before `learning_starts` sends); and an untrained SAC actor of the task's SAC preset
-(built with torch seeded `--seed`), its samples as the rollout draws them once learning started. Random draws come
+(built with torch seeded `--seed`, `--set` applied), its samples as the rollout draws them once learning started. Random draws come
 from torch's generator seeded with `--seed`. One line per rule: mean return and mean length over the envs' first
 episodes.
 """
@@ -24,14 +25,27 @@ def main() -> None:
     parser.add_argument("--task", default="g1-track")
     parser.add_argument("--num_envs", type=int, default=64)
     parser.add_argument("--seed", type=int, default=1000)
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
+                        help="settings of the SAC preset (VALUE read as YAML), e.g. sac.actor_init=zero")
     args = parser.parse_args()
+
+    import yaml
 
     from syncfree.algo import algorithm_for
     from syncfree.algo.offpolicy import OffPolicy
+    from syncfree.config import with_values
     from syncfree.tasks import make_task_env, preset, with_algorithm
+    from syncfree.tasks.configs import validated
 
     torch.set_num_threads(1)
     cfg = with_algorithm(preset(args.task), "sac")
+    settings = {}
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--set {item!r}: expected KEY=VALUE")
+        settings[key] = yaml.safe_load(value)
+    cfg = validated(with_values(cfg, settings))
     maps = {}
     for mode in ("unit", "env", "symmetric"):
         cfg.learner.action_bounds = mode
