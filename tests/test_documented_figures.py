@@ -9,6 +9,7 @@ runs it), then
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -126,3 +127,17 @@ def test_the_documented_hopper_optimizer_figures_are_the_ones_in_the_results() -
         figures = f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f} | " + ", ".join(
             f"{v:.1f}" for v in values)
         assert f"| {name} | {figures} |" in page, name
+
+
+def test_the_documented_off_policy_preset_figures_are_the_ones_in_the_results() -> None:
+    """docs/off-policy.md's SAC on Hopper-v5 (each seed's final deterministic return, their mean and 95 % t-interval
+    half-width) is `benchmarks/learning_seeds.py`'s output, 3 seeds of 300,032 env steps of the `gym:` preset."""
+    result = json.loads((ROOT / "benchmarks/results/off-policy-presets-cpu/sac-hopper.json").read_text())
+    assert result["task"] == "gym:Hopper-v5" and result["algorithm"] == "sac" and result["settings"] == {}
+    assert [run["seed"] for run in result["runs"]] == [0, 1, 2]
+    assert all(run["last_record"]["env_steps"] == 300_032 for run in result["runs"])
+    values = [run["eval_return"] for run in result["runs"]]
+    half = 4.303 * statistics.stdev(values) / len(values) ** 0.5  # Student's t, 2 degrees of freedom
+    page = re.sub(r"(\d),(\d{3})", r"\1\2", " ".join((ROOT / "docs" / "off-policy.md").read_text().split()))
+    assert f"Hopper-v5 {statistics.mean(values):.1f} ± {half:.1f} (95 %" in page
+    assert "deterministic returns of " + ", ".join(f"{v:.1f}" for v in values[:2]) + f" and {values[2]:.1f}" in page
