@@ -173,8 +173,10 @@ class SquashedGaussianActorCritic(TwinCritics):
         super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg, support, bounds)
         self.actor = mlp(actor_obs_dim, cfg.actor_hidden, 2 * self.action_dim, cfg.activation)
         if zero_output:  # the mean 0 and the log standard deviation its range's middle, in every state
-            nn.init.zeros_(self.actor[-1].weight)
-            nn.init.zeros_(self.actor[-1].bias)
+            output = self.actor[-1]
+            assert isinstance(output, nn.Linear)
+            nn.init.zeros_(output.weight)
+            nn.init.zeros_(output.bias)
         self.log_std_range = (LOG_STD_MIN, log_std_max)
         """The range a tanh squashes the actor's log standard deviation into (`sac.log_std_max`)."""
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
