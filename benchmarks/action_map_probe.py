@@ -7,9 +7,9 @@ first-episode return and length of fixed action rules, before any training.
 Rules, each on the same fresh envs (seeded `--seed`): the actor's 0 under each map (`unit` and `symmetric`: the
 env's 0, g1-track's default pose; `env`: the middle of each declared range); actions uniform in [-1, 1] mapped by
 each (what the random warm-up before `learning_starts` sends); and an untrained SAC actor of the task's SAC preset
-(built with torch seeded `--seed`, `--set` applied), its samples as the rollout draws them once learning started. Random draws come
-from torch's generator seeded with `--seed`. One line per rule: mean return and mean length over the envs' first
-episodes.
+(built with torch seeded `--seed`, `--set` applied), its samples as the rollout draws them once learning started.
+Random draws come from torch's generator seeded with `--seed`. One line per rule: mean return and mean length over
+the envs' first episodes.
 """
 
 from __future__ import annotations
