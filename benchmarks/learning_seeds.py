@@ -10,7 +10,10 @@ each window of iterations (`--windows 11-20 31-50 76-100`, 1-based, inclusive), 
 window's mean, sample standard deviation, min and max over the seeds, and the wall time of each run. With
 `--eval_envs N` each run's final policy also plays on N fresh envs (seeded 12345, as `syncfree eval`), once with
 its deterministic (greedy) actions and once with sampled ones (`syncfree eval --sample`), and the report gives the
-mean first-episode return of each per seed. For a preset whose learning rate
+mean first-episode return of each per seed; with `--eval_every K` too, the deterministic policy also plays those
+envs every K iterations, and the report gives the mean of these evaluations over the last 10 % of the iterations
+(one evaluation of a policy that still moves, an off-policy learner's, says little; the evaluations leave the
+training as it is). For a preset whose learning rate
 adapts (`ppo.schedule=adaptive`) the report gives, per seed, the share of iterations that ended with the rate at a
 bound of the schedule (1e-5 or 1e-2). Runs go one after another on one intra-op thread. Imports either layout of
 the trainer (`syncfree.train.runner.Runner`, or before it `syncfree.train.trainer.make_trainer`), so two checkouts
@@ -55,7 +58,7 @@ def final_eval(runner, cfg, num_envs: int, greedy: bool) -> float:
 
 
 def run(task: str, seed: int, iterations: int, eval_envs: int, algorithm: str = "",
-        settings: dict[str, Any] | None = None) -> dict:
+        settings: dict[str, Any] | None = None, eval_every: int = 0) -> dict:
     cfg = preset(task, algorithm=algorithm) if algorithm else preset(task)
     if settings:
         from syncfree.config import with_values
@@ -65,11 +68,13 @@ def run(task: str, seed: int, iterations: int, eval_envs: int, algorithm: str = 
     cfg.seed, cfg.log.progress = seed, False
     cfg.iterations = iterations or cfg.iterations
     runner = make_runner(cfg)
-    figures, records, rates = [], [], []
+    figures, records, rates, evaluations = [], [], [], []
     start = time.perf_counter()
     for it in tqdm(range(1, cfg.iterations + 1), desc=f"{task} seed {seed}", unit="it", file=sys.stderr):
         record = runner.learn(until=it)
         records.append(record)
+        if eval_envs and eval_every and it % eval_every == 0:
+            evaluations.append({"iteration": it, "eval_return": final_eval(runner, cfg, eval_envs, greedy=True)})
         rates.append(record.get("learning_rate", float("nan")))
         figures.append(record.get("reward_per_agent_step", record.get("mean_return", float("nan"))))
     wall = time.perf_counter() - start
@@ -80,6 +85,10 @@ def run(task: str, seed: int, iterations: int, eval_envs: int, algorithm: str = 
     if eval_envs:
         result["eval_return"] = final_eval(runner, cfg, eval_envs, greedy=True)
         result["eval_return_sampled"] = final_eval(runner, cfg, eval_envs, greedy=False)
+    if evaluations:  # the steadier figure of a policy that still moves: its evaluations over the last 10 %
+        result["evaluations"] = evaluations
+        late = [e["eval_return"] for e in evaluations if e["iteration"] >= 0.9 * cfg.iterations]
+        result["eval_return_late"] = statistics.mean(late or [result["eval_return"]])
     runner.close()
     return result
 
@@ -104,6 +113,9 @@ def main() -> None:
     parser.add_argument("--windows", nargs="+", default=["11-20", "31-50", "76-100"])
     parser.add_argument("--eval_envs", type=int, default=0,
                         help="evaluate each final policy on this many fresh envs (grid-arena: simulations); 0: none")
+    parser.add_argument("--eval_every", type=int, default=0,
+                        help="with --eval_envs, also evaluate the deterministic policy every this many iterations "
+                             "and report the mean of those in the last 10 %% of the iterations; 0: the final only")
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="settings of the preset to change, e.g. ppo.optimizer=muon (values read as JSON, else "
                              "as strings)")
@@ -113,7 +125,10 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.eval_envs < 0:
         parser.error(f"--eval_envs={args.eval_envs} is invalid; allowed: an integer >= 0")
-    runs = [run(args.task, seed, args.iterations, args.eval_envs, args.algorithm, settings) for seed in args.seeds]
+    if args.eval_every < 0 or (args.eval_every and not args.eval_envs):
+        parser.error(f"--eval_every={args.eval_every} is invalid; allowed: an integer >= 0, with --eval_envs")
+    runs = [run(args.task, seed, args.iterations, args.eval_envs, args.algorithm, settings, args.eval_every)
+            for seed in args.seeds]
     windows = {}
     for window in args.windows:
         first, last = (int(x) for x in window.split("-"))
@@ -130,6 +145,12 @@ def main() -> None:
     if shares:
         print(f"learning rate at a bound of the adaptive schedule after {', '.join(f'{x:.0%}' for x in shares)} "
               "of the iterations (per seed)")
+    late = [r["eval_return_late"] for r in runs if "eval_return_late" in r]
+    if late:
+        spread = statistics.stdev(late) if len(late) > 1 else 0.0
+        print(f"deterministic evaluations over the last 10 % of the iterations (every {args.eval_every}): mean "
+              f"return {statistics.mean(late):.2f} ± {spread:.2f} over {len(late)} seeds (per seed: "
+              f"{', '.join(f'{e:.2f}' for e in late)})")
     for key, actions in (("eval_return", "deterministic"), ("eval_return_sampled", "sampled")):
         evals = [r[key] for r in runs if key in r]
         if evals:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -126,6 +127,31 @@ def test_learning_seeds_reports_the_final_eval_and_the_rate_at_a_bound(
     assert result["eval_return"] < 0 and result["eval_return_sampled"] < 0  # pendulum's rewards are costs
     assert result["eval_return_sampled"] != result["eval_return"]  # std about 1: sampling changes the returns
     assert result.get("share_at_bound") == (pytest.approx(share) if share is not None else None)
+
+
+def test_learning_seeds_evaluates_along_the_run_without_changing_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`eval_every`: the deterministic policy evaluated every K iterations, and the mean of those in the last 10 % of
+    the iterations reported; the training is the same as without them, bit for bit."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import learning_seeds
+
+    def small_preset(task: str, algorithm: str = ""):
+        cfg = preset(task, algorithm=algorithm) if algorithm else preset(task)
+        cfg.env.num_envs, cfg.env.max_episode_length, cfg.perf.compile = 16, 12, "off"
+        cfg.learner.learning_starts, cfg.learner.batch_size, cfg.learner.updates_per_iteration = 64, 64, 2
+        return cfg
+
+    preset = learning_seeds.preset
+    monkeypatch.setattr(learning_seeds, "preset", small_preset)
+    plain = learning_seeds.run("pendulum", seed=0, iterations=20, eval_envs=4, algorithm="sac")
+    along = learning_seeds.run("pendulum", seed=0, iterations=20, eval_envs=4, algorithm="sac", eval_every=2)
+    assert along["figure"][3:] == plain["figure"][3:] and not any(math.isnan(f) for f in plain["figure"][3:])
+    assert along["last_record"]["critic_loss"] == plain["last_record"]["critic_loss"]
+    assert along["eval_return"] == plain["eval_return"]
+    assert [e["iteration"] for e in along["evaluations"]] == list(range(2, 21, 2))
+    assert along["evaluations"][-1]["eval_return"] == along["eval_return"]
+    late = [e["eval_return"] for e in along["evaluations"] if e["iteration"] >= 18]
+    assert along["eval_return_late"] == pytest.approx(sum(late) / 2) and "evaluations" not in plain
 
 
 def test_mettagrid_restarts_counts_the_conversions_of_each_side(tmp_path: Path) -> None:
