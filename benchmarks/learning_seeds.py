@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -93,6 +94,21 @@ def run(task: str, seed: int, iterations: int, eval_envs: int, algorithm: str = 
     return result
 
 
+def window_summary(runs: list[dict], first: int, last: int) -> dict:
+    """Each run's mean figure over iterations `first`-`last` (1-based, inclusive) and their mean, sample standard
+    deviation, min and max over the runs. An iteration in which no episode ended has no figure (NaN) and is left out;
+    a run with none in the window is NaN and left out of the summary (`seeds` counts those in it)."""
+    def finite_mean(values: list[float]) -> float:
+        finite = [v for v in values if math.isfinite(v)]
+        return statistics.mean(finite) if finite else math.nan
+
+    values = [finite_mean(r["figure"][first - 1 : last]) for r in runs]
+    kept = [v for v in values if math.isfinite(v)]
+    return {"per_seed": values, "seeds": len(kept), "mean": statistics.mean(kept) if kept else math.nan,
+            "sd": statistics.stdev(kept) if len(kept) > 1 else 0.0 if kept else math.nan,
+            "min": min(kept, default=math.nan), "max": max(kept, default=math.nan)}
+
+
 def parse_setting(item: str) -> tuple[str, Any]:
     """`key=value` of `--set`: the value as JSON (numbers, booleans, lists), else as a string."""
     key, sep, text = item.partition("=")
@@ -132,13 +148,10 @@ def main() -> None:
     windows = {}
     for window in args.windows:
         first, last = (int(x) for x in window.split("-"))
-        values = [statistics.mean(r["figure"][first - 1 : last]) for r in runs]
-        windows[window] = {"per_seed": values, "mean": statistics.mean(values),
-                           "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
-                           "min": min(values), "max": max(values)}
-        w = windows[window]
+        windows[window] = w = window_summary(runs, first, last)
         print(f"iterations {window}: {w['mean']:.3f} ± {w['sd']:.3f} (min {w['min']:.3f}, max {w['max']:.3f}) "
-              f"over {len(values)} seeds")
+              f"over {w['seeds']} seeds" + ("" if w["seeds"] == len(runs) else
+                                           f" ({len(runs) - w['seeds']} without a finished episode in them)"))
     walls = [r["wall_seconds"] for r in runs]
     print(f"wall time per run: {statistics.mean(walls):.0f} s (min {min(walls):.0f}, max {max(walls):.0f})")
     shares = [r["share_at_bound"] for r in runs if "share_at_bound" in r]

@@ -154,6 +154,21 @@ def test_learning_seeds_evaluates_along_the_run_without_changing_it(monkeypatch:
     assert along["eval_return_late"] == pytest.approx(sum(late) / 2) and "evaluations" not in plain
 
 
+def test_learning_seeds_windows_leave_out_iterations_without_a_finished_episode(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from learning_seeds import window_summary
+
+    nan = math.nan
+    runs = [{"figure": [nan, 2.0, 4.0]}, {"figure": [nan, nan, 6.0]}, {"figure": [nan, nan, nan]}]
+    summary = window_summary(runs, 2, 3)
+    assert summary["per_seed"][:2] == [3.0, 6.0] and math.isnan(summary["per_seed"][2])
+    assert (summary["seeds"], summary["mean"], summary["min"], summary["max"]) == (2, 4.5, 3.0, 6.0)
+    assert summary["sd"] == pytest.approx(2.1213203)
+    empty = window_summary(runs, 1, 1)
+    assert empty["seeds"] == 0 and all(math.isnan(empty[k]) for k in ("mean", "sd", "min", "max"))
+
+
 def test_mettagrid_restarts_counts_the_conversions_of_each_side(tmp_path: Path) -> None:
     pytest.importorskip("mettagrid")
     spec = importlib.util.spec_from_file_location("benchmark_mettagrid_restarts", BENCHMARKS / "mettagrid_restarts.py")
