@@ -763,7 +763,8 @@ def test_g1_tracks_bounds_are_its_joint_limits_as_actions() -> None:
 
 
 @pytest.mark.parametrize("algorithm", LEARNERS)
-def test_symmetric_bounds_keep_zero_at_zero_and_reach_the_farther_bound(algorithm: str) -> None:
+def test_symmetric_bounds_keep_zero_at_zero_and_reach_the_farther_bound(algorithm: str,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
     """`symmetric` (FastSAC's joint-limit-aware bounds): declared [-0.5, 0.25], the env takes `0.5 x` the actor's
     [-1, 1], 0 stays 0 (the default pose), the random warm-up reaches past the nearer bound; on g1-track the map's
     scale is each joint's farther limit from its default pose, in actions, and its bias 0."""
@@ -780,6 +781,13 @@ def test_symmetric_bounds_keep_zero_at_zero_and_reach_the_farther_bound(algorith
     torch.testing.assert_close(actions, 0.5 * stored, rtol=0, atol=0)
     assert actions[:4].max() > 0.3 and actions.min() >= -0.5 and actions.max() <= 0.5
     assert torch.equal(runner.policy.action_bias, torch.zeros(1))
+
+    plain = small(algorithm)  # an env declaring no bounds: [-1, 1], said in one line
+    plain.learner.action_bounds = "symmetric"
+    with caplog.at_level(logging.WARNING, logger="syncfree"):
+        unbounded = Runner(plain)
+    assert learner(unbounded)._env_actions is None
+    assert f"{algorithm}.action_bounds=symmetric: the env declares no action bounds" in caplog.text
 
     g1 = with_algorithm(preset("g1-track"), algorithm)
     g1.learner.action_bounds = "symmetric"

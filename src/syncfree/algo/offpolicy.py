@@ -331,6 +331,10 @@ class OffPolicy(Algorithm):
     def build(cls, cfg: OffPolicyTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None = None,
               read_checkpoint: CheckpointReader | None = None) -> OffPolicy:
         cls.check_actions(cfg, env)
+        own = cfg.learner
+        if own.action_bounds != "unit" and getattr(env, "action_bounds", None) is None:
+            log.warning("%s.action_bounds=%s: the env declares no action bounds (VecEnv.action_bounds); the actions "
+                        "stay in [-1, 1], as with unit", cfg.SECTION, own.action_bounds)
         with allocating(POLICY_MEMORY):
             policy = cls.build_policy(cfg, env).to(device)
         set_autocast(policy, cfg.perf.autocast, device)
