@@ -308,3 +308,36 @@ def test_export_replaces_a_link_in_the_folder_and_never_writes_through_it(pendul
     assert sorted(p.name for p in out.iterdir()) == ["pendulum-actor.json", "pendulum-actor.onnx"]
     assert not any(p.is_symlink() for p in out.iterdir())
     assert json.loads((out / "pendulum-actor.json").read_text())["graphs"]
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "sac", "td3"])
+def test_layer_norm_and_silu_networks_train_and_export_as_the_live_actor(algorithm: str, tmp_path: Path) -> None:
+    """`policy.layer_norm` with `policy.activation=silu` (FastSAC's networks): every hidden layer of the actor and
+    the critics is a linear layer, a `LayerNorm` and a SiLU; after training, the exported graph acts as the live
+    deterministic actor."""
+    from syncfree.tasks import with_algorithm
+
+    cfg = small_config("pendulum")
+    if algorithm != "ppo":
+        cfg = with_algorithm(cfg, algorithm)
+        section = getattr(cfg, algorithm)
+        section.learning_starts, section.batch_size, section.updates_per_iteration = 0, 32, 2
+        section.steps_per_env = 4
+    cfg.iterations = 2
+    cfg.policy.layer_norm, cfg.policy.activation = True, "silu"
+    trainer = Run(cfg, tmp_path / "run")
+    trainer.learn()
+    trainer.close()
+    policy = trainer.runner.policy
+    networks = [policy.actor, *((policy.q1, policy.q2) if algorithm != "ppo" else (policy.critic,))]
+    for network in networks:
+        kinds = [type(layer).__name__ for layer in network]
+        assert kinds == ["Linear", "LayerNorm", "SiLU"] * 2 + ["Linear"], kinds
+    norm = policy.actor[1]
+    assert not torch.equal(norm.weight, torch.ones_like(norm.weight))  # its scale trained (it starts at 1)
+    files = export_checkpoint(tmp_path / "run" / "latest.pt", tmp_path / "onnx")
+    obs = actor_obs(trainer)
+    with torch.no_grad():
+        expected = policy.act_deterministic(obs)
+    (actions,) = run_onnx(files[0], actor_obs=obs)
+    np.testing.assert_allclose(actions, expected.numpy(), rtol=0, atol=1e-5)

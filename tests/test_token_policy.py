@@ -349,3 +349,15 @@ def test_discrete_actions_and_wrong_observation_widths_are_rejected() -> None:
         TokenActorCritic(LAYOUT, CRITIC_DIM, ActionSpec("discrete", 3))
     with pytest.raises(ValueError, match="expected actor observations"):
         make_policy().encode(torch.zeros(4, 100))
+
+
+def test_layer_norm_with_the_token_policy_is_one_line(tmp_path, capsys) -> None:
+    """`policy.layer_norm` shapes the MLP policies; the token policy's networks are `policy.token.*`, so asking for
+    it there is refused rather than ignored."""
+    from syncfree.cli import main
+
+    code = main(["train", "--task", "g1-track", "--policy.kind", "token", "--policy.layer_norm", "true",
+                 "--iterations", "1", "--log.dir", str(tmp_path), "--log.progress", "false"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "policy.layer_norm=True is invalid" in err, err
+    assert not any(tmp_path.iterdir())

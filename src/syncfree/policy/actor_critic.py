@@ -13,7 +13,7 @@ from syncfree.policy.heads import CategoricalHead, GaussianHead
 from syncfree.policy.normalizer import RunningNorm
 from syncfree.policy.settings import PolicyConfig
 
-_ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU}
+_ACTIVATIONS = {"elu": nn.ELU, "tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU}
 
 
 class Act(NamedTuple):
@@ -56,10 +56,12 @@ class MLP(nn.Sequential):
         return output(x.float())
 
 
-def mlp(in_dim: int, hidden: list[int], out_dim: int, activation: str) -> MLP:
+def mlp(in_dim: int, hidden: list[int], out_dim: int, activation: str, layer_norm: bool = False) -> MLP:
+    """An `MLP` of `hidden` layers: each a linear layer, a `LayerNorm` over its outputs where `layer_norm`
+    (`policy.layer_norm`; FastSAC's networks), then `activation`; then a linear output layer."""
     layers: list[nn.Module] = []
     for size in hidden:
-        layers += [nn.Linear(in_dim, size), _ACTIVATIONS[activation]()]
+        layers += [nn.Linear(in_dim, size), *([nn.LayerNorm(size)] if layer_norm else []), _ACTIVATIONS[activation]()]
         in_dim = size
     layers.append(nn.Linear(in_dim, out_dim))
     return MLP(*layers)
@@ -209,8 +211,8 @@ class ActorCritic(PolicyBase):
                                                                      validate_distributions, cfg.std_type)
         else:
             self.head = CategoricalHead(action_spec.size, validate_distributions)
-        self.actor = mlp(actor_obs_dim, cfg.actor_hidden, action_spec.size, cfg.activation)
-        self.critic = mlp(critic_obs_dim, cfg.critic_hidden, 1, cfg.activation)
+        self.actor = mlp(actor_obs_dim, cfg.actor_hidden, action_spec.size, cfg.activation, cfg.layer_norm)
+        self.critic = mlp(critic_obs_dim, cfg.critic_hidden, 1, cfg.activation, cfg.layer_norm)
         norm = (lambda d: RunningNorm(d, std_offset=cfg.obs_norm_std_offset)) if cfg.normalize_obs else (
             lambda d: nn.Identity())
         self.actor_norm = norm(actor_obs_dim)

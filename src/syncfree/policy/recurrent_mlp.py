@@ -94,9 +94,9 @@ class RecurrentMLPPolicy(nn.Module):
         self.head: GaussianHead | CategoricalHead = (
             GaussianHead(action_spec.size, cfg.init_std, std_type=cfg.std_type) if action_spec.kind == "continuous"
             else CategoricalHead(action_spec.size))
-        self.actor = mlp(r.hidden, cfg.actor_hidden, action_spec.size, cfg.activation)
+        self.actor = mlp(r.hidden, cfg.actor_hidden, action_spec.size, cfg.activation, cfg.layer_norm)
         self.actor_core = RecurrentStack(r.core, actor_obs_dim, r.hidden, r.num_layers)
-        self.critic = mlp(r.hidden, cfg.critic_hidden, 1, cfg.activation)
+        self.critic = mlp(r.hidden, cfg.critic_hidden, 1, cfg.activation, cfg.layer_norm)
         self.critic_core = RecurrentStack(r.core, critic_obs_dim, r.hidden, r.num_layers)
 
     # -- what the recurrent algorithm asks of a policy -------------------------------------------------------

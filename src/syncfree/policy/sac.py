@@ -61,8 +61,8 @@ class TwinCritics(nn.Module):
             lambda d: nn.Identity())
         self.actor_norm = norm(actor_obs_dim)
         self.critic_norm = norm(critic_obs_dim)
-        self.q1 = mlp(critic_obs_dim + self.action_dim, cfg.critic_hidden, outputs, cfg.activation)
-        self.q2 = mlp(critic_obs_dim + self.action_dim, cfg.critic_hidden, outputs, cfg.activation)
+        self.q1 = mlp(critic_obs_dim + self.action_dim, cfg.critic_hidden, outputs, cfg.activation, cfg.layer_norm)
+        self.q2 = mlp(critic_obs_dim + self.action_dim, cfg.critic_hidden, outputs, cfg.activation, cfg.layer_norm)
         self.q1_target = copy.deepcopy(self.q1).requires_grad_(False)
         self.q2_target = copy.deepcopy(self.q2).requires_grad_(False)
         self.actor: nn.Sequential
@@ -171,7 +171,7 @@ class SquashedGaussianActorCritic(TwinCritics):
                  init_alpha: float, support: Support | None = None, bounds: tuple[Tensor, Tensor] | None = None,
                  log_std_max: float = 2.0, zero_output: bool = False) -> None:
         super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg, support, bounds)
-        self.actor = mlp(actor_obs_dim, cfg.actor_hidden, 2 * self.action_dim, cfg.activation)
+        self.actor = mlp(actor_obs_dim, cfg.actor_hidden, 2 * self.action_dim, cfg.activation, cfg.layer_norm)
         if zero_output:  # the mean 0 and the log standard deviation its range's middle, in every state
             output = self.actor[-1]
             assert isinstance(output, nn.Linear)
@@ -213,7 +213,7 @@ class DeterministicActorCritic(TwinCritics):
     def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
                  support: Support | None = None, bounds: tuple[Tensor, Tensor] | None = None) -> None:
         super().__init__(actor_obs_dim, critic_obs_dim, action_spec, cfg, support, bounds)
-        self.actor = mlp(actor_obs_dim, cfg.actor_hidden, self.action_dim, cfg.activation)
+        self.actor = mlp(actor_obs_dim, cfg.actor_hidden, self.action_dim, cfg.activation, cfg.layer_norm)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
 
     def followed_params(self) -> tuple[list[Tensor], list[Tensor]]:

@@ -77,8 +77,11 @@ class PolicyConfig:
     """Hidden layer sizes of the actor MLP."""
     critic_hidden: list[int] = field(default_factory=lambda: [64, 64])
     """Hidden layer sizes of the critic MLP."""
-    activation: Literal["elu", "tanh", "relu"] = "elu"
+    activation: Literal["elu", "tanh", "relu", "silu"] = "elu"
     """Hidden activation."""
+    layer_norm: bool = False
+    """A `LayerNorm` after each hidden linear layer, before its activation, in the actor and the critics (FastSAC's
+    networks: with `activation: silu`)."""
     init_std: float = 1.0
     """Initial standard deviation of the Gaussian head (continuous actions)."""
     normalize_obs: bool = True
@@ -119,6 +122,8 @@ class PolicyConfig:
         check(self.obs_norm_std_offset >= 0, "policy.obs_norm_std_offset", "a number >= 0", self.obs_norm_std_offset)
         check(self.std_type in ("log", "scalar"), "policy.std_type", "log, scalar", self.std_type)
         check(self.actor_obs in ("policy", "critic"), "policy.actor_obs", "policy, critic", self.actor_obs)
+        check(not (self.layer_norm and self.kind == "token"), "policy.layer_norm",
+              "false with policy.kind=token (its MLPs are policy.token.*, without layer norms)", self.layer_norm)
 
 
 @dataclass
@@ -134,8 +139,8 @@ class TokenPolicyConfig(PolicyConfig):
 class RecurrentTokenPolicyConfig(PolicyConfig):
     """The recurrent token policy of `recurrent` (`kind=recurrent`; the MLP sizes above do not apply)."""
 
-    UNREAD: ClassVar[tuple[str, ...]] = ("actor_hidden", "critic_hidden", "activation", "init_std", "normalize_obs",
-                                         "obs_norm_std_offset", "std_type")
+    UNREAD: ClassVar[tuple[str, ...]] = ("actor_hidden", "critic_hidden", "activation", "layer_norm", "init_std",
+                                         "normalize_obs", "obs_norm_std_offset", "std_type")
     """The MLP fields above: this policy does not read them, so they must keep their defaults."""
     KINDS: ClassVar[tuple[str, ...]] = ("recurrent",)
     MIRRORABLE: ClassVar[bool] = False
