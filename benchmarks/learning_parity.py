@@ -49,6 +49,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -413,7 +414,7 @@ def report(out: Path) -> str:
             last = by_learner[off_policy[0]][0]["points"][-1]
             steps, done = last["env_steps"], last["iteration"]
             extra = by_learner[off_policy[0]][0].get("set", [])
-            set_flag = f" --set {' '.join(extra)}" if extra else ""
+            set_flag = f" --set {' '.join(map(shlex.quote, extra))}" if extra else ""  # as a shell reads it
             settings = ", ".join([f"`{k}={v}`" for k, v in (study.off_policy.settings if study.off_policy else ())]
                                  + [f"`{item}`" for item in extra])
             lines.append(f"{', '.join(off_policy)}: the preset for the learner with {settings} (`ALGO` its section); "
