@@ -65,8 +65,8 @@ def test_bad_config_is_one_line_naming_the_key(capsys, argv: list[str], culprit:
 @pytest.mark.parametrize("argv,line", [
     (["--ppo.schedule", "adaptiv"], "ppo.schedule='adaptiv' is invalid; allowed: fixed, adaptive, linear; did you mean "
                                     "adaptive?"),
-    (["--policy.activation", "rellu"], "policy.activation='rellu' is invalid; allowed: elu, tanh, relu; did you mean "
-                                       "relu?"),
+    (["--policy.activation", "rellu"], "policy.activation='rellu' is invalid; allowed: elu, tanh, relu, silu; did you "
+                                       "mean relu?"),
     (["--ppo.num_epochs", "abc"], "ppo.num_epochs='abc' is invalid; allowed: an integer"),
     (["--ppo.clipped_value_loss", "maybe"], "ppo.clipped_value_loss='maybe' is invalid; allowed: true or false"),
     (["--perf.grad_finite_from_norm", "before"],

@@ -170,6 +170,10 @@ class FeedForwardPPO(Algorithm):
         if cfg.policy.actor_obs != "policy":
             raise UserError(f"policy.actor_obs={cfg.policy.actor_obs}: only the MLP actor (policy.kind=mlp) reads "
                             "another group than policy")
+        if cfg.policy.layer_norm:
+            raise UserError(f"policy.layer_norm={cfg.policy.layer_norm} is invalid with policy.kind="
+                            f"{cfg.policy.kind}: only the MLP policies have layer norms (the token policy's networks "
+                            "are policy.token.*)")
         tokenizer = any(k.startswith("tokenizer/") for k in env.obs_shapes)
         if not isinstance(cfg.policy, TokenPolicyConfig) or env.action_spec.kind != "continuous" or not tokenizer:
             raise UserError(f"policy.kind={cfg.policy.kind}: task {cfg.task!r} has no tokenizer observations or no "

@@ -122,8 +122,6 @@ class PolicyConfig:
         check(self.obs_norm_std_offset >= 0, "policy.obs_norm_std_offset", "a number >= 0", self.obs_norm_std_offset)
         check(self.std_type in ("log", "scalar"), "policy.std_type", "log, scalar", self.std_type)
         check(self.actor_obs in ("policy", "critic"), "policy.actor_obs", "policy, critic", self.actor_obs)
-        check(not (self.layer_norm and self.kind == "token"), "policy.layer_norm",
-              "false with policy.kind=token (its MLPs are policy.token.*, without layer norms)", self.layer_norm)
 
 
 @dataclass
