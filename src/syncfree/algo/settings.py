@@ -232,7 +232,7 @@ class RNDConfig:
     """The predictor's hidden layers (-1: the group's width)."""
     target_hidden: list[int] = field(default_factory=lambda: [-1])
     """The target's hidden layers (-1: the group's width)."""
-    activation: Literal["elu", "tanh", "relu"] = "elu"
+    activation: Literal["elu", "tanh", "relu", "silu"] = "elu"
     state_normalization: bool = False
     """Normalize the networks' input by its running mean and deviation, updated once per iteration from the
     rollout's observations (as rsl_rl does)."""
@@ -255,7 +255,8 @@ class RNDConfig:
             check(len(sizes) > 0 and all(s >= 1 or s == -1 for s in sizes), f"rnd.{key}",
                   "a non-empty list of layer widths (>= 1, or -1 for the group's width)", sizes)
         check(self.learning_rate > 0, "rnd.learning_rate", "a number > 0", self.learning_rate)
-        check(self.activation in ("elu", "tanh", "relu"), "rnd.activation", "elu, tanh, relu", self.activation)
+        check(self.activation in ("elu", "tanh", "relu", "silu"), "rnd.activation", "elu, tanh, relu, silu",
+              self.activation)
 
 
 @dataclass

@@ -30,7 +30,7 @@ from syncfree.algo.configs import (
     convert,
 )
 from syncfree.algo.settings import DistillConfig, PPOConfig, RNDConfig, SymmetryConfig
-from syncfree.config import TrainConfig, validate, with_values
+from syncfree.config import TrainConfig, flatten, to_dict, validate, with_values
 from syncfree.core.imports import load_callable
 from syncfree.errors import UserError
 from syncfree.policy.settings import PolicyConfig, RecurrentCoreConfig, RecurrentMLPPolicyConfig
@@ -82,7 +82,7 @@ MAPPED: dict[str, str] = {
     "algorithm.grad_reduce_bucket_mb": "no effect (syncfree all-reduces the gradients in one flat buffer)",
     "model.class_name": "MLPModel, or RNNModel for both actor and critic (policy.kind=recurrent)",
     "model.hidden_dims": "policy.actor_hidden / policy.critic_hidden (-1: the observation's width)",
-    "model.activation": "policy.activation (the same for actor and critic)",
+    "model.activation": "policy.activation (the same for actor and critic; elu, tanh, relu, or swish: silu)",
     "model.obs_normalization": "policy.normalize_obs with rsl_rl's formula (the same for actor and critic)",
     "model.distribution_cfg": "actor: GaussianDistribution; critic: None",
     "model.distribution_cfg.init_std": "policy.init_std",
@@ -150,7 +150,8 @@ _OFF_ONLY = {"share_cnn_encoders": "syncfree's drop-in has no CNN models",
              "normalize_advantage_per_mini_batch": "syncfree normalizes advantages over the whole rollout"}
 """PPO keys accepted only when off, and why."""
 
-_ACTIVATIONS = ("elu", "tanh", "relu")
+_ACTIVATIONS = {"elu": "elu", "tanh": "tanh", "relu": "relu", "swish": "silu"}
+"""rsl_rl's activation names syncfree's MLPs have -> syncfree's name (rsl_rl's `swish` is `torch.nn.SiLU`)."""
 
 
 @dataclasses.dataclass
@@ -277,7 +278,13 @@ def runner_settings(out: ConfigT, cfg: Mapping[str, Any]) -> ConfigT:
     overrides = cfg.get("syncfree") or {}
     if not isinstance(overrides, Mapping):
         raise refuse("syncfree", "a dict of syncfree settings by dotted key ({'perf.compile': 'off'})")
-    return apply_overrides(out, overrides)
+    changed = apply_overrides(out, overrides)
+    moved = _moved_keys(to_dict(out)["policy"], to_dict(changed)["policy"])
+    if moved:
+        raise refuse(f"syncfree.policy.{moved[0]}", "the networks are the config's model sections, so that rsl_rl "
+                     "loads this runner's checkpoints into the models they name; change them there (a network "
+                     "rsl_rl's models cannot build trains with `syncfree train`)")
+    return changed
 
 
 def distillation_from_rsl_rl(cfg: dict[str, Any], obs: Mapping[str, Any] | None, num_envs: int,
@@ -528,7 +535,7 @@ def ppo_config(alg: dict[str, Any]) -> PPOConfig:
         weight_decay=0.01 if optimizer == "adamw" else 0.0)
 
 
-Activation = Literal["elu", "tanh", "relu"]
+Activation = Literal["elu", "tanh", "relu", "silu"]
 StdType = Literal["log", "scalar"]
 
 
@@ -666,6 +673,12 @@ def legacy_models(section: dict[str, Any], empirical_normalization: bool) -> tup
     return actor, critic
 
 
+def _moved_keys(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """The dotted keys of a config section whose value `after` differs from `before`."""
+    was = flatten(before)
+    return [key for key, value in flatten(after).items() if was.get(key, value) != value]
+
+
 def _hidden(value: Any, key: str) -> list[int]:
     if isinstance(value, int):
         value = [value]
@@ -676,9 +689,9 @@ def _hidden(value: Any, key: str) -> list[int]:
 
 
 def _activation(value: Any, key: str) -> Activation:
-    if value not in _ACTIVATIONS:
+    if not isinstance(value, str) or value not in _ACTIVATIONS:
         raise refuse(key, f"{value!r}: syncfree's MLPs use {', '.join(_ACTIVATIONS)}")
-    return cast(Activation, value)
+    return cast(Activation, _ACTIVATIONS[value])
 
 
 def _std_type(value: Any, key: str) -> StdType:
