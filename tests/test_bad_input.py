@@ -327,6 +327,7 @@ def trained_run(tmp_path_factory) -> Path:
     (["plot", "{run}", "--out", "{file}/sub/curves.png"], "its folder cannot be made: {file} is a file"),
     (["export", "{ckpt}", "--out", "{file}"], "export: --out {file}: is a file, not a folder"),
     (["export", "{ckpt}", "--out", "{file}/onnx"], "export: --out {file}/onnx: cannot be made: {file} is a file"),
+    (["export", "{ckpt}", "--out", "{dir}/policy.onnx"], "export: --out {dir}/policy.onnx: names the folder the graphs"),
     (["bench", "--task", "pendulum", "--out", "{file}"], "bench: --out {file}: is a file, not a folder"),
 ])
 def test_a_command_checks_where_it_writes_before_any_work(command: list[str], says: str, trained_run: Path,
@@ -338,6 +339,7 @@ def test_a_command_checks_where_it_writes_before_any_work(command: list[str], sa
     code, err = run_cli(capsys, *[part.format(**places) for part in command])
     assert code == 2 and says.format(**places) in one_line(err), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "a_folder"]  # nothing written
+    assert not any((tmp_path / "a_folder").iterdir())
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="permission bits do not bind root")

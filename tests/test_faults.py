@@ -590,9 +590,11 @@ def logged_iterations(run: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def sigterm_in_training(proc: Launched, run: Path) -> None:
-    wait_for(lambda: logged_iterations(run) >= 1)
-    proc.send(signal.SIGTERM)
+def signal_in_training(signum: int) -> Callable[[Launched, Path], None]:
+    def act(proc: Launched, run: Path) -> None:
+        wait_for(lambda: logged_iterations(run) >= 1)
+        proc.send(signum)
+    return act
 
 
 def two_signals_in_training(proc: Launched, run: Path) -> None:
@@ -642,7 +644,9 @@ class ProcessFault:
 
 
 PROCESS_FAULTS = [
-    ProcessFault("SIGTERM during training saves and exits", sigterm_in_training, (0,),
+    ProcessFault("SIGTERM during training saves and exits", signal_in_training(signal.SIGTERM), (0,),
+                 r"^stopped at iteration \d+ .*checkpoint .*run/latest\.pt$", saved_as_logged),
+    ProcessFault("SIGHUP (a closed terminal) during training saves and exits", signal_in_training(signal.SIGHUP), (0,),
                  r"^stopped at iteration \d+ .*checkpoint .*run/latest\.pt$", saved_as_logged),
     ProcessFault("a second signal aborts without a traceback", two_signals_in_training, (130,),
                  r"^aborted; checkpoint .*run/latest\.pt$", lambda run: checkpoint.load(run / "latest.pt")),
@@ -671,6 +675,22 @@ def test_process_fault(fault: ProcessFault, tmp_path: Path) -> None:
     last = err.strip().splitlines()[-1] if err.strip() else ""
     assert re.search(fault.says, last), err
     fault.after(run)
+
+
+@pytest.mark.slow
+def test_a_console_that_goes_away_ends_the_report_not_the_run(tmp_path: Path) -> None:
+    """stderr piped into a reader that closes (`syncfree train ... 2>&1 | head`, a dead `tee`): the progress lines
+    stop and the run trains on to its end and saves it."""
+    run = tmp_path / "run"
+    argv = [*SMALL, "--iterations", "3", "--log.progress", "true", "--log.progress_every", "1",
+            "--log.dir", str(tmp_path), "--log.run_name", "run"]
+    proc = subprocess.Popen([sys.executable, "-m", "syncfree", "train", *argv], stderr=subprocess.PIPE,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.stderr is not None
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 0
+    assert logged_iterations(run) == 3
+    assert checkpoint.load(run / "latest.pt")["iteration"] == 3
 
 
 def free_port() -> int:

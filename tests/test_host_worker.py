@@ -130,3 +130,18 @@ def test_a_hung_worker_does_not_outlive_the_trainer_process(tmp_path: Path) -> N
     while running(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not running(pid)
+
+
+def test_the_stop_signals_are_left_to_the_trainer(stalling: HostWorker) -> None:
+    """Ctrl-C reaches a terminal's whole process group, SIGTERM a SLURM step's every process, SIGHUP everything a
+    closed terminal started: the worker ignores them, so the trainer can finish its iteration on the worker's envs,
+    save, and stop it."""
+    stalling.call("pid")
+    pid = stalling.wait()
+    assert pid == stalling.process.pid
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        os.kill(pid, signum)
+    time.sleep(0.2)
+    stalling.call("pid")
+    assert stalling.wait() == pid
+    assert running(pid)

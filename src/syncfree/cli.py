@@ -17,7 +17,7 @@ from types import FrameType
 
 import syncfree
 from syncfree.core.imports import TRUST, from_command_line, user_names
-from syncfree.errors import INTERRUPTED, DistributedError, UserError, out_of_memory
+from syncfree.errors import INTERRUPTED, STOP_SIGNALS, DistributedError, UserError, out_of_memory
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # until training installs its own handlers, a signal stops start-up quietly (signals reach the main thread only)
     on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, interrupt) for signum in STOP_SIGNALS
                 if on_main_thread}
     command = COMMANDS[argv[0]][0]
     try:
@@ -89,10 +89,11 @@ def run() -> None:
 
 
 def interrupt(signum: int, frame: FrameType | None) -> None:
-    """Ctrl-C, or SIGTERM (from `timeout`, SLURM, Kubernetes), outside the training loop: there is nothing to save
-    yet, so the process ends at once, quietly. (A KeyboardInterrupt raised here could land inside an import of
+    """Ctrl-C, SIGTERM (from `timeout`, SLURM, Kubernetes) or SIGHUP outside the training loop: there is nothing to
+    save yet, so the process ends at once, quietly. (A KeyboardInterrupt raised here could land inside an import of
     torch or NumPy, which then fail later with unrelated errors.)"""
-    os.write(2, b"syncfree: interrupted\n")
+    with contextlib.suppress(OSError):  # a hung-up terminal takes no more lines
+        os.write(2, b"syncfree: interrupted\n")
     os._exit(INTERRUPTED)
 
 

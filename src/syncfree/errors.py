@@ -2,10 +2,15 @@
 
 import contextlib
 import re
+import signal
 from collections.abc import Iterator
 
 INTERRUPTED = 130
 """Exit code of a run stopped by a signal without saving (128 + SIGINT)."""
+
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+"""The signals that stop training after its current iteration, which is saved: Ctrl-C, SIGTERM (`timeout`, SLURM,
+Kubernetes) and SIGHUP (the terminal or the SSH session that started it closed)."""
 
 
 class UserError(Exception):

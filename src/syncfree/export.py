@@ -65,6 +65,9 @@ def export_checkpoint(path: str | Path, out_dir: str | Path | None = None, forma
     path = Path(path)
     if out_dir is not None:
         check_output_dir(out_dir, "export: --out")  # before the checkpoint is read
+        if Path(out_dir).suffix in (".onnx", ".json") and not Path(out_dir).exists():
+            raise UserError(f"export: --out {out_dir}: names the folder the graphs (<task>-actor.onnx) and their "
+                            "JSON sidecar go into, not a file; give a folder (--out exported)")
     loaded = load_policy(path, autocast=False)  # the exported graphs compute in float32 (a runtime picks its own)
     deployment = cast(Deployable, loaded.policy).deployment(_EXAMPLE_ROWS)
     out = Path(out_dir) if out_dir is not None else path.parent

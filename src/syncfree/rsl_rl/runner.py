@@ -88,8 +88,8 @@ class OnPolicyRunner:
 
     def learn(self, num_learning_iterations: int, init_at_random_ep_len: bool = False) -> None:
         """Train `num_learning_iterations` iterations from `current_learning_iteration`, saving
-        `model_<it>.pt` every `save_interval` iterations and at the end (with a `log_dir`), as rsl_rl does. Ctrl-C
-        or SIGTERM stops after the current iteration, which is saved, then raises `KeyboardInterrupt` (a second
+        `model_<it>.pt` every `save_interval` iterations and at the end (with a `log_dir`), as rsl_rl does. Ctrl-C,
+        SIGTERM or SIGHUP stops after the current iteration, which is saved, then raises `KeyboardInterrupt` (a second
         one: at once); the run folder's lock is released either way."""
         env, run = self.env, self.run
         runner = run.runner

@@ -3,10 +3,12 @@ file or a pipe (a bar there is one ever-growing line of carriage returns)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from typing import Any, TextIO
 
 from tqdm import tqdm
@@ -71,9 +73,12 @@ class Progress:
         self.stream = stream or sys.stderr
         self.until, self.start = until, start
         on = cfg.progress and show
-        self.bar = tqdm(total=until, initial=start, unit="it", dynamic_ncols=True, file=self.stream) if (
-            on and uses_bar(cfg.progress_style, self.stream)) else None
-        self.lines = on and self.bar is None
+        self.bar: tqdm[Any] | None = None
+        self.lines = False
+        with self.console():
+            self.bar = tqdm(total=until, initial=start, unit="it", dynamic_ncols=True, file=self.stream) if (
+                on and uses_bar(cfg.progress_style, self.stream)) else None
+            self.lines = on and self.bar is None
         self.every = cfg.progress_every or max(1, round((until - start) / LINES_PER_RUN))
         self._paced: list[float] = []
         """Seconds of each iteration after this runner's first (which may compile): the pace of the rest."""
@@ -82,7 +87,8 @@ class Progress:
     def compiling(self) -> None:
         """The next iteration builds the compiled graphs."""
         if self.bar is not None:  # (the start line says so too, for line output)
-            self.bar.set_description_str("compiling")
+            with self.console():
+                self.bar.set_description_str("compiling")
 
     def seconds_left(self, iteration: int) -> float:
         """The iterations still to run at the pace of those run so far (the first only when it is the only one)."""
@@ -90,7 +96,20 @@ class Progress:
         return (self.until - iteration) * (sum(pace) / len(pace)) if pace else float("nan")
 
     def update(self, record: dict[str, Any]) -> None:
-        """An iteration finished with this record."""
+        """An iteration finished with this record. A console that went away (a closed pipe, a hung-up terminal)
+        ends the report, not the run: the run folder still gets every record and checkpoint."""
+        with self.console():
+            self._report(record)
+
+    @contextlib.contextmanager
+    def console(self) -> Iterator[None]:
+        """Writes to the stream; once one fails (a closed pipe, a hung-up terminal), nothing more is written."""
+        try:
+            yield
+        except OSError:
+            self.bar, self.lines = None, False
+
+    def _report(self, record: dict[str, Any]) -> None:
         seconds = record["iteration_seconds"]
         if self._first is None:
             self._first = seconds
@@ -108,4 +127,5 @@ class Progress:
 
     def close(self) -> None:
         if self.bar is not None:
-            self.bar.close()
+            with self.console():
+                self.bar.close()

@@ -20,7 +20,7 @@ from syncfree.algo.scope import warn_inert_switches
 from syncfree.config import TrainConfig, to_dict
 from syncfree.core.compile import compile_cache_dir
 from syncfree.envs import VecEnv
-from syncfree.errors import NonFiniteError, UserError
+from syncfree.errors import STOP_SIGNALS, NonFiniteError, UserError
 from syncfree.tasks import make_task_env, preset_or_none
 from syncfree.train import checkpoint
 from syncfree.train.callbacks import Callbacks, IterationCallback
@@ -92,9 +92,9 @@ class Run:
 
     def learn(self, until: int | None = None, signals: bool = True, report: bool = True) -> dict[str, Any]:
         """Train until iteration `until` (default: `cfg.iterations`), logging each record, asking the callbacks,
-        saving as `saver` says and at the end; returns the last record. With `signals` (on the main thread), Ctrl-C
-        or SIGTERM stops after the current iteration, which is saved (`interrupted` says so), and a second one
-        aborts it (`KeyboardInterrupt`). `report=False`: no progress report (`log.progress`), where the caller
+        saving as `saver` says and at the end; returns the last record. With `signals` (on the main thread), Ctrl-C,
+        SIGTERM or SIGHUP stops after the current iteration, which is saved (`interrupted` says so), and a second
+        one aborts it (`KeyboardInterrupt`). `report=False`: no progress report (`log.progress`), where the caller
         prints its own (the rsl_rl drop-in, rsl_rl's)."""
         runner = self.runner
         until = self.cfg.iterations if until is None else until
@@ -131,8 +131,8 @@ class Run:
 
     @contextlib.contextmanager
     def _stop_on_signals(self, enabled: bool) -> Iterator[None]:
-        """Ctrl-C and SIGTERM (from `timeout`, SLURM, Kubernetes) stop after the current iteration; a second one
-        raises `KeyboardInterrupt` where the loop is."""
+        """Ctrl-C, SIGTERM (from `timeout`, SLURM, Kubernetes) and SIGHUP (a closed terminal) stop after the current
+        iteration; a second one raises `KeyboardInterrupt` where the loop is."""
         if not enabled or threading.current_thread() is not threading.main_thread():
             yield
             return
@@ -143,10 +143,11 @@ class Run:
             self.interrupted = True
             self.runner.request_stop()
             if self.runner.is_main:
-                print(f"\n{signal.Signals(signum).name}: stopping after this iteration (a second signal aborts "
-                      "without saving)", file=sys.stderr)
+                with contextlib.suppress(OSError):  # a hung-up terminal takes no more lines
+                    print(f"\n{signal.Signals(signum).name}: stopping after this iteration (a second signal aborts "
+                          "without saving)", file=sys.stderr)
 
-        previous = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+        previous = {signum: signal.signal(signum, request_stop) for signum in STOP_SIGNALS}
         try:
             yield
         finally:

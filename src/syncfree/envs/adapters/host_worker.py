@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from syncfree.errors import UserError
+from syncfree.errors import STOP_SIGNALS, UserError
 
 log = logging.getLogger("syncfree")
 
@@ -286,7 +286,8 @@ __all__ = ["HostWorker", "SharedArrays", "usable_cores", "worth_a_worker"]
 
 
 if __name__ == "__main__":
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the trainer's to handle; it then stops the worker
+    for signum in STOP_SIGNALS:  # Ctrl-C, SIGTERM to the group, a closed terminal: the trainer's to handle; it then
+        signal.signal(signum, signal.SIG_IGN)  # stops the worker
     if hasattr(select, "POLLRDHUP"):  # Linux
         threading.Thread(target=_exit_with_parent, args=(int(sys.argv[1]),), daemon=True).start()
     _serve(multiprocessing.connection.Connection(int(sys.argv[1])))
