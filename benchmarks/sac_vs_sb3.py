@@ -12,8 +12,17 @@ set to them), `tau` 0.005, `gamma` 0.99, automatic temperature from 1.0 with tar
 normalization. What differs: SB3 clamps the actor's log standard deviation to [-20, 2], syncfree squashes it into
 [-5, 2]. One thread (`OMP_NUM_THREADS=1`); the two run one after the other for each seed, on the same machine.
 
+With `--preset`, syncfree trains the task's SAC preset as it is (`gym:<id>`: 16 envs x 4 steps per iteration, 32
+gradient steps of 256, 10,000 random env steps, [256, 256] ReLU networks, observation normalization, the critics' and
+the temperature's rates 1e-3), and SB3 the preset's envs, steps per env (`train_freq`), gradient steps, batch, random
+steps, networks, `gamma`, `tau` and buffer with its own defaults for the rest (one rate of 3e-4, no observation
+normalization): each library as a user would run it at the same env steps and replay ratio.
+
 Evaluation: the first episode of `--eval_envs` fresh envs under the deterministic actor (syncfree: `syncfree.evaluate`;
-SB3: `evaluate_policy` on as many episodes of envs seeded from 10,000 + seed).
+SB3: `evaluate_policy` on as many envs, seeded from 10,000 + seed). With `--eval_every K` the policy is also
+evaluated so every K iterations (an iteration: the envs' steps between two updates), and the report gives the mean
+of those in the last 10 % of the iterations, as `learning_seeds.py --eval_every` does. `--libraries sb3` runs one
+side only (to set beside a syncfree figure measured before with the same settings).
 """
 
 from __future__ import annotations
@@ -41,47 +50,131 @@ def parse() -> argparse.Namespace:
     p.add_argument("--learning_starts", type=int, default=1_000)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--eval_envs", type=int, default=20)
+    p.add_argument("--eval_every", type=int, default=0,
+                   help="also evaluate every this many iterations; report the mean over the last 10 %% of them")
+    p.add_argument("--preset", action="store_true",
+                   help="syncfree: the gym:<env> SAC preset as it is; SB3: its layout, its own other defaults")
+    p.add_argument("--libraries", nargs="+", default=["syncfree", "sb3"], choices=["syncfree", "sb3"])
     p.add_argument("--out", default="")
-    return p.parse_args()
+    args = p.parse_args()
+    args.layout = layout(args)
+    return args
 
 
-def train_syncfree(args: argparse.Namespace, seed: int, folder: Path) -> tuple[float, list[float]]:
+def layout(args: argparse.Namespace) -> dict[str, Any]:
+    """Envs, steps per env and gradient steps per iteration, batch, random steps, networks and coefficients both
+    libraries share: the preset's with `--preset`, else `--envs` envs stepped once per `--envs` gradient steps."""
+    if not args.preset:
+        return {"envs": args.envs, "steps_per_env": 1, "gradient_steps": args.envs, "batch_size": 256,
+                "learning_starts": args.learning_starts, "hidden": HIDDEN, "activation": "relu", "gamma": 0.99,
+                "tau": 0.005, "buffer_size": 1_000_000}
+    from syncfree.tasks import preset
+
+    cfg = preset(f"gym:{args.env}", algorithm="sac")
+    sac, policy = cfg.sac, cfg.policy
+    if policy.actor_hidden != policy.critic_hidden or policy.activation not in ("relu", "tanh", "elu"):
+        raise SystemExit(f"sac_vs_sb3: the preset's networks ({policy}) have no SB3 counterpart here")
+    return {"envs": cfg.env.num_envs, "steps_per_env": sac.steps_per_env, "gradient_steps": sac.updates_per_iteration,
+            "batch_size": sac.batch_size, "learning_starts": sac.learning_starts, "hidden": policy.actor_hidden,
+            "activation": policy.activation, "gamma": sac.gamma, "tau": sac.tau, "buffer_size": sac.buffer_size}
+
+
+def iterations(args: argparse.Namespace) -> int:
+    return args.steps // (args.layout["envs"] * args.layout["steps_per_env"])
+
+
+def late(evaluations: list[tuple[int, float]], total: int) -> list[float]:
+    """The returns of the evaluations in the last 10 % of `total` iterations."""
+    return [value for iteration, value in evaluations if iteration >= 0.9 * total]
+
+
+Trained = tuple[float, list[float], list[tuple[int, float]]]
+"""The loop's seconds (evaluations left out), the final policy's returns, and (iteration, mean return) of each
+evaluation on the way."""
+
+
+def train_syncfree(args: argparse.Namespace, seed: int, folder: Path) -> Trained:
     import syncfree
+    from syncfree.train.evaluate import evaluate_task
 
-    iterations = args.steps // args.envs
-    result = syncfree.learn(
-        f"gym:{args.env}", algorithm="sac", seed=seed, iterations=iterations, run_dir=folder / f"syncfree-{seed}",
-        **{"env.num_envs": args.envs, "log.progress": False, "perf.compile": "off",
-           "policy.actor_hidden": HIDDEN, "policy.critic_hidden": HIDDEN, "policy.activation": "relu",
-           "policy.normalize_obs": False, "sac.steps_per_env": 1, "sac.updates_per_iteration": args.envs,
-           "sac.batch_size": 256, "sac.learning_starts": args.learning_starts, "sac.gamma": 0.99, "sac.tau": 0.005,
-           "sac.actor_learning_rate": RATE, "sac.critic_learning_rate": RATE, "sac.alpha_learning_rate": RATE,
-           "sac.buffer_size": 1_000_000})
+    shape = args.layout
+    settings: dict[str, Any] = {"env.num_envs": shape["envs"], "log.progress": False, "perf.compile": "off"}
+    if not args.preset:
+        settings.update({
+            "policy.actor_hidden": HIDDEN, "policy.critic_hidden": HIDDEN, "policy.activation": "relu",
+            "policy.normalize_obs": False, "sac.steps_per_env": 1, "sac.updates_per_iteration": args.envs,
+            "sac.batch_size": 256, "sac.learning_starts": args.learning_starts, "sac.gamma": 0.99, "sac.tau": 0.005,
+            "sac.actor_learning_rate": RATE, "sac.critic_learning_rate": RATE, "sac.alpha_learning_rate": RATE,
+            "sac.buffer_size": 1_000_000})
+    evaluations: list[tuple[int, float]] = []
+    spent = [0.0]
+
+    def evaluate(run: Any, record: dict[str, Any]) -> None:
+        if args.eval_every and record["iteration"] % args.eval_every == 0:
+            start = time.perf_counter()
+            returns = evaluate_task(run.cfg, run.runner.policy, args.eval_envs, run.runner.device, seed=10_000 + seed,
+                                    greedy=True)
+            evaluations.append((record["iteration"], float(returns.mean())))
+            spent[0] += time.perf_counter() - start
+
+    result = syncfree.learn(f"gym:{args.env}", algorithm="sac", seed=seed, iterations=iterations(args),
+                            run_dir=folder / f"syncfree-{seed}", on_iteration=[evaluate], **settings)
     assert result.run_dir is not None
     records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     seconds = sum(r["iteration_seconds"] for r in records)  # the loop's time, without building the run
     returns = syncfree.evaluate(result.run_dir / "latest.pt", num_envs=args.eval_envs, seed=10_000 + seed)
-    return seconds, [float(r) for r in returns]
+    return seconds, [float(r) for r in returns], evaluations
 
 
-def train_sb3(args: argparse.Namespace, seed: int) -> tuple[float, list[float]]:
+def train_sb3(args: argparse.Namespace, seed: int) -> Trained:
     import torch
     from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.evaluation import evaluate_policy
 
-    env = make_vec_env(args.env, n_envs=args.envs, seed=seed)
-    model = SAC("MlpPolicy", env, learning_rate=RATE, buffer_size=1_000_000, learning_starts=args.learning_starts,
-                batch_size=256, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=args.envs, ent_coef="auto_1.0",
-                policy_kwargs={"net_arch": HIDDEN, "activation_fn": torch.nn.ReLU}, seed=seed, device="cpu",
-                verbose=0)
+    shape = args.layout
+    per_iteration = shape["envs"] * shape["steps_per_env"]
+
+    def evaluate(model: Any) -> list[float]:
+        env = make_vec_env(args.env, n_envs=args.eval_envs, seed=10_000 + seed)
+        returns, _ = evaluate_policy(model, env, n_eval_episodes=args.eval_envs, deterministic=True,
+                                     return_episode_rewards=True)
+        env.close()
+        return [float(r) for r in returns]
+
+    class Evaluations(BaseCallback):
+        """Every `--eval_every` iterations, at the start of a rollout (after the last iteration's update)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.evaluations: list[tuple[int, float]] = []
+            self.seconds = 0.0
+
+        def _on_rollout_start(self) -> None:
+            iteration = self.num_timesteps // per_iteration
+            if args.eval_every and iteration and iteration % args.eval_every == 0 and (
+                    not self.evaluations or self.evaluations[-1][0] != iteration):
+                start = time.perf_counter()
+                self.evaluations.append((iteration, statistics.fmean(evaluate(self.model))))
+                self.seconds += time.perf_counter() - start
+
+        def _on_step(self) -> bool:
+            return True
+
+    activation = {"relu": torch.nn.ReLU, "tanh": torch.nn.Tanh, "elu": torch.nn.ELU}[shape["activation"]]
+    env = make_vec_env(args.env, n_envs=shape["envs"], seed=seed)
+    coefficients: dict[str, Any] = {} if args.preset else {"learning_rate": RATE, "ent_coef": "auto_1.0"}
+    model = SAC("MlpPolicy", env, buffer_size=shape["buffer_size"], learning_starts=shape["learning_starts"],
+                batch_size=shape["batch_size"], tau=shape["tau"], gamma=shape["gamma"],
+                train_freq=shape["steps_per_env"], gradient_steps=shape["gradient_steps"],
+                policy_kwargs={"net_arch": shape["hidden"], "activation_fn": activation}, seed=seed, device="cpu",
+                verbose=0, **coefficients)
+    callback = Evaluations()
     start = time.perf_counter()
-    model.learn(total_timesteps=args.steps)
-    seconds = time.perf_counter() - start
-    eval_env = make_vec_env(args.env, n_envs=1, seed=10_000 + seed)
-    returns, _ = evaluate_policy(model, eval_env, n_eval_episodes=args.eval_envs, deterministic=True,
-                                 return_episode_rewards=True)
-    return seconds, [float(r) for r in returns]
+    model.learn(total_timesteps=iterations(args) * per_iteration, callback=callback)
+    seconds = time.perf_counter() - start - callback.seconds
+    return seconds, evaluate(model), callback.evaluations
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -101,32 +194,41 @@ def main() -> int:
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     runs: list[dict[str, Any]] = []
+    trainers = {"syncfree": train_syncfree, "sb3": lambda a, s, folder: train_sb3(a, s)}
+    steps = iterations(args) * args.layout["envs"] * args.layout["steps_per_env"]
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
-            for name, train in (("syncfree", lambda s: train_syncfree(args, s, Path(tmp))),
-                                ("sb3", lambda s: train_sb3(args, s))):
-                seconds, returns = train(seed)
-                run = {"library": name, "seed": seed, "seconds": seconds, "steps_per_s": args.steps / seconds,
-                       "return": statistics.fmean(returns), "returns": returns}
+            for name in args.libraries:
+                seconds, returns, evaluations = trainers[name](args, seed, Path(tmp))
+                run = {"library": name, "seed": seed, "seconds": seconds, "steps_per_s": steps / seconds,
+                       "return": statistics.fmean(returns), "returns": returns, "evaluations": evaluations}
+                if evaluations:
+                    run["return_late"] = statistics.fmean(late(evaluations, iterations(args)) or [run["return"]])
                 runs.append(run)
                 print(f"{name} seed {seed}: {run['steps_per_s']:.0f} env steps/s ({seconds:.1f} s), deterministic "
-                      f"return {run['return']:.1f}", flush=True)
+                      f"return {run['return']:.1f}" + (f", over the last 10 % {run['return_late']:.1f}"
+                                                       if evaluations else ""), flush=True)
     table = {}
-    for name in ("syncfree", "sb3"):
+    for name in args.libraries:
         mine = [r for r in runs if r["library"] == name]
         table[name] = {"steps_per_s": summary([r["steps_per_s"] for r in mine]),
                        "return": summary([r["return"] for r in mine])}
-    differences = [a["return"] - b["return"] for a, b in zip(runs[::2], runs[1::2], strict=True)]
-    speed = [a["steps_per_s"] / b["steps_per_s"] for a, b in zip(runs[::2], runs[1::2], strict=True)]
-    report = {"env": args.env, "steps": args.steps, "envs": args.envs, "learning_starts": args.learning_starts,
-              "seeds": args.seeds, "eval_envs": args.eval_envs, "machine": platform.processor() or platform.machine(),
-              "torch": torch.__version__, "threads": torch.get_num_threads(), "runs": runs, "summary": table,
-              "return_difference": summary(differences), "speed_ratio": summary(speed)}
+        if all("return_late" in r for r in mine):
+            table[name]["return_late"] = summary([r["return_late"] for r in mine])
+    report = {"env": args.env, "steps": steps, "layout": args.layout, "preset": args.preset,
+              "seeds": args.seeds, "eval_envs": args.eval_envs, "eval_every": args.eval_every,
+              "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+              "threads": torch.get_num_threads(), "runs": runs, "summary": table}
     for name, row in table.items():
         print(f"{name}: {row['steps_per_s']['mean']:.0f} ± {row['steps_per_s']['std']:.0f} env steps/s, return "
               f"{row['return']['mean']:.1f} ± {row['return']['std']:.1f} over seeds {args.seeds}")
-    print(f"syncfree / sb3 speed: {report['speed_ratio']['mean']:.2f}x ± {report['speed_ratio']['std']:.2f}; return "
-          f"difference {report['return_difference']['mean']:.1f} ± {report['return_difference']['std']:.1f}")
+    if len(args.libraries) == 2:
+        ours, theirs = ([r for r in runs if r["library"] == name] for name in ("syncfree", "sb3"))
+        report["return_difference"] = summary([a["return"] - b["return"] for a, b in zip(ours, theirs, strict=True)])
+        report["speed_ratio"] = summary([a["steps_per_s"] / b["steps_per_s"] for a, b in zip(ours, theirs, strict=True)])
+        print(f"syncfree / sb3 speed: {report['speed_ratio']['mean']:.2f}x ± {report['speed_ratio']['std']:.2f}; "
+              f"return difference {report['return_difference']['mean']:.1f} ± "
+              f"{report['return_difference']['std']:.1f}")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1))
