@@ -42,7 +42,7 @@ HIDDEN = [256, 256]
 RATE = 3e-4
 
 
-def parse() -> argparse.Namespace:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--env", default="Pendulum-v1", help="a Gymnasium id with a continuous action space")
     p.add_argument("--steps", type=int, default=20_000, help="env steps per run (all envs together)")
@@ -56,7 +56,7 @@ def parse() -> argparse.Namespace:
                    help="syncfree: the gym:<env> SAC preset as it is; SB3: its layout, its own other defaults")
     p.add_argument("--libraries", nargs="+", default=["syncfree", "sb3"], choices=["syncfree", "sb3"])
     p.add_argument("--out", default="")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     args.layout = layout(args)
     return args
 
@@ -183,10 +183,11 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"mean": mean, "std": spread}
 
 
-def main() -> int:
-    args = parse()
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     try:
-        import stable_baselines3  # noqa: F401
+        if "sb3" in args.libraries:
+            import stable_baselines3  # noqa: F401
     except ImportError:
         print("sac_vs_sb3: needs Stable-Baselines3 (pip install 'stable-baselines3>=2.9')", file=sys.stderr)
         return 2

@@ -298,3 +298,30 @@ def test_the_off_policy_learners_run_their_own_study_and_are_compared_at_ppos_ti
     assert "syncfree-sac at syncfree's mean training time (210 s): 2.50 ±" in text and "(per seed 2.00, 3.00)" in text
     summary = json.loads((tmp_path / "result.json").read_text())["g1-track"]
     assert summary["syncfree-sac"]["at_syncfree_seconds"] == {"seconds": 210.0, "per_seed": [2.0, 3.0]}
+
+
+def test_sac_vs_sb3_trains_the_preset_as_it_is_and_evaluates_along_the_run(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--preset`: the layout both libraries share is the task's SAC preset's; `--eval_every` evaluates the live
+    policy as the final checkpoint is evaluated (the same envs and seed), and averages the last 10 %."""
+    pytest.importorskip("gymnasium")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import sac_vs_sb3
+
+    from syncfree.tasks import preset
+
+    cfg = preset("gym:Pendulum-v1", algorithm="sac")
+    out = tmp_path / "report.json"
+    assert sac_vs_sb3.main(["--env", "Pendulum-v1", "--preset", "--libraries", "syncfree", "--steps", "640",
+                            "--seeds", "0", "--eval_envs", "2", "--eval_every", "2", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["layout"] == {"envs": cfg.env.num_envs, "steps_per_env": cfg.sac.steps_per_env,
+                                "gradient_steps": cfg.sac.updates_per_iteration, "batch_size": cfg.sac.batch_size,
+                                "learning_starts": cfg.sac.learning_starts, "hidden": cfg.policy.actor_hidden,
+                                "activation": "relu", "gamma": cfg.sac.gamma, "tau": cfg.sac.tau,
+                                "buffer_size": cfg.sac.buffer_size}
+    assert report["steps"] == 640 == 10 * cfg.env.num_envs * cfg.sac.steps_per_env
+    (run,) = report["runs"]
+    assert [iteration for iteration, _ in run["evaluations"]] == [2, 4, 6, 8, 10]
+    assert run["evaluations"][-1][1] == pytest.approx(run["return"])  # the live policy is the checkpoint's
+    assert run["return_late"] == run["evaluations"][-1][1]  # iteration 10 alone is in the last 10 %
