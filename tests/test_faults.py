@@ -551,14 +551,20 @@ SLOW = ["--task", "pendulum", "--env.num_envs", "4096", "--ppo.steps_per_env", "
 class Launched:
     """`python -m syncfree ARGV`, its stderr read as it comes."""
 
-    def __init__(self, argv: list[str], file_size_limit: int | None = None) -> None:
+    def __init__(self, argv: list[str], file_size_limit: int | None = None, ignored: tuple[int, ...] = ()) -> None:
         def limit() -> None:
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
             resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
 
+        def start() -> None:
+            if file_size_limit:
+                limit()
+            for signum in ignored:  # as `nohup` starts its command
+                signal.signal(signum, signal.SIG_IGN)
+
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen([sys.executable, "-m", "syncfree", *argv], stderr=subprocess.PIPE, text=True,
-                                     env=env, preexec_fn=limit if file_size_limit else None)
+                                     env=env, preexec_fn=start if file_size_limit or ignored else None)
         self.lines: list[str] = []
         self._reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stderr), daemon=True)
         self._reader.start()
@@ -595,6 +601,15 @@ def signal_in_training(signum: int) -> Callable[[Launched, Path], None]:
         wait_for(lambda: logged_iterations(run) >= 1)
         proc.send(signum)
     return act
+
+
+def sighup_under_nohup_then_sigterm(proc: Launched, run: Path) -> None:
+    wait_for(lambda: logged_iterations(run) >= 1)
+    proc.send(signal.SIGHUP)
+    reached = logged_iterations(run)
+    wait_for(lambda: logged_iterations(run) >= reached + 2)  # trains on
+    assert proc.proc.poll() is None
+    proc.send(signal.SIGTERM)
 
 
 def two_signals_in_training(proc: Launched, run: Path) -> None:
@@ -641,6 +656,8 @@ class ProcessFault:
     after: Callable[[Path], None]
     argv: tuple[str, ...] = tuple(SLOW)
     file_size_limit: int | None = None
+    ignored: tuple[int, ...] = ()
+    """Signals the process starts ignoring."""
 
 
 PROCESS_FAULTS = [
@@ -648,6 +665,9 @@ PROCESS_FAULTS = [
                  r"^stopped at iteration \d+ .*checkpoint .*run/latest\.pt$", saved_as_logged),
     ProcessFault("SIGHUP (a closed terminal) during training saves and exits", signal_in_training(signal.SIGHUP), (0,),
                  r"^stopped at iteration \d+ .*checkpoint .*run/latest\.pt$", saved_as_logged),
+    ProcessFault("SIGHUP under nohup is left ignored", sighup_under_nohup_then_sigterm, (0,),
+                 r"^stopped at iteration \d+ .*checkpoint .*run/latest\.pt$", saved_as_logged,
+                 ignored=(signal.SIGHUP,)),
     ProcessFault("a second signal aborts without a traceback", two_signals_in_training, (130,),
                  r"^aborted; checkpoint .*run/latest\.pt$", lambda run: checkpoint.load(run / "latest.pt")),
     ProcessFault("Ctrl-C twice before the first save", two_ctrl_c_before_the_first_save, (130,),
@@ -667,7 +687,8 @@ PROCESS_FAULTS = [
 @pytest.mark.parametrize("fault", PROCESS_FAULTS, ids=[f.name for f in PROCESS_FAULTS])
 def test_process_fault(fault: ProcessFault, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    proc = Launched(["train", *fault.argv, "--log.dir", str(tmp_path), "--log.run_name", "run"], fault.file_size_limit)
+    proc = Launched(["train", *fault.argv, "--log.dir", str(tmp_path), "--log.run_name", "run"], fault.file_size_limit,
+                    fault.ignored)
     fault.act(proc, run)
     code, err = proc.finish()
     assert "Traceback" not in err, err

@@ -17,7 +17,7 @@ from types import FrameType
 
 import syncfree
 from syncfree.core.imports import TRUST, from_command_line, user_names
-from syncfree.errors import INTERRUPTED, STOP_SIGNALS, DistributedError, UserError, out_of_memory
+from syncfree.errors import INTERRUPTED, DistributedError, UserError, out_of_memory, stop_signals
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -37,7 +37,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # until training installs its own handlers, a signal stops start-up quietly (signals reach the main thread only)
     on_main_thread = threading.current_thread() is threading.main_thread()
-    previous = {signum: signal.signal(signum, interrupt) for signum in STOP_SIGNALS
+    previous = {signum: signal.signal(signum, interrupt) for signum in stop_signals()
                 if on_main_thread}
     command = COMMANDS[argv[0]][0]
     try:

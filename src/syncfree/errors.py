@@ -13,6 +13,13 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 Kubernetes) and SIGHUP (the terminal or the SSH session that started it closed)."""
 
 
+def stop_signals() -> list[int]:
+    """The `STOP_SIGNALS` this process handles: SIGHUP not where it was started ignoring it (`nohup`: the run is to
+    outlive its terminal)."""
+    hangup = getattr(signal, "SIGHUP", None)
+    return [s for s in STOP_SIGNALS if s != hangup or signal.getsignal(s) != signal.SIG_IGN]
+
+
 class UserError(Exception):
     """Bad config, checkpoint or environment output: the message names the culprit."""
 

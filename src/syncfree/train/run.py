@@ -20,7 +20,7 @@ from syncfree.algo.scope import warn_inert_switches
 from syncfree.config import TrainConfig, to_dict
 from syncfree.core.compile import compile_cache_dir
 from syncfree.envs import VecEnv
-from syncfree.errors import STOP_SIGNALS, NonFiniteError, UserError
+from syncfree.errors import NonFiniteError, UserError, stop_signals
 from syncfree.tasks import make_task_env, preset_or_none
 from syncfree.train import checkpoint
 from syncfree.train.callbacks import Callbacks, IterationCallback
@@ -147,7 +147,7 @@ class Run:
                     print(f"\n{signal.Signals(signum).name}: stopping after this iteration (a second signal aborts "
                           "without saving)", file=sys.stderr)
 
-        previous = {signum: signal.signal(signum, request_stop) for signum in STOP_SIGNALS}
+        previous = {signum: signal.signal(signum, request_stop) for signum in stop_signals()}
         try:
             yield
         finally:
