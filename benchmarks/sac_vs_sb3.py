@@ -47,7 +47,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--env", default="Pendulum-v1", help="a Gymnasium id with a continuous action space")
     p.add_argument("--steps", type=int, default=20_000, help="env steps per run (all envs together)")
     p.add_argument("--envs", type=int, default=4)
-    p.add_argument("--learning_starts", type=int, default=1_000)
+    p.add_argument("--learning_starts", type=int, default=None,
+                   help="uniform random env steps first (default 1,000; with --preset the preset's)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--eval_envs", type=int, default=20)
     p.add_argument("--eval_every", type=int, default=0,
@@ -65,6 +66,7 @@ def layout(args: argparse.Namespace) -> dict[str, Any]:
     """Envs, steps per env and gradient steps per iteration, batch, random steps, networks and coefficients both
     libraries share: the preset's with `--preset`, else `--envs` envs stepped once per `--envs` gradient steps."""
     if not args.preset:
+        args.learning_starts = 1_000 if args.learning_starts is None else args.learning_starts
         return {"envs": args.envs, "steps_per_env": 1, "gradient_steps": args.envs, "batch_size": 256,
                 "learning_starts": args.learning_starts, "hidden": HIDDEN, "activation": "relu", "gamma": 0.99,
                 "tau": 0.005, "buffer_size": 1_000_000}
@@ -74,8 +76,9 @@ def layout(args: argparse.Namespace) -> dict[str, Any]:
     sac, policy = cfg.sac, cfg.policy
     if policy.actor_hidden != policy.critic_hidden or policy.activation not in ("relu", "tanh", "elu"):
         raise SystemExit(f"sac_vs_sb3: the preset's networks ({policy}) have no SB3 counterpart here")
+    starts = sac.learning_starts if args.learning_starts is None else args.learning_starts
     return {"envs": cfg.env.num_envs, "steps_per_env": sac.steps_per_env, "gradient_steps": sac.updates_per_iteration,
-            "batch_size": sac.batch_size, "learning_starts": sac.learning_starts, "hidden": policy.actor_hidden,
+            "batch_size": sac.batch_size, "learning_starts": starts, "hidden": policy.actor_hidden,
             "activation": policy.activation, "gamma": sac.gamma, "tau": sac.tau, "buffer_size": sac.buffer_size}
 
 
@@ -98,7 +101,8 @@ def train_syncfree(args: argparse.Namespace, seed: int, folder: Path) -> Trained
     from syncfree.train.evaluate import evaluate_task
 
     shape = args.layout
-    settings: dict[str, Any] = {"env.num_envs": shape["envs"], "log.progress": False, "perf.compile": "off"}
+    settings: dict[str, Any] = {"env.num_envs": shape["envs"], "log.progress": False, "perf.compile": "off",
+                                "sac.learning_starts": shape["learning_starts"]}
     if not args.preset:
         settings.update({
             "policy.actor_hidden": HIDDEN, "policy.critic_hidden": HIDDEN, "policy.activation": "relu",

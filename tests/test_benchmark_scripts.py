@@ -325,3 +325,5 @@ def test_sac_vs_sb3_trains_the_preset_as_it_is_and_evaluates_along_the_run(tmp_p
     assert [iteration for iteration, _ in run["evaluations"]] == [2, 4, 6, 8, 10]
     assert run["evaluations"][-1][1] == pytest.approx(run["return"])  # the live policy is the checkpoint's
     assert run["return_late"] == run["evaluations"][-1][1]  # iteration 10 alone is in the last 10 %
+    given = sac_vs_sb3.parse(["--env", "Pendulum-v1", "--preset", "--learning_starts", "128"]).layout
+    assert given == {**report["layout"], "learning_starts": 128}
