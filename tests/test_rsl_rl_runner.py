@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -261,6 +262,20 @@ def test_learn_may_be_called_again_and_goes_on_logging_into_the_same_folder(tmp_
         [1, 2, 3, 4]
     assert sorted(p.name for p in tmp_path.glob("model_*.pt")) == ["model_0.pt", "model_1.pt", "model_2.pt"]
     assert runner.current_learning_iteration == 2
+
+
+class ClosedPipe(io.StringIO):
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_console_that_goes_away_ends_the_block_not_the_run(tmp_path: Path, monkeypatch, one_thread) -> None:
+    """stdout piped into a reader that closed: rsl_rl's console block is dropped and the run trains on and saves."""
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    runner = OnPolicyRunner(rsl_env(), train_cfg(), log_dir=str(tmp_path), device="cpu")
+    runner.learn(3)
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
+    assert sorted(p.name for p in tmp_path.glob("model_*.pt")) == ["model_0.pt", "model_2.pt"]
 
 
 class LoggingEnv(SyncfreeToRslRl):

@@ -4,6 +4,7 @@ for the repositories a script adds."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 import subprocess
@@ -131,7 +132,8 @@ class Logger:
                  f"{'Iteration time:':>{pad}} {iteration_time:.2f}s\n"
                  f"{'Time elapsed:':>{pad}} {datetime.timedelta(seconds=int(self.tot_time))}\n"
                  f"{'ETA:':>{pad}} {datetime.timedelta(seconds=int(eta))}\n")
-        print(text)
+        with contextlib.suppress(OSError):  # a console that went away (a closed pipe) ends the block, not the run
+            print(text)
 
 
 def write_git_state(repo_file_path: str, out_dir: Path) -> None:
