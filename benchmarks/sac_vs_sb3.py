@@ -111,15 +111,12 @@ def train_syncfree(args: argparse.Namespace, seed: int, folder: Path) -> Trained
             "sac.actor_learning_rate": RATE, "sac.critic_learning_rate": RATE, "sac.alpha_learning_rate": RATE,
             "sac.buffer_size": 1_000_000})
     evaluations: list[tuple[int, float]] = []
-    spent = [0.0]
 
-    def evaluate(run: Any, record: dict[str, Any]) -> None:
+    def evaluate(run: Any, record: dict[str, Any]) -> None:  # after the iteration's seconds were taken
         if args.eval_every and record["iteration"] % args.eval_every == 0:
-            start = time.perf_counter()
             returns = evaluate_task(run.cfg, run.runner.policy, args.eval_envs, run.runner.device, seed=10_000 + seed,
                                     greedy=True)
             evaluations.append((record["iteration"], float(returns.mean())))
-            spent[0] += time.perf_counter() - start
 
     result = syncfree.learn(f"gym:{args.env}", algorithm="sac", seed=seed, iterations=iterations(args),
                             run_dir=folder / f"syncfree-{seed}", on_iteration=[evaluate], **settings)
