@@ -107,7 +107,7 @@ def train_syncfree(args: argparse.Namespace, seed: int, folder: Path) -> Trained
         settings.update({
             "policy.actor_hidden": HIDDEN, "policy.critic_hidden": HIDDEN, "policy.activation": "relu",
             "policy.normalize_obs": False, "sac.steps_per_env": 1, "sac.updates_per_iteration": args.envs,
-            "sac.batch_size": 256, "sac.learning_starts": args.learning_starts, "sac.gamma": 0.99, "sac.tau": 0.005,
+            "sac.batch_size": 256, "sac.gamma": 0.99, "sac.tau": 0.005,
             "sac.actor_learning_rate": RATE, "sac.critic_learning_rate": RATE, "sac.alpha_learning_rate": RATE,
             "sac.buffer_size": 1_000_000})
     evaluations: list[tuple[int, float]] = []
