@@ -3,6 +3,7 @@
     python benchmarks/learning_seeds.py --task grid-arena --seeds 0 1 2 3 4 --out results.json
     python benchmarks/learning_seeds.py --task pendulum --algorithm sac --seeds 0 1 2 --eval_envs 32 ...
     python benchmarks/learning_seeds.py --task pendulum --set ppo.optimizer=muon ...   # a setting changed
+    python benchmarks/learning_seeds.py --merge s0.json s1.json s2.json --windows 91-100 --out all.json   # seeds run apart
     PYTHONPATH=/tmp/before/src python benchmarks/learning_seeds.py ...   # the same with another checkout's syncfree
 
 The figure is `reward_per_agent_step` for multi-agent tasks (grid-arena) and `mean_return` otherwise, averaged over
@@ -120,7 +121,24 @@ def parse_setting(item: str) -> tuple[str, Any]:
         return key, text
 
 
-def main() -> None:
+def merged(paths: list[str]) -> dict:
+    """The `--out` files of runs of one task, algorithm and settings (each seed its own command, run side by side)
+    as one: their seeds and runs in order; one line naming the file that differs from the first."""
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    first = parts[0]
+    for path, part in zip(paths, parts, strict=True):
+        for key in ("task", "algorithm", "settings"):
+            if part[key] != first[key]:
+                sys.exit(f"learning_seeds.py: --merge {path}: {key} {part[key]!r}, where {paths[0]} has "
+                         f"{first[key]!r}")
+    seeds = [seed for part in parts for seed in part["seeds"]]
+    if len(set(seeds)) != len(seeds):
+        sys.exit(f"learning_seeds.py: --merge: seed repeated among {seeds}")
+    return {**{key: first[key] for key in ("task", "algorithm", "settings")}, "seeds": seeds,
+            "runs": [run for part in parts for run in part["runs"]]}
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="grid-arena")
     parser.add_argument("--algorithm", default="", help="the algorithm that trains the task (default: its own)")
@@ -135,16 +153,26 @@ def main() -> None:
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="settings of the preset to change, e.g. ppo.optimizer=muon (values read as JSON, else "
                              "as strings)")
+    parser.add_argument("--merge", nargs="+", default=[], metavar="FILE",
+                        help="train nothing: report the runs of these --out files (one seed each, say) as one, "
+                             "written to --out")
     parser.add_argument("--out", default="")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     settings = dict(parse_setting(item) for item in args.set)
     torch.set_num_threads(1)
     if args.eval_envs < 0:
         parser.error(f"--eval_envs={args.eval_envs} is invalid; allowed: an integer >= 0")
     if args.eval_every < 0 or (args.eval_every and not args.eval_envs):
         parser.error(f"--eval_every={args.eval_every} is invalid; allowed: an integer >= 0, with --eval_envs")
-    runs = [run(args.task, seed, args.iterations, args.eval_envs, args.algorithm, settings, args.eval_every)
-            for seed in args.seeds]
+    if args.merge:
+        whole = merged(args.merge)
+        args.task, args.algorithm, args.seeds = whole["task"], whole["algorithm"], whole["seeds"]
+        settings, runs = whole["settings"], whole["runs"]
+        args.eval_every = next((r["evaluations"][1]["iteration"] - r["evaluations"][0]["iteration"] for r in runs
+                                if len(r.get("evaluations", [])) > 1), args.eval_every)
+    else:
+        runs = [run(args.task, seed, args.iterations, args.eval_envs, args.algorithm, settings, args.eval_every)
+                for seed in args.seeds]
     windows = {}
     for window in args.windows:
         first, last = (int(x) for x in window.split("-"))
@@ -168,7 +196,8 @@ def main() -> None:
         evals = [r[key] for r in runs if key in r]
         if evals:
             spread = statistics.stdev(evals) if len(evals) > 1 else 0.0
-            print(f"final policy, {actions} actions, {args.eval_envs} envs: mean return {statistics.mean(evals):.2f} "
+            envs = f", {args.eval_envs} envs" if args.eval_envs else ""
+            print(f"final policy, {actions} actions{envs}: mean return {statistics.mean(evals):.2f} "
                   f"± {spread:.2f} over {len(evals)} seeds (per seed: {', '.join(f'{e:.2f}' for e in evals)})")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -216,3 +216,41 @@ class StagingCopies(TorchDispatchMode):
             self.uploads += src.untyped_storage().data_ptr() == self.results
             self.downloads += dst.untyped_storage().data_ptr() == self.actions
         return func(*args, **(kwargs or {}))
+
+
+USER_GYM_MODULE = '''
+import gymnasium
+import numpy as np
+from gymnasium.spaces import Box
+
+
+class Point(gymnasium.Env):
+    """A point moved by a 1-D action in [-2, 2] toward 0.5; 20 steps an episode; no render."""
+
+    def __init__(self, render_mode=None):
+        self.action_space = Box(-2.0, 2.0, (1,), np.float32)
+        self.observation_space = Box(-np.inf, np.inf, (2,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x, self.t = float(self.np_random.uniform(-1, 1)), 0
+        return np.array([self.x, 0.5], np.float32), {}
+
+    def step(self, action):
+        self.x += 0.1 * float(np.asarray(action).reshape(-1)[0])
+        self.t += 1
+        return np.array([self.x, 0.5], np.float32), -abs(self.x - 0.5), False, self.t >= 20, {}
+
+
+gymnasium.register("Tests/Point-v0", entry_point=Point, max_episode_steps=20)
+'''
+
+
+def user_gym_task(folder: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A user's module in `folder` (on the import path, this process's and its children's) that registers a namespaced Gymnasium env without a
+    renderer, and the task that names it: `gym:<module>:Tests/Point-v0`."""
+    name = f"user_envs_{abs(hash(str(folder))) % 10**8}"
+    (folder / f"{name}.py").write_text(USER_GYM_MODULE)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(folder), os.environ.get("PYTHONPATH")))))
+    return f"gym:{name}:Tests/Point-v0"  # the host env worker, a process of its own, imports it too

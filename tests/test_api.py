@@ -156,3 +156,28 @@ def test_evaluate_on_an_env_the_policy_was_not_trained_on_is_one_line(tmp_path: 
                        r"\(3,\) and continuous actions of size 1, but this env gives policy \(4,\), critic \(4,\) and "
                        r"takes discrete actions of size 2"):
         syncfree.evaluate(tmp_path / "run" / "latest.pt", num_envs=4, env=CartPole(4))
+
+
+def test_learn_takes_a_gymnasium_vector_env_and_names_what_it_cannot_take(tmp_path: Path) -> None:
+    """A Gymnasium vector env is wrapped as the adapter wraps it; one Gymnasium env, or anything else that is not an
+    env, is one line saying what is taken; a resume naming another algorithm than its run's is one line too."""
+    gymnasium = pytest.importorskip("gymnasium")
+    from gymnasium.vector import AutoresetMode
+
+    def vector(n: int) -> object:
+        return gymnasium.make_vec("Pendulum-v1", n, vectorization_mode="sync",
+                                  vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
+
+    sac = {"learning_starts": 8, "batch_size": 8, "buffer_size": 64, "steps_per_env": 2, "updates_per_iteration": 1}
+    result = syncfree.learn(vector(4), algorithm="sac", run_dir=tmp_path / "gym", iterations=3, sac=sac,
+                            log={"progress": False})
+    assert result.record["iteration"] == 3 and result.record["gradient_steps"] == 1
+    assert syncfree.evaluate(tmp_path / "gym" / "latest.pt", env=vector(2)).shape == (2,)
+    with pytest.raises(UserError, match=r"^learn: PendulumEnv is one Gymnasium env; pass a vector of them"):
+        syncfree.learn(gymnasium.make("Pendulum-v1"), run_dir=False)  # its TimeLimit wrapper named by what it wraps
+    with pytest.raises(UserError, match=r"^learn: list is not an env; allowed: a task name, a syncfree VecEnv or a "
+                                        r"Gymnasium vector env$"):
+        syncfree.learn([], run_dir=False)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match=r"was trained with sac; a resumed run keeps its algorithm \(drop "
+                                        r"algorithm='td3', or train a new run with it\)"):
+        syncfree.learn(vector(4), resume=tmp_path / "gym" / "latest.pt", algorithm="td3", iterations=4)

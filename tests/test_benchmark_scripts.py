@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -152,6 +153,37 @@ def test_learning_seeds_evaluates_along_the_run_without_changing_it(monkeypatch:
     assert along["evaluations"][-1]["eval_return"] == along["eval_return"]
     late = [e["eval_return"] for e in along["evaluations"] if e["iteration"] >= 18]
     assert along["eval_return_late"] == pytest.approx(sum(late) / 2) and "evaluations" not in plain
+
+
+def test_learning_seeds_merges_the_files_of_seeds_run_apart(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """`--merge`: the runs of one task, algorithm and settings written by separate commands, reported and written as
+    one file, as one command over the seeds would; files of different runs, or a seed twice, are one line."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import learning_seeds
+
+    def part(seed: int, figure: list[float], late: float, **changed: object) -> str:
+        run = {"seed": seed, "figure": figure, "wall_seconds": 10.0 + seed, "eval_return": late + 1,
+               "evaluations": [{"iteration": 2, "eval_return": 0.0}, {"iteration": 4, "eval_return": late}],
+               "eval_return_late": late}
+        path = tmp_path / f"s{seed}-{len(changed)}.json"
+        path.write_text(json.dumps({"task": "pendulum", "algorithm": "sac", "settings": {}, "seeds": [seed],
+                                    "windows": {}, "wall_seconds": [run["wall_seconds"]], "runs": [run],
+                                    **changed}))
+        return str(path)
+
+    files = [part(0, [1.0, 3.0], 10.0), part(1, [2.0, 6.0], 20.0)]
+    learning_seeds.main(["--merge", *files, "--windows", "1-2", "--out", str(tmp_path / "all.json")])
+    out = capsys.readouterr().out
+    assert "iterations 1-2: 3.000 ± 1.414 (min 2.000, max 4.000) over 2 seeds" in out
+    assert "over the last 10 % of the iterations (every 2): mean return 15.00 ± 7.07 over 2 seeds" in out
+    whole = json.loads((tmp_path / "all.json").read_text())
+    assert whole["seeds"] == [0, 1] and whole["wall_seconds"] == [10.0, 11.0]
+    assert whole["windows"]["1-2"]["per_seed"] == [2.0, 4.0] and [r["seed"] for r in whole["runs"]] == [0, 1]
+    for other, says in (([files[0], part(2, [1.0], 0.0, algorithm="td3")], "algorithm 'td3', where"),
+                        ([files[0], files[0]], "seed repeated among [0, 0]")):
+        with pytest.raises(SystemExit, match=re.escape(says)):
+            learning_seeds.main(["--merge", *other, "--windows", "1-1"])
 
 
 def test_learning_seeds_windows_leave_out_iterations_without_a_finished_episode(

@@ -21,7 +21,7 @@ import torch
 
 from conftest import grid_config, recurrent_config, small_config
 from syncfree.errors import UserError
-from syncfree.tasks import preset
+from syncfree.tasks import preset, with_algorithm
 from syncfree.train import checkpoint
 from syncfree.train.runner import Runner
 
@@ -111,8 +111,20 @@ def normalized_pendulum():
     return cfg
 
 
+def sac_pendulum():
+    """SAC whose checkpoint holds its replay buffer (filled, n-step) and takes gradient steps from the start."""
+    cfg = with_algorithm(preset("pendulum"), "sac")
+    cfg.env.num_envs, cfg.log.progress = 4, False
+    cfg.policy = dataclasses.replace(cfg.policy, actor_hidden=[16], critic_hidden=[16])
+    cfg.sac = dataclasses.replace(cfg.sac, steps_per_env=4, updates_per_iteration=2, batch_size=8, buffer_size=32,
+                                  learning_starts=0, n_step=2, save_buffer=True)
+    cfg.perf = dataclasses.replace(cfg.perf, compile="off")
+    return cfg
+
+
 TASKS = {"pendulum": normalized_pendulum, "cartpole": lambda: small_config("cartpole"),
-         "pendulum-recurrent": recurrent_config, "grid-arena": grid_config, "g1-track": g1_config}
+         "pendulum-recurrent": recurrent_config, "grid-arena": grid_config, "g1-track": g1_config,
+         "pendulum-sac": sac_pendulum}
 CASES_PER_TASK = 110
 
 

@@ -341,3 +341,29 @@ def test_layer_norm_and_silu_networks_train_and_export_as_the_live_actor(algorit
         expected = policy.act_deterministic(obs)
     (actions,) = run_onnx(files[0], actor_obs=obs)
     np.testing.assert_allclose(actions, expected.numpy(), rtol=0, atol=1e-5)
+
+
+def test_a_namespaced_gymnasium_task_exports_to_one_file_and_its_sidecar_names_the_adapters_map(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """`gym:<module>:Team/Env-v0`: the run folder and the exported files are one name each (the `/` in the id
+    replaced); the graph gives the actor's [-1, 1] and the sidecar says the Gymnasium adapter maps it onto the Box
+    after the graph."""
+    from conftest import user_gym_task
+
+    task = user_gym_task(tmp_path, monkeypatch)
+    sac = ["--sac.learning_starts", "8", "--sac.batch_size", "8", "--sac.buffer_size", "64"]
+    assert main(["train", "--task", task, "--algorithm", "sac", "--env.num_envs", "2", "--iterations", "2",
+                 "--log.dir", str(tmp_path / "runs"), "--log.progress", "false", *sac]) == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    stem = task.replace(":", "-").replace("/", "-")
+    assert run.name.startswith(f"{stem}-") and (run / "latest.pt").is_file()
+    assert main(["export", str(run / "latest.pt"), "--out", str(tmp_path / "onnx")]) == 0
+    assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == [f"{stem}-actor.json", f"{stem}-actor.onnx"]
+    sidecar = json.loads((tmp_path / "onnx" / f"{stem}-actor.json").read_text())
+    assert "Gymnasium adapter" in sidecar["action"]["env_map"] and "low + (a + 1) / 2" in sidecar["action"]["env_map"]
+    assert "[-1, 1] with unit" in sidecar["action"]["note"]
+    loaded = load_policy(run / "latest.pt")
+    obs = torch.tensor([[3.0, 0.5], [-3.0, 0.5]])
+    (onnx_actions,) = run_onnx(tmp_path / "onnx" / f"{stem}-actor.onnx", actor_obs=obs)
+    np.testing.assert_allclose(onnx_actions, loaded.policy.act_deterministic(obs).detach().numpy(), atol=1e-5)
+    assert np.abs(onnx_actions).max() <= 1.0

@@ -17,6 +17,7 @@ from syncfree.algo.storage import RolloutStorage
 from syncfree.envs.adapters.gymnasium import GymnasiumVecEnv, make_gymnasium
 from syncfree.errors import UserError
 from syncfree.policy.actor_critic import Act
+from syncfree.tasks import with_algorithm
 from syncfree.train.runner import Runner
 
 SAME_STEP = AutoresetMode.SAME_STEP
@@ -92,6 +93,45 @@ def test_box_actions_with_infinite_bounds_pass_through() -> None:
     env.step(torch.tensor([[0.0, 7.0], [3.0, -7.0]]))
     assert env._actions_np.tolist() == [[2.0, 7.0], [4.0, -7.0]]
     assert env.vector_env.envs[1].last_action.tolist() == [4.0, -7.0]
+
+
+def test_a_half_bounded_box_dimension_passes_unscaled_within_its_bound() -> None:
+    space = Box(np.array([0.0, -np.inf, -2.0], np.float32), np.array([np.inf, 1.0, 2.0], np.float32))
+    env = GymnasiumVecEnv(counter_env(2, action_space=space))
+    env.reset()
+    env.step(torch.tensor([[-0.98, 5.0, 0.5], [3.0, -7.0, -9.0]]))
+    assert env.vector_env.envs[0].last_action.tolist() == [0.0, 1.0, 1.0]
+    assert env.vector_env.envs[1].last_action.tolist() == [3.0, -7.0, -2.0]
+
+
+@pytest.mark.parametrize("algorithm", ["ppo", "sac"])
+def test_an_env_without_a_declared_time_limit_is_evaluated_to_its_episodes_end(algorithm: str) -> None:
+    """A Gymnasium env whose spec declares no `max_episode_steps` ends its episodes itself: evaluation plays each
+    env's first episode to its end rather than no step at all (every return NaN)."""
+    from syncfree.algo import algorithm_named
+    from syncfree.train.run import Run
+
+    space = Box(-1.0, 1.0, (1,), np.float32)
+    env = GymnasiumVecEnv(counter_env(3, limit=70, action_space=space))  # past one check of the loop's
+    assert env.max_episode_length == 0
+    cfg = small_config("pendulum")
+    cfg.env.num_envs = 3
+    run = Run(cfg if algorithm == "ppo" else with_algorithm(cfg, algorithm), None, env=env)
+    returns = algorithm_named(algorithm).evaluate(run.runner.policy, env)
+    run.close()
+    assert returns.tolist() == [70.0, 70.0, 70.0]
+
+
+def test_an_env_that_never_ends_is_evaluated_for_a_bounded_number_of_steps(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    from syncfree.algo import base
+    from syncfree.algo.base import first_episode_returns
+
+    monkeypatch.setattr(base, "EVALUATION_STEP_LIMIT", 200)
+    env = GymnasiumVecEnv(counter_env(2, limit=10**9))
+    returns = first_episode_returns(env, lambda obs: torch.zeros(2, dtype=torch.int64))
+    assert np.isnan(returns).all() and env.vector_env.envs[0].k == 200
+    assert "2 of 2 envs ran 200 steps without ending their first episode" in caplog.text
 
 
 def test_episode_statistics_and_truncation() -> None:

@@ -122,6 +122,8 @@ def test_no_host_read_per_env_step_or_gradient_step(algorithm: str) -> None:
     (["--td3.num_atoms", "1"], "td3.num_atoms=1 is invalid"),
     (["--td3.v_min", "5", "--td3.v_max", "0"], "td3.v_max=0.0 is invalid"),
     (["--td3.critic", "c51"], "td3.critic"),
+    (["--td3.n_step", "3", "--td3.buffer_size", "64", "--td3.batch_size", "60"],
+     "td3.batch_size=60 is more than the 48 transitions a batch can draw"),
 ])
 def test_td3_bad_settings_are_one_line(extra: list[str], says: str, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
@@ -158,7 +160,7 @@ def filled_buffer(on_device: bool, n_step: int, vectorized: bool = True, envs: i
                            vectorized)
     for t in range(9):
         obs = {"policy": torch.full((envs, 2), float(t))}
-        buffer.write_obs(obs, torch.full((envs, 1), float(t)))
+        buffer.write_obs(obs, torch.full((envs, 1), t / 8))  # an action in [-1, 1], as a rollout writes
         buffer.write_step(torch.full((envs,), float(t)), torch.full((envs,), t % 5 == 4),
                           torch.full((envs,), t % 3 == 2), {"policy": torch.full((envs, 2), t + 0.5)})
     return buffer
@@ -484,6 +486,65 @@ def test_a_saved_buffer_out_of_range_is_refused() -> None:
             buffer.load_state_dict({**state, **bad})
     buffer.load_state_dict(state)  # its own state loads
     assert (buffer.position, buffer.filled) == (state["position"], state["filled"])
+
+
+@pytest.mark.parametrize("index, value, says", [(-1, -3.0, "done flags"), (-2, 7.0, "terminated flags"),
+                                                (-4, 50.0, "actions outside [-1, 1]")])
+def test_a_saved_buffer_of_flags_or_actions_no_rollout_writes_is_refused(index: int, value: float,
+                                                                        says: str) -> None:
+    """The n-step sums index by the done flags: a crafted checkpoint's -3 would fail deep inside a gradient step,
+    its 7 or its actions of 50 would train on what no rollout wrote; each is refused, the buffer left as it was."""
+    buffer = filled_buffer(True, n_step=2)
+    state = buffer.state_dict()
+    tensors = [t.clone() for t in state["tensors"]]
+    tensors[index][0, 0] = value
+    before = [t.clone() for t in buffer.tensors()]
+    with pytest.raises(ValueError, match=re.escape(says)):
+        buffer.load_state_dict({**state, "tensors": tensors})
+    assert all(torch.equal(a, b) for a, b in zip(before, buffer.tensors(), strict=True))
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_save_buffer_may_change_on_resume(algorithm: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A run resumed with `save_buffer` turned on starts an empty buffer and saves it from then on; turned off, it
+    leaves the checkpoint's buffer unread (its size may then change) and saves none."""
+    section = f"--{algorithm}."
+    args = ["--task", "pendulum", "--algorithm", algorithm, "--env.num_envs", "8", "--log.dir", str(tmp_path),
+            "--log.progress", "false", f"{section}learning_starts", "32", f"{section}batch_size", "32",
+            f"{section}updates_per_iteration", "2", f"{section}buffer_size", "256"]
+    caplog.set_level("INFO", logger="syncfree")
+    assert main(["train", *args, "--iterations", "2", "--log.run_name", "without"]) == 0
+    assert main(["train", "--resume", str(tmp_path / "without" / "latest.pt"), "--iterations", "3",
+                 f"{section}save_buffer", "true", "--log.run_name", "on", "--log.progress", "false"]) == 0
+    assert "empty replay buffer (the checkpoint does not hold it; this run's checkpoints will)" in caplog.text
+    assert "replay_buffer" in checkpoint.load(tmp_path / "on" / "latest.pt")["algorithm"]
+    assert main(["train", "--resume", str(tmp_path / "on" / "latest.pt"), "--iterations", "4", f"{section}save_buffer",
+                 "false", f"{section}buffer_size", "512", "--log.run_name", "off", "--log.progress", "false"]) == 0
+    assert f"empty replay buffer (--{algorithm}.save_buffer false: the checkpoint's is not read)" in caplog.text
+    assert "replay_buffer" not in checkpoint.load(tmp_path / "off" / "latest.pt")["algorithm"]
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--sac.learning_starts", "100000"], "its 96 env steps stay below sac.learning_starts=100,000"),
+    (["--sac.batch_size", "256", "--sac.buffer_size", "4096"],
+     "its buffer holds 80 transitions to draw by then, fewer than sac.batch_size=256"),
+])
+def test_a_run_that_would_never_take_a_gradient_step_says_so(extra: list[str], says: str, tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="syncfree")
+    assert main(["train", "--task", "pendulum", "--algorithm", "sac", "--env.num_envs", "8", "--iterations", "3",
+                 "--sac.steps_per_env", "4", "--sac.n_step", "3", "--sac.learning_starts", "0", "--log.dir",
+                 str(tmp_path), "--log.progress", "false", *extra]) == 0
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [m for m in warned if m.startswith("sac: no gradient step in the 3 iterations the run has left: " + says)]
+    records = [json.loads(line) for line in next(tmp_path.glob("*/metrics.jsonl")).read_text().splitlines()]
+    assert [r["gradient_steps"] for r in records] == [0, 0, 0]
+
+
+def test_a_run_that_trains_is_not_warned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = small("sac", iterations=2)
+    Run(cfg, None).close()
+    assert "no gradient step" not in caplog.text
 
 
 # -- presets ----------------------------------------------------------------------------------------------------
@@ -833,3 +894,21 @@ def test_the_bench_warms_a_learner_up_until_it_has_taken_gradient_steps(algorith
     ppo.cfg.log.progress = False
     warm_up(ppo, 1)
     assert ppo.iteration == 1 and ppo.algorithm.updated()
+
+
+def test_td3_eval_sample_says_it_plays_the_deterministic_actor_and_a_resume_keeps_its_algorithm(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train", "--task", "pendulum", "--algorithm", "td3", "--env.num_envs", "4", "--iterations", "1",
+                 "--log.dir", str(tmp_path), "--log.run_name", "run", "--log.progress", "false"]) == 0
+    capsys.readouterr()
+    latest = str(tmp_path / "run" / "latest.pt")
+    assert main(["eval", latest, "--num_envs", "2", "--sample"]) == 0
+    out = capsys.readouterr().out
+    assert "deterministic actions (td3's actor draws none: --sample changes nothing)" in out, out
+    assert main(["eval", latest, "--num_envs", "2"]) == 0
+    returns = re.compile(r"mean return \S+ ± \S+")
+    assert returns.findall(out) == returns.findall(capsys.readouterr().out) != []  # the same returns either way
+    code = main(["train", "--resume", latest, "--algorithm", "sac", "--iterations", "2"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == (f"syncfree: error: resume: {latest} was trained with td3; a resumed run keeps its "
+                                 "algorithm (drop algorithm='sac', or train a new run with it)")

@@ -129,6 +129,19 @@ def test_bad_play_input_is_one_line(args: list[str], env: dict, message: str, tm
     assert err.count("\n") == 1 and message in err, err
 
 
+def test_a_gymnasium_env_without_a_renderer_is_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    from conftest import user_gym_task
+
+    task = user_gym_task(tmp_path, monkeypatch)
+    assert main(["train", "--task", task, *TINY, "--log.dir", str(tmp_path), "--log.run_name", "point"]) == 0
+    capsys.readouterr()
+    assert main(["play", str(tmp_path / "point" / "latest.pt"), "--task", task, "--steps", "2", "--video",
+                 str(tmp_path / "point.gif")]) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("play: the Gymnasium env cannot be drawn (Point does not implement render)\n"), err
+    assert not (tmp_path / "point.gif").exists()
+
+
 @pytest.mark.parametrize(("value", "says"), [
     ("bogus", "MUJOCO_GL='bogus' is not an OpenGL backend MuJoCo can render with (RuntimeError: invalid value "),
     ("osmesa", "MUJOCO_GL='osmesa': MuJoCo cannot load its osmesa OpenGL library ("),

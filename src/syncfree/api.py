@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -23,7 +24,10 @@ from syncfree.train.callbacks import IterationCallback
 from syncfree.train.evaluate import LoadedPolicy, evaluate_task, load_policy
 from syncfree.train.run import Run, visible_logs
 from syncfree.train.run import start as start_run
-from syncfree.train.session import resume_config, run_dir_of, saved_line
+from syncfree.train.session import check_resumed_algorithm, resume_config, run_dir_of, saved_line
+
+if TYPE_CHECKING:
+    import gymnasium
 
 log = logging.getLogger("syncfree")
 
@@ -53,6 +57,23 @@ def merged(start: TrainConfig, overrides: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
+def own_env(task: object, where: str = "learn") -> VecEnv | None:
+    """`task` when it is an env of the user's: a `VecEnv`, or a Gymnasium vector env (wrapped in
+    `GymnasiumVecEnv`); None for a task name. Anything else is a `UserError` saying what is accepted."""
+    if isinstance(task, (str, VecEnv)):
+        return task if isinstance(task, VecEnv) else None
+    gymnasium = sys.modules.get("gymnasium")  # imported already where `task` is one of its envs
+    if gymnasium is not None and isinstance(task, gymnasium.vector.VectorEnv):
+        from syncfree.envs.adapters.gymnasium import GymnasiumVecEnv
+        return GymnasiumVecEnv(task)
+    what = type(task).__name__
+    if gymnasium is not None and isinstance(task, gymnasium.Env):
+        raise UserError(f"{where}: {type(task.unwrapped).__name__} is one Gymnasium env; pass a vector of them, "
+                        "syncfree.envs.adapters.gymnasium.make_gymnasium(id, num_envs), or the task 'gym:<id>'")
+    raise UserError(f"{where}: {what} is not an env; allowed: a task name, a syncfree VecEnv or a Gymnasium "
+                    "vector env")
+
+
 def configured(task: str | VecEnv, config: TrainConfig | None, overrides: dict[str, Any],
                trust: bool = False) -> TrainConfig:
     """The validated config `learn(task, config=config, **overrides)` trains (see `learn`)."""
@@ -60,6 +81,7 @@ def configured(task: str | VecEnv, config: TrainConfig | None, overrides: dict[s
     resume = str(overrides.pop("resume", "") or (config.resume if config is not None else ""))
     if resume:
         start = resume_config(resume)
+        check_resumed_algorithm(resume, start.algorithm, overrides.get("algorithm"))
     elif config is not None:
         start = config
     elif isinstance(task, str):
@@ -84,10 +106,12 @@ def configured(task: str | VecEnv, config: TrainConfig | None, overrides: dict[s
     return cfg
 
 
-def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None, run_dir: str | Path | bool = True,
+def learn(task: str | VecEnv | gymnasium.vector.VectorEnv = "cartpole", *, config: TrainConfig | None = None, run_dir: str | Path | bool = True,
           on_iteration: Sequence[IterationCallback] = (), trust: bool = False, **overrides: Any) -> TrainResult:
     """Train on a built-in task (its name, see `syncfree tasks`) or on your own env (any `VecEnv`), with the task's
-    algorithm (PPO for your own env) or the one `algorithm=` names (`syncfree.algo.ALGORITHMS`).
+    algorithm (PPO for your own env) or the one `algorithm=` names (`syncfree.algo.ALGORITHMS`). A Gymnasium vector env
+    (`gymnasium.make_vec(id, n, vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})`) is your own env too,
+    wrapped in `GymnasiumVecEnv`.
 
     The config starts from `config`, else the task's preset (your own env: the defaults, `num_envs` and `device`
     taken from the env, `task` its class name), and `overrides` change it: top-level fields as keywords
@@ -110,8 +134,8 @@ def learn(task: str | VecEnv = "cartpole", *, config: TrainConfig | None = None,
     checkpoint is data: the code its task or `symmetry.mirror` names (`module:name`) is imported only when this call
     names it too (`learn("my_envs:make", resume=...)`, `**{"symmetry.mirror": ...}`) or with `trust=True`.
     """
-    env = task if isinstance(task, VecEnv) else None
-    cfg = configured(task, config, overrides, trust)
+    env = own_env(task)
+    cfg = configured(env if env is not None else cast(str, task), config, overrides, trust)
     folder = (run_dir_of(cfg) if run_dir is True else Path(run_dir)) if run_dir else None
     with visible_logs():
         run = start_run(cfg, folder, env=env, on_iteration=on_iteration)
@@ -154,6 +178,7 @@ def evaluate(policy: str | Path | LoadedPolicy, num_envs: int = 20, seed: int = 
     if env is None and loaded.task is None:
         raise UserError(f"evaluate: {loaded.path} was trained on an env of your own ({loaded.cfg.task}); pass it as "
                         "env= (no registered task makes its envs)")
+    env = own_env(env, "evaluate") if env is not None else None
     if env is None:
         with user_names(loaded.names):
             return evaluate_task(loaded.cfg, loaded.policy, num_envs, loaded.device, seed, not sample, loaded)

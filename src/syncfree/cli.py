@@ -134,6 +134,7 @@ def checkpoint_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 
 def cmd_eval(argv: Sequence[str]) -> int:
+    from syncfree.algo import algorithm_for
     from syncfree.train.evaluate import evaluate_task, load_policy
 
     parser = checkpoint_parser("syncfree eval", "Run a checkpoint's deterministic policy (or, with --sample, its "
@@ -149,8 +150,12 @@ def cmd_eval(argv: Sequence[str]) -> int:
     loaded = load_policy(args.checkpoint, args.device)
     returns = evaluate_task(loaded.cfg, loaded.policy, args.num_envs, loaded.device, args.seed, not args.sample,
                             loaded)
+    how = "deterministic actions"
+    if args.sample:
+        how = "sampled actions" if algorithm_for(loaded.cfg).samples_actions else \
+            f"deterministic actions ({loaded.cfg.algorithm}'s actor draws none: --sample changes nothing)"
     print(f"{loaded.cfg.task}: mean return {returns.mean():.2f} ± {returns.std():.2f} over the first episodes of "
-          f"{loaded.cfg.env.describe(len(returns))}, {'sampled' if args.sample else 'deterministic'} actions (min "
+          f"{loaded.cfg.env.describe(len(returns))}, {how} (min "
           f"{returns.min():.2f}, max {returns.max():.2f}; checkpoint at iteration {loaded.iteration})")
     return 0
 
@@ -198,14 +203,14 @@ def cmd_plot(argv: Sequence[str]) -> int:
 def cmd_bench(argv: Sequence[str]) -> int:
     from syncfree import bench
     from syncfree.bench import report
-    from syncfree.outputs import check_output_dir
+    from syncfree.outputs import check_output_dir, task_file_name
 
     cfg, out = bench.parse_arguments(argv)
     if out:
         check_output_dir(out, "bench: --out")  # before minutes of timing
     result = bench.run(cfg)
     device = result["machine"]["device"].replace(":", "")
-    out_dir = Path(out or f"benchmarks/results/{cfg.task.replace(':', '_')}-{cfg.profile}-{device}")
+    out_dir = Path(out or f"benchmarks/results/{task_file_name(cfg.task.replace(':', '_'))}-{cfg.profile}-{device}")
     for path in report.write(result, out_dir):
         logging.getLogger("syncfree").info("wrote %s", path)
     print(report.markdown(result))

@@ -36,8 +36,9 @@ from torch import Tensor
 
 import syncfree
 from syncfree.errors import UserError
-from syncfree.outputs import check_output_dir
+from syncfree.outputs import check_output_dir, task_file_name
 from syncfree.policy.deploy import STATE_NOTE, Deployment, Graph
+from syncfree.tasks import find_task
 from syncfree.train.evaluate import LoadedPolicy, load_policy
 
 T = TypeVar("T")
@@ -71,7 +72,7 @@ def export_checkpoint(path: str | Path, out_dir: str | Path | None = None, forma
     loaded = load_policy(path, autocast=False)  # the exported graphs compute in float32 (a runtime picks its own)
     deployment = cast(Deployable, loaded.policy).deployment(_EXAMPLE_ROWS)
     out = Path(out_dir) if out_dir is not None else path.parent
-    stem = loaded.cfg.task.replace(":", "-")
+    stem = task_file_name(loaded.cfg.task)
     files = {graph.name: out / f"{stem}-{graph.name}.onnx" for graph in deployment.graphs}
     sidecar = out / f"{stem}-actor.json"
     for file in [*files.values(), sidecar]:  # before anything is written
@@ -210,6 +211,9 @@ def describe(loaded: LoadedPolicy, deployment: Deployment, files: dict[str, str]
                                  "dtype": _dtype(shapes[i])} for i, o in graph.state],
                     "note": STATE_NOTE}
     meta.update(deployment.sections)
+    spec = find_task(loaded.cfg.task)  # the registry's word on the task (no code of the user's runs)
+    if kind == "continuous" and spec is not None and spec.action_map:
+        meta["action"] = {**meta["action"], "env_map": spec.action_map}
     return meta
 
 

@@ -4,9 +4,15 @@ a folder must be, a folder where a file must be, no permission), instead of a tr
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from syncfree.errors import UserError
+
+
+def task_file_name(task: str) -> str:
+    """A task's name as one file or folder name: `gym:my_envs:Team/Walker-v0` -> `gym-my_envs-Team-Walker-v0`."""
+    return re.sub(r"[^\w.-]", "-", task)
 
 
 def _nearest_existing(path: Path) -> Path:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -32,6 +33,8 @@ from syncfree.envs.api import StepResult, VecEnv
 from syncfree.errors import UserError
 from syncfree.policy.build import EnvShape
 from syncfree.policy.normalizer import RewardScale
+
+log = logging.getLogger("syncfree")
 
 
 class CheckpointReader(Protocol):
@@ -181,6 +184,14 @@ class Algorithm(ABC):
         its buffer fills): a benchmark warms up until it has, so that its timed iterations are the run's steady
         state."""
         return True
+
+    samples_actions: ClassVar[bool] = True
+    """Whether `evaluate(greedy=False)` draws actions from the policy (TD3's deterministic actor draws none)."""
+
+    def warn_idle(self, iterations_left: int) -> None:
+        """A warning line when the run's `iterations_left` iterations would end before the policy is trained (an
+        off-policy learner's `learning_starts` or its buffer out of reach); PPO trains at every iteration."""
+        return None
 
     @abstractmethod
     def statistics(self) -> dict[str, Tensor]:
@@ -377,13 +388,40 @@ def reward_scale(cfg: PPOConfig, num_envs: int, device: torch.device) -> RewardS
     return RewardScale(num_envs, cfg.gamma).to(device) if cfg.normalize_rewards else None
 
 
+EVALUATION_STEP_LIMIT = 100_000
+"""The most steps an evaluation takes on an env that declares no time limit (`max_episode_length` 0, a Gymnasium
+spec without `max_episode_steps`): the rows whose first episode has not ended by then are left out, and said."""
+
+EVALUATION_CHECK_EVERY = 64
+"""On such an env, the steps between two reads of whether every first episode has ended."""
+
+
+def evaluation_steps(env: VecEnv, finished: Tensor) -> Iterator[int]:
+    """The steps of an evaluation that plays each env's first episode to its end, `finished` (updated in place by
+    the caller) marking those that ended: the env's `max_episode_length` steps, every episode ending by then; on an
+    env that declares none, until every one has ended (read every `EVALUATION_CHECK_EVERY` steps) or
+    `EVALUATION_STEP_LIMIT` steps have passed, the rows still running then said in a warning (their return NaN)."""
+    if env.max_episode_length > 0:
+        yield from range(env.max_episode_length)
+        return
+    for step in range(EVALUATION_STEP_LIMIT):
+        if step % EVALUATION_CHECK_EVERY == 0 and step and bool(finished.all()):
+            return
+        yield step
+    if not bool(finished.all()):
+        log.warning("evaluation: %d of %d envs ran %d steps without ending their first episode (the env declares "
+                    "no max_episode_length); their return is left out (NaN)",
+                    int((~finished).sum()), finished.numel(), EVALUATION_STEP_LIMIT)
+
+
 def first_episode_returns(env: VecEnv, act: Callable[[dict[str, Tensor]], Tensor]) -> np.ndarray:
-    """The return of each env's first episode when `act` chooses the actions from the observations (every episode
-    ends by the env's time limit); call it in inference mode."""
+    """The return of each env's first episode when `act` chooses the actions from the observations (each episode
+    ends by the env's time limit, or, where it declares none, within `EVALUATION_STEP_LIMIT` steps:
+    `evaluation_steps`); call it in inference mode."""
     obs = env.reset()
     first_return = torch.full((env.num_envs,), float("nan"), device=env.device)
     finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
-    for _ in range(env.max_episode_length):
+    for _ in evaluation_steps(env, finished):
         step = env.step(act(obs))
         done = step.terminated | step.truncated
         first_return = torch.where(done & ~finished, step.info["episode_return"], first_return)

@@ -34,7 +34,7 @@ from syncfree.algo.optim import (
     make_optimizer,
     searchable_optimizers,
 )
-from syncfree.algo.replay import Batch, replay_buffer, ring_bytes
+from syncfree.algo.replay import Batch, replay_buffer, ring_bytes, ring_slots
 from syncfree.algo.settings import OPTIMIZERS
 from syncfree.config import PerfConfig, TrainConfig
 from syncfree.core.compile import hot
@@ -251,7 +251,8 @@ class OffPolicy(Algorithm):
 
     compiled_update = False
     shared_statistics = ()
-    optional_state = ()
+    optional_state = ("replay_buffer",)
+    """Checkpoints hold the buffer where `save_buffer` asked; a run resumed with it set otherwise starts empty."""
     policy: TwinCritics
 
     def __init__(self, policy: TwinCritics, cfg: OffPolicyConfig, perf: PerfConfig, num_envs: int, critic_group: str,
@@ -262,6 +263,7 @@ class OffPolicy(Algorithm):
         self.minibatches_per_update = cfg.updates_per_iteration
         self.critic_group = critic_group
         dims = {policy.actor_group: policy.actor_obs_dim, critic_group: policy.critic_obs_dim}
+        self.check_batch_drawable(num_envs)
         if not perf.replay_on_device or device.type == "cpu":
             self.check_buffer_fits(ring_bytes(dims, policy.action_dim, num_envs, cfg.buffer_size, cfg.n_step))
         self.buffer = replay_buffer(perf.replay_on_device, dims, policy.action_dim, num_envs, cfg.buffer_size,
@@ -286,6 +288,18 @@ class OffPolicy(Algorithm):
         self._no_extra = torch.zeros(1, device=device)
         self._env_actions = torch.zeros(num_envs, policy.action_dim, device=device) if policy.maps_actions else None
         """The actions in the env's range (`action_bounds`), where they are mapped."""
+
+    def check_batch_drawable(self, num_envs: int) -> None:
+        """One line when a full buffer would hold fewer transitions a batch can draw than the batch (the newest
+        `n_step - 1` steps wait for their n-step returns): the run would never take a gradient step."""
+        cfg, section = self.cfg, self.config_type.SECTION  # type: ignore[attr-defined]
+        slots = ring_slots(cfg.buffer_size, num_envs, cfg.n_step)
+        most = (slots - cfg.n_step + 1) * num_envs
+        if cfg.batch_size > most:
+            raise UserError(f"config: {section}.batch_size={cfg.batch_size:,} is more than the {most:,} transitions a "
+                            f"batch can draw from a buffer of {slots:,} steps of {num_envs:,} envs (the newest "
+                            f"{section}.n_step-1={cfg.n_step - 1} held back for n-step returns); raise "
+                            f"{section}.buffer_size or lower {section}.batch_size")
 
     def check_buffer_fits(self, needed: int) -> None:
         """One line when a ring in host memory would need more than the memory available now (its zeros are only
@@ -334,7 +348,8 @@ class OffPolicy(Algorithm):
         own = cfg.learner
         if own.action_bounds != "unit" and getattr(env, "action_bounds", None) is None:
             log.warning("%s.action_bounds=%s: the env declares no action bounds (VecEnv.action_bounds); the actions "
-                        "stay in [-1, 1], as with unit", cfg.SECTION, own.action_bounds)
+                        "go to it in [-1, 1], as with unit (an env that maps them itself, as the Gymnasium adapter "
+                        "onto its Box, still does)", cfg.SECTION, own.action_bounds)
         with allocating(POLICY_MEMORY):
             policy = cls.build_policy(cfg, env).to(device)
         set_autocast(policy, cfg.perf.autocast, device)
@@ -421,6 +436,25 @@ class OffPolicy(Algorithm):
     @abstractmethod
     def explore(self, actor_obs: Tensor) -> Tensor:
         """The actions the rollout takes once learning started (the actor's, with its exploration)."""
+
+    def warn_idle(self, iterations_left: int) -> None:
+        """One warning line when the run ends before its first gradient step: its env steps stay below
+        `learning_starts`, or its buffer never holds a batch to draw (as when resumed with an empty one)."""
+        if iterations_left <= 0:
+            return
+        section, steps = self.config_type.SECTION, iterations_left * self.steps_per_env  # type: ignore[attr-defined]
+        env_steps = self.env_steps + steps * self.num_envs
+        filled = min(self.buffer.slots, self.buffer.filled + steps)
+        drawable = max(filled - self.cfg.n_step + 1, 0) * self.num_envs
+        if env_steps < self.cfg.learning_starts:
+            why = f"its {env_steps:,} env steps stay below {section}.learning_starts={self.cfg.learning_starts:,}"
+        elif drawable < self.cfg.batch_size:
+            why = (f"its buffer holds {drawable:,} transitions to draw by then, fewer than "
+                   f"{section}.batch_size={self.cfg.batch_size:,}")
+        else:
+            return
+        log.warning("%s: no gradient step in the %d iteration%s the run has left: %s", self.name, iterations_left,
+                    "s" if iterations_left != 1 else "", why)
 
     def acting_randomly(self) -> bool:
         """Before `learning_starts` env steps the actions are uniform in [-1, 1] (decided on the host)."""
@@ -594,14 +628,17 @@ class OffPolicy(Algorithm):
         self.env_steps = int(state["env_steps"])
         saved = state.get("replay_buffer")
         section = self.config_type.SECTION  # type: ignore[attr-defined]
-        if saved is None:
-            log.info("%s: the run resumes with an empty replay buffer (the checkpoint does not hold it: "
-                     "--%s.save_buffer true saves it); it refills from the trained policy's actions", self.name, section)
+        if saved is None or not self.cfg.save_buffer:
+            why = (f"--{section}.save_buffer false: the checkpoint's is not read" if saved is not None else
+                   "the checkpoint does not hold it; " + (
+                       "this run's checkpoints will" if self.cfg.save_buffer else
+                       f"--{section}.save_buffer true saves it"))
+            log.info("%s: the run resumes with an empty replay buffer (%s); it refills from the trained policy's "
+                     "actions", self.name, why)
             return
         try:
             self.buffer.load_state_dict(saved)
         except (RuntimeError, ValueError, KeyError, TypeError, AssertionError) as e:
-            raise UserError(f"resume: the checkpoint's replay buffer does not fit this run's ({section}.buffer_size, "
-                            f"env.num_envs and the observation sizes must be the run's): {e}") from None
+            raise UserError(f"resume: the checkpoint's replay buffer cannot be used: {e}") from None
         log.info("%s: the run resumes with the checkpoint's replay buffer (%d transitions)", self.name,
                  self.buffer.transitions)

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from syncfree.algo.base import Algorithm, CheckpointReader, reward_scale
+from syncfree.algo.base import Algorithm, CheckpointReader, evaluation_steps, reward_scale
 from syncfree.algo.configs import RecurrentPPOTrainConfig
 from syncfree.algo.losses import LossInputs, build_losses, needed_fields, needs_full_log_probs, teacher_fields
 from syncfree.algo.optim import Collective, PolicyOptimizer, hidden_matrices
@@ -237,7 +237,7 @@ class RecurrentPPO(Algorithm):
         first_return = torch.full((n,), float("nan"), device=env.device)
         finished = torch.zeros(n, dtype=torch.bool, device=env.device)
         step_fn: StepFn = policy.step
-        for _ in range(env.max_episode_length):  # every episode ends by its time limit
+        for _ in evaluation_steps(env, finished):
             out, state = step_fn(policy.rollout_input(obs), state, done,
                                  last if policy.last_action is not None else None, greedy=greedy)
             step = env.step(out.actions)

@@ -93,7 +93,7 @@ class DeviceReplay:
                  n_step: int, gamma: float, device: torch.device, vectorized: bool = True) -> None:
         self.num_envs, self.batch_size, self.n_step, self.gamma = num_envs, batch_size, n_step, gamma
         self.device, self.vectorized = device, vectorized
-        self.slots = max(n_step, -(-capacity // num_envs))
+        self.slots = ring_slots(capacity, num_envs, n_step)
         """Rows of `num_envs` transitions the ring holds."""
         self.position = 0
         """The slot the next rollout step writes (host integer)."""
@@ -207,12 +207,30 @@ class DeviceReplay:
         if not (isinstance(position, int) and isinstance(filled, int) and 0 <= position < self.slots
                 and 0 <= filled <= self.slots):
             raise ValueError(f"position={position!r}, filled={filled!r} for a ring of {self.slots} slots")
+        if len(tensors) != len(self.tensors()):
+            raise ValueError(f"{len(tensors)} stored tensors for {len(self.tensors())}")
         for stored, saved in zip(self.tensors(), tensors, strict=True):
-            if not isinstance(saved, Tensor) or saved.shape != stored.shape:
+            if not isinstance(saved, Tensor) or saved.shape != stored.shape or saved.dtype != stored.dtype:
                 raise ValueError(f"a stored tensor of shape {getattr(saved, 'shape', None)} for one of "
-                                 f"{tuple(stored.shape)}")
+                                 f"{tuple(stored.shape)} (buffer_size, env.num_envs and the observation sizes must "
+                                 "be the run's)")
+        *_, actions, _, terminated, done = tensors
+        check_stored_ranges(actions, terminated, done)
+        for stored, saved in zip(self.tensors(), tensors, strict=True):
             stored.copy_(saved)
         self.position, self.filled = position, filled
+
+
+def check_stored_ranges(actions: Tensor, terminated: Tensor, done: Tensor) -> None:
+    """A saved ring holds what a rollout writes: actions in [-1, 1], terminated and done flags of 0 or 1, every
+    terminated step done; `ValueError` naming the first that does not (the n-step sums index by the flags)."""
+    for name, flags in (("terminated", terminated), ("done", done)):
+        if bool(((flags != 0) & (flags != 1)).any()):
+            raise ValueError(f"its {name} flags hold values other than 0 and 1")
+    if bool((terminated > done).any()):
+        raise ValueError("it holds terminated steps not marked done")
+    if bool((actions.abs() > 1).any()):
+        raise ValueError("it holds actions outside [-1, 1]")
 
 
 class HostReplay(DeviceReplay):
@@ -264,10 +282,15 @@ class HostReplay(DeviceReplay):
                                                         for g, stored in self.next_obs.items()})
 
 
+def ring_slots(capacity: int, num_envs: int, n_step: int) -> int:
+    """Rows of `num_envs` transitions a ring of `capacity` holds: the capacity rounded up, at least `n_step`."""
+    return max(n_step, -(-capacity // num_envs))
+
+
 def ring_bytes(dims: dict[str, int], action_dim: int, num_envs: int, capacity: int, n_step: int) -> int:
     """Bytes of a ring of `capacity` transitions (float32: every group's observation and next observation, the
     action, the reward, and the terminated and done flags), as `DeviceReplay` and `HostReplay` allocate it."""
-    slots = max(n_step, -(-capacity // num_envs))
+    slots = ring_slots(capacity, num_envs, n_step)
     return slots * num_envs * (2 * sum(dims.values()) + action_dim + 3) * 4
 
 

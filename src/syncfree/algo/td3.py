@@ -106,6 +106,8 @@ class TD3(OffPolicy):
         return DeterministicActorCritic(*cls.policy_dims(cfg, env), env.action_spec, cfg.policy, cfg.td3.support(),
                                         cls.action_bounds(cfg, env))
 
+    samples_actions = False
+
     @staticmethod
     @torch.inference_mode()
     def evaluate(policy: DeterministicActorCritic, env: VecEnv, greedy: bool = True) -> np.ndarray:

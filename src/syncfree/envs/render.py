@@ -22,7 +22,12 @@ ACCENT = (200, 80, 40)
 
 
 def gymnasium_frame(env: Any) -> np.ndarray:
-    frame = env.vector_env.render()
+    try:
+        frame = env.vector_env.render()
+    except NotImplementedError:  # gymnasium.Env's own `render`, not overridden
+        envs = getattr(env.vector_env, "envs", None)
+        name = type(envs[0].unwrapped).__name__ if envs else "the env"
+        raise UserError(f"play: the Gymnasium env cannot be drawn ({name} does not implement render)") from None
     frame = frame[0] if isinstance(frame, tuple | list) else frame
     if frame is None:
         raise UserError("play: the Gymnasium env returned no frame (was it made with render_mode='rgb_array'?)")

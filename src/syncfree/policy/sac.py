@@ -149,7 +149,7 @@ class TwinCritics(nn.Module):
 
     def deployment(self, rows: int) -> Deployment:
         """What `syncfree export` writes: `actor_obs -> actions`, tanh of the actor's first `action_dim` outputs
-        mapped onto the env's range (`SquashedMean`)."""
+        mapped onto the range `action_bounds` chose (`SquashedMean`)."""
         module = SquashedMean(DeployedActor(self.actor_norm, self.actor, self.actor_obs_dim), self.action_dim,
                               self.action_scale, self.action_bias)
         graph = Graph("actor", module.eval(), {ACTOR_OBS: torch.zeros(rows, self.actor_obs_dim)}, ["actions"])
@@ -181,7 +181,8 @@ class SquashedGaussianActorCritic(TwinCritics):
         """The range a tanh squashes the actor's log standard deviation into (`sac.log_std_max`)."""
         self.log_alpha = nn.Parameter(torch.tensor(math.log(init_alpha)))
 
-    deployed_action = "deterministic action: tanh of the squashed Gaussian's mean, mapped onto the env's range"
+    deployed_action = ("deterministic action: tanh of the squashed Gaussian's mean, mapped onto the range "
+                       "action_bounds chose ([-1, 1] with unit, or where the env declares none)")
 
     def mean_log_std(self, actor_obs: Tensor) -> tuple[Tensor, Tensor]:
         mean, raw = self.actor(self.actor_norm(actor_obs)).split(self.action_dim, dim=-1)
@@ -208,7 +209,8 @@ class DeterministicActorCritic(TwinCritics):
     it by soft updates, and the twin critics."""
 
     kind = "td3"
-    deployed_action = "deterministic action: tanh of the actor's output, mapped onto the env's range"
+    deployed_action = ("deterministic action: tanh of the actor's output, mapped onto the range "
+                       "action_bounds chose ([-1, 1] with unit, or where the env declares none)")
 
     def __init__(self, actor_obs_dim: int, critic_obs_dim: int, action_spec: ActionSpec, cfg: PolicyConfig,
                  support: Support | None = None, bounds: tuple[Tensor, Tensor] | None = None) -> None:

@@ -21,6 +21,10 @@ from syncfree.tasks.configs import learner_config, off_policy_presets
 from syncfree.tasks.spec import BenchSizes, Drawer, Preset, TaskSource, TaskSpec
 
 PREFIX = "gym:"
+ACTION_MAP = ("not in the graph: the Gymnasium adapter clips each action to [-1, 1] and maps it onto the env's Box, "
+              "low + (a + 1) / 2 * (high - low); a dimension with an infinite bound passes unscaled, clipped to its "
+              "finite bound")
+"""What `GymnasiumVecEnv` does to a continuous action (`TaskSpec.action_map`)."""
 
 BENCH_PROFILES: dict[str, BenchSizes] = {
     "quick": dict(num_envs=[16, 64], scaling=[], ablations=False, repeats=3, iterations=1),
@@ -111,7 +115,7 @@ def resolve(task: str) -> TaskSpec:
 
     return TaskSpec(task, f"the Gymnasium env {env_id}", EnvConfig, {"default": preset}, make_env, "ppo",
                     algorithm_presets=off_policy_presets(off_policy), render=render, bench_profiles=BENCH_PROFILES,
-                    env_switches=frozenset({"host_env_worker"}), imports=module)
+                    env_switches=frozenset({"host_env_worker"}), action_map=ACTION_MAP, imports=module)
 
 
 SOURCES = (TaskSource(PREFIX, f"{PREFIX}<id>", "any registered Gymnasium env (e.g. gym:Humanoid-v5), as CPU vector "

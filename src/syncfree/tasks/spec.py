@@ -85,6 +85,9 @@ class TaskSpec:
     needs: tuple[str, str] = ("", "")
     """The package the task's envs need and the extra that installs it (grid-arena: `mettagrid`, `grid`);
     `syncfree tasks` marks a task whose package is missing."""
+    action_map: str = ""
+    """What the task's envs do to continuous actions after the policy (the exported graph) gives them, for the
+    sidecar's `action.env_map` (a Gymnasium adapter's map onto the Box); empty: nothing beyond `action_bounds`."""
     imports: str = ""
     """The module of the user's choosing that making the task's envs imports (a `module:factory`'s, a
     `gym:<module>:<id>`'s); empty when only installed packages run (`syncfree.core.imports.allow_import`)."""

@@ -29,7 +29,7 @@ from syncfree.tasks import (
     switch_scope,
     validated,
 )
-from syncfree.train.session import resume_config
+from syncfree.train.session import check_resumed_algorithm, resume_config
 
 
 def config_parser(prog: str, description: str, cls: type, default: Any, sections: dict[str, type] | None = None) -> Any:
@@ -58,6 +58,7 @@ def parse_train_config(argv: Sequence[str]) -> TrainConfig:
     config_path, from_config = (known.config[-1], files[-1]) if files else (None, {})
     if known.resume:
         base = resume_config(known.resume)
+        check_resumed_algorithm(known.resume, base.algorithm, known.algorithm)
     else:
         base = preset(known.task or from_config.get("task") or "cartpole")
         policy, distill = from_config.get("policy"), from_config.get("distill")

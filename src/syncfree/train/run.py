@@ -303,6 +303,7 @@ def start(cfg: TrainConfig, run_dir: Path | None, env: VecEnv | None = None, dis
         run_dir if run_dir is not None else "no run folder")
     if main:
         warn_inert_switches(cfg, runner.switch_scope(), preset_or_none(cfg.task, cfg.algorithm))
+        runner.algorithm.warn_idle(cfg.iterations - runner.iteration)
     if runner.compiles_first_iteration() and runner.iteration < cfg.iterations:
         say("perf.compile=%s: the first iteration compiles the loop (seconds to minutes on a CPU; a later run of the "
             "same config reuses torch's compile caches in %s)", cfg.perf.compile, compile_cache_dir())

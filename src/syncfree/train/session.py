@@ -13,6 +13,7 @@ from typing import Any
 
 from syncfree.config import RUN_NAME_BYTES, LogConfig, TrainConfig
 from syncfree.errors import INTERRUPTED, UserError
+from syncfree.outputs import task_file_name
 from syncfree.train import checkpoint
 from syncfree.train.distributed import Distributed
 from syncfree.train.run import start
@@ -30,7 +31,7 @@ def default_run_name(cfg: TrainConfig) -> str:
         source = source.encode()[:RUN_NAME_BYTES - 40].decode(errors="ignore")  # room for the suffix
         name = f"{source}-resumed-{stamp}"
     else:
-        name = f"{cfg.task.replace(':', '-')}-{stamp}"
+        name = f"{task_file_name(cfg.task)}-{stamp}"
     taken = Path(cfg.log.dir) / name
     count = 1
     while taken.exists():
@@ -52,6 +53,13 @@ def run_dir_of(cfg: TrainConfig) -> Path:
                             "drop one of the two")
         return folder
     return Path(cfg.log.dir) / (cfg.log.run_name or default_run_name(cfg))
+
+
+def check_resumed_algorithm(path: str | Path, trained: str, named: str | None) -> None:
+    """One line when a resume names another algorithm than the one its checkpoint trained with."""
+    if named is not None and named != trained:
+        raise UserError(f"resume: {path} was trained with {trained}; a resumed run keeps its algorithm (drop "
+                        f"algorithm={named!r}, or train a new run with it)")
 
 
 def resume_config(path: str | Path) -> TrainConfig:

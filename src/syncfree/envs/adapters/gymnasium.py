@@ -50,7 +50,7 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
     Actions: Discrete spaces take the policy's int64 choices (offset by the space's `start`). Box spaces follow
     syncfree's convention for continuous actions: the policy's unbounded outputs are clipped to [-1, 1] and mapped
     linearly onto the space's bounds, `low + (a + 1) / 2 * (high - low)`; dimensions with an infinite bound are
-    passed through unclipped and unscaled.
+    passed through unscaled, clipped to the bound that is finite (if one is).
 
     `info["final_obs"]["critic"]` holds, on the rows where an episode ended, that episode's last observation
     (elsewhere: the returned observation): the trainer bootstraps time-outs from its value. `info["episode_return"]`
@@ -99,10 +99,11 @@ class GymnasiumVecEnv(HostStaging, VecEnv):
             box = cast(Box, act_space)
             low, high = (np.broadcast_to(b, box.shape).reshape(-1).astype(np.float64) for b in (box.low, box.high))
             finite = np.isfinite(low) & np.isfinite(high)
-            low, high = np.where(finite, low, 0.0), np.where(finite, high, 0.0)
             as_tensor = lambda x: torch.tensor(x, dtype=torch.float32, device=self.device)  # noqa: E731
-            self._clip_low = as_tensor(np.where(finite, -1.0, -np.inf))
-            self._clip_high = as_tensor(np.where(finite, 1.0, np.inf))
+            # a half-bounded dimension passes unscaled, clipped to its one bound
+            self._clip_low = as_tensor(np.where(finite, -1.0, low))
+            self._clip_high = as_tensor(np.where(finite, 1.0, high))
+            low, high = np.where(finite, low, 0.0), np.where(finite, high, 0.0)
             self._scale = as_tensor(np.where(finite, (high - low) / 2, 1.0))
             self._offset = as_tensor(np.where(finite, (high + low) / 2, 0.0))
             act_dtype = torch.from_numpy(np.zeros(0, dtype=act_space.dtype)).dtype
