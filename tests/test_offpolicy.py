@@ -912,3 +912,25 @@ def test_td3_eval_sample_says_it_plays_the_deterministic_actor_and_a_resume_keep
     err = capsys.readouterr().err.strip()
     assert code == 2 and err == (f"syncfree: error: resume: {latest} was trained with td3; a resumed run keeps its "
                                  "algorithm (drop algorithm='sac', or train a new run with it)")
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_a_resume_keeps_the_runs_own_optimizer_options(algorithm: str, tmp_path: Path) -> None:
+    """The optimizers' options (learning rate, betas, eps, the fused kernel) are the run's config's, whatever the
+    checkpoint holds: its moments are loaded, checked; its options would reach Adam's kernel unchecked."""
+    first = Run(small(algorithm, iterations=2), tmp_path / "run")
+    first.learn()
+    first.close()
+    state = checkpoint.load(tmp_path / "run" / "latest.pt")
+    for name in ("actor_optimizer", "critic_optimizer"):
+        state["algorithm"][name]["param_groups"][0].update(lr="corrupt", betas=(-1.0, 2.0), eps="x")
+    again = Run(small(algorithm, iterations=3), None)
+    again.runner.load_state_dict(state)
+    fresh = Run(small(algorithm, iterations=3), None)
+    for name, optimizer in learner(again.runner).named_optimizers().items():
+        own = learner(fresh.runner).named_optimizers()[name].param_groups
+        assert [{k: v for k, v in g.items() if k != "params"} for g in optimizer.param_groups] == \
+            [{k: v for k, v in g.items() if k != "params"} for g in own], name
+    again.learn()  # the moments loaded, the steps taken with the run's options
+    for run in (again, fresh):
+        run.close()

@@ -30,6 +30,7 @@ from syncfree.algo.optim import (
     ScheduleFreeAdamW,
     average_weights,
     hidden_matrices,
+    load_moments,
     lr_groups,
     make_optimizer,
     searchable_optimizers,
@@ -617,7 +618,7 @@ class OffPolicy(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name, optimizer in self.named_optimizers().items():
-            optimizer.load_state_dict(state[name])
+            load_moments(optimizer, state[name])  # the options stay the run's config's
         if self.schedule_free():  # the policy was loaded with the average
             params = [p for o in self.schedule_free() for group in o.param_groups for p in group["params"]]
             with torch.no_grad():

@@ -463,12 +463,18 @@ class PolicyOptimizer:
             group["lr"] = self.optimizer_lr if isinstance(self.optimizer_lr, Tensor) else self.learning_rate
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        """Load moments and step counts but keep this run's optimizer options (fused, foreach, lr object). The
-        tensors are copied: `torch.optim` would otherwise keep those of a live state dict and share them."""
-        own_groups = self.optimizer.state_dict()["param_groups"]
-        moments = {key: {name: value.clone() if isinstance(value, Tensor) else value for name, value in entry.items()}
-                   for key, entry in state["state"].items()}
-        self.optimizer.load_state_dict({"state": moments, "param_groups": own_groups})
+        load_moments(self.optimizer, state)
+
+
+def load_moments(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load a saved optimizer state's moments and step counts into `optimizer` but keep its own options (learning
+    rate, betas, eps, weight decay, fused, foreach, the lr object): a checkpoint's are data nothing checks, and the
+    run's config gives them. The tensors are copied: `torch.optim` would otherwise keep those of a live state dict
+    and share them."""
+    own_groups = optimizer.state_dict()["param_groups"]
+    moments = {key: {name: value.clone() if isinstance(value, Tensor) else value for name, value in entry.items()}
+               for key, entry in state["state"].items()}
+    optimizer.load_state_dict({"state": moments, "param_groups": own_groups})
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from syncfree.algo.configs import PPOTrainConfig
 from syncfree.algo.minibatch_step import MinibatchStep, StepState
-from syncfree.algo.optim import Collective, GradientAllReduce
+from syncfree.algo.optim import Collective, GradientAllReduce, load_moments
 from syncfree.algo.settings import RNDConfig
 from syncfree.core.compile import hot
 from syncfree.core.switches import PerfConfig
@@ -214,8 +214,7 @@ class RND:
         """The networks, statistics and the predictor's moments; the optimizer's options (learning rate, betas) stay
         this run's, as the policy's do: a checkpoint's are data that nothing checks."""
         self.module.load_state_dict(state["module"])
-        own_groups = self.optimizer.state_dict()["param_groups"]
-        self.optimizer.load_state_dict({"state": state["optimizer"]["state"], "param_groups": own_groups})
+        load_moments(self.optimizer, state["optimizer"])
 
 
 def build_rnd(cfg: PPOTrainConfig, env: VecEnv, device: torch.device, dist: Collective | None) -> RND | None:

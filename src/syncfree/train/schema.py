@@ -136,8 +136,6 @@ def conform(found: Any, expected: Any, path: str, params: Mapping[str, Sequence[
     params = params or {}
     if path in params:
         _optimizer(found, path, params[path])
-        _group_settings(found["param_groups"], expected.get("param_groups") if isinstance(expected, dict) else None,
-                        path)
         return
     if isinstance(expected, Tensor):
         _tensor(found, expected.dtype, tuple(expected.shape), path)
@@ -211,30 +209,6 @@ def _tensor(found: Any, dtype: torch.dtype, shape: tuple[int, ...], path: str) -
     return found
 
 
-def _group_settings(found: list[dict[str, Any]], expected: Any, path: str) -> None:
-    """Each parameter group's settings (learning rate, betas, eps, the kernel flags: what the optimizer steps with)
-    are of the types this run's have, where both name them (a torch release may add or drop one)."""
-    if not isinstance(expected, list) or len(found) != len(expected):
-        raise Mismatch(f"{path}.param_groups: expected {describe(expected)}, found {describe(found)}")
-    for i, (group, own) in enumerate(zip(found, expected, strict=True)):
-        for key in sorted(group.keys() & own.keys() - {"params"}):
-            where, value = f"{path}.param_groups[{i}].{key}", group[key]
-            if _is_scalar(own[key]):  # 0 or 0.0 alike; a rate on the host or the device, as a switch chose
-                positive = key in ("lr", "eps", "weight_decay")
-                if not _is_scalar(value) or not math.isfinite(float(value)) or (positive and float(value) < 0):
-                    raise Mismatch(f"{where}: expected a finite number{' >= 0' if positive else ''}, found "
-                                   f"{describe(value)}")
-            else:
-                conform(value, own[key], where)
-
-
-def _is_scalar(value: Any) -> bool:
-    """A number (not a bool), or a floating-point tensor of one value."""
-    if isinstance(value, Tensor):
-        return value.dim() == 0 and value.is_floating_point()
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _optimizer(found: Any, path: str, params: Sequence[Tensor], every: bool = True, adam_only: bool = False) -> None:
     """`torch.optim.AdamW`'s state dict: per parameter index, a step count and moments shaped as the parameter (or,
     not `adam_only`, Muon's momentum shaped as it, `MuonAdamW`'s, or `ScheduleFreeAdamW`'s state); `every`: of every
@@ -243,12 +217,6 @@ def _optimizer(found: Any, path: str, params: Sequence[Tensor], every: bool = Tr
             found.get("param_groups"), list):
         raise Mismatch(f"{path}: expected an optimizer state (a dict of state and param_groups), found "
                        f"{describe(found)}")
-    groups = found["param_groups"]
-    listed = [i for g in groups for i in g["params"]] if all(
-        isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups) else None
-    if listed != list(range(len(params))):
-        raise Mismatch(f"{path}.param_groups: expected groups listing the parameters 0-{len(params) - 1} in order, "
-                       f"found {describe(groups)}")
     indices = set(found["state"])
     if every and indices and indices != set(range(len(params))):  # empty before the first step, else all
         raise Mismatch(f"{path}.state: expected the moments of all {len(params)} parameters (indices 0-"
