@@ -106,8 +106,9 @@ def configured(task: str | VecEnv, config: TrainConfig | None, overrides: dict[s
     return cfg
 
 
-def learn(task: str | VecEnv | gymnasium.vector.VectorEnv = "cartpole", *, config: TrainConfig | None = None, run_dir: str | Path | bool = True,
-          on_iteration: Sequence[IterationCallback] = (), trust: bool = False, **overrides: Any) -> TrainResult:
+def learn(task: str | VecEnv | gymnasium.vector.VectorEnv = "cartpole", *, config: TrainConfig | None = None,
+          run_dir: str | Path | bool = True, on_iteration: Sequence[IterationCallback] = (), trust: bool = False,
+          **overrides: Any) -> TrainResult:
     """Train on a built-in task (its name, see `syncfree tasks`) or on your own env (any `VecEnv`), with the task's
     algorithm (PPO for your own env) or the one `algorithm=` names (`syncfree.algo.ALGORITHMS`). A Gymnasium vector env
     (`gymnasium.make_vec(id, n, vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})`) is your own env too,
@@ -170,7 +171,7 @@ def evaluate(policy: str | Path | LoadedPolicy, num_envs: int = 20, seed: int = 
     """The return of each env's first episode under a checkpoint's policy (a path, or what `load` returned), as
     `syncfree eval` plays it: the most likely actions, or with `sample` actions drawn from the policy (seeded with
     `seed`; torch's random state outside the call is left as it was). On `num_envs` fresh envs of the run's task,
-    or on `env` (your own, for a run on it). A run on code its task names (`module:factory`, `gym:<module>:<id>`)
+    or on `env` (your own, for a run on it: a `VecEnv` or a Gymnasium vector env). A run on code its task names (`module:factory`, `gym:<module>:<id>`)
     is evaluated on `env`, or on fresh envs with `trust` (as `load` says)."""
     loaded = policy if isinstance(policy, LoadedPolicy) else load_policy(policy, trust=trust)
     if num_envs < 1:

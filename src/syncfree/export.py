@@ -38,7 +38,7 @@ import syncfree
 from syncfree.errors import UserError
 from syncfree.outputs import check_output_dir, task_file_name
 from syncfree.policy.deploy import STATE_NOTE, Deployment, Graph
-from syncfree.tasks import find_task
+from syncfree.tasks import action_map_of
 from syncfree.train.evaluate import LoadedPolicy, load_policy
 
 T = TypeVar("T")
@@ -211,9 +211,9 @@ def describe(loaded: LoadedPolicy, deployment: Deployment, files: dict[str, str]
                                  "dtype": _dtype(shapes[i])} for i, o in graph.state],
                     "note": STATE_NOTE}
     meta.update(deployment.sections)
-    spec = find_task(loaded.cfg.task)  # the registry's word on the task (no code of the user's runs)
-    if kind == "continuous" and spec is not None and spec.action_map:
-        meta["action"] = {**meta["action"], "env_map": spec.action_map}
+    env_map = action_map_of(loaded.cfg.task)  # the registry's word on the task: nothing imported, no env built
+    if kind == "continuous" and env_map:
+        meta["action"] = {**meta["action"], "env_map": env_map}
     return meta
 
 

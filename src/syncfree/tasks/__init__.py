@@ -62,9 +62,23 @@ def find_task(name: str) -> TaskSpec | None:
     """The spec of a task name, or None when no task or family has it."""
     if name in TASKS:
         return TASKS[name]
-    ordered = sorted(SOURCES.values(), key=lambda s: s.matches is not None)  # prefixes first: `gym:` is no module
-    source = next((s for s in ordered if s.claims(name)), None)
+    source = source_of(name)
     return source.resolve(name) if source is not None else None
+
+
+def source_of(name: str) -> TaskSource | None:
+    """The family that claims a task name, or None."""
+    ordered = sorted(SOURCES.values(), key=lambda s: s.matches is not None)  # prefixes first: `gym:` is no module
+    return next((s for s in ordered if s.claims(name)), None)
+
+
+def action_map_of(name: str) -> str:
+    """What a task's envs do to continuous actions after the policy gives them (`TaskSpec.action_map`; "" for a
+    name no task or family has), read from the registry without making the task's spec (no package is imported)."""
+    if name in TASKS:
+        return TASKS[name].action_map
+    source = source_of(name)
+    return source.action_map if source is not None else ""
 
 
 def task_names() -> list[str]:
@@ -166,7 +180,7 @@ def switch_scope(cfg: TrainConfig, device: torch.device | str = "cpu", world_siz
 
 _discover()
 
-__all__ = ["SOURCES", "TASKS", "TaskSource", "TaskSpec", "check_task", "choose_algorithm", "config_file_arguments",
+__all__ = ["SOURCES", "TASKS", "TaskSource", "TaskSpec", "action_map_of", "check_task", "choose_algorithm", "config_file_arguments",
            "config_from_dict", "config_type", "default_config", "find_task", "get_task", "make_env", "make_task_env",
-           "preset", "preset_or_none", "register", "stored_algorithm", "switch_scope", "task_names", "upgrade_config",
+           "preset", "preset_or_none", "register", "source_of", "stored_algorithm", "switch_scope", "task_names", "upgrade_config",
            "validated", "with_algorithm"]

@@ -120,4 +120,4 @@ def resolve(task: str) -> TaskSpec:
 
 SOURCES = (TaskSource(PREFIX, f"{PREFIX}<id>", "any registered Gymnasium env (e.g. gym:Humanoid-v5), as CPU vector "
                       "envs; its own time limit; own presets for --algorithm sac, td3", resolve,
-                      needs=("gymnasium", "gym")),)
+                      needs=("gymnasium", "gym"), action_map=ACTION_MAP),)

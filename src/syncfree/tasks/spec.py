@@ -137,6 +137,8 @@ class TaskSource:
     when they cannot be listed here (their package is missing)."""
     needs: tuple[str, str] = ("", "")
     """The package the family's envs need and the extra that installs it (`gym:`: `gymnasium`, `gym`)."""
+    action_map: str = ""
+    """Its tasks' `TaskSpec.action_map`, known without resolving one (which may import the family's package)."""
 
     def claims(self, name: str) -> bool:
         """Whether `name` is one of this family's tasks."""
