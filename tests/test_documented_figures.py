@@ -134,7 +134,8 @@ def test_the_documented_hopper_optimizer_figures_are_the_ones_in_the_results() -
 @pytest.mark.parametrize(("algorithm", "env", "cell"), [
     ("sac", "HalfCheetah", "HalfCheetah-v5 **{mean} ± {half}** (95 %"),
     ("td3", "HalfCheetah", "HalfCheetah-v5 **{mean} ± {half}** (95 %, below); Hopper"),
-    ("sac", "Hopper", "Hopper-v5 {mean} ± {half} (95 %; below)"),
+    ("sac", "Hopper", "Hopper-v5 {mean} ± {half} (95 %; below); HalfCheetah"),
+    ("td3", "Hopper", "Hopper-v5 {mean} ± {half} (95 %; below) |"),
 ])
 def test_the_documented_gymnasium_preset_figures_are_the_ones_in_the_results(algorithm: str, env: str,
                                                                               cell: str) -> None:
