@@ -541,10 +541,18 @@ def test_a_run_that_would_never_take_a_gradient_step_says_so(extra: list[str], s
     assert [r["gradient_steps"] for r in records] == [0, 0, 0]
 
 
-def test_a_run_that_trains_is_not_warned(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    cfg = small("sac", iterations=2)
-    Run(cfg, None).close()
-    assert "no gradient step" not in caplog.text
+def test_a_run_that_trains_is_not_warned(caplog: pytest.LogCaptureFixture) -> None:
+    """Where the run's iterations reach `learning_starts` and a batch, the start-up lines say nothing of it."""
+    from syncfree.train.run import start
+
+    caplog.set_level("INFO", logger="syncfree")
+    run = start(small("sac", iterations=2), None)  # 2 x 4 steps of 8 envs: 64 env steps and transitions, batch 32
+    run.close()
+    assert "training pendulum with SAC" in caplog.text and "no gradient step" not in caplog.text
+    caplog.clear()
+    run = start(small("sac", iterations=1), None)  # 32 env steps, 32 transitions: learning_starts 32 is reached
+    run.close()
+    assert "training pendulum with SAC" in caplog.text and "no gradient step" not in caplog.text
 
 
 # -- presets ----------------------------------------------------------------------------------------------------

@@ -167,7 +167,7 @@ def load(checkpoint_path: str | Path, device: str | torch.device = "cpu", trust:
 
 
 def evaluate(policy: str | Path | LoadedPolicy, num_envs: int = 20, seed: int = 12345, sample: bool = False,
-             env: VecEnv | None = None, trust: bool = False) -> np.ndarray:
+             env: VecEnv | gymnasium.vector.VectorEnv | None = None, trust: bool = False) -> np.ndarray:
     """The return of each env's first episode under a checkpoint's policy (a path, or what `load` returned), as
     `syncfree eval` plays it: the most likely actions, or with `sample` actions drawn from the policy (seeded with
     `seed`; torch's random state outside the call is left as it was). On `num_envs` fresh envs of the run's task,
