@@ -27,6 +27,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -42,12 +43,13 @@ DOCS = ROOT / "docs" / "performance.md"
 DOCS_BLOCK = re.compile(r"(<!-- compile-payback-table -->\n).*?(<!-- /compile-payback-table -->)", re.S)
 
 
-def run(task: str, compile: str, iterations: int, cache: Path, runs: Path, name: str) -> list[float]:
-    """Seconds of each iteration of one `syncfree train` process."""
+def run(task: str, compile: str, iterations: int, cache: Path, runs: Path, name: str,
+        extra: Sequence[str] = ()) -> list[float]:
+    """Seconds of each iteration of one `syncfree train` process (`extra`: more of its arguments)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCHINDUCTOR_CACHE_DIR": str(cache)}
     command = [sys.executable, "-m", "syncfree", "train", "--task", task, "--iterations", str(iterations),
                "--perf.compile", compile, "--log.dir", str(runs), "--log.run_name", name, "--log.progress", "false",
-               "--save_every", str(iterations)]
+               "--save_every", str(iterations), *extra]
     subprocess.run(command, check=True, env=env, capture_output=True, text=True, timeout=3600)
     records = [json.loads(line) for line in (runs / name / "metrics.jsonl").read_text().splitlines()]
     return [r["iteration_seconds"] for r in records]

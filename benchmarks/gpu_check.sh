@@ -6,8 +6,8 @@
 # a part that runs out of time loses only itself. Parts, in the default order:
 #   side      point-mass at 4,096 envs: syncfree (optimized, baseline) against rsl_rl 5.5.1 (eager)
 #   offpolicy g1-track at 4,096 envs trained by SAC and by TD3 (no random steps first): env steps/s and the phases of
-#             their 32 gradient steps per iteration, baseline (eager) against optimized (their losses compiled,
-#             replayed as CUDA graphs); OFFPOLICY="sac" (or "td3") runs one of them
+#             their 32 gradient steps per iteration, baseline (eager) against optimized (each gradient step one
+#             compiled graph, `compile=step`, replayed as a CUDA graph); OFFPOLICY="sac" (or "td3") runs one of them
 #   ceiling   cartpole at 1,048,576 envs: compiled step, and compile=hot replayed as CUDA graphs
 #   g1        g1-track at 4,096 envs (torch PD): baseline, optimized, optimized in bf16 (ABLATIONS=true adds a row
 #             per switch, each compiling its own graphs)

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +69,41 @@ def distill_config(teacher: str, task: str = "pendulum", **perf) -> TrainConfig:
     cfg = with_algorithm(small_config(task, **perf), "distillation")
     cfg.distill.teacher, cfg.distill.gradient_length = teacher, 4
     return cfg
+
+
+def assert_trains_as_shipped(cfg: TrainConfig) -> None:
+    """An off-policy preset as a user gets it, no setting changed: it validates, a full buffer lets a batch draw its
+    `batch_size`, and its random warm-up (`learning_starts`) ends before its iterations do."""
+    from syncfree.algo.replay import drawable_transitions
+    from syncfree.tasks.configs import validated
+
+    own, num_envs = validated(cfg).learner, cfg.env.num_envs  # type: ignore[attr-defined]
+    assert own.batch_size <= drawable_transitions(own.buffer_size, num_envs, own.n_step), (cfg.task, own)
+    assert own.learning_starts < cfg.iterations * own.steps_per_env * num_envs, (cfg.task, own)
+
+
+def dispatched_op_names(fn: Callable[[], object]) -> Counter[str]:
+    """The aten ops `fn` dispatches from Python, by name: every op of eager code; compiled code dispatches only the
+    kernels its graphs call out to (matrix products) and the ops around its graphs."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        fn()
+    return Counter(event.name for event in profile.events() if event.name.startswith("aten::"))
+
+
+def ops_outside_graphs(fn: Callable[[], object]) -> int:
+    """The aten ops `fn` dispatches outside every compiled graph (a graph's calls out to kernels, e.g. its matrix
+    products, are profiled inside its `Torch-Compiled Region`)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        fn()
+
+    def inside(event) -> bool:
+        while event is not None:
+            if event.name.startswith("Torch-Compiled Region"):
+                return True
+            event = event.cpu_parent
+        return False
+
+    return sum(event.name.startswith("aten::") and not inside(event) for event in profile.events())
 
 
 def grid_config(iterations: int = 2, **perf) -> TrainConfig:

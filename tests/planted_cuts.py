@@ -329,6 +329,10 @@ PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
                                       "env.compile_step(lambda fn, *static: fn)")]),
         ("baseline path, compile=step", [("algo/feedforward.py", "self._whole_step = hot(self.whole_step, perf, device)",
                                           "self._whole_step = self.whole_step")]),
+        # the off-policy learners' whole gradient step left eager
+        ("baseline path, off-policy compile=step", [("algo/offpolicy.py",
+                                                     "            return None\n        return self.compiled(fn)\n",
+                                                     "            return None\n        return fn\n")]),
         # the critic's values of the episodes' last observations computed eagerly before the record step's graph
         ("baseline path, bootstrap values", [("algo/feedforward.py",
                                               "                    self._record_step(step, row, observed)\n",
@@ -353,6 +357,11 @@ PATH_CUTS: dict[str, list[tuple[str, list[Edit]]]] = {
         # the env's tensors, which its compiled step writes in place, left unmarked: inductor skips that graph
         ("baseline path, env state not static", [("envs/api.py", "wrap(self._transition, *held)",
                                                   "wrap(self._transition)")]),
+        # the state the off-policy whole step updates in place left unmarked: CUDA graph trees skip the graph
+        ("baseline path, off-policy step state not static", [("algo/offpolicy.py",
+                                                              "        mark_static(self.perf, self.device, *(t for part",
+                                                              "        (lambda *tensors: None)(self.perf, self.device, "
+                                                              "*(t for part")]),
         # the batch the off-policy losses read left unmarked: CUDA graph trees copy it in at every replay
         ("baseline path, replay batch not static", [("algo/offpolicy.py",
                                                      "static=[] if self.buffer.on_host else static)", "static=[])")]),
@@ -608,6 +617,10 @@ CUT_TESTS = {("compile", "baseline path, bootstrap values"):
              "test_compile.py::test_graphs_do_not_assert_their_inputs_again_at_every_call",
              ("cuda_graphs", "baseline path, env state not static"):
              "test_cuda_graph_replay.py::test_every_graph_of_the_whole_step_trainer_would_replay",
+             ("compile", "baseline path, off-policy compile=step"):
+             "test_offpolicy.py::test_compiled_whole_step_matches_eager_compiles_once_and_leaves_little_outside_its_graph",
+             ("cuda_graphs", "baseline path, off-policy step state not static"):
+             "test_cuda_graph_replay.py::test_off_policy_whole_steps_would_replay_updating_their_state_in_place",
              ("cuda_graphs", "baseline path, replay batch not static"):
              "test_cuda_graph_replay.py::test_off_policy_graphs_would_replay_reading_the_batch_in_place",
              ("cuda_graphs", "baseline path, recurrent state fed back"):

@@ -359,3 +359,27 @@ def test_sac_vs_sb3_trains_the_preset_as_it_is_and_evaluates_along_the_run(tmp_p
     assert run["return_late"] == run["evaluations"][-1][1]  # iteration 10 alone is in the last 10 %
     given = sac_vs_sb3.parse(["--env", "Pendulum-v1", "--preset", "--learning_starts", "128"]).layout
     assert given == {**report["layout"], "learning_starts": 128}
+
+
+def test_offpolicy_compile_runs_each_mode_with_gradient_steps_and_reports_medians(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each mode runs the learner from its first iteration on (no random steps), interleaved over repeats; the
+    figures are medians of iterations 2..N and of the repeats, the warm-up a compiled first iteration minus eager's."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import offpolicy_compile
+
+    calls = []
+    seconds = {"off": [1.0, 0.5, 0.7, 0.6], "hot": [9.0, 0.4, 0.4, 0.5], "step": [12.0, 0.25, 0.2, 0.3]}
+
+    def fake_run(task, compile, iterations, cache, runs, name, extra=()):
+        calls.append((compile, tuple(extra)))
+        return seconds[compile]
+
+    monkeypatch.setattr(offpolicy_compile, "run", fake_run)
+    result = offpolicy_compile.measure("pendulum", "td3", 4, 2, Path("/nonexistent"))
+    assert [c for c, _ in calls] == ["off", "hot", "step"] * 2
+    assert {extra for _, extra in calls} == {("--algorithm", "td3", "--td3.learning_starts", "0")}
+    assert result["seconds_per_iteration"] == {"off": 0.6, "hot": 0.4, "step": 0.25}
+    assert result["warmup_s"] == {"hot": 8.0, "step": 11.0}
+    row = offpolicy_compile.report([result], "a CPU", "cmd").splitlines()[-1]
+    assert row == "| pendulum | td3 | 0.600 | 0.400 | 0.250 | 2.40x | 1.60x | 8.0 | 11.0 |"

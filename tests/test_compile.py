@@ -19,8 +19,10 @@ import torch._inductor.config as inductor_config
 from conftest import (
     TEST_DEVICE,
     copy_trained_state,
+    dispatched_op_names,
     distill_config,
     grid_config,
+    ops_outside_graphs,
     pendulum_teacher,
     recurrent_config,
     small_config,
@@ -136,14 +138,6 @@ def test_one_compiled_update_on_an_identical_rollout_matches_eager(mode: str, ad
     assert all(not torch.equal(p, before[n]) for n, p in compiled.policy.named_parameters())  # it did update
 
 
-def dispatched_op_names(fn: Callable[[], object]) -> Counter[str]:
-    """The aten ops `fn` dispatches from Python, by name: every op of eager code; compiled code dispatches only the
-    kernels its graphs call out to (matrix products) and the ops around its graphs."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        fn()
-    return Counter(event.name for event in profile.events() if event.name.startswith("aten::"))
-
-
 def dispatched_ops(fn: Callable[[], object]) -> int:
     return sum(dispatched_op_names(fn).values())
 
@@ -231,22 +225,6 @@ def test_compiled_phases_dispatch_a_fraction_of_eager_ops_and_compile_once(case:
             # the gradients' norms are the graph's own kernels, not a call out to the eager foreach kernel
             update_ops = dispatched_op_names(lambda: trainers[mode].algorithm.update(progress=0.5))
             assert update_ops["aten::_foreach_norm"] == 0, update_ops
-
-
-def ops_outside_graphs(fn: Callable[[], object]) -> int:
-    """The aten ops `fn` dispatches outside every compiled graph (a graph's calls out to kernels, e.g. its matrix
-    products, are profiled inside its `Torch-Compiled Region`)."""
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
-        fn()
-
-    def inside(event) -> bool:
-        while event is not None:
-            if event.name.startswith("Torch-Compiled Region"):
-                return True
-            event = event.cpu_parent
-        return False
-
-    return sum(event.name.startswith("aten::") and not inside(event) for event in profile.events())
 
 
 @pytest.mark.parametrize("mode", ["hot", "step"])

@@ -213,6 +213,22 @@ def test_off_policy_graphs_would_replay_reading_the_batch_in_place(algorithm: st
     assert {loss: COPIED[loss] for loss in losses} == {loss: [] for loss in losses}
 
 
+@pytest.mark.parametrize("algorithm", ["SAC", "TD3"])
+def test_off_policy_whole_steps_would_replay_updating_their_state_in_place(algorithm: str) -> None:
+    """SAC and TD3, `compile=step`: a gradient step is one graph (TD3's two: the critics' step alone, and with the
+    actor's), and the env step another. Each would replay: every input it updates (parameters, targets, moments,
+    step counts, learning rates, statistics) keeps its address, and it copies in none of its inputs."""
+    from test_offpolicy import small
+
+    cfg = small(algorithm.lower(), compile="step", cuda_graphs="auto")
+    cfg.learner.learning_starts = 0  # gradient steps in the one iteration (TD3's actor steps on every second)
+    found = trained_skips(cfg)
+    steps = [f"{algorithm}.whole_gradient_step", *(["TD3.whole_critic_step"] if algorithm == "TD3" else [])]
+    assert set(found) == {*steps, "TorchVecEnv._transition"}
+    assert skipped(found) == {}
+    assert {step: COPIED[step] for step in steps} == {step: [] for step in steps}
+
+
 @pytest.mark.parametrize("num_envs", [13, 20])
 def test_an_env_count_off_the_alignment_replays_every_step_and_compiles_once(num_envs: int) -> None:
     """Point-mass, `compile=step`, with `num_envs` not a multiple of 16 (nor of 8): every step's storage rows and the

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import assert_same_state, trained_host_reads
+from conftest import assert_same_state, assert_trains_as_shipped, trained_host_reads
 from syncfree.algo.offpolicy import OffPolicy, OffPolicyTrainConfig, soft_update
 from syncfree.algo.replay import DeviceReplay, n_step_sums, n_step_sums_loop, replay_buffer
 from syncfree.bench.timing import count_iteration, warm_up
@@ -415,6 +415,89 @@ def test_compiled_losses_match_eager_and_compile_once(algorithm: str) -> None:
     assert compile_counts() == warm
 
 
+def profiled_names(fn) -> Counter:
+    """Every event `fn` profiles, by name (aten ops, autograd's backward functions, `Optimizer.step` calls)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        fn()
+    return Counter(event.name for event in profile.events())
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_compile_step_trains_as_the_conventional_step_without_its_backward_and_optimizer_calls(algorithm: str) -> None:
+    """`compile=step` (run eagerly here, compiled below): each gradient step is one function of device tensors, its
+    gradients from `torch.func` and its Adam(W) steps written out (`syncfree.algo.offpolicy_step`). Three iterations
+    train the parameters and the optimizers' moments and step counts the conventional step (`.backward()`, torch's
+    optimizers) trains, within float32 rounding (the same formulas in another order), with 0 host reads per gradient
+    step; and its gradient steps call no optimizer's `step`, run no fused Adam kernel and leave every `.grad` unset,
+    where the conventional step does all three at every step."""
+    eager, _ = trained(small(algorithm, n_step=3))
+    whole, _ = trained(small(algorithm, n_step=3, compile="step"))
+    assert learner(eager)._whole_step is None and learner(whole)._whole_step is not None
+    for (name, x), y in zip(eager.policy.state_dict().items(), whole.policy.state_dict().values(), strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6, msg=name)
+    for name, optimizer in learner(eager).named_optimizers().items():
+        other = learner(whole).named_optimizers()[name]
+        for a, b in zip(optimizer.state.values(), other.state.values(), strict=True):
+            for key in ("step", "exp_avg", "exp_avg_sq"):
+                torch.testing.assert_close(a[key], b[key].reshape(a[key].shape), rtol=1e-5, atol=1e-6, msg=key)
+    names = {mode: profiled_names(lambda r=r: [learner(r).gradient_step() for _ in range(2)])
+             for mode, r in (("conventional", eager), ("whole", whole))}
+
+    def optimizer_work(seen: Counter) -> int:
+        return sum(n for name, n in seen.items() if "Optimizer.step" in name or name.startswith("aten::_fused_adam"))
+
+    assert optimizer_work(names["conventional"]) >= 4, names["conventional"]
+    assert optimizer_work(names["whole"]) == 0, names["whole"]
+    assert any(p.grad is not None for p in eager.policy.parameters())
+    assert all(p.grad is None for p in whole.policy.parameters())
+    counts = count(learner(whole).gradient_step, 2)
+    assert not counts.host_reads and counts.sync_ops.total() == 0, counts.host_reads
+
+
+@pytest.mark.parametrize(("optimizer", "reason"), [("muon", "sac.optimizer=muon"),
+                                                   ("schedule_free_adamw", "sac.optimizer=schedule_free_adamw")])
+def test_compile_step_says_in_one_line_when_the_step_cannot_be_one_graph(optimizer: str, reason: str,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="syncfree")
+    cfg = small("sac", compile="step")
+    cfg.learner.optimizer = optimizer
+    runner = Runner(cfg)
+    assert learner(runner)._whole_step is None
+    lines = [r.getMessage() for r in caplog.records if "perf.compile=step" in r.getMessage()]
+    assert lines == [f"perf.compile=step: sac's gradient step is compiled as with perf.compile=hot ({reason}: the "
+                     "whole-step graph steps adam and adamw only)"]
+    cfg = small("td3", compile="step", device_loss_stats=False)
+    assert learner(Runner(cfg))._whole_step is None
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("compile_enabled")
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_compiled_whole_step_matches_eager_compiles_once_and_leaves_little_outside_its_graph(algorithm: str) -> None:
+    """`compile=step` compiled: with inductor drawing random numbers as eager code does, two iterations train what
+    eager ones train (within float32 rounding); a third compiles nothing more (SAC's step one graph, TD3's two: the
+    critics' step alone, and with the actor's); and outside its graph a gradient step dispatches only the ops of
+    drawing its batch, where `hot`'s also run their optimizer steps, backward calls and soft update eagerly."""
+    import torch._inductor.config as inductor_config
+
+    from conftest import ops_outside_graphs
+    from syncfree.core.compile import compile_counts
+
+    with inductor_config.patch(fallback_random=True):
+        runners = {mode: trained(small(algorithm, n_step=3, iterations=2, compile=mode))[0]
+                   for mode in ("off", "step", "hot")}
+        assert learner(runners["step"])._whole_step is not None
+        assert_close_parameters(runners["off"], runners["step"])
+        warm = compile_counts()
+        runners["step"].cfg.iterations = 3
+        runners["step"].learn()
+        assert compile_counts() == warm
+        outside = {mode: ops_outside_graphs(lambda r=runners[mode]: [learner(r).gradient_step() for _ in range(2)])
+                   for mode in ("hot", "step")}
+        outside["draws"] = ops_outside_graphs(lambda: [learner(runners["step"]).sample_batch() for _ in range(2)])
+    assert outside["step"] == outside["draws"] and outside["hot"] >= 2 * outside["draws"], outside
+
+
 # -- perf.autocast -----------------------------------------------------------------------------------------------
 
 def linear_outputs(policy: torch.nn.Module) -> tuple[Counter, list]:
@@ -594,6 +677,16 @@ def test_every_off_policy_preset_trains(task: str, algorithm: str, tmp_path: Pat
     assert main(args) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["gradient_steps"] == 2
+
+
+@pytest.mark.parametrize("task", ["pendulum", "point-mass", "gym:Hopper-v5", "g1-track"])
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_every_off_policy_preset_takes_gradient_steps_as_shipped(task: str, algorithm: str) -> None:
+    """The presets unchanged (their env count, buffer and batch): a run of one takes gradient steps (one whose
+    batch a full buffer cannot hold is refused at the start)."""
+    if task.startswith("gym:"):
+        pytest.importorskip("gymnasium")
+    assert_trains_as_shipped(preset(task, algorithm=algorithm))
 
 
 def test_a_task_cannot_give_its_own_algorithm_a_second_preset() -> None:

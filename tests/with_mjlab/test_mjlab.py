@@ -25,6 +25,7 @@ from mjlab.envs import ManagerBasedRlEnv
 from mjlab.rl import MjlabOnPolicyRunner, RslRlOnPolicyRunnerCfg, RslRlVecEnvWrapper
 from mjlab.tasks.registry import list_tasks, load_env_cfg, load_rl_cfg
 
+from conftest import assert_trains_as_shipped
 from syncfree import cli
 from syncfree.errors import UserError
 from syncfree.rsl_rl import OnPolicyRunner
@@ -321,18 +322,37 @@ def test_g1s_action_bounds_are_its_joint_limits_as_actions() -> None:
 
 
 @pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_every_mjlab_off_policy_preset_takes_gradient_steps_as_shipped(algorithm: str) -> None:
+    """Each mjlab task's SAC and TD3 preset unchanged: its batch fits what a full buffer lets it draw, and its random
+    warm-up ends before its iterations do (at mjlab's registered 1 env, the recipe's batch of 32,768 never would)."""
+    from syncfree.tasks import preset
+
+    checked = []
+    for task_id in list_tasks():
+        try:
+            cfg = preset(f"mjlab:{task_id}", algorithm=algorithm)
+        except UserError as e:  # a task whose model syncfree does not map (a CNN) has no preset at all
+            assert "trains MLP and RNN models" in str(e), (task_id, e)
+            continue
+        assert_trains_as_shipped(cfg)
+        checked.append(task_id)
+    assert {"Mjlab-Velocity-Flat-Unitree-G1", "Mjlab-Tracking-Flat-Unitree-G1"} <= set(checked)
+
+
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
 def test_mjlabs_g1_velocity_task_trains_from_its_off_policy_presets(algorithm: str, tmp_path: Path) -> None:
-    """`--algorithm sac` (or `td3`) on mjlab's G1 velocity task starts from FastSAC's recipe at mjlab's env count
-    and discount, and trains (shrunk to 4 iterations of 4 envs, batches of 8 from a buffer of 64)."""
+    """`--algorithm sac` (or `td3`) on mjlab's G1 velocity task starts from FastSAC's recipe at its 4,096 envs (mjlab
+    registers 1) and mjlab's discount, and trains (shrunk to 4 iterations of 4 envs, batches of 8 from a buffer of
+    64)."""
     from syncfree.tasks import preset
 
     task = "mjlab:Mjlab-Velocity-Flat-Unitree-G1"
     ppo, cfg = preset(task), preset(task, algorithm=algorithm)
     own = cfg.learner
-    assert (cfg.env.num_envs, own.steps_per_env, own.updates_per_iteration, own.batch_size) == (
-        ppo.env.num_envs, 1, 4, 32_768)
+    assert ppo.env.num_envs == 1
+    assert (cfg.env.num_envs, own.steps_per_env, own.updates_per_iteration, own.batch_size) == (4096, 1, 4, 32_768)
     assert (own.buffer_size, own.gamma, cfg.iterations) == (
-        1024 * ppo.env.num_envs, ppo.ppo.gamma, ppo.iterations * ppo.ppo.steps_per_env)
+        1024 * 4096, ppo.ppo.gamma, ppo.iterations * ppo.ppo.steps_per_env)
     args = ["train", "--task", task, "--algorithm", algorithm, "--env.num_envs", "4", "--iterations", "4",
             f"--{algorithm}.learning_starts", "4", f"--{algorithm}.batch_size", "8", f"--{algorithm}.buffer_size",
             "64", f"--{algorithm}.updates_per_iteration", "2", "--log.dir", str(tmp_path), "--log.run_name", "run",

@@ -103,6 +103,43 @@ def adamw_update(param: Tensor, grad: Tensor, exp_avg: Tensor, exp_avg_sq: Tenso
     return param, exp_avg, exp_avg_sq
 
 
+def adamw_step(params: list[Tensor], grads: list[Tensor], state: tuple[list[Tensor], list[Tensor], list[Tensor]],
+               lr: Tensor, coefficients: Tensor, hyper: tuple[tuple[float, float], float, float],
+               finite: Tensor | None = None) -> None:
+    """One AdamW step of every parameter in place (`torch.optim.AdamW`'s formulas; Adam's where the weight decay is
+    0): `state` its moments, second moments and step counts (`adam_moments`), `lr` a 1-element tensor,
+    `coefficients` each gradient's clip factor, `hyper` (betas, eps, weight decay). Where `finite` is False the
+    parameters and the state are left alone (a non-finite gradient)."""
+    moments, squares, steps = state
+    betas, eps, weight_decay = hyper
+    next_steps = torch.cat(steps) + 1
+    factors = adamw_factors(next_steps, lr, coefficients, betas, weight_decay)
+    for i, (p, g, m, v, step) in enumerate(zip(params, grads, moments, squares, steps, strict=True)):
+        new = (next_steps[i : i + 1], *adamw_update(p, g, m, v, factors[i], betas, eps))
+        for old, value in zip((step, p, m, v), new, strict=True):
+            old.copy_(value if finite is None else torch.where(finite, value, old))
+
+
+def adam_moments(optimizer: torch.optim.Optimizer, params: list[Tensor], device: torch.device
+                 ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    """`optimizer`'s first and second moments and step counts of `params` (Adam's and AdamW's state), created as torch
+    creates them where it has not stepped yet, the step counts on `device` (a loaded checkpoint may hold them on the
+    host) and as 1-element views: torch 2.13's compiled CPU code drops in-place updates of 0-dim inputs."""
+    moments, squares, steps = [], [], []
+    for p in params:
+        state = optimizer.state[p]
+        if not state:
+            state["step"] = torch.zeros((), dtype=torch.float32, device=device)
+            state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        elif state["step"].device != device:
+            state["step"] = state["step"].to(device, torch.float32)
+        moments.append(state["exp_avg"])
+        squares.append(state["exp_avg_sq"])
+        steps.append(state["step"].view(1))
+    return moments, squares, steps
+
+
 class MinibatchStep(Generic[MB]):
     """`step(data, idx, state)`: one whole minibatch update on the rows `idx` of the flat rollout `data`
     (`step.update(mb, state)`: on a minibatch already gathered, of whatever `losses` reads).
@@ -136,18 +173,7 @@ class MinibatchStep(Generic[MB]):
 
         0-dim tensors go in as 1-element views: torch 2.13's compiled CPU code drops in-place updates of 0-dim
         float64 inputs (the learning rate)."""
-        moments, squares, steps = [], [], []
-        for p in self.params:
-            state = self.optimizer.state[p]
-            if not state:
-                state["step"] = torch.zeros((), dtype=torch.float32, device=lr.device)
-                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-            elif state["step"].device != lr.device:
-                state["step"] = state["step"].to(lr.device, torch.float32)
-            moments.append(state["exp_avg"])
-            squares.append(state["exp_avg_sq"])
-            steps.append(state["step"].view(1))
+        moments, squares, steps = adam_moments(self.optimizer, self.params, lr.device)
         return StepState(self.params, moments, squares, steps, lr.view(1), stats, skipped.view(1))
 
     def loss(self, params: dict[str, Tensor], mb: MB) -> tuple[Tensor, tuple[tuple[Tensor, ...], Tensor]]:
@@ -168,14 +194,8 @@ class MinibatchStep(Generic[MB]):
                 lr.copy_(self.adapt(lr, kl_mean))
             grad_norm, coefficients = group_clip_coefficients(grads, self.clip_groups, self.max_grad_norm)
             finite = torch.isfinite(grad_norm) if self.skip_nonfinite else None
-            next_steps = torch.cat(state.steps) + 1
-            factors = adamw_factors(next_steps, lr, torch.stack(coefficients), self.betas, self.weight_decay)
-            for i, (p, g, m, v, step) in enumerate(zip(state.params, grads, state.moments, state.squares,
-                                                       state.steps, strict=True)):
-                new = (next_steps[i : i + 1], *adamw_update(p, g, m, v, factors[i], self.betas, self.eps))
-                for old, value in zip((step, p, m, v), new, strict=True):
-                    # a non-finite gradient leaves parameters and state alone
-                    old.copy_(value if finite is None else torch.where(finite, value, old))
+            adamw_step(state.params, grads, (state.moments, state.squares, state.steps), lr,
+                       torch.stack(coefficients), (self.betas, self.eps, self.weight_decay), finite)
             if finite is not None:
                 state.skipped.add_(finite.logical_not().long())
             state.stats.add_(torch.stack((*parts, grad_norm)))

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from syncfree.algo.base import Algorithm, CheckpointReader
+from syncfree.algo.offpolicy_step import Trained, steps_whole, trained
 from syncfree.algo.optim import (
     Collective,
     GradientAllReduce,
@@ -35,10 +36,10 @@ from syncfree.algo.optim import (
     make_optimizer,
     searchable_optimizers,
 )
-from syncfree.algo.replay import Batch, replay_buffer, ring_bytes, ring_slots
+from syncfree.algo.replay import Batch, drawable_transitions, replay_buffer, ring_bytes, ring_slots
 from syncfree.algo.settings import OPTIMIZERS
 from syncfree.config import PerfConfig, TrainConfig
-from syncfree.core.compile import hot
+from syncfree.core.compile import hot, mark_static
 from syncfree.core.memory import available_memory
 from syncfree.core.phases import Phases
 from syncfree.core.switches import Scope
@@ -287,6 +288,13 @@ class OffPolicy(Algorithm):
         self.host_stats = [0.0] * len(self.stat_names)
         """The statistics' sums read at every gradient step (`perf.device_loss_stats` off)."""
         self._no_extra = torch.zeros(1, device=device)
+        self._step_lrs = [torch.zeros(1, dtype=torch.float64, device=device) for _ in range(3)]
+        """`compile=step`: each optimizer's learning rate (`named_optimizers`' order), set from the host per update;
+        each its own tensor (a CUDA graph copies in, at every replay, a static input off a 16-byte boundary)."""
+        self._whole_step: Callable[..., None] | None = None
+        """`compile=step`: the learner's whole gradient step, compiled (`whole_step`); None otherwise."""
+        self.parts: list[Trained] = []
+        """`compile=step`: each optimizer's share of the whole gradient step (`step_parts`), built per update."""
         self._env_actions = torch.zeros(num_envs, policy.action_dim, device=device) if policy.maps_actions else None
         """The actions in the env's range (`action_bounds`), where they are mapped."""
 
@@ -294,8 +302,8 @@ class OffPolicy(Algorithm):
         """One line when a full buffer would hold fewer transitions a batch can draw than the batch (the newest
         `n_step - 1` steps wait for their n-step returns): the run would never take a gradient step."""
         cfg, section = self.cfg, self.config_type.SECTION  # type: ignore[attr-defined]
-        slots = ring_slots(cfg.buffer_size, num_envs, cfg.n_step)
-        most = (slots - cfg.n_step + 1) * num_envs
+        slots, most = ring_slots(cfg.buffer_size, num_envs, cfg.n_step), drawable_transitions(
+            cfg.buffer_size, num_envs, cfg.n_step)
         if cfg.batch_size > most:
             raise UserError(f"config: {section}.batch_size={cfg.batch_size:,} is more than the {most:,} transitions a "
                             f"batch can draw from a buffer of {slots:,} steps of {num_envs:,} envs (the newest "
@@ -318,6 +326,44 @@ class OffPolicy(Algorithm):
         batch = self.buffer.batch
         static = [*batch.obs.values(), batch.actions, batch.returns, batch.discounts, *batch.next_obs.values()]
         return hot(fn, self.perf, self.device, static=[] if self.buffer.on_host else static)
+
+    def whole_step(self, fn: F) -> F | None:
+        """`fn`, the whole gradient step (`syncfree.algo.offpolicy_step`), compiled under `compile=step`; None under
+        another mode, or where the step cannot be one graph (`whole_step_fallback`, said in one line: the step is
+        then compiled as under `hot`)."""
+        if self.perf.compile != "step":
+            return None
+        reason = self.whole_step_fallback()
+        if reason is not None:
+            log.info("perf.compile=step: %s's gradient step is compiled as with perf.compile=hot (%s)", self.name,
+                     reason)
+            return None
+        return self.compiled(fn)
+
+    def whole_step_fallback(self) -> str | None:
+        """Why a gradient step cannot be one graph (None: it can): a gradient all-reduce between the backward and
+        the optimizer step, an optimizer other than Adam(W), or statistics read on the host."""
+        section = self.config_type.SECTION  # type: ignore[attr-defined]
+        if self.dist is not None:
+            return "several processes (the gradient all-reduce)"
+        if not all(steps_whole(optimizer) for optimizer in self.named_optimizers().values()):
+            return f"{section}.optimizer={self.cfg.optimizer}: the whole-step graph steps adam and adamw only"
+        if not self.perf.device_loss_stats:
+            return "perf.device_loss_stats=false (the statistics read on the host)"
+        return None
+
+    def step_parts(self) -> list[Trained]:
+        """Each optimizer's share of a whole step (`named_optimizers`' order), at its learning rate of this update
+        (a host float written to the device, nothing read); built per update, since a loaded checkpoint replaces
+        the optimizers' state."""
+        parts = []
+        for i, optimizer in enumerate(self.named_optimizers().values()):
+            lr = self._step_lrs[i]
+            lr.fill_(float(optimizer.param_groups[0]["lr"]))
+            parts.append(trained(self.policy, optimizer, lr))
+        mark_static(self.perf, self.device, *(t for part in parts for t in part.tensors()), *self.targets,
+                    self.stats)
+        return parts
 
     def network_optimizer(self, params: list[Tensor], lr: float, network: str) -> torch.optim.Optimizer:
         """The optimizer of `optimizer` (`make_optimizer`) over a network's `params` (`network` names it in errors),
@@ -527,6 +573,8 @@ class OffPolicy(Algorithm):
         if ready:  # schedule-free AdamW: from the first update on, the parameters hold the weights the steps take
             for optimizer in self.schedule_free():
                 optimizer.train()
+        if ready and self._whole_step is not None:
+            self.parts = self.step_parts()
         for _ in range(self.gradient_steps):
             self.gradient_step()
 

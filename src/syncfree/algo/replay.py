@@ -287,6 +287,12 @@ def ring_slots(capacity: int, num_envs: int, n_step: int) -> int:
     return max(n_step, -(-capacity // num_envs))
 
 
+def drawable_transitions(capacity: int, num_envs: int, n_step: int) -> int:
+    """Transitions a batch can draw from a full ring of `capacity`: all but the newest `n_step - 1` steps of every
+    env, which wait for their n-step returns."""
+    return (ring_slots(capacity, num_envs, n_step) - n_step + 1) * num_envs
+
+
 def ring_bytes(dims: dict[str, int], action_dim: int, num_envs: int, capacity: int, n_step: int) -> int:
     """Bytes of a ring of `capacity` transitions (float32: every group's observation and next observation, the
     action, the reward, and the terminated and done flags), as `DeviceReplay` and `HostReplay` allocate it."""

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from syncfree.algo.base import first_episode_returns
 from syncfree.algo.offpolicy import OffPolicy, OffPolicyConfig, OffPolicyTrainConfig
+from syncfree.algo.offpolicy_step import PolicyCall, Trained, gradients, step
 from syncfree.algo.optim import Collective
 from syncfree.algo.replay import Batch
 from syncfree.envs.api import VecEnv
@@ -95,6 +96,8 @@ class SAC(OffPolicy):
         self._critic_loss, self._actor_losses = self.compiled(self.critic_loss), self.compiled(self.actor_losses)
         self.critic_gradients = self.gradient_average(self.critic_params)
         self.actor_gradients = self.gradient_average([*self.actor_params, policy.log_alpha])
+        self._critic_call, self._actor_call = PolicyCall(policy, self.critic_loss), PolicyCall(policy, self.actor_objective)
+        self._whole_step = self.whole_step(self.whole_gradient_step)
 
     @classmethod
     def build_policy(cls, cfg: SACTrainConfig, env: EnvShape) -> SquashedGaussianActorCritic:
@@ -146,6 +149,12 @@ class SAC(OffPolicy):
         alpha_loss = -(self.policy.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
         return actor_loss, alpha_loss, log_prob.detach().mean()
 
+    def actor_objective(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
+        """The actor's and the temperature's losses summed (what their one backward differentiates), the actor's,
+        and the log-probabilities' mean."""
+        actor_loss, alpha_loss, log_prob = self.actor_losses(batch)
+        return actor_loss + alpha_loss, actor_loss, log_prob
+
     def first_minibatch_loss(self) -> Tensor:
         batch = self.sample_batch()
         actor_loss, alpha_loss, _ = self.actor_losses(batch)
@@ -153,7 +162,11 @@ class SAC(OffPolicy):
 
     def gradient_step(self) -> None:
         """The critics' step on the batch, then the actor's and the temperature's (against the stepped critics),
-        then the targets' soft update."""
+        then the targets' soft update (under `compile=step` one graph, `whole_gradient_step`)."""
+        if self._whole_step is not None:
+            with self.phases("update.step"):
+                self._whole_step(self.sample_batch(), *self.parts, self.stats)
+            return
         with self.phases("update.forward"):
             batch = self.sample_batch()
             critic_loss, q_mean = self._critic_loss(batch)
@@ -179,6 +192,20 @@ class SAC(OffPolicy):
             with torch.no_grad():
                 alpha = self.policy.log_alpha.exp()
             self.add_step_statistics((critic_loss, actor_loss, alpha, -log_prob, q_mean))
+
+    def whole_gradient_step(self, batch: Batch, actor: Trained, critics: Trained, alpha: Trained,
+                            stats: Tensor) -> None:
+        """`gradient_step` as one function of device tensors (`perf.compile=step`): the critics' gradients and step,
+        then the actor's and the temperature's (one differentiation of their summed losses, against the stepped
+        critics), the targets' soft update and the statistics."""
+        (critic_grads,), (critic_loss, q_mean) = gradients(self._critic_call, [critics], batch)
+        step(critics, critic_grads)
+        (actor_grads, alpha_grads), (_, actor_loss, log_prob) = gradients(self._actor_call, [actor, alpha], batch)
+        step(actor, actor_grads)
+        step(alpha, alpha_grads)
+        self.soft_update()
+        with torch.no_grad():
+            stats.add_(torch.stack((critic_loss, actor_loss, self.policy.log_alpha.exp(), -log_prob, q_mean)))
 
     # -- checkpoints ------------------------------------------------------------------------------------------
 

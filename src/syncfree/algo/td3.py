@@ -10,6 +10,7 @@ checkpoints are the off-policy learners' (`syncfree.algo.offpolicy`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -19,6 +20,7 @@ from torch import Tensor
 
 from syncfree.algo.base import first_episode_returns
 from syncfree.algo.offpolicy import OffPolicy, OffPolicyConfig, OffPolicyTrainConfig
+from syncfree.algo.offpolicy_step import PolicyCall, Trained, gradients, step
 from syncfree.algo.optim import Collective
 from syncfree.algo.replay import Batch
 from syncfree.envs.api import VecEnv
@@ -90,6 +92,12 @@ class TD3(OffPolicy):
         self.actor_gradients = self.gradient_average(self.actor_params)
         self.critic_steps = 0
         """Gradient steps of the critics so far (host integer): the actor steps on every `policy_delay`-th."""
+        self._critic_call = PolicyCall(policy, self.critic_loss)
+        self._actor_call = PolicyCall(policy, lambda batch: (self.actor_loss(batch),))
+        self._whole_step = self.whole_step(self.whole_gradient_step)
+        self._whole_critic_step: Callable[..., None] | None = (
+            None if self._whole_step is None else self.compiled(self.whole_critic_step))
+        """`compile=step`: the gradient steps between the actor's, the critics' alone (a graph of their own)."""
 
     @classmethod
     def search_space(cls, cfg: OffPolicyTrainConfig) -> dict[str, dict[str, Any]]:
@@ -153,7 +161,14 @@ class TD3(OffPolicy):
 
     def gradient_step(self) -> None:
         """The critics' step on the batch; every `policy_delay`-th step also the actor's (against the stepped
-        critics) and the targets' soft update."""
+        critics) and the targets' soft update (under `compile=step` one graph each, `whole_critic_step` and
+        `whole_gradient_step`)."""
+        if self._whole_step is not None and self._whole_critic_step is not None:
+            self.critic_steps += 1
+            whole = self._whole_step if self.critic_steps % self.cfg.policy_delay == 0 else self._whole_critic_step
+            with self.phases("update.step"):
+                whole(self.sample_batch(), *self.parts, self.stats)
+            return
         with self.phases("update.forward"):
             batch = self.sample_batch()
             critic_loss, q_mean = self._critic_loss(batch)
@@ -176,6 +191,24 @@ class TD3(OffPolicy):
                 self.actor_optimizer.step()
                 self.soft_update()
         self.add_step_statistics((critic_loss, actor_loss, q_mean))
+
+    def whole_critic_step(self, batch: Batch, actor: Trained, critics: Trained, stats: Tensor) -> None:
+        """The critics' gradients and step as one function of device tensors (`perf.compile=step`), and their
+        statistics (the actor's loss 0)."""
+        (grads,), (critic_loss, q_mean) = gradients(self._critic_call, [critics], batch)
+        step(critics, grads)
+        with torch.no_grad():
+            stats.add_(torch.stack((critic_loss, torch.zeros_like(critic_loss), q_mean)))
+
+    def whole_gradient_step(self, batch: Batch, actor: Trained, critics: Trained, stats: Tensor) -> None:
+        """`gradient_step` on an actor's step as one function of device tensors (`perf.compile=step`): the
+        critics' step, then the actor's against the stepped critics, the targets' soft update and the statistics."""
+        self.whole_critic_step(batch, actor, critics, stats)
+        (grads,), (actor_loss,) = gradients(self._actor_call, [actor], batch)
+        step(actor, grads)
+        self.soft_update()
+        with torch.no_grad():
+            stats[1].add_(actor_loss)
 
     # -- checkpoints ------------------------------------------------------------------------------------------
 

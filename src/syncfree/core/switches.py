@@ -305,10 +305,14 @@ class PerfConfig:
     `validate_distributions=false` (validation reads the host inside the graph). Off: eager PyTorch. The recurrent
     algorithm (grid-arena) compiles the policy's rollout step (token encoder, core, heads, sampling) and each
     minibatch's forward and losses over its rows (the backward with it); `step` compiles it as `hot` does (the
-    whole-step graph with AdamW is the feed-forward algorithm's). `auto` (the default): `step` when the run's iterations
-    reach the break-even measured for its task on this kind of device (`syncfree.train.compile_choice`,
-    `benchmarks/compile_payback.py`) and early stopping (`callbacks.stop_when`, `callbacks.patience`) cannot end it
-    sooner, else `off`; the start line says which and why, and the run's config records the mode chosen."""
+    whole-step graph with AdamW is the feed-forward algorithm's). SAC and TD3: `hot` compiles the critics' loss and the
+    actor's (each with its backward); `step` makes each gradient step one graph (losses, gradients by `torch.func`,
+    Adam(W) steps, the targets' soft update, statistics: `syncfree.algo.offpolicy_step`), compiled as in `hot` with
+    several processes, `muon` or `schedule_free_adamw`, or `device_loss_stats` off. `auto` (the default): `step` when
+    the run's iterations reach the break-even measured for its task on this kind of device
+    (`syncfree.train.compile_choice`, `benchmarks/compile_payback.py`) and early stopping (`callbacks.stop_when`,
+    `callbacks.patience`) cannot end it sooner, else `off` (SAC and TD3: `off`, not measured yet); the start line says
+    which and why, and the run's config records the mode chosen."""
 
     autocast: Literal["off", "auto", "bf16"] = switch(baseline="off", optimized="auto",
                                                      seed="mixed precision (bf16 autocast)", variants=("bf16",),

@@ -52,6 +52,11 @@ def learner_config(algorithm: str, task: str, env: EnvConfig, iterations: int, *
     return cfg
 
 
+HUMANOID_RECIPE_ENVS = 4096
+"""The env count FastSAC and FastTD3 train Isaac Lab's humanoids with, which `humanoid_recipe`'s batch (8
+transitions per env) and replay ratio are set for."""
+
+
 def humanoid_recipe(algorithm: str, task: str, env: EnvConfig, iterations: int, buffer_size: int,
                     gamma: float = 0.99) -> OffPolicyTrainConfig:
     """SAC or TD3 as FastSAC and FastTD3 train humanoids at thousands of envs (their Isaac Lab settings): 1 step of

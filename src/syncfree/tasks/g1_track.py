@@ -13,7 +13,7 @@ from syncfree.config import TimeLimitEnvConfig, TrainConfig
 from syncfree.envs.api import VecEnv
 from syncfree.envs.builtin.g1_track.config import G1TrackOptions
 from syncfree.policy.settings import TokenPolicyConfig
-from syncfree.tasks.configs import humanoid_recipe, off_policy_presets
+from syncfree.tasks.configs import HUMANOID_RECIPE_ENVS, humanoid_recipe, off_policy_presets
 from syncfree.tasks.spec import Drawer, Preset, TaskSpec
 
 
@@ -64,7 +64,7 @@ def off_policy(algorithm: str) -> Preset:
     buffer of 1,048,576 transitions (256 steps of every env: a transition of g1-track's groups is 13 KB, so 13.7 GB);
     24,000 iterations, PPO's preset's 98M env steps."""
     def make(task: str) -> TrainConfig:
-        return humanoid_recipe(algorithm, task, G1TrackEnvConfig(num_envs=4096), 24_000, 1_048_576)
+        return humanoid_recipe(algorithm, task, G1TrackEnvConfig(num_envs=HUMANOID_RECIPE_ENVS), 24_000, 1_048_576)
 
     return make
 

@@ -21,7 +21,7 @@ import torch
 from syncfree.config import EnvConfig, LogConfig, TrainConfig
 from syncfree.envs.api import VecEnv
 from syncfree.errors import UserError, check
-from syncfree.tasks.configs import humanoid_recipe, off_policy_presets
+from syncfree.tasks.configs import HUMANOID_RECIPE_ENVS, humanoid_recipe, off_policy_presets
 from syncfree.tasks.rsl_rl_config import from_rsl_rl, resolve_obs_groups
 from syncfree.tasks.spec import Preset, TaskSource, TaskSpec
 
@@ -82,11 +82,13 @@ def preset(task: str) -> TrainConfig:
 
 
 def off_policy(algorithm: str) -> Preset:
-    """An mjlab task trained by SAC or TD3: FastSAC's and FastTD3's recipe (`humanoid_recipe`) at mjlab's env count,
-    with a buffer of 1,024 steps of every env, mjlab's discount and its PPO's env steps."""
+    """An mjlab task trained by SAC or TD3: FastSAC's and FastTD3's recipe (`humanoid_recipe`) at its 4,096 envs
+    (mjlab's tasks register 1 env, its train script's default, and its README trains them at 4,096) or mjlab's env
+    count where that is larger, with a buffer of 1,024 steps of every env, mjlab's discount and as many env steps as
+    its PPO's iterations take at that count."""
     def make(task: str) -> TrainConfig:
         ppo = preset(task)
-        num_envs = ppo.env.num_envs
+        num_envs = max(ppo.env.num_envs, HUMANOID_RECIPE_ENVS)
         gamma = float(getattr(getattr(ppo, "ppo", None), "gamma", 0.99))
         return humanoid_recipe(algorithm, task, MjlabEnvConfig(num_envs=num_envs), ppo.iterations * ppo.rollout_steps(),
                                1024 * num_envs, gamma)
