@@ -23,12 +23,17 @@ SB3: `evaluate_policy` on as many envs, seeded from 10,000 + seed). With `--eval
 evaluated so every K iterations (an iteration: the envs' steps between two updates), and the report gives the mean
 of those in the last 10 % of the iterations, as `learning_seeds.py --eval_every` does. `--libraries sb3` runs one
 side only (to set beside a syncfree figure measured before with the same settings).
+
+Speed: env steps/s over the whole loop, and, without `--eval_every`, over the iterations from two past the first
+that trains to the end (`steady_from`): the speed once syncfree's `--compile` mode (`off` by default; `hot`,
+`step`) has compiled, which its first training iteration does.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -56,6 +61,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--preset", action="store_true",
                    help="syncfree: the gym:<env> SAC preset as it is; SB3: its layout, its own other defaults")
     p.add_argument("--libraries", nargs="+", default=["syncfree", "sb3"], choices=["syncfree", "sb3"])
+    p.add_argument("--compile", default="off", choices=["off", "hot", "step"],
+                   help="syncfree's perf.compile (its first iteration that trains compiles)")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     args.layout = layout(args)
@@ -86,14 +93,21 @@ def iterations(args: argparse.Namespace) -> int:
     return args.steps // (args.layout["envs"] * args.layout["steps_per_env"])
 
 
+def steady_from(args: argparse.Namespace) -> int:
+    """The iteration after which both libraries run at their steady speed: two past the first that trains (which
+    compiles, under `--compile`)."""
+    per_iteration = args.layout["envs"] * args.layout["steps_per_env"]
+    return -(-args.layout["learning_starts"] // per_iteration) + 2
+
+
 def late(evaluations: list[tuple[int, float]], total: int) -> list[float]:
     """The returns of the evaluations in the last 10 % of `total` iterations."""
     return [value for iteration, value in evaluations if iteration >= 0.9 * total]
 
 
-Trained = tuple[float, list[float], list[tuple[int, float]]]
-"""The loop's seconds (evaluations left out), the final policy's returns, and (iteration, mean return) of each
-evaluation on the way."""
+Trained = tuple[float, list[float], list[tuple[int, float]], float | None]
+"""The loop's seconds (evaluations left out), the final policy's returns, (iteration, mean return) of each
+evaluation on the way, and the seconds of the iterations after `steady_from` (None with evaluations)."""
 
 
 def train_syncfree(args: argparse.Namespace, seed: int, folder: Path) -> Trained:
@@ -101,7 +115,7 @@ def train_syncfree(args: argparse.Namespace, seed: int, folder: Path) -> Trained
     from syncfree.train.evaluate import evaluate_task
 
     shape = args.layout
-    settings: dict[str, Any] = {"env.num_envs": shape["envs"], "log.progress": False, "perf.compile": "off",
+    settings: dict[str, Any] = {"env.num_envs": shape["envs"], "log.progress": False, "perf.compile": args.compile,
                                 "sac.learning_starts": shape["learning_starts"]}
     if not args.preset:
         settings.update({
@@ -123,8 +137,10 @@ def train_syncfree(args: argparse.Namespace, seed: int, folder: Path) -> Trained
     assert result.run_dir is not None
     records = [json.loads(line) for line in (result.run_dir / "metrics.jsonl").read_text().splitlines()]
     seconds = sum(r["iteration_seconds"] for r in records)  # the loop's time, without building the run
+    steady = None if args.eval_every else sum(r["iteration_seconds"] for r in records
+                                              if r["iteration"] > steady_from(args))
     returns = syncfree.evaluate(result.run_dir / "latest.pt", num_envs=args.eval_envs, seed=10_000 + seed)
-    return seconds, [float(r) for r in returns], evaluations
+    return seconds, [float(r) for r in returns], evaluations, steady
 
 
 def train_sb3(args: argparse.Namespace, seed: int) -> Trained:
@@ -151,9 +167,12 @@ def train_sb3(args: argparse.Namespace, seed: int) -> Trained:
             super().__init__()
             self.evaluations: list[tuple[int, float]] = []
             self.seconds = 0.0
+            self.steady_start = math.nan
 
         def _on_rollout_start(self) -> None:
             iteration = self.num_timesteps // per_iteration
+            if iteration == steady_from(args):  # the iterations after it follow
+                self.steady_start = time.perf_counter()
             if args.eval_every and iteration and iteration % args.eval_every == 0 and (
                     not self.evaluations or self.evaluations[-1][0] != iteration):
                 start = time.perf_counter()
@@ -174,8 +193,9 @@ def train_sb3(args: argparse.Namespace, seed: int) -> Trained:
     callback = Evaluations()
     start = time.perf_counter()
     model.learn(total_timesteps=iterations(args) * per_iteration, callback=callback)
-    seconds = time.perf_counter() - start - callback.seconds
-    return seconds, evaluate(model), callback.evaluations
+    end = time.perf_counter()
+    seconds = end - start - callback.seconds
+    return seconds, evaluate(model), callback.evaluations, None if args.eval_every else end - callback.steady_start
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -198,16 +218,24 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict[str, Any]] = []
     trainers = {"syncfree": train_syncfree, "sb3": lambda a, s, folder: train_sb3(a, s)}
     steps = iterations(args) * args.layout["envs"] * args.layout["steps_per_env"]
+    steady_steps = (iterations(args) - steady_from(args)) * args.layout["envs"] * args.layout["steps_per_env"]
+    if steady_steps <= 0 and not args.eval_every:
+        raise SystemExit(f"sac_vs_sb3: --steps {args.steps} end before iteration {steady_from(args)}, where the "
+                         "steady speed is measured from: raise --steps or lower --learning_starts")
     with tempfile.TemporaryDirectory() as tmp:
         for seed in args.seeds:
             for name in args.libraries:
-                seconds, returns, evaluations = trainers[name](args, seed, Path(tmp))
+                seconds, returns, evaluations, steady = trainers[name](args, seed, Path(tmp))
                 run = {"library": name, "seed": seed, "seconds": seconds, "steps_per_s": steps / seconds,
                        "return": statistics.fmean(returns), "returns": returns, "evaluations": evaluations}
+                if steady is not None:
+                    run["steady_steps_per_s"] = steady_steps / steady
                 if evaluations:
                     run["return_late"] = statistics.fmean(late(evaluations, iterations(args)) or [run["return"]])
                 runs.append(run)
-                print(f"{name} seed {seed}: {run['steps_per_s']:.0f} env steps/s ({seconds:.1f} s), deterministic "
+                print(f"{name} seed {seed}: {run['steps_per_s']:.0f} env steps/s ({seconds:.1f} s"
+                      + (f"; after iteration {steady_from(args)}: {run['steady_steps_per_s']:.0f}" if steady else "")
+                      + "), deterministic "
                       f"return {run['return']:.1f}" + (f", over the last 10 % {run['return_late']:.1f}"
                                                        if evaluations else ""), flush=True)
     table = {}
@@ -217,7 +245,10 @@ def main(argv: list[str] | None = None) -> int:
                        "return": summary([r["return"] for r in mine])}
         if all("return_late" in r for r in mine):
             table[name]["return_late"] = summary([r["return_late"] for r in mine])
-    report = {"env": args.env, "steps": steps, "layout": args.layout, "preset": args.preset,
+        if all("steady_steps_per_s" in r for r in mine):
+            table[name]["steady_steps_per_s"] = summary([r["steady_steps_per_s"] for r in mine])
+    report = {"env": args.env, "steps": steps, "layout": args.layout, "preset": args.preset, "compile": args.compile,
+              "steady_from": steady_from(args),
               "seeds": args.seeds, "eval_envs": args.eval_envs, "eval_every": args.eval_every,
               "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
               "threads": torch.get_num_threads(), "runs": runs, "summary": table}
@@ -228,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
         ours, theirs = ([r for r in runs if r["library"] == name] for name in ("syncfree", "sb3"))
         report["return_difference"] = summary([a["return"] - b["return"] for a, b in zip(ours, theirs, strict=True)])
         report["speed_ratio"] = summary([a["steps_per_s"] / b["steps_per_s"] for a, b in zip(ours, theirs, strict=True)])
+        if all("steady_steps_per_s" in r for r in runs):
+            report["steady_speed_ratio"] = summary([a["steady_steps_per_s"] / b["steady_steps_per_s"]
+                                                    for a, b in zip(ours, theirs, strict=True)])
+            print(f"syncfree / sb3 speed after iteration {steady_from(args)}: "
+                  f"{report['steady_speed_ratio']['mean']:.2f}x ± {report['steady_speed_ratio']['std']:.2f}")
         print(f"syncfree / sb3 speed: {report['speed_ratio']['mean']:.2f}x ± {report['speed_ratio']['std']:.2f}; "
               f"return difference {report['return_difference']['mean']:.1f} ± "
               f"{report['return_difference']['std']:.1f}")

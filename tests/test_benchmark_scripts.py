@@ -361,6 +361,26 @@ def test_sac_vs_sb3_trains_the_preset_as_it_is_and_evaluates_along_the_run(tmp_p
     assert given == {**report["layout"], "learning_starts": 128}
 
 
+def test_sac_vs_sb3_times_the_steady_iterations_after_the_first_that_trains(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without evaluations the speed is also taken from two iterations past the first that trains (which compiles
+    under `--compile`) to the end; a run that ends before is refused in one line."""
+    pytest.importorskip("gymnasium")
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import sac_vs_sb3
+
+    out = tmp_path / "report.json"
+    assert sac_vs_sb3.main(["--env", "Pendulum-v1", "--preset", "--libraries", "syncfree", "--steps", "640",
+                            "--learning_starts", "64", "--seeds", "0", "--eval_envs", "2", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert (report["steady_from"], report["compile"]) == (3, "off")  # 64 random steps: iteration 1 of 64 env steps
+    (run,) = report["runs"]
+    assert run["steady_steps_per_s"] > 0 and report["summary"]["syncfree"]["steady_steps_per_s"]["mean"] > 0
+    with pytest.raises(SystemExit, match="end before iteration 3"):
+        sac_vs_sb3.main(["--env", "Pendulum-v1", "--preset", "--libraries", "syncfree", "--steps", "192",
+                         "--learning_starts", "64", "--seeds", "0"])
+
+
 def test_offpolicy_compile_runs_each_mode_with_gradient_steps_and_reports_medians(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Each mode runs the learner from its first iteration on (no random steps), interleaved over repeats; the

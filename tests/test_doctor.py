@@ -117,13 +117,14 @@ def test_the_training_loop_is_examined_phase_by_phase() -> None:
 def test_the_off_policy_loop_is_examined_with_its_gradient_steps(algorithm: str, capsys) -> None:
     """`doctor train --algorithm sac`: the task's SAC preset, learning from the first step and warmed up until the
     buffer holds a batch, so that the counted iteration takes its gradient steps; 0 host reads per step and per
-    gradient step."""
+    gradient step. It examines `compile=step`, where a gradient step is one function (`update.step`), run eagerly
+    under the counters."""
     assert main(["doctor", "train", "--task", "pendulum", "--algorithm", algorithm, "--env.num_envs", "32",
                  "--json", "--budget", "syncs=0"]) == 0
     report = json.loads(capsys.readouterr().out)
     phases = report["phases"]
-    assert {"act", "store", "update.forward", "update.backward", "update.optimizer"} <= set(phases)
-    assert phases["update.forward"]["per"] == "minibatch" and phases["update.forward"]["runs"] == 32
+    assert {"act", "store", "update.step"} <= set(phases)
+    assert phases["update.step"]["per"] == "minibatch" and phases["update.step"]["runs"] == 32
     assert all(row["syncs"] == 0 for name, row in phases.items() if name != "logging"), phases
     assert f"with {algorithm}" in report["target"]
     with pytest.raises(UserError, match="doctor: --algorithm needs train"):

@@ -51,7 +51,7 @@ WIRING: dict[str, dict[str, str]] = {
     "cache_game_config": {"tasks/grid_arena.py": "recurrent-token-sets"},
     "cached_minibatch_indices": {"algo/recurrent.py": "recurrent-token-sets"},
     "compile": {"algo/distillation.py": "distillation", "algo/feedforward.py": "ppo-mlp",
-                "algo/recurrent.py": "recurrent-token-sets", "config/sections.py": "validation",
+                "algo/offpolicy.py": "sac", "algo/recurrent.py": "recurrent-token-sets", "config/sections.py": "validation",
                 "core/compile.py": "ppo-mlp", "core/switches.py": "rules", "switches.py": "listing",
                 "train/compile_choice.py": "ppo-mlp", "train/run.py": "start", "train/runner.py": "start"},
     "cpu_time_index": {"algo/recurrent.py": "recurrent-token-sets"},
