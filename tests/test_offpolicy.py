@@ -422,16 +422,27 @@ def profiled_names(fn) -> Counter:
     return Counter(event.name for event in profile.events())
 
 
+def with_variant(cfg: OffPolicyTrainConfig, variant: str) -> OffPolicyTrainConfig:
+    """`small`'s config, or with distributional critics, a cosine schedule and AdamW (`variant="distributional"`)."""
+    if variant == "distributional":
+        own = cfg.learner
+        own.critic, own.v_min, own.v_max, own.schedule, own.optimizer = "distributional", -400.0, 0.0, "cosine", "adamw"
+    return cfg
+
+
+@pytest.mark.parametrize("variant", ["scalar", "distributional"])
 @pytest.mark.parametrize("algorithm", LEARNERS)
-def test_compile_step_trains_as_the_conventional_step_without_its_backward_and_optimizer_calls(algorithm: str) -> None:
+def test_compile_step_trains_as_the_conventional_step_without_its_backward_and_optimizer_calls(algorithm: str,
+                                                                                               variant: str) -> None:
     """`compile=step` (run eagerly here, compiled below): each gradient step is one function of device tensors, its
     gradients from `torch.func` and its Adam(W) steps written out (`syncfree.algo.offpolicy_step`). Three iterations
     train the parameters and the optimizers' moments and step counts the conventional step (`.backward()`, torch's
     optimizers) trains, within float32 rounding (the same formulas in another order), with 0 host reads per gradient
     step; and its gradient steps call no optimizer's `step`, run no fused Adam kernel and leave every `.grad` unset,
-    where the conventional step does all three at every step."""
-    eager, _ = trained(small(algorithm, n_step=3))
-    whole, _ = trained(small(algorithm, n_step=3, compile="step"))
+    where the conventional step does all three at every step. Also with distributional critics, the learning rates
+    on a cosine schedule (set per update from the host) and AdamW's weight decay."""
+    eager, _ = trained(with_variant(small(algorithm, n_step=3), variant))
+    whole, _ = trained(with_variant(small(algorithm, n_step=3, compile="step"), variant))
     assert learner(eager)._whole_step is None and learner(whole)._whole_step is not None
     for (name, x), y in zip(eager.policy.state_dict().items(), whole.policy.state_dict().values(), strict=True):
         torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-6, msg=name)
@@ -452,6 +463,29 @@ def test_compile_step_trains_as_the_conventional_step_without_its_backward_and_o
     assert all(p.grad is None for p in whole.policy.parameters())
     counts = count(learner(whole).gradient_step, 2)
     assert not counts.host_reads and counts.sync_ops.total() == 0, counts.host_reads
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_compile_step_resumes_exactly(algorithm: str, tmp_path: Path) -> None:
+    """Under `compile=step` 2 + 1 iterations resumed from a checkpoint (the buffer in it) give the parameters and
+    optimizer state of 3 in one run, bit for bit: the whole step takes the loaded optimizers' state, not the one it
+    was built with."""
+    def config(iterations: int) -> OffPolicyTrainConfig:
+        cfg = resumable(algorithm, "adam", iterations)
+        cfg.perf.compile = "step"
+        return cfg
+
+    straight = Runner(config(3))
+    straight.learn()
+    first = Run(config(2), tmp_path / "split")
+    first.learn()
+    first.close()
+    second = Runner(config(3))
+    second.load_state_dict(checkpoint.load(tmp_path / "split" / "latest.pt"))
+    second.learn()
+    assert learner(second)._whole_step is not None
+    assert_same_parameters(straight, second)
+    assert_same_state(straight.algorithm.state_dict(), second.algorithm.state_dict(), "algorithm")
 
 
 @pytest.mark.parametrize(("optimizer", "reason"), [("muon", "sac.optimizer=muon"),
