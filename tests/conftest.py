@@ -71,6 +71,27 @@ def distill_config(teacher: str, task: str = "pendulum", **perf) -> TrainConfig:
     return cfg
 
 
+def straight_and_resumed(config: Callable[[int], TrainConfig], folder: Path, iterations: int = 3
+                         ) -> tuple[Any, Any, dict[str, Any]]:
+    """`config(iterations)` trained in one run, and `config(iterations - 1)` trained with its checkpoint in `folder`,
+    then a fresh `config(iterations)` resumed from that checkpoint to the end: (the straight runner, the resumed
+    runner, the checkpoint)."""
+    from syncfree.train import checkpoint
+    from syncfree.train.run import Run
+    from syncfree.train.runner import Runner
+
+    straight = Runner(config(iterations))
+    straight.learn()
+    first = Run(config(iterations - 1), folder)
+    first.learn()
+    first.close()
+    saved = checkpoint.load(folder / "latest.pt")
+    resumed = Runner(config(iterations))
+    resumed.load_state_dict(saved)
+    resumed.learn()
+    return straight, resumed, saved
+
+
 def assert_trains_as_shipped(cfg: TrainConfig) -> None:
     """An off-policy preset as a user gets it, no setting changed: it validates, a full buffer lets a batch draw its
     `batch_size`, and its random warm-up (`learning_starts`) ends before its iterations do."""

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import assert_same_state, assert_trains_as_shipped, trained_host_reads
+from conftest import assert_same_state, assert_trains_as_shipped, straight_and_resumed, trained_host_reads
 from syncfree.algo.offpolicy import OffPolicy, OffPolicyTrainConfig, soft_update
 from syncfree.algo.replay import DeviceReplay, n_step_sums, n_step_sums_loop, replay_buffer
 from syncfree.bench.timing import count_iteration, warm_up
@@ -349,12 +349,7 @@ def test_each_optimizer_trains_without_host_reads_saves_its_state_and_resumes_ex
     """2 + 1 iterations resumed from a checkpoint give the parameters and optimizer state of 3 in one run, bit for
     bit; then an iteration reads the host once, never per env step or gradient step. SAC's temperature stays on
     Adam."""
-    straight = Runner(resumable(algorithm, optimizer, 3))
-    straight.learn()
-    first = Run(resumable(algorithm, optimizer, 2), tmp_path / "split")
-    first.learn()
-    first.close()
-    saved = checkpoint.load(tmp_path / "split" / "latest.pt")
+    straight, second, saved = straight_and_resumed(lambda n: resumable(algorithm, optimizer, n), tmp_path / "split")
     actor_state = saved["algorithm"]["actor_optimizer"]
     kind = {"adamw": "exp_avg", "muon": "momentum_buffer", "schedule_free_adamw": "z"}[optimizer]
     assert kind in actor_state["state"][0]
@@ -363,9 +358,6 @@ def test_each_optimizer_trains_without_host_reads_saves_its_state_and_resumes_ex
         assert type(learner(straight).alpha_optimizer) is torch.optim.Adam
     if optimizer == "schedule_free_adamw":  # the policy saved is the average, the acting weights ride along
         assert not torch.equal(saved["policy"]["actor.2.weight"], saved["algorithm"]["acting_weights"][2])
-    second = Runner(resumable(algorithm, optimizer, 3))
-    second.load_state_dict(saved)
-    second.learn()
     assert_same_parameters(straight, second)
     assert_same_state(straight.algorithm.state_dict(), second.algorithm.state_dict(), "algorithm")
     reads = count_iteration(second)
@@ -475,14 +467,7 @@ def test_compile_step_resumes_exactly(algorithm: str, tmp_path: Path) -> None:
         cfg.perf.compile = "step"
         return cfg
 
-    straight = Runner(config(3))
-    straight.learn()
-    first = Run(config(2), tmp_path / "split")
-    first.learn()
-    first.close()
-    second = Runner(config(3))
-    second.load_state_dict(checkpoint.load(tmp_path / "split" / "latest.pt"))
-    second.learn()
+    straight, second, _ = straight_and_resumed(config, tmp_path / "split")
     assert learner(second)._whole_step is not None
     assert_same_parameters(straight, second)
     assert_same_state(straight.algorithm.state_dict(), second.algorithm.state_dict(), "algorithm")

@@ -14,7 +14,7 @@ import torch
 import torch.multiprocessing as mp
 from torch import nn
 
-from conftest import small_config
+from conftest import small_config, straight_and_resumed
 from syncfree.algo.optim import MuonAdamW, PolicyOptimizer, ScheduleFreeAdamW, hidden_matrices, make_optimizer
 from syncfree.algo.settings import PPOConfig
 from syncfree.cli import main
@@ -168,19 +168,11 @@ def test_a_muon_run_resumes_exactly_and_refuses_another_optimizer(tmp_path: Path
         cfg.iterations, cfg.save_every, cfg.ppo.optimizer = iterations, 100, optimizer
         return cfg
 
-    straight = Run(config(3), tmp_path / "straight")
-    straight.learn()
-    first = Run(config(2), tmp_path / "split")
-    first.learn()
-    first.close()
-    saved = checkpoint.load(tmp_path / "split" / "latest.pt")
+    straight, second, saved = straight_and_resumed(config, tmp_path / "split")
     assert "momentum_buffer" in saved["algorithm"]["optimizer"]["state"][0]
-    second = Runner(config(3))
-    second.load_state_dict(saved)
-    second.learn()
-    for a, b in zip(straight.runner.policy.parameters(), second.policy.parameters(), strict=True):
+    for a, b in zip(straight.policy.parameters(), second.policy.parameters(), strict=True):
         assert torch.equal(a, b)
-    sa = straight.runner.algorithm.optim.optimizer.state_dict()["state"]
+    sa = straight.algorithm.optim.optimizer.state_dict()["state"]
     sb = second.algorithm.optim.optimizer.state_dict()["state"]
     assert all(torch.equal(sa[k][n], sb[k][n]) for k in sa for n in sa[k])
 
@@ -284,13 +276,6 @@ def test_a_schedule_free_run_resumes_exactly(tmp_path: Path) -> None:
         cfg.iterations, cfg.save_every, cfg.ppo.optimizer = iterations, 100, "schedule_free_adamw"
         return cfg
 
-    straight = Runner(config(3))
-    straight.learn()
-    first = Run(config(2), tmp_path / "split")
-    first.learn()
-    first.close()
-    second = Runner(config(3))
-    second.load_state_dict(checkpoint.load(tmp_path / "split" / "latest.pt"))
-    second.learn()
+    straight, second, _ = straight_and_resumed(config, tmp_path / "split")
     for a, b in zip(straight.policy.parameters(), second.policy.parameters(), strict=True):
         assert torch.equal(a, b)
