@@ -6,9 +6,10 @@
 Each run is `syncfree train --task T --algorithm A --perf.compile M` from the task's preset for the learner, with no
 random steps first (`A.learning_starts 0`), so every iteration takes its gradient steps; in its own process
 (`OMP_NUM_THREADS=1`, torch's compile caches in a fresh folder), timed per iteration from its `metrics.jsonl`
-(`compile_payback.run`). The modes run interleaved, `--repeats` times. Figures: the median of iterations 2..N of
-each run, the median over repeats; the warm-up is a compiled run's first iteration minus the eager run's. Writes
-`results.json` and `README.md` under `--out`.
+(`compile_payback.run`). The modes run interleaved, `--repeats` times. Figures: the median of the iterations after
+the first that updates (the first whose buffer holds a batch: `iterations_before_learning`) of each run, the median
+over repeats; the warm-up is what a compiled run's iterations up to that first took more than the eager run's.
+Writes `results.json` and `README.md` under `--out`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from compile_payback import cpu_model, run
+from compile_payback import cpu_model, learner_setup, run
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,24 +28,28 @@ MODES = ("off", "hot", "step")
 
 
 def measure(task: str, algorithm: str, iterations: int, repeats: int, work: Path) -> dict:
+    extra, first = learner_setup(task, algorithm)
     times: dict[str, list[list[float]]] = {mode: [] for mode in MODES}
     for repeat in range(repeats):
         for mode in MODES:
             name = f"{task.replace(':', '-')}-{algorithm}-{mode}-{repeat}"
-            times[mode].append(run(task, mode, iterations, work / f"cache-{name}", work / "runs", name,
-                                   ["--algorithm", algorithm, f"--{algorithm}.learning_starts", "0"]))
-    per_iteration = {mode: statistics.median(statistics.median(r[1:]) for r in runs) for mode, runs in times.items()}
-    warmup = {mode: statistics.median(r[0] - e[0] for r, e in zip(times[mode], times["off"], strict=True))
+            times[mode].append(run(task, mode, iterations, work / f"cache-{name}", work / "runs", name, extra))
+    per_iteration = {mode: statistics.median(statistics.median(r[first:]) for r in runs)
+                     for mode, runs in times.items()}
+    warmup = {mode: statistics.median(sum(r[:first]) - sum(e[:first])
+                                      for r, e in zip(times[mode], times["off"], strict=True))
               for mode in ("hot", "step")}
-    return {"task": task, "algorithm": algorithm, "iterations": iterations, "repeats": repeats, "times": times,
+    return {"task": task, "algorithm": algorithm, "iterations": iterations, "repeats": repeats,
+            "first_update": first, "times": times,
             "seconds_per_iteration": {m: round(v, 4) for m, v in per_iteration.items()},
             "warmup_s": {m: round(v, 1) for m, v in warmup.items()}}
 
 
 def report(results: list[dict], machine: str, command: str) -> str:
     lines = [f"# SAC and TD3: eager, `compile=hot` and `compile=step` ({machine}, one thread)", "",
-             f"Rerun: `{command}`. Seconds per iteration: the median of iterations 2..N of each run, the median "
-             "over repeats; warm-up: a compiled run's first iteration minus the eager run's (fresh compile caches).",
+             f"Rerun: `{command}`. Seconds per iteration: the median of the iterations after the first that "
+             "updates of each run, the median over repeats; warm-up: what a compiled run's iterations up to that "
+             "first took more than the eager run's (fresh compile caches).",
              "", "| task | learner | eager s/it | hot s/it | step s/it | eager / step | hot / step | warm-up hot, s "
              "| warm-up step, s |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:

@@ -354,7 +354,13 @@ def test_a_compiled_run_says_its_first_iteration_compiles(tmp_path: Path, caplog
         assert main([*args, "--iterations", "1", "--perf.compile", "off", "--log.run_name", "off"]) == 0
         assert "compiles the loop" not in caplog.text  # nothing to compile, or nothing compiled
         assert main([*args, "--iterations", "1", "--perf.compile", "hot", "--log.run_name", "hot"]) == 0
-    assert "perf.compile=hot: the first iteration compiles the loop" in caplog.text
+        assert "perf.compile=hot: the first iteration compiles the loop" in caplog.text
+        # an off-policy learner's gradient step compiles where it first takes one, after its random steps
+        assert main(["train", "--task", "pendulum", "--algorithm", "sac", "--env.num_envs", "16", "--iterations",
+                     "1", "--perf.compile", "step", "--log.dir", str(tmp_path), "--log.run_name", "sac",
+                     "--log.progress", "false"]) == 0
+    assert ("perf.compile=step: the first iteration compiles the loop, the first with gradient steps compiles them"
+            in caplog.text)
 
 
 def test_the_command_line_runs_off_the_main_thread(tmp_path: Path) -> None:

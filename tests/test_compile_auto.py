@@ -48,7 +48,11 @@ def table(monkeypatch: pytest.MonkeyPatch) -> dict:
     """A table of figures in place of the shipped one (so the rule is tested apart from what was measured)."""
     fake = {"machine": "test", "device": "cpu", "tasks": {
         "pendulum": FIGURES, "cartpole": {**FIGURES, "break_even": 10},
-        "slow-to-compile": {**FIGURES, "compiled_s": 0.35, "break_even": None}}}
+        "slow-to-compile": {**FIGURES, "compiled_s": 0.35, "break_even": None}},
+        "learners": {"sac": {"pendulum": {**FIGURES, "warmup_s": 30.0, "break_even": 300},
+                             "point-mass": {**FIGURES, "compiled_s": 0.35, "break_even": None},
+                             "measured-a": {**FIGURES, "break_even": 50},
+                             "measured-b": {**FIGURES, "break_even": 60}}}}
     monkeypatch.setattr(compile_choice, "payback_table", lambda: fake)
     return fake
 
@@ -90,11 +94,82 @@ def test_a_device_without_figures_compiles_and_a_set_mode_is_kept(table: dict) -
         assert resolve_compile(cfg, CPU) == (cfg, compile_choice.CompileChoice(mode))
 
 
+@pytest.mark.usefixtures("compile_enabled")
+def test_without_a_cpp_compiler_auto_runs_eagerly_and_a_mode_set_is_one_line(table: dict) -> None:
+    """torch builds its CPU kernels with a C++ compiler at the first compiled call (a slim container has none): there
+    `auto` runs eagerly and says why, where the run would have crashed in its first iteration; `step` or `hot` set
+    by the user is refused before anything runs. Other devices, and a disabled dynamo, need none."""
+    import torch._inductor.config as inductor_config
+
+    from syncfree.core.compile import missing_compiler
+
+    assert missing_compiler(CPU) is None  # this machine has one
+    with inductor_config.patch({"cpp.cxx": (None, "/nonexistent/g++")}):
+        assert missing_compiler(CPU) == "/nonexistent/g++"
+        assert choose_compile(config("pendulum", 201), CPU) == CompileChoice(
+            "off", "auto: a 40 s warm-up pays back after 201 iterations, but no C++ compiler answers here (looked "
+                   "for: /nonexistent/g++) to build torch's CPU kernels")
+        assert choose_compile(config("pendulum", 200), CPU) == CompileChoice(
+            "off", "auto: a 40 s warm-up pays back after 201 iterations")
+        for mode in ("hot", "step"):
+            with pytest.raises(UserError, match=rf"^perf\.compile={mode}: torch builds its CPU kernels with a C\+\+ "
+                                                r"compiler and none answers here \(looked for: /nonexistent/g\+\+\); "
+                                                r"install one \(g\+\+\) or name it in CXX, or set perf\.compile=off$"):
+                choose_compile(config("pendulum", 1, mode), CPU)
+        assert choose_compile(config("pendulum", 1, "off"), CPU) == CompileChoice("off")
+        assert missing_compiler(torch.device("cuda")) is None
+        with torch._dynamo.config.patch(disable=True):
+            assert missing_compiler(CPU) is None
+            assert choose_compile(config("pendulum", 1, "step"), CPU) == CompileChoice("step")
+
+
 def test_resolving_copies_the_config(table: dict) -> None:
     cfg = config("cartpole", 10)
     resolved, chosen = resolve_compile(cfg, CPU)
     assert (resolved.perf.compile, cfg.perf.compile, chosen.mode) == ("step", "auto", "step")
     assert dataclasses.replace(resolved.perf, compile="auto") == cfg.perf
+
+
+def learner(task: str, iterations: int, algorithm: str = "sac", **own: int) -> TrainConfig:
+    cfg = preset(task, algorithm=algorithm)
+    cfg.iterations = iterations
+    for key, value in own.items():
+        setattr(getattr(cfg, algorithm), key, value)
+    return cfg
+
+
+def test_an_off_policy_learner_weighs_its_own_figures_from_its_first_gradient_step(table: dict) -> None:
+    """SAC's figures, not its task's (PPO's 201 on pendulum), counted over the iterations that take gradient steps:
+    pendulum's preset takes 4 iterations of random steps first."""
+    cfg = learner("pendulum", 303)
+    assert cfg.iterations_before_learning() == 4
+    assert choose_compile(cfg, CPU) == CompileChoice(
+        "off", "auto: sac's 30 s warm-up pays back after 300 iterations that update (the first after 4 without)")
+    assert choose_compile(learner("pendulum", 304), CPU).mode == "step"
+    assert choose_compile(learner("pendulum", 300, learning_starts=0), CPU) == CompileChoice(
+        "step", "auto: sac's 30 s warm-up pays back after 300 iterations")
+    assert choose_compile(learner("point-mass", 10_000), CPU) == CompileChoice(
+        "off", "auto: point-mass's compiled iterations of sac were not faster (0.35 s against 0.3 s)")
+    stopped = learner("pendulum", 10_000)
+    stopped.callbacks = dataclasses.replace(stopped.callbacks, eval_every=200, stop_when="eval_return >= 0")
+    assert choose_compile(stopped, CPU) == CompileChoice(
+        "off", "auto: sac's 30 s warm-up pays back after 300 iterations that update (the first after 4 without); "
+               "callbacks.stop_when may stop the run at iteration 200")
+
+
+def test_a_learner_without_figures_of_its_own_runs_eagerly_or_takes_its_median(table: dict) -> None:
+    # TD3 has no figures in the table: eager at any length, not PPO's figures
+    assert choose_compile(learner("pendulum", 100_000, "td3"), CPU) == CompileChoice(
+        "off", "auto: td3 runs eagerly (its compile warm-up is not measured)")
+    # a task SAC was not measured on: the median of SAC's break-evens (50, 60, 300, never counted as 300)
+    cfg = learner("cartpole-continuous", 59, learning_starts=0)
+    assert cfg.iterations_before_learning() == 0
+    expected = "auto: the built-in presets' median warm-up of sac pays back after 60 iterations"
+    assert choose_compile(cfg, CPU) == CompileChoice("off", expected)
+    assert choose_compile(learner("cartpole-continuous", 60, learning_starts=0), CPU) == CompileChoice("step", expected)
+    # on a device its gradient step was not measured on: eager (PPO's loop compiles there)
+    assert choose_compile(learner("pendulum", 100_000), torch.device("cuda")) == CompileChoice(
+        "off", "auto: sac's compiled gradient step has no measured warm-up on cuda; --perf.compile step compiles it")
 
 
 def test_code_built_outside_a_runner_refuses_auto() -> None:
@@ -111,12 +186,14 @@ def payback_script():
 
 def test_the_shipped_table_covers_the_built_in_tasks_and_is_consistent() -> None:
     """The figures `benchmarks/compile_payback.py` wrote: every built-in task has them (mjlab's tasks run in an
-    environment of their own), and each break-even follows from the seconds beside it by the script's formula."""
+    environment of their own), and each break-even, the learners' too, follows from the seconds beside it by the
+    script's formula."""
     script = payback_script()
     measured = payback_table()
     assert measured["device"] == "cpu"
     assert {name for name in task_names() if "<" not in name} <= set(measured["tasks"])
-    for task, f in measured["tasks"].items():
+    learners = [(f"{task} ({a})", f) for a, by_task in measured["learners"].items() for task, f in by_task.items()]
+    for task, f in [*measured["tasks"].items(), *learners]:
         saving = f["eager_s"] - f["compiled_s"]
         expected = 1 + math.ceil(f["warmup_s"] / saving) if saving > 0 else None
         # the table rounds its seconds: the break-even from the rounded figures may differ by one
@@ -127,12 +204,25 @@ def test_the_shipped_table_covers_the_built_in_tasks_and_is_consistent() -> None
 def test_the_docs_and_the_shipped_table_are_the_benchmarks_results() -> None:
     script = payback_script()
     saved = json.loads((ROOT / "benchmarks" / "results" / "compile-payback-cpu" / "results.json").read_text())
-    by_task = {r["task"]: r for r in saved["results"]}
-    ordered = [by_task[t] for t in script.TASKS if t in by_task]
+    ordered = script.ordered_results({(r["task"], r.get("algorithm")): r for r in saved["results"]})
     text = script.DOCS.read_text()
     assert script.docs_with_table(text, ordered, saved["machine"]) == text  # the block is current
-    assert "| task | eager s/it |" in text
-    assert payback_table()["tasks"] == {r["task"]: r["cold_figures"] for r in ordered}
+    assert "| task | eager s/it |" in text and "| pendulum (sac) |" in text
+    shipped = payback_table()
+    assert {k: shipped[k] for k in ("tasks", "learners")} == {
+        k: v for k, v in script.shipped_table(ordered, saved["machine"]).items() if k in ("tasks", "learners")}
+    assert set(shipped["learners"]) == set(script.LEARNERS)
+    assert all(set(shipped["learners"][a]) == set(script.LEARNER_TASKS) for a in script.LEARNERS)
+
+
+def test_the_warm_up_counts_the_iterations_up_to_the_first_that_updates() -> None:
+    """A learner's gradient step first compiles where its buffer first holds a batch: the warm-up is what the
+    compiled run took more up to that iteration, the seconds per iteration are those after it."""
+    script = payback_script()
+    eager, compiled = [1.0, 1.0, 2.0, 2.0, 2.0, 2.0], [3.0, 21.0, 1.5, 1.5, 1.5, 1.5]
+    assert script.figures(eager, compiled) == {"eager_s": 2.0, "compiled_s": 1.5, "warmup_s": 2.0, "break_even": 5}
+    assert script.figures(eager, compiled, first=2) == {"eager_s": 2.0, "compiled_s": 1.5, "warmup_s": 22.0,
+                                                        "break_even": 45}
 
 
 def test_a_short_run_of_the_default_config_runs_eagerly_and_records_it(tmp_path: Path) -> None:

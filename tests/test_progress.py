@@ -4,6 +4,7 @@ threads, compile mode and precision in the start line and `config.yaml`."""
 from __future__ import annotations
 
 import io
+import os
 import re
 import subprocess
 import sys
@@ -62,6 +63,30 @@ def test_time_left_leaves_out_the_compiling_iteration() -> None:
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
+
+
+def test_a_later_compiling_iteration_is_labelled_and_left_out_of_the_pace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An off-policy learner compiles its gradient step in its first iteration with gradient steps (here the
+    third): the bar says `compiling` while that one runs, and the time left leaves it out (with it, the third line
+    would say 5m18s)."""
+    stream = io.StringIO()
+    progress = Progress(LogConfig(progress_style="lines", progress_every=1), 0, 10, stream=stream)
+    progress.compiling(at=3)
+    for record in progress_records([1.0, 1.0, 90.0, 3.0]):
+        progress.update(record)
+    lines = stream.getvalue().splitlines()
+    assert [line.rsplit("left ", 1)[1] for line in lines] == ["9s", "8s", "7s", "12s"]
+    monkeypatch.setattr("shutil.get_terminal_size", lambda fallback=None: os.terminal_size((100, 24)))
+    for at in (None, 3):
+        terminal = Terminal()
+        bar = Progress(LogConfig(progress_style="bar"), 0, 10, stream=terminal)
+        bar.compiling(at)
+        for record in progress_records([1.0, 1.0, 90.0]):
+            bar.update(record)
+        drawn = [part for part in terminal.getvalue().split("\r") if "/10" in part]
+        labelled = {re.search(r"(\d+)/10", part).group(1) for part in drawn if "compiling" in part}  # type: ignore[union-attr]
+        assert labelled == {str((at or 1) - 1)}, drawn  # drawn while that iteration runs
+        assert "compiling" not in drawn[-1]
 
 
 @pytest.mark.parametrize(("style", "progress", "terminal", "expected"), [

@@ -163,15 +163,53 @@ def test_a_gradient_step_moves_the_targets_by_tau_and_leaves_the_critics_out_of_
     assert all(p.grad is not None for p in [*sac.actor_params, sac.policy.log_alpha])
 
 
-def test_auto_runs_sac_eagerly_where_the_payback_figures_are_ppos() -> None:
-    """`perf.compile=auto` weighs the warm-up of a compiled rollout step and update; SAC's run eagerly, so at any
-    length auto compiles nothing (pendulum's figures, PPO's, would compile from 506 iterations)."""
-    from syncfree.train.compile_choice import CompileChoice, choose_compile
+def test_auto_weighs_the_learners_own_compile_figures_not_its_tasks() -> None:
+    """`perf.compile=auto` on SAC weighs the warm-up and iterations measured for SAC's gradient step (the shipped
+    table's `learners`), over the iterations that take gradient steps; PPO's figures for the task are not used."""
+    from syncfree.train.compile_choice import choose_compile, payback_table
 
-    cfg = with_algorithm(preset("pendulum"), "sac")
-    cfg.iterations = 10_000
-    choice = choose_compile(cfg, torch.device("cpu"))
-    assert choice == CompileChoice("off", "auto: sac runs eagerly")
-    ppo = preset("pendulum")
-    ppo.iterations = 10_000
-    assert choose_compile(ppo, torch.device("cpu")).mode == "step"
+    table = payback_table()
+    for algorithm in ("sac", "td3"):
+        figures = table["learners"][algorithm]["pendulum"]
+        assert figures != table["tasks"]["pendulum"]
+        cfg = with_algorithm(preset("pendulum"), algorithm)
+        idle = cfg.iterations_before_learning()
+        assert idle == 4  # 5,000 random env steps at 1,024 per iteration
+        cfg.iterations = idle + figures["break_even"]
+        choice = choose_compile(cfg, torch.device("cpu"))
+        assert choice.mode == "step", choice
+        assert choice.reason == (f"auto: {algorithm}'s {figures['warmup_s']:.0f} s warm-up pays back after "
+                                 f"{figures['break_even']} iterations that update (the first after 4 without)")
+        cfg.iterations -= 1
+        assert choose_compile(cfg, torch.device("cpu")).mode == "off"
+
+
+@pytest.mark.parametrize(("algorithm", "own", "idle"), [
+    ("sac", {"learning_starts": 40, "batch_size": 32, "n_step": 1}, 2),  # the random steps last longest
+    ("td3", {"learning_starts": 0, "batch_size": 64, "n_step": 3}, 4),  # filling a batch does
+    ("sac", {"learning_starts": 0, "batch_size": 8, "n_step": 5}, 2),  # the n-step returns' wait does
+])
+def test_the_iterations_before_learning_are_those_a_run_takes_without_gradient_steps(
+        tmp_path: Path, algorithm: str, own: dict[str, int], idle: int) -> None:
+    from syncfree.train.run import Run
+
+    cfg = with_algorithm(preset("pendulum"), algorithm)
+    cfg.env.num_envs, cfg.log.progress = 8, False
+    learner = getattr(cfg, algorithm)
+    learner.steps_per_env, learner.updates_per_iteration = 2, 1
+    for key, value in own.items():
+        setattr(learner, key, value)
+    assert cfg.iterations_before_learning() == idle
+    cfg.iterations = idle + 2
+    run = Run(cfg, tmp_path / "run")
+    algorithm = run.runner.algorithm
+    try:
+        left = []
+        for iteration in range(1, cfg.iterations + 1):
+            left.append(algorithm.iterations_before_update())  # the live count, from the steps and the buffer
+            run.learn(until=iteration)
+    finally:
+        run.close()
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["gradient_steps"] for r in records] == [0] * idle + [1, 1]
+    assert left == [*range(idle, 0, -1), 0, 0]

@@ -88,9 +88,10 @@ class Algorithm(ABC):
     chosen_by_policy_kind: ClassVar[str | None] = None
     """The `policy.kind` that, asked for on another algorithm of the family, chooses this one instead (recurrent PPO:
     `recurrent`); None: none does."""
-    compiled_update: ClassVar[bool] = True
-    """Whether `perf.compile` compiles the algorithm's own rollout step and update (the warm-up `perf.compile=auto`
-    weighs is theirs); False: only the env's step would compile, and `auto` runs eagerly."""
+    own_payback: ClassVar[bool] = False
+    """Whether `perf.compile=auto` weighs figures measured for this algorithm itself (the payback table's `learners`:
+    the off-policy learners, whose gradient steps compile apart from PPO's update) rather than its task's; where
+    the table has none for it, `auto` runs it eagerly."""
     learning_rate_key: ClassVar[str] = "ppo.learning_rate"
     """The setting a diverged run is told to lower."""
 
@@ -178,6 +179,11 @@ class Algorithm(ABC):
     def update(self, progress: float = 0.0) -> None:
         """Epochs x minibatches over the rollout, `progress` (the fraction of the run done) into the run, for the
         schedules that anneal; the statistics stay on the device (`statistics()`)."""
+
+    def iterations_before_update(self) -> int:
+        """The iterations to come before the first whose update trains the policy (an off-policy learner's random
+        steps and the filling of its buffer; 0: the next one does): where a compiled run builds its update's graphs."""
+        return 0
 
     def updated(self) -> bool:
         """Whether the last iteration's update trained the policy (an off-policy learner takes no gradient step while

@@ -194,6 +194,9 @@ class OffPolicyTrainConfig(TrainConfig):
         rows = own.batch_size + (own.n_step - 1) * self.env.num_envs
         return -(-rows // (self.env.num_envs * own.steps_per_env)), "learning from the first step"
 
+    def iterations_before_learning(self) -> int:
+        return iterations_without_gradient_steps(self.learner, self.env.num_envs)
+
     def validate(self) -> None:
         super().validate()
         self.policy.validate(self.algorithm)
@@ -219,6 +222,16 @@ class OffPolicyTrainConfig(TrainConfig):
             cfg.learner.gamma = ppo.gamma
         fresh = PolicyConfig()
         cfg.policy = dataclasses.replace(cfg.policy, **{name: getattr(fresh, name) for name in UNREAD_POLICY})
+
+
+def iterations_without_gradient_steps(own: OffPolicyConfig, num_envs: int, env_steps: int = 0, filled: int = 0) -> int:
+    """The iterations a run at `env_steps` env steps, its buffer holding `filled` steps of every env, takes before the
+    first whose update takes gradient steps: until `learning_starts` env steps, and until the buffer holds a batch to
+    draw (the newest `n_step - 1` steps of every env wait for their returns)."""
+    random_left = max(own.learning_starts - env_steps, 0)
+    steps_needed = -(-own.batch_size // num_envs) + own.n_step - 1 - filled  # of every env
+    first = max(-(-random_left // (num_envs * own.steps_per_env)), -(-steps_needed // own.steps_per_env), 1)
+    return first - 1
 
 
 def soft_update(targets: list[Tensor], sources: list[Tensor], tau: float, fused: bool) -> None:
@@ -251,7 +264,7 @@ class OffPolicy(Algorithm):
     """An off-policy learner on `num_envs` envs with its replay buffer; the subclass gives its networks' gradient
     step (`gradient_step`), its exploration (`explore`) and its optimizers."""
 
-    compiled_update = False
+    own_payback = True
     shared_statistics = ()
     optional_state = ("replay_buffer",)
     """Checkpoints hold the buffer where `save_buffer` asked; a run resumed with it set otherwise starts empty."""
@@ -502,6 +515,9 @@ class OffPolicy(Algorithm):
             return
         log.warning("%s: no gradient step in the %d iteration%s the run has left: %s", self.name, iterations_left,
                     "s" if iterations_left != 1 else "", why)
+
+    def iterations_before_update(self) -> int:
+        return iterations_without_gradient_steps(self.cfg, self.num_envs, self.env_steps, self.buffer.filled)
 
     def acting_randomly(self) -> bool:
         """Before `learning_starts` env steps the actions are uniform in [-1, 1] (decided on the host)."""

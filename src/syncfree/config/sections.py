@@ -236,6 +236,12 @@ class TrainConfig:
         changed ("" when nothing was)."""
         return 1, ""
 
+    def iterations_before_learning(self) -> int:
+        """Iterations a fresh run takes before its first update (an off-policy learner's random steps and the
+        filling of its buffer; 0 where every iteration updates): the compile warm-up `perf.compile=auto` weighs pays
+        back over the iterations after them."""
+        return 0
+
     def fit_to_rollout(self) -> None:
         """Lower the settings that must divide the rollout (a minibatch count, a chunk length) until they do, for a
         run at another env count than the preset's (the bench's sizes)."""

@@ -50,6 +50,26 @@ def compile_cache_dir() -> Path:
     return Path(cache_home) / "syncfree" / "torchinductor"
 
 
+def missing_compiler(device: torch.device) -> str | None:
+    """The C++ compilers torch looked for, where compiled code on `device` needs one and none answers (torch's CPU
+    kernels are C++ it builds at the first call: without a compiler that call fails); None where one answers, on
+    another device, or where nothing compiles (dynamo disabled: `TORCH_COMPILE_DISABLE=1`)."""
+    if device.type != "cpu" or torch._dynamo.config.disable:
+        return None
+    try:
+        from torch._inductor import config as inductor_config
+        from torch._inductor.cpp_builder import get_cpp_compiler
+        from torch._inductor.exc import InvalidCxxCompiler
+    except ImportError:  # another torch layout: assume it finds one, as before
+        return None
+    try:
+        get_cpp_compiler()
+    except InvalidCxxCompiler:
+        cxx = inductor_config.cpp.cxx
+        return ", ".join(str(c) for c in (cxx if isinstance(cxx, tuple | list) else (cxx,)) if c)
+    return None
+
+
 def hot(fn: F, perf: PerfConfig, device: torch.device, static: Iterable[torch.Tensor] = ()) -> F:
     """`fn` itself with compile off, else its compiled whole graph; `static`: the tensors it writes in place, which
     keep their addresses (`mark_static`).

@@ -311,7 +311,8 @@ class PerfConfig:
     several processes, `muon` or `schedule_free_adamw`, or `device_loss_stats` off. `auto` (the default): `step` when
     the run's iterations reach the break-even measured for its task on this kind of device
     (`syncfree.train.compile_choice`, `benchmarks/compile_payback.py`) and early stopping (`callbacks.stop_when`,
-    `callbacks.patience`) cannot end it sooner, else `off` (SAC and TD3: `off`, not measured yet); the start line says
+    `callbacks.patience`) cannot end it sooner, else `off` (SAC and TD3: by their own figures, over the iterations
+    that take gradient steps; eager on a device they were not measured on); the start line says
     which and why, and the run's config records the mode chosen."""
 
     autocast: Literal["off", "auto", "bf16"] = switch(baseline="off", optimized="auto",

@@ -3,8 +3,10 @@
 The figures are measured, per task preset, by `benchmarks/compile_payback.py` (eager and compiled seconds per
 iteration, and the warm-up a first compiled iteration adds with empty compile caches) and shipped with the package
 (`compile_payback.json`). A run of `iterations` compiles (`step`) when `iterations` reaches its task's break-even;
-otherwise it runs eagerly (`off`). A run that early stopping (`callbacks.stop_when`, `callbacks.patience`) may end
-sooner counts only the iterations it is sure to run: the first at which the callbacks could stop it. The choice
+otherwise it runs eagerly (`off`). An off-policy learner's figures are its own, and its iterations are counted from
+the first that takes gradient steps (its random steps and the filling of its buffer compile none of the gradient
+step). A run that early stopping (`callbacks.stop_when`, `callbacks.patience`) may end sooner counts only the
+iterations it is sure to run: the first at which the callbacks could stop it. The choice
 depends only on the config and that table, so the same command chooses the same way again; the run's `config.yaml`
 and checkpoints record the mode chosen, so a rerun from them or a resume does not choose again.
 
@@ -27,7 +29,7 @@ import torch
 
 from syncfree.algo import algorithm_named
 from syncfree.config import CallbackConfig, TrainConfig
-from syncfree.core.compile import GraphBreak, hot
+from syncfree.core.compile import GraphBreak, hot, missing_compiler
 from syncfree.envs import VecEnv
 from syncfree.errors import UserError
 
@@ -49,7 +51,9 @@ class CompileChoice:
 @functools.cache
 def payback_table() -> dict[str, Any]:
     """The measured figures: `{"machine": ..., "device": "cpu", "tasks": {task: {eager_s, compiled_s, warmup_s,
-    break_even}}}`."""
+    break_even}}, "learners": {algorithm: {task: {...}}}}`: `tasks` each task's preset with its own algorithm,
+    `learners` the presets of the algorithms measured apart (SAC, TD3), their iterations counted from the first
+    that updates."""
     table: dict[str, Any] = json.loads(TABLE.read_text())
     return table
 
@@ -66,31 +70,56 @@ def median_break_even(tasks: dict[str, dict[str, Any]]) -> int:
 
 
 def choose_compile(cfg: TrainConfig, device: torch.device) -> CompileChoice:
-    """The compile mode `cfg` runs under on `device`: its own unless it is `auto`."""
-    if cfg.perf.compile != "auto":
-        return CompileChoice(cfg.perf.compile)
-    if cfg.algorithm and not algorithm_named(cfg.algorithm).compiled_update:
-        return CompileChoice("off", f"auto: {cfg.algorithm} runs eagerly")
+    """The compile mode `cfg` runs under on `device`: its own unless it is `auto`. Where compiled code would need a
+    C++ compiler this machine lacks, `auto` runs eagerly and a mode the user set is refused in one line."""
+    mode = cfg.perf.compile
+    missing = missing_compiler(device) if mode != "off" else None
+    if missing is not None and mode != "auto":
+        raise UserError(f"perf.compile={mode}: torch builds its CPU kernels with a C++ compiler and none answers here "
+                        f"(looked for: {missing}); install one (g++) or name it in CXX, or set perf.compile=off")
+    if mode != "auto":
+        return CompileChoice(mode)
+    choice = payback_choice(cfg, device)
+    if choice.mode != "off" and missing is not None:
+        return CompileChoice("off", f"{choice.reason}, but no C++ compiler answers here (looked for: {missing}) "
+                                    "to build torch's CPU kernels")
+    return choice
+
+
+def payback_choice(cfg: TrainConfig, device: torch.device) -> CompileChoice:
+    """`auto`'s choice from the measured payback: `step` where the run is long enough for its warm-up."""
+    algorithm = algorithm_named(cfg.algorithm) if cfg.algorithm else None
     table = payback_table()
+    learner = cfg.algorithm if algorithm is not None and algorithm.own_payback else None
+    if learner is not None and learner not in table.get("learners", {}):
+        return CompileChoice("off", f"auto: {learner} runs eagerly (its compile warm-up is not measured)")
     if device.type != table["device"]:
+        if learner is not None:
+            return CompileChoice("off", f"auto: {learner}'s compiled gradient step has no measured warm-up on "
+                                        f"{device.type}; --perf.compile step compiles it")
         return CompileChoice("step", f"auto: no measured warm-up on {device.type}, compiled as the optimized preset")
-    figures = table["tasks"].get(cfg.task)
+    by_task = table["learners"][learner] if learner is not None else table["tasks"]
+    figures = by_task.get(cfg.task)
+    whose, of = (f"{learner}'s ", f" of {learner}") if learner is not None else ("", "")
     if figures is None:
-        break_even = median_break_even(table["tasks"])
-        measured = f"the built-in presets' median warm-up pays back after {break_even} iterations"
+        break_even = median_break_even(by_task)
+        measured = f"the built-in presets' median warm-up{of} pays back after {break_even} iterations"
     elif figures["break_even"] is None:
-        return CompileChoice("off", f"auto: {cfg.task}'s compiled iterations were not faster "
+        return CompileChoice("off", f"auto: {cfg.task}'s compiled iterations{of} were not faster "
                                     f"({figures['compiled_s']:.2g} s against {figures['eager_s']:.2g} s)")
     else:
         break_even = figures["break_even"]
-        measured = f"a {figures['warmup_s']:.0f} s warm-up pays back after {break_even} iterations"
-    if cfg.iterations < break_even:
+        measured = f"{whose or 'a '}{figures['warmup_s']:.0f} s warm-up pays back after {break_even} iterations"
+    idle = cfg.iterations_before_learning()
+    if idle:
+        measured += f" that update (the first after {idle} without)"
+    if cfg.iterations - idle < break_even:
         return CompileChoice("off", f"auto: {measured}")
     stop = earliest_stop(cfg.callbacks)
     if stop is None:
         return CompileChoice("step", f"auto: {measured}")
     first, setting = stop
-    if first < break_even:
+    if first - idle < break_even:
         return CompileChoice("off", f"auto: {measured}; {setting} may stop the run at iteration {first}")
     return CompileChoice("step", f"auto: {measured}; {setting} stops none before {first}")
 

@@ -81,14 +81,21 @@ class Progress:
             self.lines = on and self.bar is None
         self.every = cfg.progress_every or max(1, round((until - start) / LINES_PER_RUN))
         self._paced: list[float] = []
-        """Seconds of each iteration after this runner's first (which may compile): the pace of the rest."""
+        """Seconds of each iteration after this runner's first but the one that compiles: the pace of the rest."""
         self._first: float | None = None
+        self._compiles_at: int | None = None
 
-    def compiling(self) -> None:
-        """The next iteration builds the compiled graphs."""
+    def compiling(self, at: int | None = None) -> None:
+        """Iteration `at` (default: the next) builds the compiled graphs (an off-policy learner's first with
+        gradient steps may come later): the bar says so while it runs, and the time left leaves it out."""
+        self._compiles_at = self.start + 1 if at is None else at
+        self._label(self.start)
+
+    def _label(self, done: int) -> None:
+        """The bar's label once iteration `done` finished: `compiling` where the next one compiles."""
         if self.bar is not None:  # (the start line says so too, for line output)
             with self.console():
-                self.bar.set_description_str("compiling")
+                self.bar.set_description_str("compiling" if self._compiles_at == done + 1 else "")
 
     def seconds_left(self, iteration: int) -> float:
         """The iterations still to run at the pace of those run so far (the first only when it is the only one)."""
@@ -110,17 +117,16 @@ class Progress:
             self.bar, self.lines = None, False
 
     def _report(self, record: dict[str, Any]) -> None:
-        seconds = record["iteration_seconds"]
+        seconds, iteration = record["iteration_seconds"], record["iteration"]
         if self._first is None:
             self._first = seconds
-        else:
+        elif iteration != self._compiles_at:
             self._paced.append(seconds)
-        iteration = record["iteration"]
         if self.bar is not None:
             name, value = learning_figure(record)
-            self.bar.set_description_str("")
             self.bar.set_postfix({"steps_per_s": f"{record['steps_per_s']:.0f}", name: value}, refresh=False)
             self.bar.update(1)
+            self._label(iteration)
         elif self.lines and (iteration == self.start + 1 or iteration == self.until
                              or (iteration - self.start) % self.every == 0):
             print(progress_line(record, self.until, self.seconds_left(iteration)), file=self.stream, flush=True)

@@ -103,7 +103,8 @@ class Run:
         self.open_logger()
         progress = Progress(self.cfg.log, runner.iteration, until, show=runner.is_main and report)
         if runner.compiles_first_iteration() and runner.iteration < until:
-            progress.compiling()  # the first iteration of a compiled loop: graphs are built
+            # the first iteration of a compiled loop builds its graphs (a learner's: the first with gradient steps)
+            progress.compiling(runner.iteration + 1 + runner.algorithm.iterations_before_update())
         try:
             with self._stop_on_signals(signals):
                 return runner.learn(until, lambda record: self.after_iteration(record, until, progress))
@@ -305,8 +306,10 @@ def start(cfg: TrainConfig, run_dir: Path | None, env: VecEnv | None = None, dis
         warn_inert_switches(cfg, runner.switch_scope(), preset_or_none(cfg.task, cfg.algorithm))
         runner.algorithm.warn_idle(cfg.iterations - runner.iteration)
     if runner.compiles_first_iteration() and runner.iteration < cfg.iterations:
-        say("perf.compile=%s: the first iteration compiles the loop (seconds to minutes on a CPU; a later run of the "
-            "same config reuses torch's compile caches in %s)", cfg.perf.compile, compile_cache_dir())
+        which = ("the first iteration compiles the loop, the first with gradient steps compiles them"
+                 if runner.algorithm.iterations_before_update() else "the first iteration compiles the loop")
+        say("perf.compile=%s: %s (seconds to minutes on a CPU; a later run of the same config reuses torch's compile "
+            "caches in %s)", cfg.perf.compile, which, compile_cache_dir())
     return run
 
 
