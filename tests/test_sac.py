@@ -202,11 +202,11 @@ def test_the_iterations_before_learning_are_those_a_run_takes_without_gradient_s
     assert cfg.iterations_before_learning() == idle
     cfg.iterations = idle + 2
     run = Run(cfg, tmp_path / "run")
-    algorithm = run.runner.algorithm
+    trainer = run.runner.algorithm
     try:
         left = []
         for iteration in range(1, cfg.iterations + 1):
-            left.append(algorithm.iterations_before_update())  # the live count, from the steps and the buffer
+            left.append(trainer.iterations_before_update())  # the live count, from the steps and the buffer
             run.learn(until=iteration)
     finally:
         run.close()
