@@ -362,6 +362,32 @@ def test_auto_compiles_the_trainer_and_runs_an_env_that_breaks_the_graph_eagerly
         run.close()
 
 
+@pytest.mark.slow  # SAC's whole gradient step compiles
+@pytest.mark.parametrize("algorithm", ["sac", "td3"])
+def test_auto_compiles_an_off_policy_learner_on_a_users_env_that_breaks_the_graph(
+        table: dict, compile_enabled: None, algorithm: str) -> None:
+    """SAC and TD3 on a user's env past their break-even (the fake table's median for SAC, 60 iterations; TD3 has
+    no figures there and runs eagerly): SAC compiles its whole gradient step, steps the env eagerly and trains."""
+    cfg = default_config("ItemEnv", algorithm, iterations=60)
+    cfg.env.num_envs, cfg.log.progress = 8, False
+    own = cfg.learner
+    own.batch_size, own.learning_starts, own.buffer_size, own.updates_per_iteration = 16, 0, 512, 2
+    cfg.policy = dataclasses.replace(cfg.policy, actor_hidden=[8], critic_hidden=[8])
+    env = ItemEnv()
+    run = start(cfg, None, env=env)
+    try:
+        compiled = algorithm == "sac"
+        assert run.cfg.perf.compile == ("step" if compiled else "off")
+        assert "_transition" not in vars(env)  # the env's step runs eagerly either way
+        assert (run.runner.algorithm._whole_step is not None) == compiled
+        before = compile_counts()["unique_graphs"]
+        records = [run.learn(until=it) for it in (1, 2, 3)]
+        assert all(r["gradient_steps"] == 2 and math.isfinite(r["critic_loss"]) for r in records)
+        assert (compile_counts()["unique_graphs"] > before) == compiled
+    finally:
+        run.close()
+
+
 def test_forcing_compile_on_an_env_that_breaks_the_graph_is_one_line(compile_enabled: None) -> None:
     for mode in ("step", "hot"):
         with pytest.raises(UserError) as refused:

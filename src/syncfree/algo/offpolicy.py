@@ -189,10 +189,8 @@ class OffPolicyTrainConfig(TrainConfig):
     def learn_at_once(self) -> tuple[int, str]:
         """No random actions first, and as many iterations as fill a batch (the newest `n_step - 1` slots are not
         drawn)."""
-        own = self.learner
-        own.learning_starts = 0
-        rows = own.batch_size + (own.n_step - 1) * self.env.num_envs
-        return -(-rows // (self.env.num_envs * own.steps_per_env)), "learning from the first step"
+        self.learner.learning_starts = 0
+        return self.iterations_before_learning() + 1, "learning from the first step"
 
     def iterations_before_learning(self) -> int:
         return iterations_without_gradient_steps(self.learner, self.env.num_envs)
