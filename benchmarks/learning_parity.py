@@ -139,15 +139,15 @@ T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
 # One run (its own process)
 
 
-def study_of(task: str, learner: str = "syncfree") -> Study:
-    """The task's study as `learner` runs it (an off-policy learner: its own iterations and evaluation interval);
-    `SYNCFREE_PARITY_ITERATIONS=N` shortens it to N iterations, evaluated every 2 (a smoke run of the script
-    itself)."""
+def study_of(task: str, learner: str = "syncfree", iterations: int | None = None) -> Study:
+    """The task's study as `learner` runs it (an off-policy learner: its own iterations, or `iterations` where given
+    (`--iterations`), and its own evaluation interval); `SYNCFREE_PARITY_ITERATIONS=N` shortens it to N iterations,
+    evaluated every 2 (a smoke run of the script itself)."""
     study, short = STUDIES[task], int(os.environ.get("SYNCFREE_PARITY_ITERATIONS", "0"))
     if learner in OFF_POLICY:
         if study.off_policy is None:
             raise SystemExit(f"learning_parity: the {task} study has no off-policy runs (Study.off_policy)")
-        study = dataclasses.replace(study, iterations=study.off_policy.iterations,
+        study = dataclasses.replace(study, iterations=iterations or study.off_policy.iterations,
                                     eval_every=study.off_policy.eval_every)
     return dataclasses.replace(study, iterations=short, eval_every=2, eval_envs=min(study.eval_envs, 8)) if short \
         else study
@@ -194,13 +194,14 @@ class RslRlActor:
         self.policy.reset()
 
 
-def learner_config(task: str, learner: str, seed: int, extra: Sequence[str] = ()):
+def learner_config(task: str, learner: str, seed: int, extra: Sequence[str] = (), iterations: int | None = None):
     """The config a syncfree learner trains the task's study with: its preset, the study's settings and `extra`
-    (`--set`, the off-policy learners'), validated (a misspelt key or a bad value is `UserError`'s one line)."""
+    (`--set`, the off-policy learners'; `iterations`, theirs by `--iterations`), validated (a misspelt key or a bad
+    value is `UserError`'s one line)."""
     from syncfree.config import with_values
     from syncfree.tasks import preset, with_algorithm
 
-    study, cfg = study_of(task, learner), preset(task, algorithm=OFF_POLICY.get(learner))
+    study, cfg = study_of(task, learner, iterations), preset(task, algorithm=OFF_POLICY.get(learner))
     if learner in OFF_POLICY and study.off_policy is not None:
         cfg = with_values(cfg, study.off_policy.values(OFF_POLICY[learner]))
         if extra:
@@ -213,7 +214,7 @@ def learner_config(task: str, learner: str, seed: int, extra: Sequence[str] = ()
     return cfg
 
 
-def train_one(task: str, learner: str, seed: int, extra: Sequence[str] = ()) -> dict:
+def train_one(task: str, learner: str, seed: int, extra: Sequence[str] = (), iterations: int | None = None) -> dict:
     import torch
 
     from syncfree.algo import FeedForwardPPO, algorithm_for
@@ -222,7 +223,7 @@ def train_one(task: str, learner: str, seed: int, extra: Sequence[str] = ()) -> 
     from syncfree.tasks import make_env
 
     torch.set_num_threads(1)
-    study, cfg = study_of(task, learner), learner_config(task, learner, seed, extra)
+    study, cfg = study_of(task, learner, iterations), learner_config(task, learner, seed, extra, iterations)
     if learner == "syncfree-baseline":
         cfg.perf = PerfConfig.preset("baseline")
     elif learner == "syncfree-eager":
@@ -278,8 +279,10 @@ def train_one(task: str, learner: str, seed: int, extra: Sequence[str] = ()) -> 
                            "train_return": record.get("mean_return", math.nan),
                            "learning_rate": record.get("learning_rate", math.nan)})
         runner.close()
-    applied = list(extra) if learner in OFF_POLICY else []  # `--set` is the off-policy learners'
+    applied = list(extra) if learner in OFF_POLICY else []  # `--set` and `--iterations` are the off-policy learners'
+    own_iterations = iterations if learner in OFF_POLICY else None
     return {"task": task, "learner": learner, "seed": seed, "threads": 1, "torch": torch.__version__, "set": applied,
+            "iterations_set": own_iterations,
             "cpu_bf16": native_bf16(torch.device("cpu")), "points": points}
 
 
@@ -300,12 +303,14 @@ def parse_set(items: Sequence[str]) -> list[tuple[str, Any]]:
     return pairs
 
 
-def launch(out: Path, task: str, learner: str, seed: int, extra: Sequence[str] = ()) -> subprocess.Popen:
+def launch(out: Path, task: str, learner: str, seed: int, extra: Sequence[str] = (),
+           iterations: int | None = None) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
         [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     log = run_path(out, task, learner, seed).with_suffix(".log")
     log.parent.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, __file__, "--one", task, learner, str(seed), "--out", str(out)]
+    command += ["--iterations", str(iterations)] if iterations else []
     return subprocess.Popen(command + (["--set", *extra] if extra else []), env=env, stdout=log.open("w"),
                             stderr=subprocess.STDOUT)
 
@@ -424,6 +429,8 @@ def report(out: Path) -> str:
             steps, done = last["env_steps"], last["iteration"]
             extra = by_learner[off_policy[0]][0].get("set", [])
             set_flag = f" --set {' '.join(map(shlex.quote, extra))}" if extra else ""  # as a shell reads it
+            chosen = by_learner[off_policy[0]][0].get("iterations_set")
+            set_flag = (f" --iterations {chosen}" if chosen else "") + set_flag
             settings = ", ".join([f"`{k}={v}`" for k, v in (study.off_policy.settings if study.off_policy else ())]
                                  + [f"`{item}`" for item in extra])
             lines.append(f"{', '.join(off_policy)}: the preset for the learner with {settings} (`ALGO` its section); "
@@ -513,9 +520,14 @@ def main() -> int:
     parser.add_argument("--out", default=DEFAULT_OUT)
     parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE",
                         help="settings of the off-policy learners beyond the study's (`ALGO.action_bounds=unit`)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="iterations of the off-policy learners instead of the study's (a longer run for a "
+                             "comparison at equal wall clock on a faster configuration)")
     parser.add_argument("--one", nargs=3, metavar=("TASK", "LEARNER", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     parse_set(args.set)  # a malformed item is one line before anything runs
+    if args.iterations is not None and args.iterations < 1:
+        parser.error(f"--iterations {args.iterations}: expected a count >= 1")
     for task in args.tasks:
         if STUDIES[task].off_policy is None and any(learner in OFF_POLICY for learner in args.learners):
             parser.error(f"the {task} study has no off-policy runs (Study.off_policy): drop "
@@ -532,7 +544,7 @@ def main() -> int:
     if args.one:
         task, learner, seed = args.one
         path = run_path(out, task, learner, int(seed))
-        result = train_one(task, learner, int(seed), args.set)
+        result = train_one(task, learner, int(seed), args.set, args.iterations)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(result, indent=1))
         tmp.replace(path)
@@ -548,7 +560,7 @@ def main() -> int:
         while todo or running:
             while todo and len(running) < args.jobs:
                 job = todo.pop(0)
-                running.append((launch(out, *job, args.set), job))
+                running.append((launch(out, *job, args.set, args.iterations), job))
             time.sleep(1.0)
             for process, job in list(running):
                 if process.poll() is not None:

@@ -293,6 +293,9 @@ def test_the_off_policy_learners_run_their_own_study_and_are_compared_at_ppos_ti
 
     study = study_of("g1-track", "syncfree-sac")
     assert (study.iterations, study.eval_every) == (3500, 350) and study_of("g1-track").iterations == 100
+    assert study_of("g1-track", "syncfree-sac", 7000).iterations == 7000  # `--iterations`, the learners' only
+    assert study_of("g1-track", "syncfree", 7000).iterations == 100
+    assert learner_config("g1-track", "syncfree-td3", 0, iterations=7000).iterations == 7000
     assert study.off_policy is not None
     cfg = validated(with_values(preset("g1-track", algorithm="sac"), study.off_policy.values("sac")))
     assert isinstance(cfg, OffPolicyTrainConfig)
@@ -320,7 +323,8 @@ def test_the_off_policy_learners_run_their_own_study_and_are_compared_at_ppos_ti
         path.parent.mkdir(parents=True, exist_ok=True)
         points_json = [{"iteration": i + 1, "env_steps": 100 * (i + 1), "seconds": s, "eval_return": r}
                        for i, (s, r) in enumerate(points)]
-        path.write_text(json.dumps({"seed": seed, "points": points_json}))
+        path.write_text(json.dumps({"seed": seed, "points": points_json, "iterations_set": 3 if learner != "syncfree"
+                                    else None}))
 
     write("syncfree", 0, [(100.0, 5.0), (200.0, 10.0)])
     write("syncfree", 1, [(100.0, 6.0), (220.0, 12.0)])  # mean training time 210 s
@@ -328,6 +332,7 @@ def test_the_off_policy_learners_run_their_own_study_and_are_compared_at_ppos_ti
     write("syncfree-sac", 1, [(150.0, 3.0), (215.0, 4.0), (300.0, 9.0)])
     text = " ".join(report(tmp_path).split())
     assert "syncfree-sac at syncfree's mean training time (210 s): 2.50 ±" in text and "(per seed 2.00, 3.00)" in text
+    assert "--learners syncfree syncfree-sac --seeds 0 1 --out " in text and text.count("--iterations 3") == 1
     summary = json.loads((tmp_path / "result.json").read_text())["g1-track"]
     assert summary["syncfree-sac"]["at_syncfree_seconds"] == {"seconds": 210.0, "per_seed": [2.0, 3.0]}
 
