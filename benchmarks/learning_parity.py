@@ -25,8 +25,9 @@ Learners, each on the task's preset (`syncfree train --task T`: env count, rollo
   rsl_rl's distributions are Gaussian);
 - `syncfree-sac`, `syncfree-td3`: the task's SAC or TD3 preset (`--algorithm sac`) at the study's env count with
   the study's `OffPolicyRun` settings, for as many iterations as it says (chosen so that a run takes about PPO's
-  training time on the machine the study names): the wall-clock comparison, where the report adds each learner's
-  return at `syncfree`'s mean training time.
+  training time on the machine the study names) or `--iterations`: the wall-clock comparison, where the report adds
+  each learner's return at `syncfree`'s mean training time (its last evaluation by then: give the learners at least
+  PPO's time).
 
 Every `--eval_every` iterations (and after the last) training pauses and the deterministic policy (the action
 distribution's mean) plays one episode on each of `eval_envs` fresh envs seeded 1000 + seed; the figure is the mean

@@ -496,21 +496,19 @@ class OffPolicy(Algorithm):
         """The actions the rollout takes once learning started (the actor's, with its exploration)."""
 
     def warn_idle(self, iterations_left: int) -> None:
-        """One warning line when the run ends before its first gradient step: its env steps stay below
-        `learning_starts`, or its buffer never holds a batch to draw (as when resumed with an empty one)."""
-        if iterations_left <= 0:
+        """One warning line when the run ends before its first gradient step (`iterations_before_update`): its env
+        steps stay below `learning_starts`, or its buffer never holds a batch to draw (as when resumed with an empty
+        one)."""
+        if iterations_left <= 0 or self.iterations_before_update() < iterations_left:
             return
         section, steps = self.config_type.SECTION, iterations_left * self.steps_per_env  # type: ignore[attr-defined]
         env_steps = self.env_steps + steps * self.num_envs
-        filled = min(self.buffer.slots, self.buffer.filled + steps)
-        drawable = max(filled - self.cfg.n_step + 1, 0) * self.num_envs
         if env_steps < self.cfg.learning_starts:
             why = f"its {env_steps:,} env steps stay below {section}.learning_starts={self.cfg.learning_starts:,}"
-        elif drawable < self.cfg.batch_size:
+        else:
+            drawable = max(self.buffer.filled + steps - self.cfg.n_step + 1, 0) * self.num_envs
             why = (f"its buffer holds {drawable:,} transitions to draw by then, fewer than "
                    f"{section}.batch_size={self.cfg.batch_size:,}")
-        else:
-            return
         log.warning("%s: no gradient step in the %d iteration%s the run has left: %s", self.name, iterations_left,
                     "s" if iterations_left != 1 else "", why)
 

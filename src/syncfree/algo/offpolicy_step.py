@@ -23,7 +23,7 @@ from syncfree.algo.minibatch_step import adam_moments, adamw_step
 class Trained(NamedTuple):
     """One optimizer's share of a whole step: its parameters (and their names in the policy, for
     `torch.func.functional_call`), their moments, second moments and step counts, its learning rate (1-element
-    views) and its (betas, eps, weight decay)."""
+    views), its (betas, eps, weight decay) and the gradients' clip factors (none clipped)."""
 
     names: list[str]
     params: list[Tensor]
@@ -32,6 +32,8 @@ class Trained(NamedTuple):
     steps: list[Tensor]
     lr: Tensor
     hyper: tuple[tuple[float, float], float, float]
+    unclipped: Tensor
+    """Each gradient's clip factor, all 1 (made once, not at every step)."""
 
     def tensors(self) -> list[Tensor]:
         """The tensors the step updates in place (a graph's static inputs)."""
@@ -59,7 +61,7 @@ def trained(policy: nn.Module, optimizer: torch.optim.Optimizer, lr: Tensor) -> 
     moments, squares, steps = adam_moments(optimizer, params, lr.device)
     return Trained([name_of[id(p)] for p in params], params, moments, squares, steps, lr,
                    (cast(tuple[float, float], tuple(group["betas"])), float(group["eps"]),
-                    float(group["weight_decay"])))
+                    float(group["weight_decay"])), torch.ones(len(params), device=lr.device))
 
 
 class PolicyCall(nn.Module):
@@ -97,5 +99,4 @@ def gradients(call: PolicyCall, parts: Sequence[Trained], *args: Any) -> tuple[l
 def step(part: Trained, grads: list[Tensor]) -> None:
     """The optimizer's step of `part`'s parameters along `grads`, in place."""
     with torch.no_grad():
-        unclipped = torch.ones(len(grads), device=part.lr.device)
-        adamw_step(part.params, grads, (part.moments, part.squares, part.steps), part.lr, unclipped, part.hyper)
+        adamw_step(part.params, grads, (part.moments, part.squares, part.steps), part.lr, part.unclipped, part.hyper)
