@@ -19,6 +19,7 @@ import torch
 from conftest import assert_same_state, assert_trains_as_shipped, straight_and_resumed, trained_host_reads
 from syncfree.algo.offpolicy import OffPolicy, OffPolicyTrainConfig, soft_update
 from syncfree.algo.replay import DeviceReplay, n_step_sums, n_step_sums_loop, replay_buffer
+from syncfree.algo.td3 import TD3Config
 from syncfree.bench.timing import count_iteration, warm_up
 from syncfree.cli import main
 from syncfree.config import PerfConfig
@@ -105,6 +106,68 @@ def test_td3_delays_the_actor_and_moves_every_target_by_tau() -> None:
         torch.testing.assert_close(target, before + td3.cfg.tau * (source - before))
 
 
+def mixed_noise(iterations: int = 2) -> OffPolicyTrainConfig:
+    """`small`'s TD3 with FastTD3's mixed exploration noise: each env's standard deviation in [0.05, 0.4]."""
+    cfg = small("td3", iterations=iterations)
+    assert isinstance(cfg.learner, TD3Config)
+    cfg.learner.exploration_noise, cfg.learner.exploration_noise_max = 0.05, 0.4
+    return cfg
+
+
+def test_td3_mixed_noise_gives_each_env_its_own_scale_drawn_again_when_its_episode_ends() -> None:
+    """FastTD3's mixed noise: every env's standard deviation in the range and not all alike; a step redraws those of
+    the envs whose episode ended (terminated or truncated) and keeps the others'; the exploring action is the actor's
+    plus that env's noise. Without `exploration_noise_max` every env's is `exploration_noise`."""
+    runner, _ = trained(mixed_noise())
+    td3 = learner(runner)
+    scales = td3.noise_scales.clone()  # type: ignore[attr-defined]
+    assert scales.shape == (8, 1) and bool(((scales >= 0.05) & (scales <= 0.4)).all()) and scales.std() > 0
+    ended = torch.tensor([True, False, False, True, False, False, False, False])
+    with torch.no_grad():
+        step = runner.env.step(td3.act(runner.obs, 0))
+        step = step._replace(terminated=ended & torch.tensor([True] + [False] * 7),
+                             truncated=ended & torch.tensor([False] * 3 + [True] + [False] * 4))
+        td3.record(0, step)
+        after = td3.noise_scales  # type: ignore[attr-defined]
+        assert torch.equal(after[~ended], scales[~ended]) and not torch.equal(after[ended], scales[ended])
+        assert bool(((after >= 0.05) & (after <= 0.4)).all())
+        obs = td3.policy.actor_input(step.obs)
+        torch.manual_seed(5)
+        explored = td3.explore(obs)
+        torch.manual_seed(5)
+        expected = (td3.policy.unit_action(obs) + torch.randn(8, td3.policy.action_dim) * after).clamp(-1.0, 1.0)
+    torch.testing.assert_close(explored, expected)
+    plain = learner(trained(small("td3", iterations=1))[0])
+    assert torch.equal(plain.noise_scales, torch.full((8, 1), 0.1))  # type: ignore[attr-defined]
+
+
+def test_td3_mixed_noise_reads_the_host_never_per_step_and_resumes_exactly(tmp_path: Path) -> None:
+    """The redraw is device ops (no host read, no allocation beyond the step's own); the scales ride in the
+    checkpoint, so 2 + 1 iterations resumed give the scales and parameters of 3 in one run; a checkpoint without
+    them (one noise for every env) resumes with fresh draws."""
+    plain_runner, mixed_runner = trained(small("td3", iterations=2))[0], trained(mixed_noise())[0]
+    plain, mixed = rollout_step_counts(plain_runner), rollout_step_counts(mixed_runner)
+    assert plain.syncs == mixed.syncs == 0
+    assert mixed.allocations == plain.allocations, (mixed.allocations, plain.allocations)
+    trainer, reads = trained_host_reads(mixed_noise(3))
+    assert reads == (0, 0, 1) and learner(trainer).gradient_steps == 4
+
+    def config(iterations: int) -> OffPolicyTrainConfig:
+        cfg = mixed_noise(iterations)
+        cfg.learner.save_buffer, cfg.save_every = True, 100
+        return cfg
+
+    straight, resumed, saved = straight_and_resumed(config, tmp_path / "split")
+    assert "noise_scales" in saved["algorithm"]
+    assert torch.equal(learner(straight).noise_scales, learner(resumed).noise_scales)  # type: ignore[attr-defined]
+    assert_same_parameters(straight, resumed)
+    without = {**saved["algorithm"]}
+    del without["noise_scales"]
+    fresh = Runner(config(3))
+    fresh.algorithm.load_state_dict(without)
+    assert bool(((learner(fresh).noise_scales >= 0.05) & (learner(fresh).noise_scales <= 0.4)).all())  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("algorithm", LEARNERS)
 def test_no_host_read_per_env_step_or_gradient_step(algorithm: str) -> None:
     cfg = small(algorithm)
@@ -124,6 +187,8 @@ def test_no_host_read_per_env_step_or_gradient_step(algorithm: str) -> None:
     (["--td3.critic", "c51"], "td3.critic"),
     (["--td3.n_step", "3", "--td3.buffer_size", "64", "--td3.batch_size", "60"],
      "td3.batch_size=60 is more than the 48 transitions a batch can draw"),
+    (["--td3.exploration_noise", "0.2", "--td3.exploration_noise_max", "0.1"], "td3.exploration_noise_max=0.1 is "
+                                                                               "invalid"),
 ])
 def test_td3_bad_settings_are_one_line(extra: list[str], says: str, tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:

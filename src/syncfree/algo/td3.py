@@ -4,12 +4,14 @@ delayed actor updates, from a replay buffer on the device.
 Each gradient step: the twin critics regress onto `R + discount min Q_target(s', a')`, where `a'` is the target
 actor's action plus Gaussian noise (`policy_noise`, clipped to `noise_clip`), kept in [-1, 1]; every
 `policy_delay`-th step the actor maximizes `Q1(s, actor(s))` and the targets (critics and actor) follow by `tau`. The
-rollout explores with Gaussian noise of `exploration_noise` on the actor's action. The rollout, the buffer and the
-checkpoints are the off-policy learners' (`syncfree.algo.offpolicy`).
+rollout explores with Gaussian noise on the actor's action: of `exploration_noise` in every env, or FastTD3's mixed
+noise (`exploration_noise_max`), each env's own standard deviation, drawn again when its episode ends. The rollout,
+the buffer and the checkpoints are the off-policy learners' (`syncfree.algo.offpolicy`).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -23,10 +25,12 @@ from syncfree.algo.offpolicy import OffPolicy, OffPolicyConfig, OffPolicyTrainCo
 from syncfree.algo.offpolicy_step import PolicyCall, Trained, gradients, step
 from syncfree.algo.optim import Collective
 from syncfree.algo.replay import Batch
-from syncfree.envs.api import VecEnv
+from syncfree.envs.api import StepResult, VecEnv
 from syncfree.errors import check
 from syncfree.policy.build import EnvShape
 from syncfree.policy.sac import DeterministicActorCritic
+
+log = logging.getLogger("syncfree")
 
 TD3_STATS = ("critic_loss", "actor_loss", "q_mean")
 """Means over the iteration's gradient steps (0 while none was taken, `gradient_steps`): the twin critics' mean
@@ -41,7 +45,13 @@ class TD3Config(OffPolicyConfig):
     """Steps summed into each sampled transition's return before it bootstraps (FastTD3's 3: on pendulum's preset, 150
     iterations reached -251 against -1,069 with 1, seed 0)."""
     exploration_noise: float = 0.1
-    """Standard deviation of the Gaussian noise added to the actor's action in the rollout (actions in [-1, 1])."""
+    """Standard deviation of the Gaussian noise added to the actor's action in the rollout (actions in [-1, 1]); with
+    `exploration_noise_max`, the lowest an env's may be."""
+    exploration_noise_max: float = 0.0
+    """0: every env explores with `exploration_noise` (CleanRL's). Above it: FastTD3's mixed noise, each env's
+    standard deviation drawn uniformly from [exploration_noise, exploration_noise_max] at the start and again when
+    its episode ends (FastTD3's humanoids: 0.001 to 0.4), so that some envs stay near the actor's action while others
+    explore widely."""
     policy_noise: float = 0.2
     """Standard deviation of the target policy smoothing noise."""
     noise_clip: float = 0.5
@@ -53,6 +63,10 @@ class TD3Config(OffPolicyConfig):
         super().validate(section)
         for key in ("exploration_noise", "policy_noise", "noise_clip"):
             check(getattr(self, key) >= 0, f"{section}.{key}", "a number >= 0", getattr(self, key))
+        check(self.exploration_noise_max == 0 or self.exploration_noise_max > self.exploration_noise,
+              f"{section}.exploration_noise_max",
+              f"0 (one noise for every env) or a number > {section}.exploration_noise={self.exploration_noise:g}",
+              self.exploration_noise_max)
         check(self.policy_delay >= 1, f"{section}.policy_delay", "an integer >= 1", self.policy_delay)
 
 
@@ -98,6 +112,16 @@ class TD3(OffPolicy):
         self._whole_critic_step: Callable[..., None] | None = (
             None if self._whole_step is None else self.compiled(self.whole_critic_step))
         """`compile=step`: the gradient steps between the actor's, the critics' alone (a graph of their own)."""
+        own = cfg.td3
+        self.noise_range = (own.exploration_noise, own.exploration_noise_max) if own.exploration_noise_max else None
+        """Mixed noise: the range each env's standard deviation is drawn from; None: `exploration_noise` for all."""
+        self.noise_scales = torch.full((num_envs, 1), own.exploration_noise, device=device)
+        """Each env's exploration standard deviation, [num_envs, 1]."""
+        self._drawn_scales = torch.empty_like(self.noise_scales)
+        self._ended = torch.empty(num_envs, 1, dtype=torch.bool, device=device)
+        """Mixed noise: the standard deviations drawn at a step, of which the envs whose episode ended take theirs."""
+        if self.noise_range is not None:
+            self.noise_scales.uniform_(*self.noise_range)
 
     @classmethod
     def search_space(cls, cfg: OffPolicyTrainConfig) -> dict[str, dict[str, Any]]:
@@ -125,8 +149,19 @@ class TD3(OffPolicy):
 
     def explore(self, actor_obs: Tensor) -> Tensor:
         actions = self.policy.unit_action(actor_obs)
-        noise = torch.randn_like(actions).mul_(self.cfg.exploration_noise)
+        scale = self.cfg.exploration_noise if self.noise_range is None else self.noise_scales
+        noise = torch.randn_like(actions).mul_(scale)
         return actions.add_(noise).clamp_(-1.0, 1.0)
+
+    def record(self, t: int, step: StepResult) -> None:
+        """The transition (`OffPolicy.record`); with mixed noise, every env whose episode ended draws its next
+        standard deviation (on the device: a draw for every env, kept where the episode ended)."""
+        super().record(t, step)
+        if self.noise_range is not None:
+            with self.phases("act"):
+                ended = torch.logical_or(step.terminated.unsqueeze(-1), step.truncated.unsqueeze(-1), out=self._ended)
+                torch.where(ended, self._drawn_scales.uniform_(*self.noise_range), self.noise_scales,
+                            out=self.noise_scales)
 
     # -- update -----------------------------------------------------------------------------------------------
 
@@ -216,11 +251,24 @@ class TD3(OffPolicy):
         return {"actor_optimizer": self.actor_optimizer, "critic_optimizer": self.critic_optimizer}
 
     def state_dict(self) -> dict[str, Any]:
-        return {**super().state_dict(), "critic_steps": self.critic_steps}
+        state = {**super().state_dict(), "critic_steps": self.critic_steps}
+        if self.noise_range is not None:
+            state["noise_scales"] = self.noise_scales.detach().clone()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.critic_steps = int(state["critic_steps"])
+        saved = state.get("noise_scales")
+        if self.noise_range is None:
+            return
+        low, high = self.noise_range
+        saved = saved.to(self.noise_scales.device) if isinstance(saved, Tensor) else None
+        if saved is not None and saved.shape == self.noise_scales.shape and bool(
+                ((saved >= low) & (saved <= high)).all()):
+            self.noise_scales.copy_(saved)
+        else:  # another env count, another range, or a checkpoint of one noise for all: fresh draws
+            log.info("td3: the run resumes with each env's exploration noise drawn afresh from [%g, %g]", low, high)
 
 
 ALGORITHMS = (TD3,)
