@@ -76,6 +76,7 @@ PARITY_TABLES = [("learning-parity-cpu", task) for task in
     ("offpolicy-g1-track-unit-cpu", "g1-track"), ("offpolicy-g1-track-unit-fastsac-start-cpu", "g1-track"),
     ("offpolicy-g1-track-symmetric-cpu", "g1-track"), ("offpolicy-g1-track-unit-rerun-cpu", "g1-track"),
     ("offpolicy-g1-track-fastsac-networks-cpu", "g1-track"), ("offpolicy-g1-track-equal-time-cpu", "g1-track"),
+    ("offpolicy-g1-track-td3-mixed-noise-cpu", "g1-track"),
     ("offpolicy-mjlab-g1-velocity-cpu", "mjlab:Mjlab-Velocity-Flat-Unitree-G1"),
     ("offpolicy-mjlab-g1-velocity-compiled-cpu", "mjlab:Mjlab-Velocity-Flat-Unitree-G1")]
 
