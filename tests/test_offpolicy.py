@@ -141,10 +141,11 @@ def test_td3_mixed_noise_gives_each_env_its_own_scale_drawn_again_when_its_episo
     assert torch.equal(plain.noise_scales, torch.full((8, 1), 0.1))  # type: ignore[attr-defined]
 
 
-def test_td3_mixed_noise_reads_the_host_never_per_step_and_resumes_exactly(tmp_path: Path) -> None:
+def test_td3_mixed_noise_reads_the_host_never_per_step_and_resumes_exactly(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The redraw is device ops (no host read, no allocation beyond the step's own); the scales ride in the
     checkpoint, so 2 + 1 iterations resumed give the scales and parameters of 3 in one run; a checkpoint without
-    them (one noise for every env) resumes with fresh draws."""
+    them (one noise for every env) or with scales outside the run's range resumes with fresh draws, said in a line."""
     plain_runner, mixed_runner = trained(small("td3", iterations=2))[0], trained(mixed_noise())[0]
     plain, mixed = rollout_step_counts(plain_runner), rollout_step_counts(mixed_runner)
     assert plain.syncs == mixed.syncs == 0
@@ -161,11 +162,16 @@ def test_td3_mixed_noise_reads_the_host_never_per_step_and_resumes_exactly(tmp_p
     assert "noise_scales" in saved["algorithm"]
     assert torch.equal(learner(straight).noise_scales, learner(resumed).noise_scales)  # type: ignore[attr-defined]
     assert_same_parameters(straight, resumed)
+    caplog.set_level("INFO", logger="syncfree")
     without = {**saved["algorithm"]}
     del without["noise_scales"]
-    fresh = Runner(config(3))
-    fresh.algorithm.load_state_dict(without)
-    assert bool(((learner(fresh).noise_scales >= 0.05) & (learner(fresh).noise_scales <= 0.4)).all())  # type: ignore[attr-defined]
+    for state in (without, {**saved["algorithm"], "noise_scales": torch.full((8, 1), 5.0)}):
+        caplog.clear()
+        fresh = Runner(config(3))
+        drawn = learner(fresh).noise_scales.clone()  # type: ignore[attr-defined]
+        fresh.algorithm.load_state_dict(state)
+        assert torch.equal(learner(fresh).noise_scales, drawn)  # type: ignore[attr-defined]
+        assert "td3: the run resumes with each env's exploration noise drawn afresh from [0.05, 0.4]" in caplog.text
 
 
 @pytest.mark.parametrize("algorithm", LEARNERS)

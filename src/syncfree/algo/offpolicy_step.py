@@ -36,8 +36,9 @@ class Trained(NamedTuple):
     """Each gradient's clip factor, all 1 (made once, not at every step)."""
 
     def tensors(self) -> list[Tensor]:
-        """The tensors the step updates in place (a graph's static inputs)."""
-        return [*self.params, *self.moments, *self.squares, *self.steps, self.lr]
+        """The tensors the step updates in place, and the clip factors it reads: each keeps its address (a graph's
+        static inputs, which a CUDA graph's replay does not copy in)."""
+        return [*self.params, *self.moments, *self.squares, *self.steps, self.lr, self.unclipped]
 
 
 def steps_whole(optimizer: torch.optim.Optimizer) -> bool:

@@ -118,8 +118,9 @@ class TD3(OffPolicy):
         self.noise_scales = torch.full((num_envs, 1), own.exploration_noise, device=device)
         """Each env's exploration standard deviation, [num_envs, 1]."""
         self._drawn_scales = torch.empty_like(self.noise_scales)
-        self._ended = torch.empty(num_envs, 1, dtype=torch.bool, device=device)
         """Mixed noise: the standard deviations drawn at a step, of which the envs whose episode ended take theirs."""
+        self._ended = torch.empty(num_envs, 1, dtype=torch.bool, device=device)
+        """Mixed noise: which envs' episodes ended at the step."""
         if self.noise_range is not None:
             self.noise_scales.uniform_(*self.noise_range)
 
@@ -259,10 +260,10 @@ class TD3(OffPolicy):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.critic_steps = int(state["critic_steps"])
-        saved = state.get("noise_scales")
         if self.noise_range is None:
             return
         low, high = self.noise_range
+        saved = state.get("noise_scales")
         saved = saved.to(self.noise_scales.device) if isinstance(saved, Tensor) else None
         if saved is not None and saved.shape == self.noise_scales.shape and bool(
                 ((saved >= low) & (saved <= high)).all()):
