@@ -139,6 +139,8 @@ def test_td3_mixed_noise_gives_each_env_its_own_scale_drawn_again_when_its_episo
     torch.testing.assert_close(explored, expected)
     plain = learner(trained(small("td3", iterations=1))[0])
     assert torch.equal(plain.noise_scales, torch.full((8, 1), 0.1))  # type: ignore[attr-defined]
+    with pytest.raises(UserError, match=r"td3.exploration_noise_max=inf is invalid"):  # from Python, past the CLI
+        TD3Config(exploration_noise_max=math.inf).validate()
 
 
 def test_td3_mixed_noise_reads_the_host_never_per_step_and_resumes_exactly(
@@ -165,7 +167,8 @@ def test_td3_mixed_noise_reads_the_host_never_per_step_and_resumes_exactly(
     caplog.set_level("INFO", logger="syncfree")
     without = {**saved["algorithm"]}
     del without["noise_scales"]
-    for state in (without, {**saved["algorithm"], "noise_scales": torch.full((8, 1), 5.0)}):
+    for state in (without, {**saved["algorithm"], "noise_scales": torch.full((8, 1), 5.0)},
+                  {**saved["algorithm"], "noise_scales": torch.full((8, 1), 0.2, dtype=torch.complex64)}):
         caplog.clear()
         fresh = Runner(config(3))
         drawn = learner(fresh).noise_scales.clone()  # type: ignore[attr-defined]

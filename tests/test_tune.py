@@ -267,6 +267,9 @@ def test_the_off_policy_default_spaces_are_documented_and_every_draw_builds_and_
     own = {"actor_learning_rate", "critic_learning_rate", "tau", "batch_size", "updates_per_iteration", "n_step",
            "gamma", "optimizer", *(("policy_noise", "exploration_noise") if algorithm == "td3" else ())}
     assert keys == {f"{algorithm}.{name}" for name in own}
+    if algorithm == "td3":  # mixed noise: the user's range; a drawn floor above its top would not validate
+        mixed = with_values(base, {"td3.exploration_noise": 0.01, "td3.exploration_noise_max": 0.2})
+        assert {p.key for p in default_space(mixed)} == keys - {"td3.exploration_noise"}
     docs = (Path(__file__).resolve().parents[1] / "docs" / "tune.md").read_text()
     assert all(f"`{key}`" in docs for key in keys)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))

@@ -12,6 +12,7 @@ the buffer and the checkpoints are the off-policy learners' (`syncfree.algo.offp
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -63,10 +64,10 @@ class TD3Config(OffPolicyConfig):
         super().validate(section)
         for key in ("exploration_noise", "policy_noise", "noise_clip"):
             check(getattr(self, key) >= 0, f"{section}.{key}", "a number >= 0", getattr(self, key))
-        check(self.exploration_noise_max == 0 or self.exploration_noise_max > self.exploration_noise,
-              f"{section}.exploration_noise_max",
-              f"0 (one noise for every env) or a number > {section}.exploration_noise={self.exploration_noise:g}",
-              self.exploration_noise_max)
+        check(self.exploration_noise_max == 0 or (math.isfinite(self.exploration_noise_max)
+                                                  and self.exploration_noise_max > self.exploration_noise),
+              f"{section}.exploration_noise_max", f"0 (one noise for every env) or a finite number > "
+              f"{section}.exploration_noise={self.exploration_noise:g}", self.exploration_noise_max)
         check(self.policy_delay >= 1, f"{section}.policy_delay", "an integer >= 1", self.policy_delay)
 
 
@@ -127,11 +128,13 @@ class TD3(OffPolicy):
     @classmethod
     def search_space(cls, cfg: OffPolicyTrainConfig) -> dict[str, dict[str, Any]]:
         """The off-policy learners' space, and TD3's noises: the target smoothing's (at most `noise_clip`) and the
-        exploration's."""
-        noise_clip = cfg.td3.noise_clip if isinstance(cfg, TD3TrainConfig) else TD3Config.noise_clip
-        return {**super().search_space(cfg),
-                "td3.policy_noise": {"type": "float", "low": 0.05, "high": min(0.4, noise_clip)},
-                "td3.exploration_noise": {"type": "float", "low": 0.05, "high": 0.3}}
+        exploration's (not with mixed noise, whose range the user set)."""
+        own = cfg.td3 if isinstance(cfg, TD3TrainConfig) else TD3Config()
+        space = {**super().search_space(cfg),
+                 "td3.policy_noise": {"type": "float", "low": 0.05, "high": min(0.4, own.noise_clip)}}
+        if not own.exploration_noise_max:  # mixed noise: its range is the user's, the floor not drawn apart from it
+            space["td3.exploration_noise"] = {"type": "float", "low": 0.05, "high": 0.3}
+        return space
 
     @classmethod
     def build_policy(cls, cfg: TD3TrainConfig, env: EnvShape) -> DeterministicActorCritic:
@@ -264,7 +267,7 @@ class TD3(OffPolicy):
             return
         low, high = self.noise_range
         saved = state.get("noise_scales")
-        saved = saved.to(self.noise_scales.device) if isinstance(saved, Tensor) else None
+        saved = saved.to(self.noise_scales.device) if isinstance(saved, Tensor) and saved.is_floating_point() else None
         if saved is not None and saved.shape == self.noise_scales.shape and bool(
                 ((saved >= low) & (saved <= high)).all()):
             self.noise_scales.copy_(saved)
