@@ -27,12 +27,12 @@ SATURATED = 0.995
 """|tanh(u)| >= 0.995 where |u| >= 3: its derivative 1 - tanh^2 is below 0.01 there."""
 
 
-def probe(learner: str, seed: int, points: list[int], eval_envs: int = 64) -> list[dict]:
+def probe(learner: str, seed: int, points: list[int], settings: list[str], eval_envs: int = 64) -> list[dict]:
     from syncfree.tasks import make_env
     from syncfree.train.runner import Runner
 
     torch.set_num_threads(1)
-    extra = ["ALGO.action_bounds=unit"] if learner in OFF_POLICY else []
+    extra = ["ALGO.action_bounds=unit", *settings] if learner in OFF_POLICY else []
     cfg = learner_config("g1-track", learner, seed, extra, iterations=max(points) if learner in OFF_POLICY else None)
     cfg.iterations = max(cfg.iterations, max(points))
     runner = Runner(cfg)
@@ -63,6 +63,9 @@ def main() -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--at", nargs="+", type=int, default=[350, 1400], help="SAC's and TD3's iterations")
     parser.add_argument("--ppo_at", nargs="+", type=int, default=[10, 40, 100], help="PPO's iterations")
+    parser.add_argument("--set", nargs="+", default=[], metavar="KEY=VALUE", dest="settings",
+                        help="SAC's and TD3's settings beyond the study's (`ALGO.pre_tanh_penalty=0.01`); the "
+                             "result's keys name them")
     parser.add_argument("--out", default="benchmarks/results/action-saturation-g1-track-cpu")
     args = parser.parse_args()
     out = Path(args.out)
@@ -72,7 +75,8 @@ def main() -> int:
     for learner in args.learners:
         for seed in args.seeds:
             points = sorted(args.ppo_at if learner == "syncfree" else args.at)
-            results[f"{learner}-seed{seed}"] = probe(learner, seed, points)
+            settings = args.settings if learner in OFF_POLICY else []
+            results[" ".join([f"{learner}-seed{seed}", *settings])] = probe(learner, seed, points, settings)
             path.write_text(json.dumps(results, indent=1) + "\n")
     return 0
 

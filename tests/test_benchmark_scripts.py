@@ -413,12 +413,13 @@ def test_offpolicy_compile_runs_each_mode_with_gradient_steps_and_reports_median
 def test_the_action_saturation_probe_reports_each_learners_actions_at_its_points(monkeypatch: pytest.MonkeyPatch
                                                                                   ) -> None:
     """g1-track's study settings, one iteration: TD3's deterministic actions lie in [-1, 1] (`unit` bounds), the
-    share at the ends is a share, and the actor's pre-tanh output is reported for the off-policy learners only."""
+    share at the ends is a share, and the actor's pre-tanh output is reported for the off-policy learners only;
+    settings given reach the learner's config."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     from action_saturation_probe import probe
 
-    (row,) = probe("syncfree-td3", 0, [1], eval_envs=8)
+    (row,) = probe("syncfree-td3", 0, [1], ["ALGO.pre_tanh_penalty=0.01"], eval_envs=8)
     assert row["iteration"] == 1 and 0.0 <= row["saturated_share"] <= 1.0 and 0.0 < row["mean_abs_action"] <= 1.0
     assert row["mean_abs_pre_tanh"] > 0.0
-    (ppo,) = probe("syncfree", 0, [1], eval_envs=8)
+    (ppo,) = probe("syncfree", 0, [1], [], eval_envs=8)
     assert "mean_abs_pre_tanh" not in ppo and ppo["mean_abs_action"] > 0.0

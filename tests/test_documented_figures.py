@@ -76,9 +76,10 @@ PARITY_TABLES = [("learning-parity-cpu", task) for task in
     ("offpolicy-g1-track-unit-cpu", "g1-track"), ("offpolicy-g1-track-unit-fastsac-start-cpu", "g1-track"),
     ("offpolicy-g1-track-symmetric-cpu", "g1-track"), ("offpolicy-g1-track-unit-rerun-cpu", "g1-track"),
     ("offpolicy-g1-track-fastsac-networks-cpu", "g1-track"), ("offpolicy-g1-track-equal-time-cpu", "g1-track"),
-    ("offpolicy-g1-track-td3-mixed-noise-cpu", "g1-track"),
+    ("offpolicy-g1-track-td3-mixed-noise-cpu", "g1-track"), ("offpolicy-g1-track-pre-tanh-penalty-cpu", "g1-track"),
     ("offpolicy-mjlab-g1-velocity-cpu", "mjlab:Mjlab-Velocity-Flat-Unitree-G1"),
-    ("offpolicy-mjlab-g1-velocity-compiled-cpu", "mjlab:Mjlab-Velocity-Flat-Unitree-G1")]
+    ("offpolicy-mjlab-g1-velocity-compiled-cpu", "mjlab:Mjlab-Velocity-Flat-Unitree-G1"),
+    ("offpolicy-mjlab-g1-velocity-pre-tanh-penalty-cpu", "mjlab:Mjlab-Velocity-Flat-Unitree-G1")]
 
 
 def test_the_documented_joint_limit_bounds_figures_are_the_ones_in_the_results() -> None:

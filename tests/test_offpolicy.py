@@ -18,7 +18,7 @@ import torch
 
 from conftest import assert_same_state, assert_trains_as_shipped, straight_and_resumed, trained_host_reads
 from syncfree.algo.offpolicy import OffPolicy, OffPolicyTrainConfig, soft_update
-from syncfree.algo.replay import DeviceReplay, n_step_sums, n_step_sums_loop, replay_buffer
+from syncfree.algo.replay import Batch, DeviceReplay, n_step_sums, n_step_sums_loop, replay_buffer
 from syncfree.algo.td3 import TD3Config
 from syncfree.bench.timing import count_iteration, warm_up
 from syncfree.cli import main
@@ -177,9 +177,11 @@ def test_td3_mixed_noise_reads_the_host_never_per_step_and_resumes_exactly(
         assert "td3: the run resumes with each env's exploration noise drawn afresh from [0.05, 0.4]" in caplog.text
 
 
+@pytest.mark.parametrize("penalty", [0.0, 0.01])
 @pytest.mark.parametrize("algorithm", LEARNERS)
-def test_no_host_read_per_env_step_or_gradient_step(algorithm: str) -> None:
+def test_no_host_read_per_env_step_or_gradient_step(algorithm: str, penalty: float) -> None:
     cfg = small(algorithm)
+    cfg.learner.pre_tanh_penalty = penalty
     trainer, reads = trained_host_reads(cfg)
     assert reads == (0, 0, 1)
     assert learner(trainer).gradient_steps == 4
@@ -188,6 +190,8 @@ def test_no_host_read_per_env_step_or_gradient_step(algorithm: str) -> None:
 @pytest.mark.parametrize(("extra", "says"), [
     (["--td3.policy_delay", "0"], "td3.policy_delay=0 is invalid"),
     (["--td3.noise_clip", "-1"], "td3.noise_clip=-1.0 is invalid"),
+    (["--td3.pre_tanh_penalty", "-0.1"], "td3.pre_tanh_penalty=-0.1 is invalid"),
+    (["--td3.pre_tanh_penalty", "inf"], "td3.pre_tanh_penalty='inf' is invalid"),
     (["--td3.n_step", "0"], "td3.n_step=0 is invalid"),
     (["--sac.policy_delay", "2"], "sac"),
     (["--task", "cartpole"], "algorithm=td3: task 'cartpole' has discrete actions"),
@@ -206,6 +210,65 @@ def test_td3_bad_settings_are_one_line(extra: list[str], says: str, tmp_path: Pa
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and says in err, err
     assert not (tmp_path / "run").exists()
+
+
+# -- the actor's pre-tanh penalty --------------------------------------------------------------------------------
+
+def pre_tanh_after_steps(algorithm: str, penalty: float, steps: int = 300) -> torch.Tensor:
+    """The actor's output before its tanh (SAC: the Gaussian's mean) on 64 observations after `steps` Adam steps of
+    its loss (`pre_tanh_penalty=penalty`) against fixed linear critics whose Q is the sum of the action's
+    components: they reward the ends of [-1, 1]. SAC's temperature is 1e-6, so that its entropy barely counts."""
+    cfg = small(algorithm)
+    cfg.learner.pre_tanh_penalty = penalty
+    algo = learner(Runner(cfg))
+    policy = algo.policy
+    critic = torch.nn.Linear(policy.critic_obs_dim + policy.action_dim, 1).requires_grad_(False)
+    policy.q1 = policy.q2 = critic
+    with torch.no_grad():
+        critic.weight.zero_()[:, -policy.action_dim:] = 1.0
+        critic.bias.zero_()
+        if algorithm == "sac":
+            policy.log_alpha.fill_(math.log(1e-6))
+    torch.manual_seed(0)
+    obs = torch.randn(64, policy.actor_obs_dim)
+    batch = Batch(obs={policy.actor_group: obs, algo.critic_group: obs}, actions=torch.empty(0),
+                  returns=torch.empty(0), discounts=torch.empty(0), next_obs={})
+    optimizer = torch.optim.Adam(policy.actor_params(), lr=1e-2)
+    for _ in range(steps):
+        loss = algo.actor_losses(batch)[0] if algorithm == "sac" else algo.actor_loss(batch)  # type: ignore[attr-defined]
+        optimizer.zero_grad()
+        loss.backward(inputs=policy.actor_params())
+        optimizer.step()
+    with torch.no_grad():
+        return policy.mean_log_std(obs)[0] if algorithm == "sac" else policy.pre_tanh(obs)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_the_pre_tanh_penalty_holds_the_actor_where_the_tanh_passes_gradient(algorithm: str) -> None:
+    """Unpenalized, a critic that rewards the ends drives the actor's output before the tanh past 4, where the tanh
+    passes under 0.2 % of its gradient (TD3's actor on g1-track: docs/off-policy.md); `pre_tanh_penalty=0.01` holds
+    it near 2.24, where the critic's push (1 - tanh(u)^2) equals the penalty's pull (0.02 u), still moving
+    toward the rewarded end."""
+    free, held = pre_tanh_after_steps(algorithm, 0.0), pre_tanh_after_steps(algorithm, 0.01)
+    assert float(free.abs().mean()) > 4.0
+    assert float(held.min()) > 2.0 and float(held.max()) < 2.5
+
+
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_the_pre_tanh_penalty_adds_its_term_and_none_leaves_the_loss_as_it_is(algorithm: str) -> None:
+    cfg = small(algorithm)
+    algo = learner(Runner(cfg))
+    loss, pre_tanh = torch.tensor(1.5), torch.tensor([[1.0, -2.0], [3.0, 0.0]])
+    assert algo.penalized(loss, pre_tanh) is loss
+    algo.cfg.pre_tanh_penalty = 0.1
+    torch.testing.assert_close(algo.penalized(loss, pre_tanh), torch.tensor(1.5 + 0.1 * (5.0 + 9.0) / 2))
+
+
+@pytest.mark.parametrize("key", ["pre_tanh_penalty", "exploration_noise", "policy_noise", "noise_clip"])
+def test_a_noise_or_penalty_that_is_not_finite_is_refused_from_python_too(key: str) -> None:
+    """The command line takes no `inf`; a config built in Python is checked the same way."""
+    with pytest.raises(UserError, match=f"td3.{key}=inf is invalid"):
+        TD3Config(**{key: math.inf}).validate("td3")
 
 
 # -- n-step returns ---------------------------------------------------------------------------------------------

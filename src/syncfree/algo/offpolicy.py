@@ -117,6 +117,11 @@ class OffPolicyConfig:
     from 0 to its bounds (FastSAC's joint-limit-aware bounds: 0 stays the default pose and ±1 reaches the joint
     limit farther from it; the env clips what passes the nearer one); without declared bounds, [-1, 1]. The buffer,
     the critics and the noises work in [-1, 1] whatever the map; checkpoints and exports carry it."""
+    pre_tanh_penalty: float = 0.0
+    """Added to the actor's loss: this times the batch mean of the squared length of the actor's output before its
+    tanh (TD3: the action's; SAC: its Gaussian's mean), which keeps the actor off the ends of [-1, 1] where the tanh
+    passes almost no gradient (TD3's actor drove 89-100 % of g1-track's action components there,
+    docs/off-policy.md). 0: no penalty (CleanRL's). The record's `actor_loss` includes it."""
     save_buffer: bool = False
     """Checkpoints hold the replay buffer too (it can be large: `buffer_size` transitions of every group stored), so
     that a resumed run continues with it; off, a resumed run starts with an empty buffer."""
@@ -132,6 +137,8 @@ class OffPolicyConfig:
         for key in ("actor_learning_rate", "critic_learning_rate"):
             check(getattr(self, key) > 0, f"{section}.{key}", "a number > 0", getattr(self, key))
         check(self.weight_decay >= 0, f"{section}.weight_decay", "a number >= 0", self.weight_decay)
+        check(math.isfinite(self.pre_tanh_penalty) and self.pre_tanh_penalty >= 0, f"{section}.pre_tanh_penalty",
+              "a finite number >= 0", self.pre_tanh_penalty)
         check(self.action_bounds in ("env", "symmetric", "unit"), f"{section}.action_bounds", "env, symmetric, unit",
               self.action_bounds)
         check(self.optimizer in OPTIMIZERS, f"{section}.optimizer", ", ".join(OPTIMIZERS), self.optimizer)
@@ -418,7 +425,8 @@ class OffPolicy(Algorithm):
     def search_space(cls, cfg: OffPolicyTrainConfig) -> dict[str, dict[str, Any]]:
         """The off-policy learners' default search (CleanRL's and RL Zoo's ranges): the two learning rates and tau on
         log scales, the batch size, gradient steps per iteration (a quarter to twice the preset's), n-step returns,
-        gamma, and the optimizer (`muon` where the actor and the critics each have a hidden matrix)."""
+        gamma, the optimizer (`muon` where the actor and the critics each have a hidden matrix) and the pre-tanh
+        penalty (none or one of three sizes)."""
         own, section = cfg.learner, cfg.SECTION
         updates = own.updates_per_iteration
         return {
@@ -434,6 +442,7 @@ class OffPolicy(Algorithm):
             f"{section}.gamma": {"type": "float", "low": 0.9, "high": 0.999},
             f"{section}.optimizer": {
                 "type": "categorical", "choices": searchable_optimizers(cfg.policy.actor_hidden, cfg.policy.critic_hidden)},
+            f"{section}.pre_tanh_penalty": {"type": "categorical", "choices": [0.0, 0.001, 0.01, 0.1]},
         }
 
     @classmethod
@@ -552,6 +561,13 @@ class OffPolicy(Algorithm):
 
     def sample_batch(self) -> Batch:
         return self.buffer.sample()
+
+    def penalized(self, actor_loss: Tensor, pre_tanh: Tensor) -> Tensor:
+        """The actor's loss with `pre_tanh_penalty`'s term on its output before the tanh, [rows, action_dim];
+        unchanged (the same tensor) without a penalty."""
+        if not self.cfg.pre_tanh_penalty:
+            return actor_loss
+        return actor_loss + self.cfg.pre_tanh_penalty * pre_tanh.square().sum(-1).mean()
 
     def target_distribution(self, batch: Batch, next_actions: Tensor, next_cost: Tensor | None = None) -> Tensor:
         """Distributional critics' target, [batch, num_atoms] (no gradient): of the two target critics' distributions

@@ -141,11 +141,13 @@ class SAC(OffPolicy):
         return loss, 0.5 * (q1 + q2).detach().mean()
 
     def actor_losses(self, batch: Batch) -> tuple[Tensor, Tensor, Tensor]:
-        """The actor's loss (`alpha log pi - min Q` of its reparameterized samples), the temperature's, and
-        the log-probabilities' mean."""
-        actions, log_prob = self.policy.sample(batch.obs[self.policy.actor_group])
+        """The actor's loss (`alpha log pi - min Q` of its reparameterized samples, and `pre_tanh_penalty`'s term on
+        the Gaussian's mean), the temperature's, and the log-probabilities' mean."""
+        mean, log_std = self.policy.mean_log_std(batch.obs[self.policy.actor_group])
+        actions, log_prob = self.policy.sample_from(mean, log_std)
         alpha = self.policy.log_alpha.exp().detach()
         actor_loss = (alpha * log_prob - torch.min(*self.policy.q_values(batch.obs[self.critic_group], actions))).mean()
+        actor_loss = self.penalized(actor_loss, mean)
         alpha_loss = -(self.policy.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
         return actor_loss, alpha_loss, log_prob.detach().mean()
 

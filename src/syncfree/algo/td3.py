@@ -63,7 +63,8 @@ class TD3Config(OffPolicyConfig):
     def validate(self, section: str = "td3") -> None:
         super().validate(section)
         for key in ("exploration_noise", "policy_noise", "noise_clip"):
-            check(getattr(self, key) >= 0, f"{section}.{key}", "a number >= 0", getattr(self, key))
+            value = getattr(self, key)
+            check(math.isfinite(value) and value >= 0, f"{section}.{key}", "a finite number >= 0", value)
         check(self.exploration_noise_max == 0 or (math.isfinite(self.exploration_noise_max)
                                                   and self.exploration_noise_max > self.exploration_noise),
               f"{section}.exploration_noise_max", f"0 (one noise for every env) or a finite number > "
@@ -190,9 +191,10 @@ class TD3(OffPolicy):
         return loss, 0.5 * (q1 + q2).detach().mean()
 
     def actor_loss(self, batch: Batch) -> Tensor:
-        """`-Q1(s, actor(s))`, averaged over the batch."""
-        actions = self.policy.unit_action(batch.obs[self.policy.actor_group])
-        return -self.policy.q_values(batch.obs[self.critic_group], actions)[0].mean()
+        """`-Q1(s, actor(s))`, averaged over the batch (and `pre_tanh_penalty`'s term)."""
+        pre_tanh = self.policy.pre_tanh(batch.obs[self.policy.actor_group])
+        loss = -self.policy.q_values(batch.obs[self.critic_group], torch.tanh(pre_tanh))[0].mean()
+        return self.penalized(loss, pre_tanh)
 
     def first_minibatch_loss(self) -> Tensor:
         batch = self.sample_batch()

@@ -192,7 +192,10 @@ class SquashedGaussianActorCritic(TwinCritics):
     def sample(self, actor_obs: Tensor) -> tuple[Tensor, Tensor]:
         """Actions drawn from the squashed Gaussian (reparameterized: gradients flow through them) and their
         log-density, with the tanh's change of variables: log N(u) - sum log(1 - tanh(u)^2)."""
-        mean, log_std = self.mean_log_std(actor_obs)
+        return self.sample_from(*self.mean_log_std(actor_obs))
+
+    def sample_from(self, mean: Tensor, log_std: Tensor) -> tuple[Tensor, Tensor]:
+        """`sample` from the Gaussian's mean and log standard deviation (`mean_log_std`)."""
         std = log_std.exp()
         u = mean + std * torch.randn_like(mean)
         # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)), exact where tanh(u)^2 rounds to 1
@@ -222,7 +225,11 @@ class DeterministicActorCritic(TwinCritics):
         return [*self.target_params(), *self.actor_target.parameters()], [*self.critic_params(), *self.actor_params()]
 
     def unit_action(self, actor_obs: Tensor) -> Tensor:
-        return torch.tanh(self.actor(self.actor_norm(actor_obs)))
+        return torch.tanh(self.pre_tanh(actor_obs))
+
+    def pre_tanh(self, actor_obs: Tensor) -> Tensor:
+        """The actor's output before its tanh."""
+        return self.actor(self.actor_norm(actor_obs))
 
     def target_action(self, actor_obs: Tensor) -> Tensor:
         """The target actor's action (no gradient: its parameters take none)."""
