@@ -264,6 +264,19 @@ def test_the_pre_tanh_penalty_adds_its_term_and_none_leaves_the_loss_as_it_is(al
     torch.testing.assert_close(algo.penalized(loss, pre_tanh), torch.tensor(1.5 + 0.1 * (5.0 + 9.0) / 2))
 
 
+@pytest.mark.parametrize("algorithm", LEARNERS)
+def test_the_humanoid_presets_carry_the_penalty_and_the_others_leave_it_out(algorithm: str) -> None:
+    """docs/off-policy.md: the g1-track and `mjlab:` presets (`humanoid_recipe`) set 0.01; the others keep CleanRL's
+    loss."""
+    from syncfree.tasks.configs import humanoid_recipe
+    from syncfree.tasks.g1_track import G1TrackEnvConfig
+
+    assert preset("g1-track", algorithm=algorithm).learner.pre_tanh_penalty == 0.01
+    assert humanoid_recipe(algorithm, "mjlab:any", G1TrackEnvConfig(num_envs=8), 1, 64).learner.pre_tanh_penalty == 0.01
+    for task in ("pendulum", "point-mass", "gym:Hopper-v5"):
+        assert preset(task, algorithm=algorithm).learner.pre_tanh_penalty == 0.0, task
+
+
 @pytest.mark.parametrize("key", ["pre_tanh_penalty", "exploration_noise", "policy_noise", "noise_clip"])
 def test_a_noise_or_penalty_that_is_not_finite_is_refused_from_python_too(key: str) -> None:
     """The command line takes no `inf`; a config built in Python is checked the same way."""

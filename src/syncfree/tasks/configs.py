@@ -63,8 +63,8 @@ def humanoid_recipe(algorithm: str, task: str, env: EnvConfig, iterations: int, 
     every env and 4 gradient steps of 32,768 per iteration, 3-step returns, targets moving by 0.1 per step, AdamW
     with weight decay 0.1 at 3e-4, ReLU critics of [1024, 512, 256] and actor of [512, 256, 128], 10 steps of every
     env at random first; SAC's temperature from 0.001 (its rate 3e-4), TD3's target smoothing noise 0.001. Not
-    theirs: `pre_tanh_penalty` 0.01, which on g1-track and mjlab's G1 velocity task at a CPU's size brought both
-    learners from far below PPO's return to about PPO's (docs/learning.md)."""
+    theirs: `pre_tanh_penalty` 0.01, which at a CPU's size lifted both learners from far below PPO's return to about
+    PPO's on g1-track and far above it on mjlab's G1 velocity task (docs/learning.md)."""
     learner: dict[str, Any] = dict(
         steps_per_env=1, updates_per_iteration=4, batch_size=32_768, buffer_size=buffer_size, n_step=3, gamma=gamma,
         tau=0.1, actor_learning_rate=3e-4, critic_learning_rate=3e-4, optimizer="adamw", weight_decay=0.1,
