@@ -118,7 +118,8 @@ STUDIES = {
     # AMD EPYC, one thread, compiling included)
     "g1-track": Study(iterations=100, eval_every=10, eval_envs=64, num_envs=256, off_policy=OffPolicyRun(
         3500, 350, (("ALGO.batch_size", 256), ("ALGO.updates_per_iteration", 1), ("ALGO.buffer_size", 262_144),
-                    ("ALGO.learning_starts", 1024), ("policy.critic_hidden", [512, 256, 128]), ("ALGO.pre_tanh_penalty", 0.0)))),
+                    ("ALGO.learning_starts", 1024), ("policy.critic_hidden", [512, 256, 128]),
+                    ("ALGO.pre_tanh_penalty", 0.0)))),
     # mjlab's G1 velocity task (MuJoCo Warp on one CPU thread: about 400 env steps/s at 128 envs, the env most of a
     # PPO iteration): PPO's preset at 128 envs, 60 iterations x 128 envs x 24 steps = 184,320 env steps; SAC and TD3
     # at the same 128 envs, PPO's networks, 1 step of every env and 4 gradient steps of 512 per iteration (FastSAC's
@@ -128,7 +129,8 @@ STUDIES = {
     "mjlab:Mjlab-Velocity-Flat-Unitree-G1": Study(iterations=60, eval_every=20, eval_envs=16, num_envs=128,
                                                   off_policy=OffPolicyRun(1440, 480, (
         ("ALGO.batch_size", 512), ("ALGO.updates_per_iteration", 4), ("ALGO.buffer_size", 131_072),
-        ("ALGO.learning_starts", 1280), ("policy.critic_hidden", [512, 256, 128]), ("ALGO.pre_tanh_penalty", 0.0)))),
+        ("ALGO.learning_starts", 1280), ("policy.critic_hidden", [512, 256, 128]),
+        ("ALGO.pre_tanh_penalty", 0.0)))),
     # 488 iterations x 16 envs x 128 steps = 999,424 env steps (CleanRL: 488 x 2,048)
     "gym:Hopper-v5": Study(488, 24, 8, Reference(CLEANRL.format(env="Hopper"), 2382.86, 271.74)),
     "gym:HalfCheetah-v5": Study(488, 24, 8, Reference(CLEANRL.format(env="HalfCheetah"), 1442.64, 46.03)),

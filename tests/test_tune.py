@@ -265,7 +265,8 @@ def test_the_off_policy_default_spaces_are_documented_and_every_draw_builds_and_
     parameters = default_space(base)
     keys = {p.key for p in parameters}
     own = {"actor_learning_rate", "critic_learning_rate", "tau", "batch_size", "updates_per_iteration", "n_step",
-           "gamma", "optimizer", "pre_tanh_penalty", *(("policy_noise", "exploration_noise") if algorithm == "td3" else ())}
+           "gamma", "optimizer", "pre_tanh_penalty",
+           *(("policy_noise", "exploration_noise") if algorithm == "td3" else ())}
     assert keys == {f"{algorithm}.{name}" for name in own}
     if algorithm == "td3":  # mixed noise: the user's range; a drawn floor above its top would not validate
         mixed = with_values(base, {"td3.exploration_noise": 0.01, "td3.exploration_noise_max": 0.2})
