@@ -565,11 +565,12 @@ def profiled_names(fn) -> Counter:
 
 
 def with_variant(cfg: OffPolicyTrainConfig, variant: str) -> OffPolicyTrainConfig:
-    """`small`'s config, or with distributional critics, a cosine schedule and AdamW (`variant="distributional"`),
-    or with the hidden layers in bfloat16 (`"bf16"`: `perf.autocast=bf16`)."""
+    """`small`'s config, or with distributional critics, a cosine schedule, AdamW and the pre-tanh penalty
+    (`variant="distributional"`), or with the hidden layers in bfloat16 (`"bf16"`: `perf.autocast=bf16`)."""
     if variant == "distributional":
         own = cfg.learner
         own.critic, own.v_min, own.v_max, own.schedule, own.optimizer = "distributional", -400.0, 0.0, "cosine", "adamw"
+        own.pre_tanh_penalty = 0.01
     if variant == "bf16":
         cfg.perf = dataclasses.replace(cfg.perf, autocast="bf16")
     return cfg
@@ -585,9 +586,9 @@ def test_compile_step_trains_as_the_conventional_step_without_its_backward_and_o
     optimizers) trains, within float32 rounding (the same formulas in another order), with 0 host reads per gradient
     step; and its gradient steps call no optimizer's `step`, run no fused Adam kernel and leave every `.grad` unset,
     where the conventional step does all three at every step. Also with distributional critics, the learning rates
-    on a cosine schedule (set per update from the host) and AdamW's weight decay; and with the hidden layers in
-    bfloat16 (`perf.autocast=bf16`, which `auto` picks for large layers on a CPU with native bfloat16): the whole
-    step runs them in bfloat16 too (with float32 layers its parameters end 7e-4 to 2e-3 away, far outside the
+    on a cosine schedule (set per update from the host), AdamW's weight decay and the pre-tanh penalty; and with the
+    hidden layers in bfloat16 (`perf.autocast=bf16`, which `auto` picks for large layers on a CPU with native
+    bfloat16): the whole step runs them in bfloat16 too (with float32 layers its parameters end 7e-4 to 2e-3 away, far outside the
     tolerance)."""
     eager, _ = trained(with_variant(small(algorithm, n_step=3), variant))
     whole, _ = trained(with_variant(small(algorithm, n_step=3, compile="step"), variant))
