@@ -24,6 +24,10 @@ evaluated so every K iterations (an iteration: the envs' steps between two updat
 of those in the last 10 % of the iterations, as `learning_seeds.py --eval_every` does. `--libraries sb3` runs one
 side only (to set beside a syncfree figure measured before with the same settings).
 
+Precision: `--autocast` is syncfree's `perf.autocast`. Its default, `auto`, runs the gradient steps' hidden layers
+(a batch of 256 through layers of 256) in bfloat16 on a CPU with bfloat16 instructions (AVX512-BF16, AMX), as
+syncfree trains there by default; `off` keeps float32 throughout, as Stable-Baselines3 does.
+
 Speed: env steps/s over the whole loop, and, without `--eval_every`, over the iterations from two past the first
 that trains to the end (`steady_from`): the speed once syncfree's `--compile` mode (`off` by default; `hot`,
 `step`) has compiled, which its first training iteration does.
@@ -63,6 +67,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--libraries", nargs="+", default=["syncfree", "sb3"], choices=["syncfree", "sb3"])
     p.add_argument("--compile", default="off", choices=["off", "hot", "step"],
                    help="syncfree's perf.compile (its first iteration that trains compiles)")
+    p.add_argument("--autocast", default="auto", choices=["off", "auto", "bf16"],
+                   help="syncfree's perf.autocast (`auto`: bfloat16 gradient steps on a CPU with bfloat16 "
+                        "instructions; `off`: float32, as Stable-Baselines3)")
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     args.layout = layout(args)
@@ -116,7 +123,7 @@ def train_syncfree(args: argparse.Namespace, seed: int, folder: Path) -> Trained
 
     shape = args.layout
     settings: dict[str, Any] = {"env.num_envs": shape["envs"], "log.progress": False, "perf.compile": args.compile,
-                                "sac.learning_starts": shape["learning_starts"]}
+                                "perf.autocast": args.autocast, "sac.learning_starts": shape["learning_starts"]}
     if not args.preset:
         settings.update({
             "policy.actor_hidden": HIDDEN, "policy.critic_hidden": HIDDEN, "policy.activation": "relu",
@@ -248,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         if all("steady_steps_per_s" in r for r in mine):
             table[name]["steady_steps_per_s"] = summary([r["steady_steps_per_s"] for r in mine])
     report = {"env": args.env, "steps": steps, "layout": args.layout, "preset": args.preset, "compile": args.compile,
+              "autocast": args.autocast,
               "steady_from": steady_from(args),
               "seeds": args.seeds, "eval_envs": args.eval_envs, "eval_every": args.eval_every,
               "machine": platform.processor() or platform.machine(), "torch": torch.__version__,

@@ -369,16 +369,24 @@ def test_sac_vs_sb3_trains_the_preset_as_it_is_and_evaluates_along_the_run(tmp_p
 def test_sac_vs_sb3_times_the_steady_iterations_after_the_first_that_trains(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Without evaluations the speed is also taken from two iterations past the first that trains (which compiles
-    under `--compile`) to the end; a run that ends before is refused in one line."""
+    under `--compile`) to the end; a run that ends before is refused in one line. `--autocast` is the run's
+    `perf.autocast`."""
     pytest.importorskip("gymnasium")
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import sac_vs_sb3
 
+    import syncfree
+
+    learn, precisions = syncfree.learn, []
+    monkeypatch.setattr(syncfree, "learn", lambda *a, **k: precisions.append(k["perf.autocast"]) or learn(*a, **k))
     out = tmp_path / "report.json"
     assert sac_vs_sb3.main(["--env", "Pendulum-v1", "--preset", "--libraries", "syncfree", "--steps", "640",
-                            "--learning_starts", "64", "--seeds", "0", "--eval_envs", "2", "--out", str(out)]) == 0
+                            "--learning_starts", "64", "--seeds", "0", "--eval_envs", "2", "--autocast", "off",
+                            "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert (report["steady_from"], report["compile"]) == (3, "off")  # 64 random steps: iteration 1 of 64 env steps
+    assert report["autocast"] == "off" and precisions == ["off"]
+    assert sac_vs_sb3.parse(["--env", "Pendulum-v1"]).autocast == "auto"  # syncfree's default
     (run,) = report["runs"]
     assert run["steady_steps_per_s"] > 0 and report["summary"]["syncfree"]["steady_steps_per_s"]["mean"] > 0
     with pytest.raises(SystemExit, match="end before iteration 3"):
@@ -423,3 +431,19 @@ def test_the_action_saturation_probe_reports_each_learners_actions_at_its_points
     assert row["mean_abs_pre_tanh"] > 0.0
     (ppo,) = probe("syncfree", 0, [1], [], eval_envs=8)
     assert "mean_abs_pre_tanh" not in ppo and ppo["mean_abs_action"] > 0.0
+
+
+def test_autocast_threshold_times_both_precisions_per_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each cell times float32 and bfloat16 calls of the same network's gradient and reports their ratio."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import autocast_threshold
+
+    out = tmp_path / "threshold.json"
+    assert autocast_threshold.main(["--rows", "8", "16", "--widths", "16", "--modes", "eager", "--calls", "1",
+                                    "--repeats", "1", "--out", str(out)]) == 0
+    cells = json.loads(out.read_text())["cells"]
+    assert [(c["rows"], c["width"], c["work"], c["compiled"]) for c in cells] == [(8, 16, 128, False),
+                                                                                 (16, 16, 256, False)]
+    for cell in cells:
+        assert cell["float32_ms"] > 0 and cell["bfloat16_ms"] > 0
+        assert cell["speedup"] == pytest.approx(cell["float32_ms"] / cell["bfloat16_ms"])
