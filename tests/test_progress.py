@@ -117,7 +117,7 @@ def test_the_precision_is_stated_as_resolved(monkeypatch: pytest.MonkeyPatch) ->
     assert describe_precision(net, "bf16", cpu) == "bfloat16 hidden layers"
     monkeypatch.setattr(actor_critic, "native_bf16", lambda device: True)
     set_autocast(net, "auto", cpu)
-    assert describe_precision(net, "auto", cpu) == "bfloat16 hidden layers from 131,072 rows x width"
+    assert describe_precision(net, "auto", cpu) == "bfloat16 hidden layers from 65,536 rows x width"
 
 
 def test_the_line_says_no_mean_return_until_an_episode_ended() -> None:

@@ -320,7 +320,7 @@ class PerfConfig:
                                                      inert=_autocast)
     """`bf16`: the hidden layers of the policy's MLPs (actor, critic; the token policy's encoders, decoder and
     critic) run under `torch.autocast` in bfloat16, forward and backward, with float32 parameters, optimizer state
-    and output layers. `auto`: the same for calls large enough to gain (rows x widest layer >= 2**17) on CPUs with
+    and output layers. `auto`: the same for calls large enough to gain (rows x widest layer >= 2**16) on CPUs with
     bfloat16 instructions (AVX512-BF16, AMX); float32 elsewhere, CUDA included until measured there. Not bitwise:
     outputs move by about 0.1-0.5 %. Off: float32 throughout. The recurrent gridworld policy: `bf16` runs its token
     encoder (value embedding and token MLP) so, its core and heads in float32; `auto` keeps it in float32, since on

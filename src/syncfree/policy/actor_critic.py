@@ -67,10 +67,11 @@ def mlp(in_dim: int, hidden: list[int], out_dim: int, activation: str, layer_nor
     return MLP(*layers)
 
 
-AUTO_MIN_WORK = 2**17
+AUTO_MIN_WORK = 2**16
 """`autocast=auto`: bfloat16 from this many rows x widest hidden layer. Measured on an AMD EPYC with AVX512-BF16
-(1 thread, two hidden layers, forward and backward): bfloat16 is 0.55-0.9x float32 below 2**15, about 1x at
-2**16-2**17, 1.3-2x from 2**18."""
+(family 25 model 17, 1 thread, two hidden layers of 128 to 512, forward and backward: `benchmarks/autocast_threshold.py`,
+`benchmarks/results/autocast-threshold-cpu/`), float32's time over bfloat16's: at 2**16 1.08-1.59x eagerly and
+1.36-1.64x compiled, at 2**15 0.92-1.21x and 1.11-1.40x, below 2**15 0.59-0.98x."""
 
 
 def native_bf16(device: torch.device) -> bool:
