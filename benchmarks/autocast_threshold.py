@@ -24,6 +24,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -46,19 +47,27 @@ def cell(rows: int, width: int, inputs: int, compiled: bool, calls: int, repeats
 
         grad = torch.func.grad(loss)
         steps[precision] = (torch.compile(grad, fullgraph=True) if compiled else grad), params
-    seconds: dict[str, list[float]] = {"off": [], "bf16": []}
-    for step, params in steps.values():  # warm-up (and compile)
+    medians = interleaved_medians(steps, calls, repeats)
+    off, bf16 = medians["off"], medians["bf16"]
+    return {"rows": rows, "width": width, "work": rows * width, "compiled": compiled, "float32_ms": off * 1e3,
+            "bfloat16_ms": bf16 * 1e3, "speedup": off / bf16}
+
+
+def interleaved_medians(steps: dict[str, tuple[Callable[[Any], Any], Any]], calls: int,
+                        repeats: int) -> dict[str, float]:
+    """Each named step's median seconds per call of `step(params)`: 3 calls each first (warm-up and compile),
+    then `repeats` rounds of `calls` calls, the steps interleaved round by round."""
+    seconds: dict[str, list[float]] = {name: [] for name in steps}
+    for step, params in steps.values():
         for _ in range(3):
             step(params)
     for _ in range(repeats):
-        for precision, (step, params) in steps.items():
+        for name, (step, params) in steps.items():
             start = time.perf_counter()
             for _ in range(calls):
                 step(params)
-            seconds[precision].append((time.perf_counter() - start) / calls)
-    off, bf16 = (statistics.median(seconds[p]) for p in ("off", "bf16"))
-    return {"rows": rows, "width": width, "work": rows * width, "compiled": compiled, "float32_ms": off * 1e3,
-            "bfloat16_ms": bf16 * 1e3, "speedup": off / bf16}
+            seconds[name].append((time.perf_counter() - start) / calls)
+    return {name: statistics.median(values) for name, values in seconds.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,10 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    from syncfree.core.memory import retain_freed_memory
-
-    retain_freed_memory()
+    prepare_timing()
     cells = []
     for mode in args.modes:
         for width in args.widths:
@@ -84,13 +90,28 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{mode:8} rows {rows:5} width {width:4} (rows x width {row['work']:,}): "
                       f"float32 {row['float32_ms']:.3f} ms, bfloat16 {row['bfloat16_ms']:.3f} ms, "
                       f"{row['speedup']:.2f}x", flush=True)
+    write_cells(args, cells)
+    return 0
+
+
+def prepare_timing() -> None:
+    """`OMP_NUM_THREADS` threads (1 by default), and freed host memory kept for reuse, as training keeps it
+    (`perf.retain_host_memory`), so no call pays page faults for its activations."""
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    from syncfree.core.memory import retain_freed_memory
+
+    retain_freed_memory()
+
+
+def write_cells(args: argparse.Namespace, cells: list[dict[str, Any]]) -> None:
+    """The timed cells to `args.out` (nothing without it), with the machine, torch, the threads and the timing's
+    settings."""
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps({
             "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "inputs": args.inputs, "calls": args.calls,
             "repeats": args.repeats, "cells": cells}, indent=1))
-    return 0
 
 
 if __name__ == "__main__":

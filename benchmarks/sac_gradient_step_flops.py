@@ -1,11 +1,13 @@
-"""FLOPs of one SAC gradient step with `sac_vs_sb3.py`'s networks, and one thread's float32 matrix-product rate:
-what bounds the env steps/s of SAC at one gradient step per env step on a CPU.
+"""FLOPs of one SAC gradient step with `sac_vs_sb3.py`'s networks, and one thread's float32 and bfloat16
+matrix-product rates: what bounds the env steps/s of SAC at one gradient step per env step on a CPU.
 
     OMP_NUM_THREADS=1 python benchmarks/sac_gradient_step_flops.py
 
 The step is counted by torch's `FlopCounterMode` over one update of pendulum's learner (256 x 256 ReLU actor and
 twin critics, batch 256, no observation normalization); the rate is timed in the process's CPU time, which leaves
-out waiting for other jobs on the machine."""
+out waiting for other jobs on the machine. bfloat16 products are timed where the CPU has bfloat16 instructions
+(AVX512-BF16, AMX; elsewhere torch emulates them, far slower): `autocast` runs the gradient steps' hidden layers so
+there."""
 
 from __future__ import annotations
 
@@ -33,9 +35,9 @@ def gradient_step_flops() -> float:
     return counter.get_total_flops() / runner.algorithm.gradient_steps
 
 
-def matmul_rate(n: int) -> float:
-    """GFLOP/s of float32 `n x n` matrix products on this thread, in CPU time."""
-    a, b, c = torch.randn(n, n), torch.randn(n, n), torch.empty(n, n)
+def matmul_rate(n: int, dtype: torch.dtype = torch.float32) -> float:
+    """GFLOP/s of `n x n` matrix products in `dtype` on this thread, in CPU time."""
+    a, b, c = (torch.randn(n, n).to(dtype) for _ in range(3))
     for _ in range(5):
         torch.mm(a, b, out=c)
     reps = max(10, int(2e10 / (2 * n**3)))
@@ -48,8 +50,13 @@ def matmul_rate(n: int) -> float:
 def main() -> None:
     torch.set_num_threads(1)
     print(f"FLOPs per gradient step: {gradient_step_flops():,.0f}")
-    for n in (256, 512, 1024):
-        print(f"float32 matrix product {n} x {n}: {matmul_rate(n):.1f} GFLOP/s (one thread, CPU time)")
+    from syncfree.policy.actor_critic import native_bf16
+
+    dtypes = [torch.float32, torch.bfloat16] if native_bf16(torch.device("cpu")) else [torch.float32]
+    for dtype in dtypes:
+        for n in (256, 512, 1024):
+            print(f"{str(dtype)[6:]} matrix product {n} x {n}: {matmul_rate(n, dtype):.1f} GFLOP/s "
+                  "(one thread, CPU time)")
 
 
 if __name__ == "__main__":

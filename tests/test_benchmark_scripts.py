@@ -433,6 +433,29 @@ def test_the_action_saturation_probe_reports_each_learners_actions_at_its_points
     assert "mean_abs_pre_tanh" not in ppo and ppo["mean_abs_action"] > 0.0
 
 
+def test_batched_twin_critics_checks_the_gradients_equal_and_times_both_forms(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each cell times the two networks' and the batched form's gradient; the forms' gradients are compared first,
+    and a batched form that computes another loss is refused."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import batched_twin_critics
+
+    out = tmp_path / "twin.json"
+    assert batched_twin_critics.main(["--rows", "8", "--width", "16", "--modes", "eager", "--calls", "1",
+                                      "--repeats", "1", "--out", str(out)]) == 0
+    cells = json.loads(out.read_text())["cells"]
+    assert [(c["rows"], c["width"], c["precision"], c["compiled"]) for c in cells] == [(8, 16, "off", False),
+                                                                                     (8, 16, "bf16", False)]
+    for c in cells:
+        assert c["two_networks_ms"] > 0 and c["batched_ms"] > 0
+        assert c["speedup"] == pytest.approx(c["two_networks_ms"] / c["batched_ms"])
+    batched_q = batched_twin_critics.batched_q  # a second critic that counts half: another loss
+    monkeypatch.setattr(batched_twin_critics, "batched_q",
+                        lambda *args: batched_q(*args) * torch.tensor([[1.0], [0.5]]))
+    with pytest.raises(AssertionError, match=r"^w0$"):
+        batched_twin_critics.cell(8, 16, 5, "off", False, 1, 1)
+
+
 def test_autocast_threshold_times_both_precisions_per_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each cell times float32 and bfloat16 calls of the same network's gradient and reports their ratio."""
     monkeypatch.syspath_prepend(str(BENCHMARKS))

@@ -137,7 +137,7 @@ def test_the_documented_hopper_optimizer_figures_are_the_ones_in_the_results() -
 
 @pytest.mark.parametrize(("algorithm", "env", "cell"), [
     ("sac", "HalfCheetah", "HalfCheetah-v5 **{mean} ± {half}** (95 %"),
-    ("td3", "HalfCheetah", "HalfCheetah-v5 **{mean} ± {half}** (95 %, below); Hopper"),
+    ("td3", "HalfCheetah", "HalfCheetah-v5 **{mean} ± {half}** (95 %, below), in float32"),
     ("sac", "Hopper", "Hopper-v5 {mean} ± {half} (95 %; below); HalfCheetah"),
     ("td3", "Hopper", "Hopper-v5 {mean} ± {half} (95 %; below) |"),
 ])
@@ -159,6 +159,30 @@ def test_the_documented_gymnasium_preset_figures_are_the_ones_in_the_results(alg
     assert "averaged " + ", ".join(f"{v:.1f}" for v in late[:2]) + f" and {late[2]:.1f}" in page
     final = [run["eval_return"] for run in result["runs"]]
     assert "the final policies alone: " + ", ".join(f"{v:.1f}" for v in final[:2]) + f" and {final[2]:.1f}" in page
+
+
+@pytest.mark.parametrize(("file", "settings"), [
+    ("sac-hopper-n-step-3.json", {"sac.n_step": 3}),
+    ("sac-hopper-layer-norm.json", {"policy.layer_norm": True}),
+    ("td3-halfcheetah-autocast-auto.json", {"perf.autocast": "auto"}),
+])
+def test_the_documented_gymnasium_variant_figures_are_the_ones_in_the_results(file: str,
+                                                                              settings: dict[str, object]) -> None:
+    """docs/off-policy.md's runs of a `gym:` preset with other settings (3-step returns, `LayerNorm` networks,
+    bfloat16 gradient steps): each seed's mean evaluation over the last 10 %, their mean and 95 % t-interval
+    half-width, and the final policies' returns are the merged `learning_seeds.py --eval_every 94` output."""
+    result = json.loads((ROOT / "benchmarks/results/off-policy-presets-cpu" / file).read_text())
+    assert result["settings"] == settings and [run["seed"] for run in result["runs"]] == [0, 1, 2]
+    assert all(run["last_record"]["env_steps"] == 300_032 for run in result["runs"])
+    assert all(len([e for e in run["evaluations"] if e["iteration"] >= 0.9 * 4688]) == 5 for run in result["runs"])
+    late = [run["eval_return_late"] for run in result["runs"]]
+    half = 4.303 * statistics.stdev(late) / len(late) ** 0.5
+    page = re.sub(r"(\d),(\d{3})", r"\1\2", " ".join((ROOT / "docs" / "off-policy.md").read_text().split()))
+    mean = f"{statistics.mean(late):.1f} ± {half:.1f}"
+    assert f"mean {mean} (95 % t-interval)" in page or f"mean **{mean}** (95 % t-interval)" in page
+    assert "averaged " + ", ".join(f"{v:.1f}" for v in late[:2]) + f" and {late[2]:.1f}" in page
+    final = [run["eval_return"] for run in result["runs"]]
+    assert "final policies " + ", ".join(f"{v:.1f}" for v in final[:2]) + f" and {final[2]:.1f}" in page
 
 
 def test_the_documented_sac_against_sb3_figures_are_the_ones_in_the_results(monkeypatch: pytest.MonkeyPatch) -> None:
