@@ -28,16 +28,22 @@ from torch import Tensor
 Params = dict[str, Tensor]
 
 
-def batched_params(q1: torch.nn.Module, q2: torch.nn.Module) -> Params:
-    """The two critics' parameters stacked for the batched form: the first layer's weights side by side ([in, 2 x
-    width]), the others as pairs ([2, in, out]) with their biases as [2, 1, out]."""
-    linears = [[m for m in q.modules() if isinstance(m, torch.nn.Linear)] for q in (q1, q2)]
-    first = torch.cat([linears[0][0].weight.T, linears[1][0].weight.T], dim=1)
-    params = {"w0": first.detach().contiguous(),
-              "b0": torch.cat([linears[0][0].bias, linears[1][0].bias]).detach()}
-    for i in range(1, len(linears[0])):
-        params[f"w{i}"] = torch.stack([linears[0][i].weight.T, linears[1][i].weight.T]).detach().contiguous()
-        params[f"b{i}"] = torch.stack([linears[0][i].bias, linears[1][i].bias]).unsqueeze(1).detach()
+Layers = list[tuple[Tensor, Tensor]]
+"""A critic's linear layers in order, each (weight [out, in], bias [out])."""
+
+
+def linear_layers(q: torch.nn.Module) -> Layers:
+    return [(m.weight, m.bias) for m in q.modules() if isinstance(m, torch.nn.Linear)]
+
+
+def batched_params(first: Layers, second: Layers) -> Params:
+    """Two critics' layers stacked for the batched form: the first layer's weights side by side ([in, 2 x width]),
+    the others as pairs ([2, in, out]) with their biases as [2, 1, out]."""
+    (w1, b1), (w2, b2) = first[0], second[0]
+    params = {"w0": torch.cat([w1.T, w2.T], dim=1).detach().contiguous(), "b0": torch.cat([b1, b2]).detach()}
+    for i, ((w1, b1), (w2, b2)) in enumerate(zip(first[1:], second[1:], strict=True), start=1):
+        params[f"w{i}"] = torch.stack([w1.T, w2.T]).detach().contiguous()
+        params[f"b{i}"] = torch.stack([b1, b2]).unsqueeze(1).detach()
     return params
 
 
@@ -81,7 +87,7 @@ def cell(rows: int, width: int, inputs: int, precision: str, compiled: bool, cal
         return critic_loss(batched_q(p, x, precision), target)
 
     forms: dict[str, tuple[Callable[[Any], Any], Any]] = {}
-    for name, loss, params in (("two", two_networks, pair), ("batched", batched, batched_params(q1, q2))):
+    for name, loss, params in (("two", two_networks, pair), ("batched", batched, batched_params(linear_layers(q1), linear_layers(q2)))):
         grad = torch.func.grad(loss)
         forms[name] = (torch.compile(grad, fullgraph=True) if compiled else grad), params
     check_equal(forms, precision)
@@ -95,23 +101,13 @@ def check_equal(forms: dict[str, tuple[Callable[[Any], Any], Any]], precision: s
     """The batched form's gradient is the two networks', every weight and bias (float32 within 1e-4; bfloat16 hidden
     layers, whose products round differently in the two forms, within 2 %)."""
     two = forms["two"][0](forms["two"][1])
-    expected = batched_params(*(two_as_modules(two, critic) for critic in ("q1", "q2")))
+    layers = sorted({int(name.split(".")[1]) for name in two})
+    expected = batched_params(*([(two[f"{critic}.{i}.weight"], two[f"{critic}.{i}.bias"]) for i in layers]
+                                for critic in ("q1", "q2")))
     batched = forms["batched"][0](forms["batched"][1])
-    tol = {"rtol": 2e-2, "atol": 2e-3} if precision == "bf16" else {"rtol": 1e-4, "atol": 1e-6}
+    rtol, atol = (2e-2, 2e-3) if precision == "bf16" else (1e-4, 1e-6)
     for name, grad in expected.items():
-        torch.testing.assert_close(batched[name], grad, rtol=tol["rtol"], atol=tol["atol"], msg=name)
-
-
-def two_as_modules(grads: Params, critic: str) -> torch.nn.Module:
-    """A critic's gradients as the `Linear` layers `batched_params` reads, in the layers' order."""
-    layers = sorted({int(n.split(".")[1]) for n in grads if n.startswith(critic + ".")})
-    linears = []
-    for i in layers:
-        linear = torch.nn.Linear(1, 1)
-        linear.weight = torch.nn.Parameter(grads[f"{critic}.{i}.weight"], requires_grad=False)
-        linear.bias = torch.nn.Parameter(grads[f"{critic}.{i}.bias"], requires_grad=False)
-        linears.append(linear)
-    return torch.nn.Sequential(*linears)
+        torch.testing.assert_close(batched[name], grad, rtol=rtol, atol=atol, msg=name)
 
 
 def main(argv: list[str] | None = None) -> int:
