@@ -14,9 +14,11 @@ normalization. What differs: SB3 clamps the actor's log standard deviation to [-
 
 With `--preset`, syncfree trains the task's SAC preset as it is (`gym:<id>`: 16 envs x 4 steps per iteration, 32
 gradient steps of 256, 10,000 random env steps, [256, 256] ReLU networks, observation normalization, the critics' and
-the temperature's rates 1e-3), and SB3 the preset's envs, steps per env (`train_freq`), gradient steps, batch, random
-steps, networks, `gamma`, `tau` and buffer with its own defaults for the rest (one rate of 3e-4, no observation
-normalization): each library as a user would run it at the same env steps and replay ratio.
+the temperature's rates 1e-3, 3-step returns), and SB3 the preset's envs, steps per env (`train_freq`), gradient
+steps, batch, random steps, networks, `gamma`, `tau`, buffer and n-step returns (`n_steps`, its `NStepReplayBuffer`)
+with its own defaults for the rest (one rate of 3e-4, no observation normalization): each library as a user would
+run it at the same env steps and replay ratio. `--n_step` sets both libraries' n-step returns (`--n_step 1` reruns
+the comparisons made before the preset took 3-step returns).
 
 Evaluation: the first episode of `--eval_envs` fresh envs under the deterministic actor (syncfree: `syncfree.evaluate`;
 SB3: `evaluate_policy` on as many envs, seeded from 10,000 + seed). With `--eval_every K` the policy is also
@@ -62,6 +64,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval_envs", type=int, default=20)
     p.add_argument("--eval_every", type=int, default=0,
                    help="also evaluate every this many iterations; report the mean over the last 10 %% of them")
+    p.add_argument("--n_step", type=int, default=None,
+                   help="both libraries' n-step returns (SB3's `n_steps`; default 1, with --preset the preset's)")
     p.add_argument("--preset", action="store_true",
                    help="syncfree: the gym:<env> SAC preset as it is; SB3: its layout, its own other defaults")
     p.add_argument("--libraries", nargs="+", default=["syncfree", "sb3"], choices=["syncfree", "sb3"])
@@ -79,11 +83,13 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def layout(args: argparse.Namespace) -> dict[str, Any]:
     """Envs, steps per env and gradient steps per iteration, batch, random steps, networks and coefficients both
     libraries share: the preset's with `--preset`, else `--envs` envs stepped once per `--envs` gradient steps."""
+    if args.n_step is not None and args.n_step < 1:
+        raise SystemExit(f"sac_vs_sb3: --n_step {args.n_step} is invalid: n-step returns sum at least 1 step")
     if not args.preset:
         args.learning_starts = 1_000 if args.learning_starts is None else args.learning_starts
         return {"envs": args.envs, "steps_per_env": 1, "gradient_steps": args.envs, "batch_size": 256,
                 "learning_starts": args.learning_starts, "hidden": HIDDEN, "activation": "relu", "gamma": 0.99,
-                "tau": 0.005, "buffer_size": 1_000_000}
+                "tau": 0.005, "buffer_size": 1_000_000, "n_step": args.n_step or 1}
     from syncfree.tasks import preset
 
     cfg = preset(f"gym:{args.env}", algorithm="sac")
@@ -93,7 +99,8 @@ def layout(args: argparse.Namespace) -> dict[str, Any]:
     starts = sac.learning_starts if args.learning_starts is None else args.learning_starts
     return {"envs": cfg.env.num_envs, "steps_per_env": sac.steps_per_env, "gradient_steps": sac.updates_per_iteration,
             "batch_size": sac.batch_size, "learning_starts": starts, "hidden": policy.actor_hidden,
-            "activation": policy.activation, "gamma": sac.gamma, "tau": sac.tau, "buffer_size": sac.buffer_size}
+            "activation": policy.activation, "gamma": sac.gamma, "tau": sac.tau, "buffer_size": sac.buffer_size,
+            "n_step": sac.n_step if args.n_step is None else args.n_step}
 
 
 def iterations(args: argparse.Namespace) -> int:
@@ -123,7 +130,8 @@ def train_syncfree(args: argparse.Namespace, seed: int, folder: Path) -> Trained
 
     shape = args.layout
     settings: dict[str, Any] = {"env.num_envs": shape["envs"], "log.progress": False, "perf.compile": args.compile,
-                                "perf.autocast": args.autocast, "sac.learning_starts": shape["learning_starts"]}
+                                "perf.autocast": args.autocast, "sac.learning_starts": shape["learning_starts"],
+                                "sac.n_step": shape["n_step"]}
     if not args.preset:
         settings.update({
             "policy.actor_hidden": HIDDEN, "policy.critic_hidden": HIDDEN, "policy.activation": "relu",
@@ -194,7 +202,7 @@ def train_sb3(args: argparse.Namespace, seed: int) -> Trained:
     coefficients: dict[str, Any] = {} if args.preset else {"learning_rate": RATE, "ent_coef": "auto_1.0"}
     model = SAC("MlpPolicy", env, buffer_size=shape["buffer_size"], learning_starts=shape["learning_starts"],
                 batch_size=shape["batch_size"], tau=shape["tau"], gamma=shape["gamma"],
-                train_freq=shape["steps_per_env"], gradient_steps=shape["gradient_steps"],
+                train_freq=shape["steps_per_env"], gradient_steps=shape["gradient_steps"], n_steps=shape["n_step"],
                 policy_kwargs={"net_arch": shape["hidden"], "activation_fn": activation}, seed=seed, device="cpu",
                 verbose=0, **coefficients)
     callback = Evaluations()

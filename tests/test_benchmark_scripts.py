@@ -339,8 +339,9 @@ def test_the_off_policy_learners_run_their_own_study_and_are_compared_at_ppos_ti
 
 def test_sac_vs_sb3_trains_the_preset_as_it_is_and_evaluates_along_the_run(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    """`--preset`: the layout both libraries share is the task's SAC preset's; `--eval_every` evaluates the live
-    policy as the final checkpoint is evaluated (the same envs and seed), and averages the last 10 %."""
+    """`--preset`: the layout both libraries share is the task's SAC preset's (its 3-step returns included);
+    `--eval_every` evaluates the live policy as the final checkpoint is evaluated (the same envs and seed), and
+    averages the last 10 %."""
     pytest.importorskip("gymnasium")
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import sac_vs_sb3
@@ -348,6 +349,7 @@ def test_sac_vs_sb3_trains_the_preset_as_it_is_and_evaluates_along_the_run(tmp_p
     from syncfree.tasks import preset
 
     cfg = preset("gym:Pendulum-v1", algorithm="sac")
+    assert cfg.sac.n_step == 3
     out = tmp_path / "report.json"
     assert sac_vs_sb3.main(["--env", "Pendulum-v1", "--preset", "--libraries", "syncfree", "--steps", "640",
                             "--seeds", "0", "--eval_envs", "2", "--eval_every", "2", "--out", str(out)]) == 0
@@ -356,7 +358,7 @@ def test_sac_vs_sb3_trains_the_preset_as_it_is_and_evaluates_along_the_run(tmp_p
                                 "gradient_steps": cfg.sac.updates_per_iteration, "batch_size": cfg.sac.batch_size,
                                 "learning_starts": cfg.sac.learning_starts, "hidden": cfg.policy.actor_hidden,
                                 "activation": "relu", "gamma": cfg.sac.gamma, "tau": cfg.sac.tau,
-                                "buffer_size": cfg.sac.buffer_size}
+                                "buffer_size": cfg.sac.buffer_size, "n_step": cfg.sac.n_step}
     assert report["steps"] == 640 == 10 * cfg.env.num_envs * cfg.sac.steps_per_env
     (run,) = report["runs"]
     assert [iteration for iteration, _ in run["evaluations"]] == [2, 4, 6, 8, 10]
@@ -364,13 +366,17 @@ def test_sac_vs_sb3_trains_the_preset_as_it_is_and_evaluates_along_the_run(tmp_p
     assert run["return_late"] == run["evaluations"][-1][1]  # iteration 10 alone is in the last 10 %
     given = sac_vs_sb3.parse(["--env", "Pendulum-v1", "--preset", "--learning_starts", "128"]).layout
     assert given == {**report["layout"], "learning_starts": 128}
+    one_step = sac_vs_sb3.parse(["--env", "Pendulum-v1", "--preset", "--n_step", "1"]).layout
+    assert one_step == {**report["layout"], "n_step": 1}  # both libraries' n-step returns
+    with pytest.raises(SystemExit, match="--n_step 0 is invalid"):
+        sac_vs_sb3.parse(["--env", "Pendulum-v1", "--n_step", "0"])
 
 
 def test_sac_vs_sb3_times_the_steady_iterations_after_the_first_that_trains(tmp_path: Path,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """Without evaluations the speed is also taken from two iterations past the first that trains (which compiles
     under `--compile`) to the end; a run that ends before is refused in one line. `--autocast` is the run's
-    `perf.autocast`."""
+    `perf.autocast`, the layout's n-step returns its `sac.n_step`."""
     pytest.importorskip("gymnasium")
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     import sac_vs_sb3
@@ -378,14 +384,15 @@ def test_sac_vs_sb3_times_the_steady_iterations_after_the_first_that_trains(tmp_
     import syncfree
 
     learn, precisions = syncfree.learn, []
-    monkeypatch.setattr(syncfree, "learn", lambda *a, **k: precisions.append(k["perf.autocast"]) or learn(*a, **k))
+    monkeypatch.setattr(syncfree, "learn", lambda *a, **k: precisions.append((k["perf.autocast"], k["sac.n_step"]))
+                        or learn(*a, **k))
     out = tmp_path / "report.json"
     assert sac_vs_sb3.main(["--env", "Pendulum-v1", "--preset", "--libraries", "syncfree", "--steps", "640",
                             "--learning_starts", "64", "--seeds", "0", "--eval_envs", "2", "--autocast", "off",
                             "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert (report["steady_from"], report["compile"]) == (3, "off")  # 64 random steps: iteration 1 of 64 env steps
-    assert report["autocast"] == "off" and precisions == ["off"]
+    assert report["autocast"] == "off" and precisions == [("off", 3)]  # and the preset's 3-step returns
     assert sac_vs_sb3.parse(["--env", "Pendulum-v1"]).autocast == "auto"  # syncfree's default
     (run,) = report["runs"]
     assert run["steady_steps_per_s"] > 0 and report["summary"]["syncfree"]["steady_steps_per_s"]["mean"] > 0

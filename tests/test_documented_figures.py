@@ -136,7 +136,7 @@ def test_the_documented_hopper_optimizer_figures_are_the_ones_in_the_results() -
 
 
 @pytest.mark.parametrize(("algorithm", "env", "cell"), [
-    ("sac", "HalfCheetah", "HalfCheetah-v5 **{mean} ± {half}** (95 %"),
+    ("sac", "HalfCheetah", "HalfCheetah-v5 {mean} ± {half} (95 %, below), in float32"),
     ("td3", "HalfCheetah", "HalfCheetah-v5 **{mean} ± {half}** (95 %, below), in float32"),
     ("sac", "Hopper", "Hopper-v5 {mean} ± {half} (95 %; below); HalfCheetah"),
     ("td3", "Hopper", "Hopper-v5 {mean} ± {half} (95 %; below) |"),
@@ -145,7 +145,8 @@ def test_the_documented_gymnasium_preset_figures_are_the_ones_in_the_results(alg
                                                                               cell: str) -> None:
     """docs/off-policy.md's SAC and TD3 on HalfCheetah-v5 and Hopper-v5 (each seed's mean evaluation over the last
     10 % of the run, their mean and 95 % t-interval half-width, and the final policies' returns) are
-    `benchmarks/learning_seeds.py --eval_every 94`'s output, 3 seeds of 300,032 env steps of the `gym:` preset."""
+    `benchmarks/learning_seeds.py --eval_every 94`'s output, 3 seeds of 300,032 env steps of the `gym:` preset as it
+    was when they ran (SAC's with 1-step returns then)."""
     name = f"benchmarks/results/off-policy-presets-cpu/{algorithm}-{env.lower()}.json"
     result = json.loads((ROOT / name).read_text())
     assert result["task"] == f"gym:{env}-v5" and result["algorithm"] == algorithm and result["settings"] == {}
@@ -163,13 +164,14 @@ def test_the_documented_gymnasium_preset_figures_are_the_ones_in_the_results(alg
 
 @pytest.mark.parametrize(("file", "settings"), [
     ("sac-hopper-n-step-3.json", {"sac.n_step": 3}),
+    ("sac-halfcheetah-n-step-3.json", {"sac.n_step": 3}),
     ("sac-hopper-layer-norm.json", {"policy.layer_norm": True}),
     ("td3-halfcheetah-autocast-auto.json", {"perf.autocast": "auto"}),
 ])
 def test_the_documented_gymnasium_variant_figures_are_the_ones_in_the_results(file: str,
                                                                               settings: dict[str, object]) -> None:
-    """docs/off-policy.md's runs of a `gym:` preset with other settings (3-step returns, `LayerNorm` networks,
-    bfloat16 gradient steps): each seed's mean evaluation over the last 10 %, their mean and 95 % t-interval
+    """docs/off-policy.md's runs of a `gym:` preset with other settings (3-step returns, the SAC preset's now;
+    `LayerNorm` networks; bfloat16 gradient steps): each seed's mean evaluation over the last 10 %, their mean and 95 % t-interval
     half-width, and the final policies' returns are the merged `learning_seeds.py --eval_every 94` output."""
     result = json.loads((ROOT / "benchmarks/results/off-policy-presets-cpu" / file).read_text())
     assert result["settings"] == settings and [run["seed"] for run in result["runs"]] == [0, 1, 2]

@@ -324,7 +324,7 @@ class PerfConfig:
     bfloat16 instructions (AVX512-BF16, AMX); float32 elsewhere, CUDA included until measured there. Not bitwise:
     outputs move by about 0.1-0.5 %. Off: float32 throughout. The recurrent gridworld policy: `bf16` runs its token
     encoder (value embedding and token MLP) so, its core and heads in float32; `auto` keeps it in float32, since on
-    the 2-core CPU, which lacks bfloat16 instructions, that encoder ran 9.8x slower in bfloat16 and it has not been
+    a 2-core AMD EPYC without bfloat16 instructions that encoder ran 9.8x slower in bfloat16 and it has not been
     measured elsewhere (`benchmarks/recurrent_encoder_modes.py`)."""
 
     retain_host_memory: bool = switch(baseline=False, optimized=True, seed="host allocator: no mmap/munmap per step",

@@ -61,7 +61,7 @@ def preset(task: str) -> PPOTrainConfig:
 
 def off_policy(algorithm: str) -> Preset:
     """g1-track trained by SAC or TD3: FastSAC's and FastTD3's recipe (`humanoid_recipe`) at PPO's 4,096 envs, with a
-    buffer of 1,048,576 transitions (256 steps of every env: a transition of g1-track's groups is 13 KB, so 13.7 GB);
+    buffer of 1,048,576 transitions (256 steps of every env: a transition of g1-track's groups is 13 KB, so 13.8 GB);
     24,000 iterations, PPO's preset's 98M env steps."""
     def make(task: str) -> TrainConfig:
         return humanoid_recipe(algorithm, task, G1TrackEnvConfig(num_envs=HUMANOID_RECIPE_ENVS), 24_000, 1_048_576)
