@@ -187,6 +187,33 @@ def test_the_documented_gymnasium_variant_figures_are_the_ones_in_the_results(fi
     assert "final policies " + ", ".join(f"{v:.1f}" for v in final[:2]) + f" and {final[2]:.1f}" in page
 
 
+def test_the_documented_sac_against_sb3_with_3_step_returns_figures_are_the_ones_in_the_results(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/off-policy.md's Hopper-v5 comparison of the `gym:` preset with Stable-Baselines3, both with 3-step
+    returns: SB3's per-seed means over the last 10 %, their mean and 95 % t-interval, and the bootstrap interval of
+    syncfree's preset minus SB3 are `benchmarks/sac_vs_sb3.py --preset`'s output and the preset's result file."""
+    theirs = json.loads((ROOT / "benchmarks/results/sac-vs-sb3-hopper-cpu/sb3-300k-n-step-3.json").read_text())
+    ours = json.loads((ROOT / "benchmarks/results/off-policy-presets-cpu/sac-hopper-n-step-3.json").read_text())
+    assert theirs["env"] == "Hopper-v5" and theirs["preset"] and theirs["steps"] == 300_032
+    assert theirs["layout"]["n_step"] == 3 == ours["settings"]["sac.n_step"] and theirs["eval_every"] == 94
+    assert [run["seed"] for run in theirs["runs"]] == [0, 1, 2] and {r["library"] for r in theirs["runs"]} == {"sb3"}
+    assert all(len([i for i, _ in run["evaluations"] if i >= 0.9 * 4688]) == 5 for run in theirs["runs"])
+    late = [run["return_late"] for run in theirs["runs"]]
+    half = 4.303 * statistics.stdev(late) / len(late) ** 0.5  # Student's t, 2 degrees of freedom
+    page = re.sub(r"(\d),(\d{3})", r"\1\2", " ".join((ROOT / "docs" / "off-policy.md").read_text().split()))
+    page = page.replace("−", "-")
+    assert "averaged " + ", ".join(f"{v:.1f}" for v in late[:2]) + f" and {late[2]:.1f}" in page
+    assert f"mean {statistics.mean(late):.1f} ± {half:.1f} (95 % t-interval)" in page
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from rsl_rl_adapter_parity import bootstrap_ci
+
+    mine = [run["eval_return_late"] for run in ours["runs"]]
+    low, high = bootstrap_ci(mine, late)
+    difference = statistics.mean(mine) - statistics.mean(late)
+    assert (f"syncfree minus SB3 with 3-step returns is {difference:+.1f}, "
+            f"bootstrap interval [{low:+.1f}, {high:+.1f}]") in page
+
+
 def test_the_documented_sac_against_sb3_figures_are_the_ones_in_the_results(monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/off-policy.md's HalfCheetah-v5 comparison with Stable-Baselines3: SB3's per-seed means over the last
     10 %, their mean and 95 % t-interval, the bootstrap interval of syncfree's preset minus SB3, and the speeds of
