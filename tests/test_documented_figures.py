@@ -13,6 +13,7 @@ import re
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,15 +188,13 @@ def test_the_documented_gymnasium_variant_figures_are_the_ones_in_the_results(fi
     assert "final policies " + ", ".join(f"{v:.1f}" for v in final[:2]) + f" and {final[2]:.1f}" in page
 
 
-def test_the_documented_sac_against_sb3_with_3_step_returns_figures_are_the_ones_in_the_results(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """docs/off-policy.md's Hopper-v5 comparison of the `gym:` preset with Stable-Baselines3, both with 3-step
-    returns: SB3's per-seed means over the last 10 %, their mean and 95 % t-interval, and the bootstrap interval of
-    syncfree's preset minus SB3 are `benchmarks/sac_vs_sb3.py --preset`'s output and the preset's result file."""
-    theirs = json.loads((ROOT / "benchmarks/results/sac-vs-sb3-hopper-cpu/sb3-300k-n-step-3.json").read_text())
-    ours = json.loads((ROOT / "benchmarks/results/off-policy-presets-cpu/sac-hopper-n-step-3.json").read_text())
-    assert theirs["env"] == "Hopper-v5" and theirs["preset"] and theirs["steps"] == 300_032
-    assert theirs["layout"]["n_step"] == 3 == ours["settings"]["sac.n_step"] and theirs["eval_every"] == 94
+def sb3_runs_against_the_preset(theirs: dict[str, Any], ours: dict[str, Any],
+                                monkeypatch: pytest.MonkeyPatch) -> tuple[str, float, float, float]:
+    """Checks `benchmarks/sac_vs_sb3.py --preset --libraries sb3`'s runs (`theirs`: seeds 0-2 of 300,032 env steps,
+    evaluated every 94 iterations) and their per-seed means over the last 10 % and mean ± 95 % t half-width on
+    docs/off-policy.md; returns the page (thousands' commas dropped, minus signs as hyphens) and the bootstrap
+    difference of the preset's runs (`ours`, `learning_seeds.py`) minus them, with its interval."""
+    assert theirs["preset"] and theirs["steps"] == 300_032 and theirs["eval_every"] == 94
     assert [run["seed"] for run in theirs["runs"]] == [0, 1, 2] and {r["library"] for r in theirs["runs"]} == {"sb3"}
     assert all(len([i for i, _ in run["evaluations"] if i >= 0.9 * 4688]) == 5 for run in theirs["runs"])
     late = [run["return_late"] for run in theirs["runs"]]
@@ -209,7 +208,18 @@ def test_the_documented_sac_against_sb3_with_3_step_returns_figures_are_the_ones
 
     mine = [run["eval_return_late"] for run in ours["runs"]]
     low, high = bootstrap_ci(mine, late)
-    difference = statistics.mean(mine) - statistics.mean(late)
+    return page, statistics.mean(mine) - statistics.mean(late), low, high
+
+
+def test_the_documented_sac_against_sb3_with_3_step_returns_figures_are_the_ones_in_the_results(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/off-policy.md's Hopper-v5 comparison of the `gym:` preset with Stable-Baselines3, both with 3-step
+    returns: SB3's per-seed means over the last 10 %, their mean and 95 % t-interval, and the bootstrap interval of
+    syncfree's preset minus SB3 are `benchmarks/sac_vs_sb3.py --preset`'s output and the preset's result file."""
+    theirs = json.loads((ROOT / "benchmarks/results/sac-vs-sb3-hopper-cpu/sb3-300k-n-step-3.json").read_text())
+    ours = json.loads((ROOT / "benchmarks/results/off-policy-presets-cpu/sac-hopper-n-step-3.json").read_text())
+    assert theirs["env"] == "Hopper-v5" and theirs["layout"]["n_step"] == 3 == ours["settings"]["sac.n_step"]
+    page, difference, low, high = sb3_runs_against_the_preset(theirs, ours, monkeypatch)
     assert (f"syncfree minus SB3 with 3-step returns is {difference:+.1f}, "
             f"bootstrap interval [{low:+.1f}, {high:+.1f}]") in page
 
@@ -221,23 +231,9 @@ def test_the_documented_sac_against_sb3_figures_are_the_ones_in_the_results(monk
     folder = ROOT / "benchmarks/results/sac-vs-sb3-halfcheetah-cpu"
     theirs = json.loads((folder / "sb3-300k.json").read_text())
     ours = json.loads((ROOT / "benchmarks/results/off-policy-presets-cpu/sac-halfcheetah.json").read_text())
-    assert theirs["env"] == "HalfCheetah-v5" and theirs["preset"] and theirs["steps"] == 300_032
-    assert theirs["layout"]["envs"] * theirs["layout"]["steps_per_env"] == 64 and theirs["eval_every"] == 94
-    assert [run["seed"] for run in theirs["runs"]] == [0, 1, 2] and {r["library"] for r in theirs["runs"]} == {"sb3"}
-    assert all(len([i for i, _ in run["evaluations"] if i >= 0.9 * 4688]) == 5 for run in theirs["runs"])
-    late = [run["return_late"] for run in theirs["runs"]]
-    half = 4.303 * statistics.stdev(late) / len(late) ** 0.5  # Student's t, 2 degrees of freedom
-    page = re.sub(r"(\d),(\d{3})", r"\1\2", " ".join((ROOT / "docs" / "off-policy.md").read_text().split()))
-    assert "averaged " + ", ".join(f"{v:.1f}" for v in late[:2]) + f" and {late[2]:.1f}" in page
-    assert f"mean {statistics.mean(late):.1f} ± {half:.1f} (95 % t-interval)" in page
-    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
-    from rsl_rl_adapter_parity import bootstrap_ci
-
-    mine = [run["eval_return_late"] for run in ours["runs"]]
-    low, high = bootstrap_ci(mine, late)
-    difference = statistics.mean(mine) - statistics.mean(late)
-    assert f"syncfree minus SB3 is {difference:.1f}, bootstrap interval [{low:.1f}, +{high:.1f}]" in page.replace(
-        "−", "-")
+    assert theirs["env"] == "HalfCheetah-v5" and theirs["layout"]["envs"] * theirs["layout"]["steps_per_env"] == 64
+    page, difference, low, high = sb3_runs_against_the_preset(theirs, ours, monkeypatch)
+    assert f"syncfree minus SB3 is {difference:.1f}, bootstrap interval [{low:.1f}, +{high:.1f}]" in page
     speed = json.loads((folder / "speed.json").read_text())
     rates = {name: [r["steps_per_s"] for r in speed["runs"] if r["library"] == name] for name in ("syncfree", "sb3")}
     ratios = [a / b for a, b in zip(rates["syncfree"], rates["sb3"], strict=True)]
