@@ -17,6 +17,12 @@
 #   side-large  point-mass at 65,536 envs: syncfree optimized against rsl_rl
 #   g1-rsl    g1-track at 4,096 envs: rsl_rl 5.5.1's PPO against syncfree's (optimized), the PPO figure the
 #             offpolicy part's SAC and TD3 are set against
+#   mjlab     (not in the default order) mjlab's G1 velocity task at 4,096 envs on Warp's CUDA kernels: SAC's env
+#             steps/s and gradient steps/s (OFFPOLICY_MJLAB="sac td3" adds TD3), then rsl_rl's PPO as mjlab ships it
+#             (rsl-rl-lib 5.4.2, its own runner). Its wheels (fetch_gpu_wheels.sh mjlab) come in pieces, one per
+#             call to one warm machine: each call runs `gpu_check.sh mjlab` carrying .whl-mjlab/pieces/N; until
+#             the last has come the part only stashes them (parts.txt: rc=pieces-3), then installs them in
+#             /tmp/site-mjlab and runs. It needs neither .whl nor the other parts' installs.
 # Compile caches: each benchmark process writes the compile artifacts it used (torch.compiler.save_cache_artifacts)
 # to $OUT/compile-cache/PART.bin, and after each part the caches' folder is packed there (inductor-cache.tgz);
 # carried back as `.compile-cache/` (COMPILE_CACHE names another folder), both go into the caches before the first
@@ -33,6 +39,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 parts=("$@")
 [[ ${#parts[@]} == 0 ]] && parts=(side offpolicy ceiling g1 grid tests side-large g1-rsl)
+main_set=0  # any part but mjlab's needs the .whl set
+for part in "${parts[@]}"; do [[ $part != mjlab ]] && main_set=1; done
 out=${OUT:-benchmarks/results/gpu-check}
 res=$(mktemp -d /tmp/gpu-check.XXXXXX)  # what comes back, packed
 mkdir -p "$out" "$res"
@@ -42,8 +50,10 @@ device=cuda
 [[ ${SMOKE:-0} == 1 ]] && device=cpu
 
 if [[ ${SMOKE:-0} != 1 ]]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .whl/*.whl || exit 1
+    if ((main_set)); then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            .whl/*.whl || exit 1
+    fi
     # mettagrid imports boto3 for S3 paths this check never reads; the machine cannot reach S3 anyway
     mkdir -p /tmp/stubs/boto3 /tmp/stubs/botocore
     touch /tmp/stubs/boto3/__init__.py /tmp/stubs/botocore/__init__.py
@@ -60,10 +70,12 @@ if [[ -d $cache_in ]]; then
     python3 benchmarks/compile_cache.py load "$cache_in" | tee -a "$res/gpu.txt"
 fi
 started=$SECONDS  # the budget counts from here
-python3 -c "import torch, syncfree, rsl_rl, jsonargparse; print('torch', torch.__version__, 'cuda',
+if ((main_set)); then
+    python3 -c "import torch, syncfree, rsl_rl, jsonargparse; print('torch', torch.__version__, 'cuda',
 torch.cuda.is_available(), torch.cuda.get_device_name() if torch.cuda.is_available() else '')" | tee -a "$res/gpu.txt"
-python3 -c "import mettagrid, gymnasium, mujoco; print('mettagrid, gymnasium, mujoco import')" 2>&1 \
-    | tail -1 | tee -a "$res/gpu.txt"
+    python3 -c "import mettagrid, gymnasium, mujoco; print('mettagrid, gymnasium, mujoco import')" 2>&1 \
+        | tail -1 | tee -a "$res/gpu.txt"
+fi
 
 pack() {  # everything so far, one file back, and the parts' lines beside it
     tar -czf "$out/results.tgz.part" -C "$res" . && mv "$out/results.tgz.part" "$out/results.tgz"
@@ -112,6 +124,57 @@ bench() {  # bench LIMIT NAME TASK SIZES [EXTRA ARGUMENTS...]
 
 small() { [[ ${SMOKE:-0} == 1 ]] && echo "$2" || echo "$1"; }
 
+mjlab_site() {  # the folders mjlab's part imports from, first to last; empty while its wheels' pieces are coming
+    local stubs
+    stubs=$(mktemp -d /tmp/mjlab-stubs.XXXXXX)  # what mjlab imports for logging and videos this part never makes
+    mkdir -p "$stubs/wandb" "$stubs/mediapy" "$stubs/imageio_ffmpeg"
+    local missing='def __getattr__(name):\n    raise ModuleNotFoundError(f"{__name__}.{name}: not installed here")\n'
+    printf "run = None\n\n\n$missing" > "$stubs/wandb/__init__.py"
+    printf "def set_ffmpeg(path):\n    pass\n\n\n$missing" > "$stubs/mediapy/__init__.py"
+    printf "def get_ffmpeg_exe():\n    return 'ffmpeg'\n\n\n$missing" > "$stubs/imageio_ffmpeg/__init__.py"
+    if [[ ${SMOKE:-0} == 1 ]]; then  # mjlab and its pins installed where this runs (.venv-mjlab)
+        echo "$stubs:$PWD/src"
+        return
+    fi
+    if [[ ! -d /tmp/site-mjlab/mjlab ]]; then  # its messages to the output and gpu.txt, the folders alone to stdout
+        python3 benchmarks/wheel_pieces.py gather .whl-mjlab/pieces /tmp/mjlab-pieces --extract /tmp/wheels-mjlab \
+            2>&1 | tee -a "$res/gpu.txt" >&2
+        local rc=${PIPESTATUS[0]}
+        ((rc == 0)) || return $rc
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site-mjlab /tmp/wheels-mjlab/*.whl >&2 || return 1
+    fi
+    echo "$stubs:/tmp/site-mjlab:$PWD/src"  # not /tmp/site: mjlab pins mujoco 3.11 and rsl-rl-lib 5.4.2
+}
+
+mjlab_part() {  # SAC (TD3) on mjlab's G1 velocity task against rsl_rl's PPO as mjlab ships it, same env count
+    local path rc saved=${PYTHONPATH:-} task=Mjlab-Velocity-Flat-Unitree-G1 envs
+    envs=$(small 4096 16)
+    path=$(mjlab_site)
+    rc=$?
+    if [[ -z $path ]]; then
+        echo "mjlab rc=pieces-$rc seconds=0 (3: pieces still to carry; else their join or install failed, above)" \
+            | tee -a "$res/parts.txt"
+        pack
+        return
+    fi
+    export PYTHONPATH=$path
+    python3 -c "import mjlab, mujoco, warp, wandb; print('mjlab', mjlab.__file__, 'mujoco', mujoco.__version__,
+'warp', warp.config.version, 'wandb', wandb.__file__)" 2>&1 | tail -1 | tee -a "$res/gpu.txt"
+    # with cold caches Warp compiles mujoco_warp's kernels at a process's first env; SMOKE runs eagerly (the plumbing)
+    for algorithm in ${OFFPOLICY_MJLAB:-sac}; do
+        bench "$(small 280 300)" "$algorithm-mjlab-g1-velocity-4096" "mjlab:$task" "$envs" --algorithm "$algorithm" \
+            --settings "{\"$algorithm.learning_starts\": 0$(small "" ", \"$algorithm.buffer_size\": 4096, \
+\"$algorithm.updates_per_iteration\": 2, \"$algorithm.batch_size\": 256")}" --repeats 2 --iterations 2 \
+            $(small "" "--compile false")
+    done
+    timed "$(small 150 200)" rsl_rl-mjlab-g1-velocity-4096 python3 benchmarks/mjlab_parity.py --task "$task" \
+        --device "$device" --num_envs "$envs" --iterations "$(small 6 2)" --seeds 0 --eval_steps 0 --learners rsl_rl \
+        --out "$res/rsl_rl-mjlab-g1-velocity-4096"
+    export PYTHONPATH=$saved
+    rm -rf "${path%%:*}"  # the stubs
+}
+
 for part in "${parts[@]}"; do
     case $part in
     tests)
@@ -146,7 +209,9 @@ for part in "${parts[@]}"; do
     ceiling)
         side_by_side "$(small 100 300)" cartpole-ceiling cartpole "$(small 1048576 64)" "" \
             "syncfree optimized;syncfree optimized, compile=hot" ;;
-    *) echo "unknown part: $part (allowed: tests side g1 grid side-large ceiling offpolicy g1-rsl)"; exit 2 ;;
+    mjlab)
+        mjlab_part ;;
+    *) echo "unknown part: $part (allowed: tests side g1 grid side-large ceiling offpolicy g1-rsl mjlab)"; exit 2 ;;
     esac
 done
 cat "$res/parts.txt"

@@ -4,7 +4,9 @@ mjlab's own task, env, wrapper and runner config; runs in mjlab's virtual enviro
 For each seed, both learners train in turn (interleaved) on a fresh env for `--iterations` iterations (equal env
 steps); then each final policy acts deterministically on a fresh env of `--num_envs` envs for `--eval_steps`
 steps, and its mean reward per env step is the figure. Wall time is split with a timer around the env's `step`:
-the learner's time is everything else (acting, storing, advantages, the update, logging).
+the learner's time is everything else (acting, storing, advantages, the update, logging). With `--device cuda`
+(mjlab's envs on Warp's CUDA kernels) each iteration ends with a device synchronization and only whole iterations
+are timed: the env's calls return before its kernels finish, so no split is reported.
 
     CUDA_VISIBLE_DEVICES= OMP_NUM_THREADS=1 .venv-mjlab/bin/python benchmarks/mjlab_parity.py \\
         --task Mjlab-Cartpole-Balance --num_envs 256 --iterations 40 --seeds 0 1 2 --out benchmarks/results/x
@@ -34,7 +36,7 @@ MOTION_FILE = ""
 """The motion `.npz` of mjlab's tracking tasks (`--motion_file`); empty for other tasks."""
 
 
-def make_env(task: str, num_envs: int, seed: int) -> Any:
+def make_env(task: str, num_envs: int, seed: int, device: str = "cpu") -> Any:
     from mjlab.envs import ManagerBasedRlEnv
     from mjlab.rl import RslRlVecEnvWrapper
     from mjlab.tasks.registry import load_env_cfg, load_rl_cfg
@@ -43,7 +45,7 @@ def make_env(task: str, num_envs: int, seed: int) -> Any:
     cfg.scene.num_envs, cfg.seed = num_envs, seed
     if "motion" in cfg.commands:
         cfg.commands["motion"].motion_file = MOTION_FILE
-    return RslRlVecEnvWrapper(ManagerBasedRlEnv(cfg=cfg, device="cpu"), clip_actions=load_rl_cfg(task).clip_actions)
+    return RslRlVecEnvWrapper(ManagerBasedRlEnv(cfg=cfg, device=device), clip_actions=load_rl_cfg(task).clip_actions)
 
 
 def write_standing_motion(path: Path, seconds: float = 2.0, fps: int = 50) -> Path:
@@ -91,11 +93,11 @@ class StepTimer:
 
 
 def train(learner: str, task: str, num_envs: int, iterations: int, seed: int,
-          overrides: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+          overrides: dict[str, Any] | None = None, device: str = "cpu") -> tuple[Any, dict[str, Any]]:
     from mjlab.tasks.registry import load_rl_cfg, load_runner_cls
 
-    env = make_env(task, num_envs, seed)
-    timer = StepTimer(env)
+    env = make_env(task, num_envs, seed, device)
+    timer = StepTimer(env) if device == "cpu" else None
     cfg = dataclasses.asdict(load_rl_cfg(task))
     cfg.update(seed=seed, logger="tensorboard", upload_model=False)
     torch.manual_seed(seed)
@@ -103,31 +105,38 @@ def train(learner: str, task: str, num_envs: int, iterations: int, seed: int,
         from mjlab.rl import MjlabOnPolicyRunner
 
         runner_cls = load_runner_cls(task) or MjlabOnPolicyRunner
-        runner = runner_cls(env, cfg, log_dir=None, device="cpu")
+        runner = runner_cls(env, cfg, log_dir=None, device=device)
     else:
         from syncfree.rsl_rl import OnPolicyRunner
 
-        runner = OnPolicyRunner(env, {**cfg, "syncfree": overrides or {}}, log_dir=None, device="cpu")
+        runner = OnPolicyRunner(env, {**cfg, "syncfree": overrides or {}}, log_dir=None, device=device)
     seconds, env_seconds = [], []
     for iteration in range(iterations):
-        timer.seconds = 0.0
+        if timer is not None:
+            timer.seconds = 0.0
         start = time.perf_counter()
         runner.learn(1, init_at_random_ep_len=iteration == 0)  # as mjlab's train script starts
+        if device != "cpu":
+            torch.cuda.synchronize()
         seconds.append(time.perf_counter() - start)
-        env_seconds.append(timer.seconds)
-    learner_seconds = [s - e for s, e in zip(seconds, env_seconds, strict=True)]
-    steady = learner_seconds[1:] or learner_seconds  # the first iteration builds graphs and caches
-    return runner, {"learner": learner, "seed": seed, "iterations": iterations, "num_envs": num_envs,
-                    "env_steps": iterations * num_envs * cfg["num_steps_per_env"],
-                    "seconds": sum(seconds), "env_seconds": sum(env_seconds),
-                    "learner_seconds_per_iteration": statistics.median(steady),
-                    "first_iteration_seconds": seconds[0]}
+        env_seconds.append(timer.seconds if timer is not None else math.nan)
+    steady = seconds[1:] or seconds  # the first iteration builds graphs and caches
+    steps_per_iteration = num_envs * cfg["num_steps_per_env"]
+    row = {"learner": learner, "seed": seed, "iterations": iterations, "num_envs": num_envs, "device": device,
+           "env_steps": iterations * steps_per_iteration, "seconds": sum(seconds),
+           "iteration_seconds": seconds, "first_iteration_seconds": seconds[0],
+           "env_steps_per_s": steps_per_iteration / statistics.median(steady)}
+    if timer is not None:
+        learner_seconds = [s - e for s, e in zip(seconds, env_seconds, strict=True)]
+        row.update(env_seconds=sum(env_seconds),
+                   learner_seconds_per_iteration=statistics.median(learner_seconds[1:] or learner_seconds))
+    return runner, row
 
 
-def evaluate(runner: Any, task: str, num_envs: int, steps: int, seed: int) -> float:
+def evaluate(runner: Any, task: str, num_envs: int, steps: int, seed: int, device: str = "cpu") -> float:
     """Mean reward per env step of the deterministic policy on a fresh env."""
-    env = make_env(task, num_envs, seed)
-    policy = runner.get_inference_policy(device="cpu")
+    env = make_env(task, num_envs, seed, device)
+    policy = runner.get_inference_policy(device=device)
     obs = env.get_observations()
     total = 0.0
     with torch.inference_mode():
@@ -152,9 +161,11 @@ def main() -> None:
     parser.add_argument("--motion_file", default="", help="the motion .npz of a tracking task")
     parser.add_argument("--standing_motion", action="store_true",
                         help="write <out>/standing_motion.npz (mjlab's G1 standing still) and track it")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # mjlab's scripts pick the CPU this way
+    if args.device == "cpu":
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # mjlab's scripts pick the CPU this way
     global MOTION_FILE
     MOTION_FILE = str(write_standing_motion(args.out / "standing_motion.npz")) if args.standing_motion \
         else args.motion_file
@@ -168,11 +179,12 @@ def main() -> None:
     for seed in args.seeds:
         for learner in args.learners:
             overrides = dict(item.split("=", 1) for item in args.syncfree)
-            runner, row = train(learner, args.task, args.num_envs, args.iterations, seed, overrides)
+            runner, row = train(learner, args.task, args.num_envs, args.iterations, seed, overrides, args.device)
             if learner == "syncfree" and overrides:
                 row["syncfree"] = overrides
             if args.eval_steps:
-                row["eval_reward_per_step"] = evaluate(runner, args.task, args.num_envs, args.eval_steps, 1000 + seed)
+                row["eval_reward_per_step"] = evaluate(runner, args.task, args.num_envs, args.eval_steps, 1000 + seed,
+                                                       args.device)
             row["task"] = args.task
             if MOTION_FILE:
                 row["motion_file"] = MOTION_FILE
@@ -185,6 +197,12 @@ def main() -> None:
 
 def summarize(rows: list[dict[str, Any]]) -> None:
     by = {learner: [r for r in rows if r["learner"] == learner] for learner in ("rsl_rl", "syncfree")}
+    for learner, runs in by.items():
+        if runs:
+            speed = statistics.median(r["env_steps_per_s"] for r in runs)
+            print(f"{learner}: env steps/s past the first iteration (median over runs) {speed:,.0f}")
+    if "learner_seconds_per_iteration" not in rows[0]:
+        return  # timed on a GPU: whole iterations only
     for learner, runs in by.items():
         if runs:
             learn = statistics.median(r["learner_seconds_per_iteration"] for r in runs)

@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import re
+import statistics
 from collections import Counter
 from pathlib import Path
 
@@ -1171,6 +1172,24 @@ def test_the_bench_warms_a_learner_up_until_it_has_taken_gradient_steps(algorith
     ppo.cfg.log.progress = False
     warm_up(ppo, 1)
     assert ppo.iteration == 1 and ppo.algorithm.updated()
+
+
+def test_the_bench_reports_gradient_steps_per_second_beside_env_steps(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Each configuration's gradient steps/s: its `updates_per_iteration` over its median timed iteration (the
+    timings its env steps/s come from); the report says them."""
+    settings = {"sac.learning_starts": 0, "sac.batch_size": 32, "sac.updates_per_iteration": 3,
+                "sac.buffer_size": 1024}
+    assert main(["bench", "--task", "pendulum", "--algorithm", "sac", "--num_envs", "[4]", "--repeats", "2",
+                 "--iterations", "1", "--min_seconds", "0", "--compile", "false", "--threads", "1",
+                 "--settings", json.dumps(settings), "--out", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    size = result["sizes"][0]
+    for config in size["configs"].values():
+        assert config["gradient_steps_per_s"] == pytest.approx(3 / statistics.median(config["seconds_per_iteration"]))
+    optimized = size["configs"]["optimized"]["gradient_steps_per_s"]
+    assert "Gradient steps/s (median" in capsys.readouterr().out + (tmp_path / "results.md").read_text()
+    assert f"optimized {optimized:,.0f}" in (tmp_path / "results.md").read_text()
 
 
 def test_td3_eval_sample_says_it_plays_the_deterministic_actor_and_a_resume_keeps_its_algorithm(

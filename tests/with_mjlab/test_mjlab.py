@@ -360,3 +360,27 @@ def test_mjlabs_g1_velocity_task_trains_from_its_off_policy_presets(algorithm: s
     assert cli.main(args) == 0
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["gradient_steps"] == 2
+
+
+def test_the_device_checks_mjlab_part_times_sac_and_rsl_rls_ppo_on_g1_velocity(tmp_path: Path) -> None:
+    """`gpu_check.sh mjlab` at toy sizes on the CPU (`SMOKE=1`, eagerly; on the device its wheels come in pieces,
+    `tests/test_wheel_pieces.py`): SAC's bench and rsl_rl's PPO on mjlab's G1 velocity task both end with their
+    figures, with stand-ins for what mjlab imports to log to wandb and write videos."""
+    import tarfile
+
+    from test_gpu_check import gpu_check
+
+    gpu_check(tmp_path, "mjlab", CUDA_VISIBLE_DEVICES="")
+    out = tmp_path / "out"
+    lines = (out / "parts.txt").read_text().splitlines()
+    assert [line.split()[:2] for line in lines] == [["sac-mjlab-g1-velocity-4096", "rc=0"],
+                                                   ["rsl_rl-mjlab-g1-velocity-4096", "rc=0"]]
+    with tarfile.open(out / "results.tgz") as packed:
+        bench = json.load(packed.extractfile("./sac-mjlab-g1-velocity-4096/results.json"))
+        ppo = json.loads(packed.extractfile("./rsl_rl-mjlab-g1-velocity-4096/runs.jsonl").readline())
+        versions = packed.extractfile("./gpu.txt").read().decode()
+    optimized = bench["sizes"][0]["configs"]["optimized"]
+    assert bench["algorithm"] == "sac" and bench["bench"]["task"] == "mjlab:Mjlab-Velocity-Flat-Unitree-G1"
+    assert optimized["gradient_steps_per_s"] > 0 and optimized["steps_per_s"]["median"] > 0
+    assert (ppo["learner"], ppo["num_envs"], ppo["iterations"]) == ("rsl_rl", 16, 2) and ppo["env_steps_per_s"] > 0
+    assert "mujoco 3.11" in versions and "mjlab-stubs" in versions.split(" wandb ")[1]
