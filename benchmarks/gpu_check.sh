@@ -22,7 +22,9 @@
 #             (rsl-rl-lib 5.4.2, its own runner). Its wheels (fetch_gpu_wheels.sh mjlab) come in pieces, one per
 #             call to one warm machine: each call runs `gpu_check.sh mjlab` carrying .whl-mjlab/pieces/N; until
 #             the last has come the part only stashes them (parts.txt: rc=pieces-3), then installs them in
-#             /tmp/site-mjlab and runs. It needs neither .whl nor the other parts' installs.
+#             /tmp/site-mjlab and runs. It needs neither .whl nor the other parts' installs. SMOKE=1 runs it in
+#             the environment at hand (.venv-mjlab); SMOKE=1 MJLAB_PIECES=1 installs from the pieces as the device
+#             does, a rehearsal in a Python 3.12 environment holding only the device's packages.
 # Compile caches: each benchmark process writes the compile artifacts it used (torch.compiler.save_cache_artifacts)
 # to $OUT/compile-cache/PART.bin, and after each part the caches' folder is packed there (inductor-cache.tgz);
 # carried back as `.compile-cache/` (COMPILE_CACHE names another folder), both go into the caches before the first
@@ -132,7 +134,7 @@ mjlab_site() {  # the folders mjlab's part imports from, first to last; empty wh
     printf "run = None\n\n\n$missing" > "$stubs/wandb/__init__.py"
     printf "def set_ffmpeg(path):\n    pass\n\n\n$missing" > "$stubs/mediapy/__init__.py"
     printf "def get_ffmpeg_exe():\n    return 'ffmpeg'\n\n\n$missing" > "$stubs/imageio_ffmpeg/__init__.py"
-    if [[ ${SMOKE:-0} == 1 ]]; then  # mjlab and its pins installed where this runs (.venv-mjlab)
+    if [[ ${SMOKE:-0} == 1 && ${MJLAB_PIECES:-0} != 1 ]]; then  # mjlab and its pins installed where this runs
         echo "$stubs:$PWD/src"
         return
     fi

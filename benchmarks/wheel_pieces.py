@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     if missing:
-        print(f"wheel_pieces: pieces {', '.join(map(str, missing))} still to carry (each call carries one folder, "
-              f"{args.carried}/N)")
+        print(f"wheel_pieces: piece{'s' * (len(missing) > 1)} {', '.join(map(str, missing))} still to carry (each "
+              f"call carries one folder, {args.carried}/N)")
         return INCOMPLETE
     print(f"wheel_pieces: all pieces here, files unpacked into {args.extract}")
     return 0
