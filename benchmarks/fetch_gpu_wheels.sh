@@ -17,12 +17,15 @@ mkdir -p "$(dirname "$exclude")"
 platforms=(--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
            --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux_2_34_x86_64 --platform manylinux_2_35_x86_64
            --platform manylinux_2_31_x86_64 --platform manylinux_2_24_x86_64 --platform any)
-tree=$(git ls-files -z | du --files0-from=- -cb | tail -1 | cut -f1)  # the working tree a call carries, in bytes
-download() {  # download FOLDER NAME==VERSION...
+# the working tree a call carries, in bytes: tracked files and untracked ones git does not ignore
+tree=$(git ls-files --cached --others --exclude-standard -z | xargs -0 -r stat -c %s 2>/dev/null \
+    | awk '{s += $1} END {print s + 0}')
+download() {  # download FOLDER NAME==VERSION... into an emptied FOLDER (no wheel of an earlier set beside them)
     local folder=$1
     shift
     local ignored="/${folder%%/*}/"  # the whole folder: pieces or wheels left untracked would travel with each call
     grep -qx "$ignored" "$exclude" 2>/dev/null || echo "$ignored" >> "$exclude"
+    rm -rf "$folder"
     python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         "${platforms[@]}" -d "$folder" "$@"
 }
@@ -47,8 +50,11 @@ download .whl \
     mettagrid==0.26.22 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
     importnb==2023.11.1 pettingzoo==1.27.0 websocket-client==1.9.2
 whl=$(du -sb .whl | cut -f1)
-echo "fetch_gpu_wheels: .whl $((whl / 2**20)) MiB, the working tree $((tree / 2**20)) MiB"
-if ((whl + tree > 64 * 2**20)); then
+cache=0  # compile caches carried back to a call (counted in the tree already unless git ignores them)
+git check-ignore -q .compile-cache && cache=$( (du -sb .compile-cache 2>/dev/null || echo 0) | cut -f1)
+echo "fetch_gpu_wheels: .whl $((whl / 2**20)) MiB, the working tree $((tree / 2**20)) MiB," \
+     ".compile-cache $((cache / 2**20)) MiB"
+if ((whl + tree + cache > 64 * 2**20)); then
     echo "fetch_gpu_wheels: together they pass the 64 MiB a call carries; leave a wheel out or carry it apart" >&2
     exit 1
 fi

@@ -18,12 +18,13 @@
 #   g1-rsl    g1-track at 4,096 envs: rsl_rl 5.5.1's PPO against syncfree's (optimized), the PPO figure the
 #             offpolicy part's SAC and TD3 are set against
 #   mjlab     (not in the default order) mjlab's G1 velocity task at 4,096 envs on Warp's CUDA kernels: SAC's env
-#             steps/s and gradient steps/s (OFFPOLICY_MJLAB="sac td3" adds TD3), then rsl_rl's PPO as mjlab ships it
-#             (rsl-rl-lib 5.4.2, its own runner). Its wheels (fetch_gpu_wheels.sh mjlab) come in pieces, one per
-#             call to one warm machine: each call runs `gpu_check.sh mjlab` carrying .whl-mjlab/pieces/N; until
-#             the last has come the part only stashes them (parts.txt: rc=pieces-3), then installs them in
-#             /tmp/site-mjlab and runs. It needs neither .whl nor the other parts' installs. SMOKE=1 runs it in
-#             the environment at hand (.venv-mjlab); SMOKE=1 MJLAB_PIECES=1 installs from the pieces as the device
+#             steps/s and gradient steps/s (OFFPOLICY_MJLAB=td3 times TD3 instead; both do not fit one call's
+#             budget), then rsl_rl's PPO as mjlab ships it (rsl-rl-lib 5.4.2, its own runner). Its wheels
+#             (fetch_gpu_wheels.sh mjlab) come in pieces, one per call to one warm machine: each call runs
+#             `gpu_check.sh mjlab` carrying .whl-mjlab/pieces/N; until the last has come the part only stashes
+#             them (parts.txt: rc=pieces-3), then installs them in /tmp/site-mjlab (MJLAB_TMP names another folder
+#             than /tmp) and runs. It needs neither .whl nor the other parts' installs. SMOKE=1 runs it in the
+#             environment at hand (.venv-mjlab); SMOKE=1 MJLAB_PIECES=1 installs from the pieces as the device
 #             does, a rehearsal in a Python 3.12 environment holding only the device's packages.
 # Compile caches: each benchmark process writes the compile artifacts it used (torch.compiler.save_cache_artifacts)
 # to $OUT/compile-cache/PART.bin, and after each part the caches' folder is packed there (inductor-cache.tgz);
@@ -126,31 +127,38 @@ bench() {  # bench LIMIT NAME TASK SIZES [EXTRA ARGUMENTS...]
 
 small() { [[ ${SMOKE:-0} == 1 ]] && echo "$2" || echo "$1"; }
 
-mjlab_site() {  # the folders mjlab's part imports from, first to last; empty while its wheels' pieces are coming
-    local stubs
-    stubs=$(mktemp -d /tmp/mjlab-stubs.XXXXXX)  # what mjlab imports for logging and videos this part never makes
+mjlab_site() {  # the folders mjlab's part imports from, first to last; none while its wheels' pieces are coming
+    local tmp=${MJLAB_TMP:-/tmp}  # the stash, the wheels and their install: kept while the machine stays warm
+    if [[ ${SMOKE:-0} == 1 && ${MJLAB_PIECES:-0} != 1 ]]; then  # mjlab and its pins installed where this runs
+        echo "$PWD/src"
+        return
+    fi
+    if [[ ! -f $tmp/site-mjlab/.installed ]]; then  # messages to the output and gpu.txt, the folders alone to stdout
+        python3 benchmarks/wheel_pieces.py gather .whl-mjlab/pieces "$tmp/mjlab-pieces" \
+            --extract "$tmp/wheels-mjlab" 2>&1 | tee -a "$res/gpu.txt" >&2
+        local rc=${PIPESTATUS[0]}
+        ((rc == 0)) || return $rc
+        rm -rf "$tmp/site-mjlab"  # an install cut off earlier
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$tmp/site-mjlab" \
+            "$tmp"/wheels-mjlab/*.whl >&2 || return 1
+        touch "$tmp/site-mjlab/.installed"
+    fi
+    echo "$tmp/site-mjlab:$PWD/src"  # not /tmp/site: mjlab pins mujoco 3.11 and rsl-rl-lib 5.4.2
+}
+
+mjlab_stubs() {  # a folder of stand-ins for what mjlab imports to log to wandb and write videos, never done here
+    local stubs missing
+    missing='def __getattr__(name):\n    raise ModuleNotFoundError(f"{__name__}.{name}: not installed here")\n'
+    stubs=$(mktemp -d /tmp/mjlab-stubs.XXXXXX)
     mkdir -p "$stubs/wandb" "$stubs/mediapy" "$stubs/imageio_ffmpeg"
-    local missing='def __getattr__(name):\n    raise ModuleNotFoundError(f"{__name__}.{name}: not installed here")\n'
     printf "run = None\n\n\n$missing" > "$stubs/wandb/__init__.py"
     printf "def set_ffmpeg(path):\n    pass\n\n\n$missing" > "$stubs/mediapy/__init__.py"
     printf "def get_ffmpeg_exe():\n    return 'ffmpeg'\n\n\n$missing" > "$stubs/imageio_ffmpeg/__init__.py"
-    if [[ ${SMOKE:-0} == 1 && ${MJLAB_PIECES:-0} != 1 ]]; then  # mjlab and its pins installed where this runs
-        echo "$stubs:$PWD/src"
-        return
-    fi
-    if [[ ! -d /tmp/site-mjlab/mjlab ]]; then  # its messages to the output and gpu.txt, the folders alone to stdout
-        python3 benchmarks/wheel_pieces.py gather .whl-mjlab/pieces /tmp/mjlab-pieces --extract /tmp/wheels-mjlab \
-            2>&1 | tee -a "$res/gpu.txt" >&2
-        local rc=${PIPESTATUS[0]}
-        ((rc == 0)) || return $rc
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-            --target /tmp/site-mjlab /tmp/wheels-mjlab/*.whl >&2 || return 1
-    fi
-    echo "$stubs:/tmp/site-mjlab:$PWD/src"  # not /tmp/site: mjlab pins mujoco 3.11 and rsl-rl-lib 5.4.2
+    echo "$stubs"
 }
 
 mjlab_part() {  # SAC (TD3) on mjlab's G1 velocity task against rsl_rl's PPO as mjlab ships it, same env count
-    local path rc saved=${PYTHONPATH:-} task=Mjlab-Velocity-Flat-Unitree-G1 envs
+    local path rc stubs saved=${PYTHONPATH:-} task=Mjlab-Velocity-Flat-Unitree-G1 envs
     envs=$(small 4096 16)
     path=$(mjlab_site)
     rc=$?
@@ -160,7 +168,8 @@ mjlab_part() {  # SAC (TD3) on mjlab's G1 velocity task against rsl_rl's PPO as 
         pack
         return
     fi
-    export PYTHONPATH=$path
+    stubs=$(mjlab_stubs)
+    export PYTHONPATH=$stubs:$path
     python3 -c "import mjlab, mujoco, warp, wandb; print('mjlab', mjlab.__file__, 'mujoco', mujoco.__version__,
 'warp', warp.config.version, 'wandb', wandb.__file__)" 2>&1 | tail -1 | tee -a "$res/gpu.txt"
     # with cold caches Warp compiles mujoco_warp's kernels at a process's first env; SMOKE runs eagerly (the plumbing)
@@ -174,7 +183,7 @@ mjlab_part() {  # SAC (TD3) on mjlab's G1 velocity task against rsl_rl's PPO as 
         --device "$device" --num_envs "$envs" --iterations "$(small 6 2)" --seeds 0 --eval_steps 0 --learners rsl_rl \
         --out "$res/rsl_rl-mjlab-g1-velocity-4096"
     export PYTHONPATH=$saved
-    rm -rf "${path%%:*}"  # the stubs
+    rm -rf "$stubs"
 }
 
 for part in "${parts[@]}"; do

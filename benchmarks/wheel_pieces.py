@@ -5,11 +5,12 @@ over consecutive calls to one warm machine: mjlab's wheels are about 200 MB, War
     python3 benchmarks/wheel_pieces.py gather .whl-mjlab/pieces /tmp/mjlab-pieces --extract /tmp/wheels-mjlab  # there
 
 `split` packs a folder's files into one tar and cuts it into numbered folders (`pieces/1`, `pieces/2`, ...), each
-holding one piece of at most `--mib` MiB and the manifest (the tar's SHA-256 and size, the piece count, the file
-names). Each call carries one of them. `gather` copies the pieces that arrived into a stash outside the checkout
-(it outlives the call while the machine stays warm) and says which are still missing (exit 3); once all are there
-it joins them, checks the SHA-256 and unpacks the files into the `--extract` folder (exit 0). A piece of another
-split, a join whose digest differs, or a folder without a manifest is one line and exit 2."""
+holding one piece of at most `--mib` MiB and the manifest (the tar's and every piece's SHA-256, the tar's size, the
+file names). Each call carries one of them. `gather` checks each piece that arrived against the manifest, moves it
+into a stash outside the checkout (it outlives the call while the machine stays warm; a piece carried twice is
+stored once) and says which are still missing (exit 3); once all are there it joins them, checks the tar's SHA-256
+and unpacks the files into the emptied `--extract` folder (exit 0). A piece of another split or one whose digest
+differs, a folder without a manifest, or a join whose digest differs is one line and exit 2."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import argparse
 import hashlib
 import io
 import json
+import os
 import shutil
 import sys
 import tarfile
@@ -35,25 +37,27 @@ class PieceError(Exception):
 
 def split(source: Path, dest: Path, mib: float) -> list[Path]:
     """`source`'s files (not its folders) as one tar cut into numbered folders under `dest` (emptied first)."""
-    files = sorted(p for p in source.iterdir() if p.is_file())
+    files = sorted(p for p in source.iterdir() if p.is_file()) if source.is_dir() else []
     if not files:
         raise PieceError(f"wheel_pieces: {source} holds no files to split")
+    if mib <= 0:
+        raise PieceError(f"wheel_pieces: --mib {mib:g} leaves no room for a piece")
     packed = io.BytesIO()
     with tarfile.open(fileobj=packed, mode="w") as tar:
         for file in files:
             tar.add(file, arcname=file.name)
     data = packed.getvalue()
     size = max(1, int(mib * 2**20))
-    count = -(-len(data) // size)
-    manifest = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "count": count,
-                "files": [f.name for f in files]}
+    pieces = [data[start:start + size] for start in range(0, len(data), size)]
+    manifest = {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "count": len(pieces),
+                "pieces": [hashlib.sha256(piece).hexdigest() for piece in pieces], "files": [f.name for f in files]}
     if dest.exists():
         shutil.rmtree(dest)
     folders = []
-    for index in range(count):
-        folder = dest / str(index + 1)
+    for number, piece in enumerate(pieces, 1):
+        folder = dest / str(number)
         folder.mkdir(parents=True)
-        (folder / PIECE).write_bytes(data[index * size:(index + 1) * size])
+        (folder / PIECE).write_bytes(piece)
         (folder / MANIFEST).write_text(json.dumps(manifest, indent=1))
         folders.append(folder)
     return folders
@@ -62,7 +66,7 @@ def split(source: Path, dest: Path, mib: float) -> list[Path]:
 def read_manifest(path: Path) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text())
-        if not isinstance(manifest, dict) or not all(k in manifest for k in ("sha256", "bytes", "count")):
+        if not isinstance(manifest, dict) or not all(k in manifest for k in ("sha256", "bytes", "count", "pieces")):
             raise ValueError("missing keys")
         return manifest
     except (OSError, ValueError) as error:
@@ -70,8 +74,8 @@ def read_manifest(path: Path) -> dict[str, Any]:
 
 
 def stash_arrived(carried: Path, stash: Path) -> dict[str, Any]:
-    """Copy every piece under `carried` into `stash` (`stash/N`), checking each belongs to the same split; the
-    split's manifest."""
+    """Copy every piece under `carried` into `stash` (`stash/N`, written whole or not at all), checking each against
+    its split's manifest; the manifest."""
     stash.mkdir(parents=True, exist_ok=True)
     known = read_manifest(stash / MANIFEST) if (stash / MANIFEST).exists() else None
     arrived = sorted(p for p in carried.glob("*") if (p / PIECE).is_file()) if carried.is_dir() else []
@@ -85,7 +89,16 @@ def stash_arrived(carried: Path, stash: Path) -> dict[str, Any]:
                              f"the stash in {stash} holds {known['sha256'][:12]}); empty {stash} to start over")
         if not folder.name.isdigit() or not 1 <= int(folder.name) <= known["count"]:
             raise PieceError(f"wheel_pieces: {folder} is not one of pieces 1-{known['count']}")
-        shutil.copyfile(folder / PIECE, stash / f"{int(folder.name)}")
+        number = int(folder.name)
+        if (stash / str(number)).is_file():
+            continue  # carried again: stored when it first came, checked then
+        data = (folder / PIECE).read_bytes()
+        if hashlib.sha256(data).hexdigest() != known["pieces"][number - 1]:
+            raise PieceError(f"wheel_pieces: {folder / PIECE} is not the piece {number} its manifest names (its "
+                             "SHA-256 differs): carry it again")
+        partial = stash / f"{number}.part"
+        partial.write_bytes(data)
+        os.replace(partial, stash / str(number))
     if known is None:
         raise PieceError(f"wheel_pieces: no piece under {carried} and none in {stash}: carry {carried}/1 first")
     return known
@@ -104,9 +117,16 @@ def gather(carried: Path, stash: Path, extract: Path) -> list[int]:
         raise PieceError(f"wheel_pieces: the {manifest['count']} pieces in {stash} join to {len(data):,} bytes, "
                          f"SHA-256 {digest[:12]}, not the manifest's {manifest['bytes']:,} bytes, "
                          f"{manifest['sha256'][:12]}; empty {stash} and carry them again")
-    extract.mkdir(parents=True, exist_ok=True)
+    if extract.exists():
+        shutil.rmtree(extract)  # no file of an earlier split beside these
+    extract.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        tar.extractall(extract, filter="data")
+        members = tar.getmembers()
+        names = [m.name for m in members]
+        plain = all(m.isfile() and "/" not in m.name and m.name not in ("", ".", "..") for m in members)
+        if not plain or sorted(names) != sorted(manifest.get("files", names)):
+            raise PieceError(f"wheel_pieces: the tar in {stash} holds {names}, not the manifest's plain files")
+        tar.extractall(extract)  # plain files, checked above (its `filter` argument needs Python 3.10.12 or later)
     return []
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,6 +20,7 @@ from syncfree.bench.run import env_words
 from syncfree.cli import main
 from syncfree.config import EnvConfig, EnvNouns, PerfConfig
 from syncfree.policy.actor_critic import AUTO_MIN_WORK, set_autocast
+from syncfree.tasks import preset
 from syncfree.train.runner import Runner
 
 
@@ -143,6 +145,10 @@ def test_bench_cli_writes_a_report(tmp_path: Path, capsys) -> None:
     assert result["envs"] == {"envs": "envs", "row": "env", "rows": "envs", "summary": ""}
     size = result["sizes"][0]
     assert size["num_rows"] == size["num_envs"] == 16
+    minibatches = 1 * preset("point-mass").ppo.num_minibatches  # one epoch of the preset's minibatches
+    for config in size["configs"].values():
+        assert config["gradient_steps_per_s"] == pytest.approx(
+            minibatches / statistics.median(config["seconds_per_iteration"]))
     live = {name.split()[-1] for name in size["configs"] if name.startswith(("optimized - ", "baseline + "))}
     # eager, 16 envs; autocast=auto lowers no call this small, even on a CPU with bfloat16 instructions (its rows x
     # width stay below AUTO_MIN_WORK): float32, as off is, and the row is left out

@@ -161,8 +161,9 @@ def markdown(result: dict[str, Any]) -> str:
         b_sps, o_sps = base["steps_per_s"]["median"], opt["steps_per_s"]["median"]
         b_it, o_it = statistics.median(base["seconds_per_iteration"]), statistics.median(opt["seconds_per_iteration"])
         if "gradient_steps_per_s" in opt:
-            lines += ["", f"Gradient steps/s (median; minibatches of every epoch, or an off-policy learner's steps): "
-                      f"optimized {_fmt(opt['gradient_steps_per_s'])}, baseline {_fmt(base['gradient_steps_per_s'])}."]
+            lines += ["", "Gradient steps/s (median; one per minibatch of each epoch, distilled chunk or off-policy "
+                      f"update): optimized {_fmt(opt['gradient_steps_per_s'])}, baseline "
+                      f"{_fmt(base['gradient_steps_per_s'])}."]
         lines += ["", f"Seeds' view: in {HOURS:g} h the optimized trainer does {o_sps * 3600 * HOURS:,.0f} "
                   f"{unit}, the baseline {b_sps * 3600 * HOURS:,.0f} ({o_sps / b_sps:.3f}x); {ITERATIONS:,} iterations take "
                   f"{_duration(o_it * ITERATIONS)} optimized vs {_duration(b_it * ITERATIONS)} baseline."]

@@ -108,7 +108,8 @@ def bench_size(bench: BenchConfig, num_envs: int, configs: list[tuple[str, PerfC
         row["efficiency"] = floor_time["total"] / statistics.median(times[name])
         row["hardware_fraction"] = hardware_fraction(row["steps_per_s"]["median"], sum(flops.values()), peaks,
                                                      compute_dtype(runner))
-        # PPO's minibatches of all epochs, or an off-policy learner's gradient steps, per second of the timed runs
+        # optimizer steps (PPO's minibatches of every epoch, a student's chunks, an off-policy learner's updates) per
+        # second of the timed iterations
         row["gradient_steps_per_s"] = runner.algorithm.minibatches_per_update / statistics.median(times[name])
         row["counts"] = count_iteration(runner)
         row["phase_seconds"] = time_phases(runner)
