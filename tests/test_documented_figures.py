@@ -224,6 +224,27 @@ def test_the_documented_sac_against_sb3_with_3_step_returns_figures_are_the_ones
             f"bootstrap interval [{low:+.1f}, {high:+.1f}]") in page
 
 
+def test_the_documented_halfcheetah_sac_against_sb3_with_3_step_returns_figures_are_the_ones_in_the_results(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/off-policy.md's HalfCheetah-v5 comparison of the `gym:` preset with Stable-Baselines3, both with 3-step
+    returns: SB3's per-seed and mean figures, the bootstrap interval of the preset minus SB3, and of SB3's 3-step
+    runs minus its 1-step ones (the claim that 3-step returns lowered its figure)."""
+    folder = ROOT / "benchmarks/results/sac-vs-sb3-halfcheetah-cpu"
+    theirs = json.loads((folder / "sb3-300k-n-step-3.json").read_text())
+    ours = json.loads((ROOT / "benchmarks/results/off-policy-presets-cpu/sac-halfcheetah-n-step-3.json").read_text())
+    assert theirs["env"] == "HalfCheetah-v5" and theirs["layout"]["n_step"] == 3 == ours["settings"]["sac.n_step"]
+    page, difference, low, high = sb3_runs_against_the_preset(theirs, ours, monkeypatch)
+    assert (f"syncfree minus SB3 with 3-step returns on HalfCheetah-v5 is {difference:+.1f}, "
+            f"bootstrap interval [{low:+.1f}, {high:+.1f}]") in page and low > 0
+    from rsl_rl_adapter_parity import bootstrap_ci
+
+    three = [run["return_late"] for run in theirs["runs"]]
+    one = [run["return_late"] for run in json.loads((folder / "sb3-300k.json").read_text())["runs"]]
+    low, high = bootstrap_ci(three, one)
+    assert high < 0 and (f"lowered SB3's figure there (minus its 1-step runs: "
+                         f"{statistics.mean(three) - statistics.mean(one):+.1f}, [{low:+.1f}, {high:+.1f}])") in page
+
+
 def test_the_documented_sac_against_sb3_figures_are_the_ones_in_the_results(monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/off-policy.md's HalfCheetah-v5 comparison with Stable-Baselines3: SB3's per-seed means over the last
     10 %, their mean and 95 % t-interval, the bootstrap interval of syncfree's preset minus SB3, and the speeds of
