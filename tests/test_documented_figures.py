@@ -245,6 +245,24 @@ def test_the_documented_halfcheetah_sac_against_sb3_with_3_step_returns_figures_
                          f"{statistics.mean(three) - statistics.mean(one):+.1f}, [{low:+.1f}, {high:+.1f}])") in page
 
 
+def test_the_documented_speed_against_sb3_with_3_step_returns_is_the_one_in_the_results() -> None:
+    """docs/off-policy.md's compiled HalfCheetah-v5 speeds with the preset's 3-step returns in both libraries: each
+    seed's steady env steps/s, their means ± SD and the per-seed ratio are `sac_vs_sb3.py`'s output."""
+    run = json.loads((ROOT / "benchmarks/results/sac-vs-sb3-halfcheetah-bf16-cpu/auto-n-step-3.json").read_text())
+    assert run["layout"]["n_step"] == 3 and run["compile"] == "step" and run["autocast"] == "auto"
+    rates = {name: [r["steady_steps_per_s"] for r in run["runs"] if r["library"] == name] for name in ("syncfree", "sb3")}
+    ratios = [a / b for a, b in zip(rates["syncfree"], rates["sb3"], strict=True)]
+    page = " ".join((ROOT / "docs" / "off-policy.md").read_text().split())
+
+    def listed(values: list[float]) -> str:
+        return ", ".join(f"{v:.1f}" for v in values[:2]) + f" and {values[2]:.1f}"
+
+    assert (f"syncfree {listed(rates['syncfree'])} env steps/s once compiled ({statistics.mean(rates['syncfree']):.1f}"
+            f" ± {statistics.stdev(rates['syncfree']):.1f}), SB3 {listed(rates['sb3'])} "
+            f"({statistics.mean(rates['sb3']):.1f} ± {statistics.stdev(rates['sb3']):.1f}): "
+            f"{statistics.mean(ratios):.2f}x ± {statistics.stdev(ratios):.2f} per seed") in page
+
+
 def test_the_documented_sac_against_sb3_figures_are_the_ones_in_the_results(monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/off-policy.md's HalfCheetah-v5 comparison with Stable-Baselines3: SB3's per-seed means over the last
     10 %, their mean and 95 % t-interval, the bootstrap interval of syncfree's preset minus SB3, and the speeds of
