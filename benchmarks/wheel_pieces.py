@@ -68,6 +68,9 @@ def read_manifest(path: Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text())
         if not isinstance(manifest, dict) or not all(k in manifest for k in ("sha256", "bytes", "count", "pieces")):
             raise ValueError("missing keys")
+        count, pieces = manifest["count"], manifest["pieces"]
+        if not isinstance(count, int) or count < 1 or not isinstance(pieces, list) or len(pieces) != count:
+            raise ValueError(f"count {count!r} and {len(pieces) if isinstance(pieces, list) else pieces!r} digests")
         return manifest
     except (OSError, ValueError) as error:
         raise PieceError(f"wheel_pieces: {path} is not a pieces manifest ({error})") from None

@@ -76,11 +76,12 @@ def fake_wheel(folder: Path, name: str) -> Path:
     return path
 
 
-def test_the_mjlab_part_stashes_its_pieces_call_by_call_then_installs_them_once(tmp_path: Path) -> None:
+def test_the_mjlab_part_stashes_its_pieces_call_by_call_then_installs_them_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The mjlab part as on the device (`MJLAB_PIECES=1`), its wheels cut in two pieces carried one per call: the
     first call stashes its piece and reports `rc=pieces-3`; the second joins, installs and marks the install; a
     third installs nothing again. (`BUDGET=0`: no learner runs; a copy of the scripts is the checkout.)"""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
     import wheel_pieces
 
     checkout = tmp_path / "checkout"

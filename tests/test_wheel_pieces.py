@@ -133,7 +133,7 @@ def test_a_tar_holding_more_than_plain_files_is_refused(tmp_path: Path, capsys) 
     assert not (tmp_path / "deep" / "escaped.whl").exists()
 
 
-@pytest.mark.parametrize("layout", ["no manifest", "out of range", "nothing carried"])
+@pytest.mark.parametrize("layout", ["no manifest", "out of range", "nothing carried", "digests short"])
 def test_a_carried_folder_that_is_no_piece_of_the_split_is_one_line(layout: str, wheels: Path, tmp_path: Path,
                                                                     capsys) -> None:
     pieces = wheel_pieces.split(wheels, tmp_path / "pieces", mib=40_000 / 2**20)
@@ -143,12 +143,18 @@ def test_a_carried_folder_that_is_no_piece_of_the_split_is_one_line(layout: str,
         shutil.copyfile(pieces[0] / "piece", carried / "1" / "piece")
     elif layout == "out of range":
         shutil.copytree(pieces[0], carried / "9")
+    elif layout == "digests short":
+        import json
+
+        shutil.copytree(pieces[0], carried / "1")
+        manifest = json.loads((carried / "1" / "manifest.json").read_text())
+        (carried / "1" / "manifest.json").write_text(json.dumps({**manifest, "pieces": manifest["pieces"][:1]}))
     args = ["gather", str(carried), str(tmp_path / "stash"), "--extract", str(tmp_path / "out")]
     assert wheel_pieces.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
     assert {"no manifest": "is not a pieces manifest", "out of range": "is not one of pieces 1-3",
-            "nothing carried": "no piece under"}[layout] in err
+            "nothing carried": "no piece under", "digests short": "count 3 and 1 digests"}[layout] in err
 
 
 def test_split_refuses_no_room_for_a_piece(wheels: Path, tmp_path: Path, capsys) -> None:
